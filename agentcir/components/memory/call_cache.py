@@ -1,0 +1,39 @@
+"""The model-call cache as a Memory component (``memory=call_cache``)."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ...framework.cache import CallCache
+from ...framework.interfaces import Memory
+from ...registry import MEMORIES
+
+
+@MEMORIES.register("call_cache")
+class CallCacheMemory(Memory):
+    """Content-addressed sqlite cache of every model call.
+
+    Config:
+        path: sqlite file; default ``$AGENTCIR_CACHE`` or ``<run.root>/cache.sqlite``.
+    """
+
+    @dataclass
+    class Config:
+        path: str | None = None
+
+    def open(self, default_path: str | os.PathLike) -> CallCache:
+        path = self.cfg.path or os.environ.get("AGENTCIR_CACHE") or default_path
+        return CallCache(Path(path).expanduser())
+
+
+def open_call_cache(pool: Any, run: dict) -> CallCache:
+    """The run's call cache: ``run.cache`` if set, else the recipe's call_cache memory."""
+    default = Path(run["root"]) / "cache.sqlite"
+    if run.get("cache"):
+        return CallCache(Path(run["cache"]).expanduser())
+    if pool.has("memory") and pool.recipe["memory"]["name"] == "call_cache":
+        return pool.get("memory").open(default)
+    return CallCache(Path(os.environ.get("AGENTCIR_CACHE") or default))

@@ -1,0 +1,183 @@
+"""The component kinds: what a method may call on each.
+
+Concrete backends live in :mod:`agentcir.components` and register under a key in
+:mod:`agentcir.registry`. Methods receive built components (never build them) and
+call them through :meth:`agentcir.framework.runner.RunContext.call`, which caches
+every call by content.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar, Sequence
+
+import numpy as np
+
+from .component import Component
+from .images import Skipped, decode_many, report_skipped
+from .prompts import load_prompt
+
+log = logging.getLogger("agentcir")
+
+
+def _progress(total: int, desc: str, enabled: bool | None, min_total: int):
+    from tqdm.auto import tqdm
+
+    disable = (not enabled) if enabled is not None else total < min_total
+    return tqdm(total=total, desc=desc, unit="img" if "image" in desc else "it", disable=disable, leave=False)
+
+
+def l2_normalize(x: np.ndarray, eps: float = 1e-12) -> np.ndarray:
+    x = np.asarray(x, dtype=np.float32)
+    return x / np.maximum(np.linalg.norm(x, axis=-1, keepdims=True), eps)
+
+
+class Encoder(Component):
+    """A vision-language dual encoder: images and texts into one L2-normalised space.
+
+    Backends implement ``dim``, ``_embed_images(list[PIL.Image]) -> [n,d]`` and
+    ``_embed_texts(list[str]) -> [n,d]``; this class batches, decodes, skips broken
+    images (reported by path, counted) and normalises.
+    """
+
+    kind: ClassVar[str] = "encoder"
+    dim: int = 0
+    default_batch_size: int = 64
+
+    def _embed_images(self, images: list) -> np.ndarray:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def _embed_texts(self, texts: list[str]) -> np.ndarray:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def _batch(self, batch_size: int | None) -> int:
+        b = int(batch_size or getattr(self.cfg, "batch_size", 0) or self.default_batch_size)
+        if b <= 0:
+            raise ValueError(f"batch_size must be positive, got {b}")
+        return b
+
+    def encode_images(self, images: Sequence, batch_size: int | None = None, *,
+                      progress: bool | None = None, skipped: list[Skipped] | None = None) -> np.ndarray:
+        """Embed images (paths or PIL images) -> float32 ``[n_ok, dim]``, L2-normalised.
+
+        Images that fail to decode are skipped, logged by path with a count, and
+        appended to ``skipped`` when a list is given (their ``index`` is the
+        position in ``images``), so the caller can align rows.
+        """
+        b = self._batch(batch_size)
+        out: list[np.ndarray] = []
+        bad: list[Skipped] = []
+        with _progress(len(images), f"{self.describe()}: images", progress, 4 * b) as bar:
+            for start in range(0, len(images), b):
+                chunk = images[start:start + b]
+                decoded, _, sk = decode_many(chunk)
+                bad.extend(Skipped(s.index + start, s.path, s.reason) for s in sk)
+                if decoded:
+                    out.append(l2_normalize(self._embed_images(decoded)))
+                bar.update(len(chunk))
+        report_skipped(bad)
+        if skipped is not None:
+            skipped.extend(bad)
+        return np.concatenate(out) if out else np.zeros((0, self.dim), np.float32)
+
+    def encode_texts(self, texts: Sequence[str], batch_size: int | None = None, *, progress: bool | None = None) -> np.ndarray:
+        """Embed texts -> float32 ``[n, dim]``, L2-normalised."""
+        if isinstance(texts, str):
+            raise TypeError("encode_texts takes a list of strings, not a single string")
+        b = self._batch(batch_size)
+        out = []
+        with _progress(len(texts), f"{self.describe()}: texts", progress, 16 * b) as bar:
+            for start in range(0, len(texts), b):
+                chunk = [str(t) for t in texts[start:start + b]]
+                out.append(l2_normalize(self._embed_texts(chunk)))
+                bar.update(len(chunk))
+        return np.concatenate(out) if out else np.zeros((0, self.dim), np.float32)
+
+
+@dataclass
+class ToolCall:
+    id: str
+    name: str
+    arguments: dict
+
+
+@dataclass
+class ChatReply:
+    text: str
+    tool_calls: list[ToolCall] = field(default_factory=list)
+
+    def to_json(self) -> dict:
+        return {"text": self.text, "tool_calls": [vars(t) for t in self.tool_calls]}
+
+
+def user_message(text: str, images: Sequence[Path | str] = ()) -> dict:
+    """A chat message; images are local paths (backends encode them as they need)."""
+    if not images:
+        return {"role": "user", "content": text}
+    return {"role": "user", "content": [{"type": "text", "text": text},
+                                        *({"type": "image", "image": str(p)} for p in images)]}
+
+
+class LLM(Component):
+    """A (vision-)language model.
+
+    ``chat`` is the raw interface. ``run_task`` is what methods call: a named task
+    (``target_caption``, ``questions``, ...) whose prompt file is rendered with the
+    task's variables; offline backends may implement tasks directly instead of
+    reading the prompt (and say so).
+    """
+
+    kind: ClassVar[str] = "llm"
+
+    def chat(self, messages: list[dict], *, tools: list[dict] | None = None, json_mode: bool = False) -> ChatReply:
+        raise NotImplementedError
+
+    async def achat(self, messages: list[dict], *, tools: list[dict] | None = None, json_mode: bool = False) -> ChatReply:
+        return await asyncio.to_thread(self.chat, messages, tools=tools, json_mode=json_mode)
+
+    def run_task(self, task: str, variables: dict[str, Any], *, prompt: str | None = None,
+                 images: Sequence[Path | str] = (), json_mode: bool = False) -> str:
+        text = load_prompt(prompt or f"tasks/{task}").render(variables)
+        return self.chat([user_message(text, images)], json_mode=json_mode).text
+
+
+class Captioner(Component):
+    kind: ClassVar[str] = "captioner"
+
+    def caption(self, image: Path) -> str:
+        raise NotImplementedError
+
+
+class Generator(Component):
+    """Makes a visual proxy of a target description (an image path), or ``None``."""
+
+    kind: ClassVar[str] = "generator"
+
+    def generate(self, description: str, *, reference: Path | None = None) -> Path | None:
+        raise NotImplementedError
+
+
+class Detector(Component):
+    """Lists the objects in an image: ``[{"label": str, "score": float, "box": [x0,y0,x1,y1] | None}]``."""
+
+    kind: ClassVar[str] = "detector"
+
+    def detect(self, image: Path) -> list[dict]:
+        raise NotImplementedError
+
+
+class Verifier(Component):
+    """Yes/no judgements on candidates."""
+
+    kind: ClassVar[str] = "verifier"
+
+    def verify(self, candidate: Path, instruction: str, *, reference: Path | None = None,
+               caption: str | None = None) -> bool:
+        raise NotImplementedError
+
+
+class Memory(Component):
+    kind: ClassVar[str] = "memory"

@@ -1,0 +1,179 @@
+"""Hydra recipes: compose, type-check against the registries, build components lazily.
+
+A recipe has one group per component kind (``encoder``, ``llm``, ``captioner``,
+``generator``, ``detector``, ``verifier``, ``memory``), plus ``method``, ``dataset``,
+``kernels`` and the ``run`` settings. Each component group holds ``name`` (a registry
+key, never an import path) and that component's config fields. Composition checks
+every field against the registered ``Config`` dataclass, so a wrong type or an
+unknown field fails at once, naming the field.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Sequence
+
+from ..registry import REGISTRIES, ConfigError, make_config
+from .errors import InputError
+
+RECIPES_DIR = Path(__file__).resolve().parent.parent / "recipes"
+COMPONENT_GROUPS = ("encoder", "llm", "captioner", "generator", "detector", "verifier", "memory")
+GROUPS = (*COMPONENT_GROUPS, "method", "dataset")
+#: a component group set to this key is absent (allowed for a method's optional components)
+NONE_KEY = "none"
+
+
+@dataclass
+class RunConfig:
+    """Settings of a run (the ``run:`` section of a recipe).
+
+    Attributes:
+        root: folder under which run directories and shared galleries are kept.
+        name: run directory name; by default ``<method>-<dataset>-<recipe hash>``, so
+            the same command resumes the same run.
+        concurrency: model calls in flight at once (across queries).
+        cache: sqlite file of the model-call cache; default ``<root>/cache.sqlite``.
+        progress: progress bars on stderr.
+        gallery_dtype: storage of gallery embeddings (``float32`` or ``float16``).
+        gallery_captions: ``auto`` (dataset captions when the dataset has them, else the
+            captioner), ``dataset`` or ``captioner``.
+        show: how many queries' rankings to print at the end.
+        fresh: ignore a previous run directory of the same name (start over).
+    """
+
+    root: str = "runs"
+    name: str | None = None
+    concurrency: int = 8
+    cache: str | None = None
+    progress: bool = True
+    gallery_dtype: str = "float32"
+    gallery_captions: str = "auto"
+    show: int = 3
+    fresh: bool = False
+
+
+@dataclass
+class KernelsConfig:
+    """Scoring-core backend: ``auto`` (env var ``AGENTCIR_KERNELS``, then capability
+    probe, then reference) or an explicit ``numba`` / ``triton`` / ``torch`` / ``reference``."""
+
+    backend: str = "auto"
+
+
+#: run settings that cannot change results (excluded from the run's identity)
+VOLATILE_RUN_FIELDS = ("concurrency", "progress", "show", "fresh", "name", "root", "cache")
+
+
+def _hydra_compose(overrides: Sequence[str], config_name: str, recipes_dir: Path, extra_dirs: Sequence[str]):
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+    from hydra.errors import HydraException
+    from omegaconf.errors import OmegaConfBaseException
+
+    overrides = list(overrides)
+    if extra_dirs:
+        paths = ",".join(f"file://{Path(d).resolve()}" for d in extra_dirs)
+        overrides.append(f"hydra.searchpath=[{paths}]")
+    GlobalHydra.instance().clear()
+    try:
+        with initialize_config_dir(config_dir=str(recipes_dir), version_base="1.3"):
+            return compose(config_name=config_name, overrides=overrides)
+    except (HydraException, OmegaConfBaseException) as e:
+        msg = " ".join(str(e).split())
+        raise InputError(f"recipe error: {msg}") from None
+    finally:
+        GlobalHydra.instance().clear()
+
+
+def validate(raw: dict[str, Any]) -> dict[str, Any]:
+    """Type-check a composed recipe against the registries and fill every default.
+
+    Returns the resolved recipe as plain containers.
+    """
+    known = {*GROUPS, "kernels", "run"}
+    unknown = sorted(set(raw) - known)
+    if unknown:
+        raise ConfigError(f"recipe: unknown top-level key(s) {', '.join(unknown)}; valid: {', '.join(sorted(known))}")
+    out: dict[str, Any] = {}
+    for group in GROUPS:
+        node = raw.get(group)
+        if node is None:
+            continue
+        if not isinstance(node, dict) or "name" not in node:
+            raise ConfigError(f"recipe group '{group}' must be a mapping with a 'name' (a registry key), got {node!r}")
+        node = dict(node)
+        name = node.pop("name")
+        if name == NONE_KEY:
+            out[group] = {"name": NONE_KEY}
+            continue
+        cls = REGISTRIES[group].config_class(str(name))
+        cfg = make_config(cls, node, where=f"{group} '{name}'")
+        out[group] = {"name": name, **dataclasses.asdict(cfg)}
+    out["kernels"] = dataclasses.asdict(make_config(KernelsConfig, raw.get("kernels") or {}, where="kernels"))
+    out["run"] = dataclasses.asdict(make_config(RunConfig, raw.get("run") or {}, where="run"))
+    if out["run"]["gallery_dtype"] not in ("float32", "float16"):
+        raise ConfigError(f"run: field 'gallery_dtype': must be float32 or float16, got '{out['run']['gallery_dtype']}'")
+    if out["run"]["gallery_captions"] not in ("auto", "dataset", "captioner"):
+        raise ConfigError(f"run: field 'gallery_captions': must be auto, dataset or captioner, got '{out['run']['gallery_captions']}'")
+    if out["run"]["concurrency"] < 1:
+        raise ConfigError(f"run: field 'concurrency': must be at least 1, got {out['run']['concurrency']}")
+    return out
+
+
+def compose(overrides: Sequence[str] = (), *, config_name: str = "config", recipes_dir: str | os.PathLike | None = None,
+            extra_dirs: Sequence[str] = ()) -> dict[str, Any]:
+    """Compose ``recipes/<config_name>.yaml`` with Hydra ``overrides`` and validate it.
+
+    ``extra_dirs`` are user recipe folders searched too (same group layout).
+    """
+    from omegaconf import OmegaConf
+
+    cfg = _hydra_compose(overrides, config_name, Path(recipes_dir or RECIPES_DIR), extra_dirs)
+    raw = OmegaConf.to_container(cfg, resolve=True)
+    raw.pop("hydra", None)
+    return validate(raw)
+
+
+class ComponentPool:
+    """Builds the components of a resolved recipe on first use, injecting what each one
+    ``requires`` (and its ``optional`` kinds, when the recipe names them)."""
+
+    def __init__(self, recipe: dict[str, Any], *, prebuilt: dict[str, Any] | None = None):
+        self.recipe = recipe
+        self._built: dict[str, Any] = dict(prebuilt or {})
+        self._building: list[str] = []
+
+    def has(self, kind: str) -> bool:
+        node = self.recipe.get(kind)
+        return kind in self._built or (node is not None and node.get("name") != NONE_KEY)
+
+    def get(self, kind: str) -> Any:
+        if kind in self._built:
+            return self._built[kind]
+        if kind not in REGISTRIES:
+            raise InputError(f"unknown component kind '{kind}'; kinds: {', '.join(REGISTRIES)}")
+        if not self.has(kind):
+            raise InputError(f"the recipe selects no {kind} (group '{kind}' is missing or 'none'), but one is needed")
+        if kind in self._building:
+            raise InputError(f"component dependency cycle: {' -> '.join([*self._building, kind])}")
+        node = dict(self.recipe[kind])
+        name = node.pop("name")
+        reg = REGISTRIES[kind]
+        cls = reg.get(name).obj
+        self._building.append(kind)
+        try:
+            deps = {k: self.get(k) for k in getattr(cls, "requires", ())}
+            deps.update({k: self.get(k) for k in getattr(cls, "optional", ()) if self.has(k)})
+        finally:
+            self._building.pop()
+        self._built[kind] = reg.build(name, node, **deps)
+        return self._built[kind]
+
+    def close(self) -> None:
+        for comp in self._built.values():
+            close = getattr(comp, "close", None)
+            if callable(close):
+                close()

