@@ -19,10 +19,14 @@ EXTRAS = {
     "onnx": [TORCH, "onnx>=1.15", "onnxruntime>=1.17", "onnxscript>=0.1"],
     # agentcir/kernels/triton: the GPU scoring core (and the torch backend it is compared with)
     "gpu": [TORCH, "triton>=3.0"],
-    # agentcir/components/llms/openai.py (OpenAI-compatible chat/images clients)
+    # agentcir/components/llms/openai.py (OpenAI-compatible chat/images clients) and
+    # agentcir/components/generators/openai_images.py (OpenAI-compatible images API)
     "llm": ["httpx>=0.27"],
-    # transformers backends: encoders/hf_clip.py, llms/transformers.py, captioners, detectors
+    # transformers backends: encoders/hf_clip.py, llms/transformers.py, captioners/hf_captioner.py,
+    # detectors/owlvit.py
     "hf": [TORCH, "transformers>=4.44"],
+    # agentcir/components/generators/diffusion.py: local diffusers pipelines (visual proxies)
+    "diffusion": [TORCH, "diffusers>=0.30", "transformers>=4.44"],
     # agentcir/components/encoders/open_clip.py (needs a torchvision matching your torch)
     "clip": [TORCH, "open_clip_torch>=2.24"],
     # EXIF/XMP metadata and HEIC/AVIF photos for photo collections (ImageSeeker, `agentcir index`)
@@ -35,7 +39,8 @@ EXTRAS = {
     "plot": ["matplotlib>=3.7"],
 }
 EXTRAS["dev"] = sorted({
-    *EXTRAS["catalog"], *EXTRAS["onnx"], *EXTRAS["gpu"], *EXTRAS["llm"], *EXTRAS["hf"], *EXTRAS["photos"],
+    *EXTRAS["catalog"], *EXTRAS["onnx"], *EXTRAS["gpu"], *EXTRAS["llm"], *EXTRAS["hf"], *EXTRAS["diffusion"],
+    *EXTRAS["photos"],
     *EXTRAS["scale"], *EXTRAS["plot"],
     # the test and benchmark tools
     "pytest>=8", "pytest-benchmark>=4", "pytest-timeout>=2",

@@ -152,9 +152,19 @@ class Captioner(Component):
 
 
 class Generator(Component):
-    """Makes a visual proxy of a target description (an image path), or ``None``."""
+    """Makes a visual proxy of a target description (an image path), or ``None``.
+
+    A method calls ``gen = generator.bind(state.gallery)`` once, then
+    ``gen.generate(description, reference=path)`` per query (through ``ctx.call``).
+    Generators that need the gallery (``retrieval``) return a bound copy whose identity
+    includes the gallery; the others return themselves.
+    """
 
     kind: ClassVar[str] = "generator"
+
+    def bind(self, gallery: Any) -> "Generator":
+        """This generator for ``gallery`` (default: the generator itself; it needs none)."""
+        return self
 
     def generate(self, description: str, *, reference: Path | None = None) -> Path | None:
         raise NotImplementedError
@@ -170,12 +180,33 @@ class Detector(Component):
 
 
 class Verifier(Component):
-    """Yes/no judgements on candidates."""
+    """Yes/no judgements on candidates.
+
+    ``verify`` answers "is this candidate the reference changed by the instruction?"
+    (OCTOPUS' and XR's final yes/no pass); ``check`` answers "is this statement true of
+    the candidate?" (XR's true/false questions, asked on the image and on its caption).
+    Backends use what they can see: a VLM the images, an entailment LLM the captions,
+    the encoder contrast the candidate's embedding; each says which inputs it needs and
+    fails naming a missing one.
+    """
 
     kind: ClassVar[str] = "verifier"
 
     def verify(self, candidate: Path, instruction: str, *, reference: Path | None = None,
-               caption: str | None = None) -> bool:
+               caption: str | None = None, reference_caption: str | None = None) -> bool:
+        """Is ``candidate`` what ``instruction`` asks for?
+
+        Args:
+            candidate: the candidate image.
+            instruction: the modification text (or a target description).
+            reference: the reference image, when there is one.
+            caption: the candidate's caption.
+            reference_caption: the reference's caption.
+        """
+        raise NotImplementedError
+
+    def check(self, statement: str, *, candidate: Path | None = None, caption: str | None = None) -> bool:
+        """Is the true/false ``statement`` true of the candidate (its image and/or caption)?"""
         raise NotImplementedError
 
 

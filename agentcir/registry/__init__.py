@@ -19,15 +19,29 @@ LLMS = Registry("llm", {
 })
 
 CAPTIONERS = Registry("captioner", {
+    "vlm": f"{_C}.captioners.vlm",
+    "transformers": f"{_C}.captioners.hf_captioner",
+    "dataset": f"{_C}.captioners.dataset",
+    "tagger": f"{_C}.captioners.tagger",
 })
 
 GENERATORS = Registry("generator", {
+    "diffusers": f"{_C}.generators.diffusion",
+    "openai_images": f"{_C}.generators.openai_images",
+    "retrieval": f"{_C}.generators.retrieval",
+    "none": f"{_C}.generators.none",
 })
 
 DETECTORS = Registry("detector", {
+    "vlm": f"{_C}.detectors.vlm",
+    "owlvit": f"{_C}.detectors.owlvit",
+    "crop_tagger": f"{_C}.detectors.crop_tagger",
 })
 
 VERIFIERS = Registry("verifier", {
+    "vlm": f"{_C}.verifiers.vlm",
+    "entailment": f"{_C}.verifiers.entailment",
+    "contrast": f"{_C}.verifiers.contrast",
 })
 
 MEMORIES = Registry("memory", {

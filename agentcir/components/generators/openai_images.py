@@ -1,0 +1,198 @@
+"""``generator=openai_images``: an OpenAI-compatible images API (OpenAI, or any server
+speaking ``POST /images/generations`` and ``POST /images/edits``). Extra:
+``pip install 'agentcir[llm]'`` (httpx).
+
+Images come back as ``b64_json`` (or a ``url``, then fetched) and are saved as PNG under
+``output_dir`` with content-addressed names (the sha256 of the PNG bytes). 429 and 5xx
+replies, timeouts and connection errors are retried with exponential backoff
+(``Retry-After`` honoured); other errors fail at once with the server's message.
+"""
+
+from __future__ import annotations
+
+import base64
+import logging
+import os
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, ClassVar
+
+from ...framework.component import Component
+from ...framework.errors import AgentcirError, InputError, require
+from ...framework.interfaces import Generator
+from ...registry import GENERATORS
+from .files import save_content_addressed
+
+log = logging.getLogger("agentcir")
+#: longest ``Retry-After`` honoured, in seconds
+MAX_RETRY_AFTER = 60.0
+
+
+class ImagesAPIError(AgentcirError):
+    """The images API failed (after retries) or answered something unusable."""
+
+
+def _server_message(resp: Any) -> str:
+    try:
+        body = resp.json()
+        err = body.get("error") if isinstance(body, dict) else None
+        if isinstance(err, dict) and err.get("message"):
+            return str(err["message"])
+        if isinstance(err, str):
+            return err
+    except ValueError:
+        pass
+    return " ".join(resp.text.split())[:200]
+
+
+def _retry_after(resp: Any) -> float | None:
+    value = resp.headers.get("retry-after")
+    try:
+        return max(0.0, float(value)) if value is not None else None
+    except ValueError:
+        return None
+
+
+@GENERATORS.register("openai_images")
+class OpenAIImagesGenerator(Generator):
+    """Draws the target description with an OpenAI-compatible images endpoint.
+
+    Config:
+        base_url: API root (``.../v1``); e.g. a local server's ``http://127.0.0.1:8000/v1``.
+        model: image model name.
+        api_key: key (empty: read from the environment variable ``api_key_env``).
+        api_key_env: environment variable holding the key.
+        size: image size, e.g. ``1024x1024``.
+        quality: model-specific quality setting (empty: not sent).
+        response_format: ``b64_json`` (sent for servers that default to URLs); empty: not sent.
+        use_reference: edit the reference image (``/images/edits``) instead of drawing from
+            text alone, when the query has a reference.
+        output_dir: folder for the PNG files.
+        timeout: seconds per HTTP request.
+        retries: extra attempts after a 429/5xx reply, a timeout or a connection error.
+        backoff: first retry delay in seconds (doubles per attempt; ``Retry-After`` wins).
+    """
+
+    volatile_fields: ClassVar[tuple[str, ...]] = (*Component.volatile_fields, "backoff", "api_key_env")
+
+    @dataclass
+    class Config:
+        base_url: str = "https://api.openai.com/v1"
+        model: str = "gpt-image-1"
+        api_key: str = ""
+        api_key_env: str = "OPENAI_API_KEY"
+        size: str = "1024x1024"
+        quality: str = ""
+        response_format: str = "b64_json"
+        use_reference: bool = False
+        output_dir: str = "runs/generated"
+        timeout: float = 120.0
+        retries: int = 4
+        backoff: float = 1.0
+
+    def __init__(self, cfg=None, **deps):
+        super().__init__(cfg, **deps)
+        if self.cfg.retries < 0:
+            raise InputError(f"generator 'openai_images': field 'retries' must be >= 0, got {self.cfg.retries}")
+        self._client = None
+        self._lock = threading.Lock()
+        self.requests_sent = 0
+
+    def model_identity(self) -> str:
+        return f"{self.cfg.base_url.rstrip('/')}|{self.cfg.model}"
+
+    # -- HTTP ---------------------------------------------------------------------------
+    def client(self) -> Any:
+        with self._lock:
+            if self._client is None:
+                httpx = require("httpx", "llm", feature="generator 'openai_images'")
+                key = self.cfg.api_key or os.environ.get(self.cfg.api_key_env, "")
+                headers = {"Authorization": f"Bearer {key}"} if key else {}
+                self._client = httpx.Client(base_url=self.cfg.base_url.rstrip("/") + "/", headers=headers,
+                                            timeout=self.cfg.timeout)
+            return self._client
+
+    def close(self) -> None:
+        with self._lock:
+            if self._client is not None:
+                self._client.close()
+                self._client = None
+
+    def _send(self, method: str, url: str, **kwargs: Any) -> Any:
+        """One request with retries on 429/5xx, timeouts and connection errors."""
+        import httpx
+
+        client = self.client()
+        last = ""
+        for attempt in range(self.cfg.retries + 1):
+            if attempt:
+                time.sleep(delay)
+            delay = self.cfg.backoff * (2 ** attempt)
+            self.requests_sent += 1
+            try:
+                resp = client.request(method, url, **kwargs)
+            except httpx.TimeoutException:
+                last = f"timed out after {self.cfg.timeout:g} s"
+                log.warning("generator 'openai_images': %s %s %s (attempt %d)", method, url, last, attempt + 1)
+                continue
+            except httpx.TransportError as e:
+                last = f"connection error ({type(e).__name__}: {e})"
+                log.warning("generator 'openai_images': %s %s %s (attempt %d)", method, url, last, attempt + 1)
+                continue
+            if resp.status_code == 429 or resp.status_code >= 500:
+                last = f"HTTP {resp.status_code}: {_server_message(resp)}"
+                wait = _retry_after(resp)
+                delay = min(wait, MAX_RETRY_AFTER) if wait is not None else delay
+                log.warning("generator 'openai_images': %s %s -> %s (attempt %d)", method, url, last, attempt + 1)
+                continue
+            if resp.status_code >= 400:
+                raise ImagesAPIError(f"generator 'openai_images': {method} {resp.request.url} failed with HTTP "
+                                     f"{resp.status_code}: {_server_message(resp)}")
+            return resp
+        raise ImagesAPIError(f"generator 'openai_images': {method} {self.cfg.base_url.rstrip('/')}/{url} failed "
+                             f"after {self.cfg.retries + 1} attempt(s); last: {last}")
+
+    def _image_bytes(self, resp: Any) -> bytes:
+        try:
+            body = resp.json()
+        except ValueError:
+            raise ImagesAPIError(f"generator 'openai_images': the reply is not JSON: "
+                                 f"{' '.join(resp.text.split())[:200]!r}") from None
+        data = body.get("data") if isinstance(body, dict) else None
+        if not isinstance(data, list) or not data or not isinstance(data[0], dict):
+            raise ImagesAPIError(f"generator 'openai_images': the reply has no 'data' list of images: {str(body)[:200]}")
+        item = data[0]
+        if item.get("b64_json"):
+            try:
+                return base64.b64decode(item["b64_json"], validate=True)
+            except ValueError as e:
+                raise ImagesAPIError(f"generator 'openai_images': 'b64_json' is not base64 ({e})") from None
+        if item.get("url"):
+            return self._send("GET", item["url"]).content
+        raise ImagesAPIError(f"generator 'openai_images': the image has neither 'b64_json' nor 'url': {str(item)[:200]}")
+
+    # -- the Generator interface ------------------------------------------------------------
+    def generate(self, description: str, *, reference: Path | None = None) -> Path:
+        """Draw ``description`` (editing ``reference`` when ``use_reference``) -> PNG path."""
+        if not isinstance(description, str) or not description.strip():
+            raise InputError(f"generator 'openai_images': the description must be a non-empty text, got {description!r}")
+        fields: dict[str, Any] = {"model": self.cfg.model, "prompt": description, "n": 1, "size": self.cfg.size}
+        if self.cfg.quality:
+            fields["quality"] = self.cfg.quality
+        if self.cfg.response_format:
+            fields["response_format"] = self.cfg.response_format
+        if self.cfg.use_reference and reference is not None:
+            ref = Path(reference)
+            if not ref.is_file():
+                raise InputError(f"generator 'openai_images': reference image '{reference}' does not exist")
+            from .files import png_bytes
+
+            image = png_bytes(ref.read_bytes(), what=f"reference image '{reference}'")
+            resp = self._send("POST", "images/edits", data={k: str(v) for k, v in fields.items()},
+                              files={"image": (ref.stem + ".png", image, "image/png")})
+        else:
+            resp = self._send("POST", "images/generations", json=fields)
+        return save_content_addressed(self._image_bytes(resp), self.cfg.output_dir,
+                                      what=f"generator 'openai_images' ({self.cfg.model})")

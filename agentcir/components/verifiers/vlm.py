@@ -1,0 +1,71 @@
+"""``verifier=vlm``: yes/no and true/false judgements by the injected VLM (tasks ``verify``
+and ``answer``)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import ClassVar
+
+from ...framework.errors import InputError
+from ...framework.interfaces import Verifier
+from ...registry import VERIFIERS
+from .answers import check_policy, decide
+
+
+@VERIFIERS.register("vlm")
+class VLMVerifier(Verifier):
+    """Asks the injected VLM; replies are parsed strictly (:mod:`.answers`).
+
+    - ``verify(candidate, instruction, reference=..., reference_caption=...)``: task
+      ``verify`` with images ``[reference, candidate]`` and prompt ``verify_prompt``;
+      without a reference image, images ``[candidate]``, the reference described by
+      ``reference_caption``, prompt ``verify_caption_prompt``. Needs the reference image
+      or its caption.
+    - ``check(statement, candidate=...)``: task ``answer`` on ``[candidate]``, true/false.
+
+    Config:
+        verify_prompt: prompt of ``verify`` with the reference image.
+        verify_caption_prompt: prompt of ``verify`` with only the reference's caption.
+        answer_prompt: prompt of ``check`` (task ``answer``).
+        unclear: what an unclear reply counts as: ``no``, ``yes`` (both logged) or ``error``.
+    """
+
+    requires: ClassVar[tuple[str, ...]] = ("llm",)
+    prompt_fields: ClassVar[tuple[str, ...]] = ("verify_prompt", "verify_caption_prompt", "answer_prompt")
+
+    @dataclass
+    class Config:
+        verify_prompt: str = "verifier/verify"
+        verify_caption_prompt: str = "verifier/verify_caption"
+        answer_prompt: str = "verifier/answer"
+        unclear: str = "no"
+
+    def __init__(self, cfg=None, **deps):
+        super().__init__(cfg, **deps)
+        check_policy(self.cfg.unclear, "verifier 'vlm'")
+
+    def verify(self, candidate: Path, instruction: str, *, reference: Path | None = None,
+               caption: str | None = None, reference_caption: str | None = None) -> bool:
+        """Does ``candidate`` show the reference changed by ``instruction``? (``caption``, the
+        candidate's caption, is not used: the VLM looks at the image.)"""
+        variables = {"modification": instruction, "reference_caption": reference_caption or "unknown"}
+        if reference is not None:
+            reply = self.llm.run_task("verify", variables, images=[Path(reference), Path(candidate)],
+                                      prompt=self.cfg.verify_prompt)
+        elif reference_caption:
+            reply = self.llm.run_task("verify", variables, images=[Path(candidate)],
+                                      prompt=self.cfg.verify_caption_prompt)
+        else:
+            raise InputError("verifier 'vlm': verify needs the reference image or the reference's caption "
+                             "(reference= or reference_caption=)")
+        return decide(reply, self.cfg.unclear, what=f"verifier 'vlm': verify reply for '{candidate}'")
+
+    def check(self, statement: str, *, candidate: Path | None = None, caption: str | None = None) -> bool:
+        """Is ``statement`` true of the candidate image? (needs ``candidate``)"""
+        if candidate is None:
+            raise InputError("verifier 'vlm': check needs the candidate image (candidate=); "
+                             "to judge a caption use verifier=entailment")
+        reply = self.llm.run_task("answer", {"statement": statement}, images=[Path(candidate)],
+                                  prompt=self.cfg.answer_prompt)
+        return decide(reply, self.cfg.unclear, what=f"verifier 'vlm': answer reply for '{candidate}'")
