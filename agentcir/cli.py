@@ -235,7 +235,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     from .framework.errors import AgentcirError
     from .registry import ConfigError, RegistryError
 
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args, rest = parser.parse_known_args(argv)
+    # overrides may come after options (`agentcir index DIR --out G encoder=catalog -q`)
+    late = [r for r in rest if hasattr(args, "overrides") and ("=" in r or r.startswith(("+", "~")))]
+    if len(late) != len(rest):
+        parser.error(f"unrecognized arguments: {' '.join(r for r in rest if r not in late)}")
+    if late:
+        args.overrides = [*args.overrides, *late]
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     logging.getLogger("agentcir").setLevel(logging.DEBUG if args.verbose else logging.INFO)
     try:
