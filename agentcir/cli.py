@@ -281,7 +281,7 @@ def build_parser() -> argparse.ArgumentParser:
                                    "Example: agentcir build-benchmark --csv ../shared/data/fashion-products/products.csv "
                                    "--images ../shared/data/fashion-products/images --out runs/_bench/fashion-cir")
     p.add_argument("--csv", required=True, help="attributes CSV, one row per photo (default columns: id, baseColour, "
-                                                "articleType, gender, usage)")
+                                                "articleType, subCategory, gender, usage; map others with --edit)")
     p.add_argument("--images", required=True, help="folder of the photos")
     p.add_argument("--out", required=True, help="benchmark folder to write")
     p.add_argument("--queries", type=int, default=400, help="number of queries (default 400)")

@@ -11,7 +11,7 @@ Target definition: for an edit of column ``c`` from value ``a`` to ``b`` keeping
 on ``K``. The reference itself (``c == a``) is never a target. Edits that would be
 ambiguous are not generated: values listed in ``exclude_values`` (``NA``, ``Multi``...),
 colour pairs that share a word (``Navy Blue`` / ``Blue``), and gender edits to or from
-``Unisex``. ``max_targets`` drops edits with too many targets (0 = no cap).
+``Unisex``; article edits keep the sub-category (a t-shirt may become a shirt, not heels). ``max_targets`` drops edits with too many targets (0 = no cap).
 
 The gallery is the ``val`` part of a fixed hash split of the ids (:func:`split_of`),
 which is exactly the part the bundled catalog encoder never saw in training. A fixed
@@ -77,7 +77,7 @@ TEMPLATES: dict[str, list[str]] = {
     "colour": ["make it {new}", "change the colour to {new}", "I want it in {new} instead of {old}",
                "same {article} but {new}", "is {new} rather than {old}", "in {new} please", "{a_new_article} instead",
                "prefer the {new} colour", "{new} instead", "the same thing in {new}", "swap the {old} for {new}",
-               "do you have this in {new}?", "show me this {article} in {new}", "{new}, not {old}",
+               "do you have this in {new}?", "show me {this_article} in {new}", "{new}, not {old}",
                "same style, {new} colour", "could it be {new}?"],
     "article": ["make it {a_new} instead", "I want {a_new} rather than {a_old}", "change the {old} to {a_new}",
                 "same colour but as {a_new}", "turn it into {a_new}", "show me {a_new} in this colour",
@@ -96,7 +96,7 @@ TEMPLATES: dict[str, list[str]] = {
 #: edit kind -> (column, columns a target must share with the reference)
 DEFAULT_EDITS: dict[str, tuple[str, tuple[str, ...]]] = {
     "colour": ("baseColour", ("gender", "articleType")),
-    "article": ("articleType", ("gender", "baseColour")),
+    "article": ("articleType", ("gender", "baseColour", "subCategory")),  # t-shirt -> shirt, never t-shirt -> heels
     "gender": ("gender", ("articleType", "baseColour")),
     "usage": ("usage", ("gender", "articleType")),
 }
@@ -108,7 +108,9 @@ def phrase_edit(kind: str, old: str, new: str, article_value: str, rng: random.R
     """One natural phrasing, drawn with ``rng``, of changing ``kind`` from ``old`` to ``new``
     on an item whose article type reads ``article_value`` (``""`` = unknown: "item")."""
     article = article_phrase(article_value) if article_value else "item"
-    vals: dict[str, str] = {"article": article, "kind": kind.replace("_", " ")}
+    plural = any(article.endswith(p) for p in _KEEP_PLURAL)
+    vals: dict[str, str] = {"article": article, "this_article": f"{'these' if plural else 'this'} {article}",
+                            "kind": kind.replace("_", " ")}
     if kind == "colour":
         o, n = old.lower(), new.lower()
         vals.update(old=o, new=n, a_new_article=with_article(f"{n} {article}"))

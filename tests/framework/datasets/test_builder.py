@@ -12,14 +12,14 @@ from agentcir.framework.datasets.composed import ComposedFolder
 from agentcir.framework.errors import InputError
 
 
-def make_catalog(tmp_path, h, header=("id", "gender", "articleType", "baseColour", "usage", "name"), rows=None):
+def make_catalog(tmp_path, h, header=("id", "gender", "articleType", "baseColour", "usage", "subCategory"), rows=None):
     """A synthetic catalog: every (gender, type, colour, usage) combination twice, placeholder photos."""
     if rows is None:
         rows, n = [], 0
-        for g, t, c, u in product(["Men", "Women", "Unisex"], ["Tshirts", "Jeans", "Casual Shoes"],
+        for g, t, c, u in product(["Men", "Women", "Unisex"], ["Tshirts", "Shirts", "Tops"],
                                   ["Black", "Navy Blue", "Blue", "Red", "NA"], ["Casual", "Formal"]):
             for _ in range(2):
-                rows.append([str(1000 + n), g, t, c, u, f"{g} {c} {t}"])
+                rows.append([str(1000 + n), g, t, c, u, "Topwear"])
                 n += 1
     with open(tmp_path / "cat.csv", "w", newline="") as f:
         w = csv.writer(f)
@@ -143,16 +143,16 @@ def test_bad_inputs(tmp_path, h):
     with pytest.raises(InputError, match="cat.csv' is empty"):
         build_benchmark(spec(tmp_path))
     (tmp_path / "cat.csv").write_text("id,colour\n1,red\n")
-    with pytest.raises(InputError, match=r"lacks column\(s\) articleType, baseColour, gender, usage \(has: id, colour\); "
+    with pytest.raises(InputError, match=r"lacks column\(s\) articleType, baseColour, gender, subCategory, usage \(has: id, colour\); "
                                          r"map your columns with --id-column and --edit"):
         build_benchmark(spec(tmp_path))
-    (tmp_path / "cat.csv").write_text("id,gender,articleType,baseColour,usage\n1,Men,Shirts,Red,Casual\n1,Men,Shirts,Blue,Casual\n")
+    (tmp_path / "cat.csv").write_text("id,gender,articleType,baseColour,usage,subCategory\n1,Men,Shirts,Red,Casual,Top\n1,Men,Shirts,Blue,Casual,Top\n")
     with pytest.raises(InputError, match="id '1' appears twice \\(lines 2 and 3\\)"):
         build_benchmark(spec(tmp_path))
-    (tmp_path / "cat.csv").write_text("id,gender,articleType,baseColour,usage\n1,Men,Shirts,Red,Casual,extra\n")
+    (tmp_path / "cat.csv").write_text("id,gender,articleType,baseColour,usage,subCategory\n1,Men,Shirts,Red,Casual,Top,extra\n")
     with pytest.raises(InputError, match="line 2: more fields than the header"):
         build_benchmark(spec(tmp_path))
-    (tmp_path / "cat.csv").write_text("id,gender,articleType,baseColour,usage\n1,Men,Shirts,Red,Casual\n2,Men,Shirts,Blue,Casual\n")
+    (tmp_path / "cat.csv").write_text("id,gender,articleType,baseColour,usage,subCategory\n1,Men,Shirts,Red,Casual,Top\n2,Men,Shirts,Blue,Casual,Top\n")
     with pytest.raises(InputError, match=r"only 0 usable photo\(s\) .*'photo missing': 2"):
         build_benchmark(spec(tmp_path))
     with pytest.raises(InputError, match="image pattern '{sku}.jpg' does not fit the CSV columns"):
