@@ -177,3 +177,21 @@ def test_real_fashion_products(shared_dir, tmp_path):
     assert all(split_of(i) == "val" for i in gallery)
     check_targets(gallery, queries, s.edits)
     assert len({q["text"] for q in queries}) > 80  # varied phrasings
+
+
+def test_cli_build_benchmark(tmp_path, h, capsys):
+    from agentcir.cli import main
+
+    rows = [[f"p{i}{s}", cat, col] for i, (cat, col) in enumerate(product(["mug", "bowl"], ["white", "green"])) for s in "ab"]
+    make_catalog(tmp_path, h, header=("key", "category", "color"), rows=rows)
+    args = ["build-benchmark", "--csv", str(tmp_path / "cat.csv"), "--images", str(tmp_path / "photos"), "--out",
+            str(tmp_path / "b"), "--split", "all", "--queries", "4", "--id-column", "key", "--image-pattern", "{key}.jpg",
+            "--edit", "colour=color:category", "--edit", "shape=category:color", "--attribution", "My shop, CC0"]
+    assert main(args) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["queries"] == 4 and summary["per_edit"] == {"colour": 2, "shape": 2}
+    assert "My shop, CC0" in (tmp_path / "b" / "README.md").read_text()
+    assert main([*args[:-6], "--edit", "colour"]) == 2
+    assert "should read KIND=COLUMN[:KEEP1,KEEP2,...]" in capsys.readouterr().err
+    assert main([*args[:-6]]) == 2  # default edits need columns this catalog lacks
+    assert "lacks column(s) articleType, baseColour, gender, subCategory, usage" in capsys.readouterr().err
