@@ -43,6 +43,12 @@ METHODS = Registry("method", {
 DATASETS = Registry("dataset", {
     "composed": f"{_F}.datasets.composed",
     "demo": f"{_F}.datasets.composed",
+    "fashion_cir": f"{_F}.datasets.composed",
+    "fashioniq": f"{_F}.datasets.fashioniq",
+    "cirr": f"{_F}.datasets.cirr",
+    "circo": f"{_F}.datasets.circo",
+    "webvid_covr": f"{_F}.datasets.webvid_covr",
+    "disbench": f"{_F}.datasets.disbench",
 })
 
 #: recipe group name -> registry, in the order components are built.
