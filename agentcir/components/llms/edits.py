@@ -29,6 +29,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Sequence
 
 from ...framework.vocab import Vocabulary, load_vocab
 
@@ -62,6 +63,7 @@ _ADD_VERBS = r"add|adding|added|put|putting|include|including|insert|with|plus|f
 _REMOVE_VERBS = (r"remove|removing|removed|delete|deleting|without|no|minus|drop|dropping|erase|erasing|exclude|excluding|"
                  r"take away|take out|take off|get rid of|free of|lose|w/o")
 _DETS = r"(?:(?:a|an|the|some|any|all|its|his|her|their|more|other|of|one|two|three|several|many)\s+)*"
+_PREPOSITIONS = r"on|in|at|under|near|by|beside|behind|above|below|next to|in front of|on top of|inside|holding|wearing|carrying"
 _EXTRA_PHRASE = re.compile(r"\b(with|without|featuring)\s+([a-z][a-z' -]*?)\s*(?=,|;|\.|!|\?|\band\b|\bbut\b|\bplease\b|$)")
 _STOP = set("a an the it its this that one ones some of in on at for to and or but with please make made i i'd id want "
             "would like need show me same kind type version thing something more less is be should can could just "
@@ -96,6 +98,9 @@ class Edit:
     def describe(self) -> str:
         """The edit as a short instruction, e.g. ``change the colour from green to blue``."""
         new = " and ".join(self.values)
+        if self.slot == "object" and self.op == "set":
+            olds = " and ".join(object_phrase(v, definite=True) for v in self.old)
+            return f"replace {olds} with {' and '.join(object_phrase(v) for v in self.values)}"
         if self.slot == "object" or (self.slot == "article" and self.op in ("add",)):
             verb = "add" if self.op == "add" else "remove"
             return f"{verb} {' and '.join(object_phrase(v, definite=self.op == 'remove') for v in self.values)}"
@@ -251,7 +256,10 @@ class Lexicon:
     def synonyms(self, slot: str, value: str) -> list[str]:
         """Natural alternative names of ``value`` (plural forms of singular terms left out)."""
         terms = self.vocabs[slot].terms.get(value, (value,))
-        out = [t for t in terms[1:] if not (t.endswith("s") and not value.endswith("s") and t[:-1] in terms)]
+        def plural(t: str) -> bool:
+            return (t.endswith("s") and t[:-1] in terms) or (t.endswith("es") and t[:-2] in terms)
+
+        out = [t for t in terms[1:] if not plural(t)]
         return [t for t in out if t != value]
 
     # -- finding mentions --------------------------------------------------------------------
@@ -528,7 +536,7 @@ class _Editor:
             if value in p.absent:
                 continue
             before = self.text[:m.start]
-            conn = re.search(rf"(?:,\s*|\s+)(?:with|and|&|,|featuring|plus)\s+{_DETS}$", before, re.I)
+            conn = re.search(rf"(?:,\s*|\s+)(?:with|and|&|,|featuring|plus|{_PREPOSITIONS})\s+{_DETS}$", before, re.I)
             if conn:
                 self._splice(conn.start(), m.end, "")
             else:
@@ -536,6 +544,17 @@ class _Editor:
                 self._splice(det.start() if det else m.start, m.end, "")
             return True
         return False
+
+    def replace_head(self, olds: Sequence[str], new: str) -> bool:
+        """Replace the item noun when it is one of ``olds`` (``a dog on a couch`` -> ``a cat on a couch``)."""
+        p = self.parsed()
+        if p.head is None or p.head.value not in olds:
+            return False
+        self._splice(p.head.start, p.head.end, "person" if new == "person" else new)
+        for old in olds:
+            if old != p.head.value:
+                self._remove_object(old)
+        return True
 
     def add_object(self, value: str) -> None:
         p = self.parsed()
@@ -577,10 +596,11 @@ def apply_edits(lex: Lexicon, caption: str, mod: Modification) -> str:
     for e in mod.edits:
         if e.slot == "object" or (e.slot == "article" and e.op == "add"):
             if e.op == "set":
-                for old in e.old:
-                    ed._remove_object(old)
-                for v in e.values:
-                    ed.add_object(v)
+                if not ed.replace_head(e.old, e.values[0]):
+                    for old in e.old:
+                        ed._remove_object(old)
+                    for v in e.values:
+                        ed.add_object(v)
             elif e.op == "add":
                 for v in e.values:
                     ed.add_object(v)

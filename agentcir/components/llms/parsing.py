@@ -167,7 +167,7 @@ def extract_json(text: str, *, expect: type | tuple[type, ...] = (dict, list), w
                 value = json.loads(attempt)
             except json.JSONDecodeError as e:
                 if first_error is None and cand[:1] in "{[":
-                    first_error = f"{e.msg} at line {e.lineno} column {e.colno} of {_snippet(cand, 80)}"
+                    first_error = f"{e.msg}, line {e.lineno} column {e.colno}, in {_snippet(cand, 80)}"
                 continue
             if isinstance(value, expect):
                 return value
@@ -372,7 +372,7 @@ def parse_task_reply(task: str, text: Any, variables: Mapping[str, Any] | None =
     out: dict[str, Any] = {}
     for name, typ in spec.fields:
         if name in low or typ != "str":
-            out[name] = _CONVERT[typ](low.get(name), f"{what}: field '{name}'")
+            out[name] = _CONVERT[typ](low.get(name), f"{what}: field {name}")
         else:
             out[name] = ""  # an optional text field the reply left out
     limit = None

@@ -173,7 +173,7 @@ class RulesLLM(LLM):
         for label in objects:
             found = self.lexicon.mentions(label)
             bad = any(m.value in gone and m.value not in target.values(m.slot) for m in found) or any(
-                m.slot in new and m.slot != "object" and m.value not in new[m.slot] for m in found)
+                m.slot in new and m.slot not in ("object", "article") and m.value not in new[m.slot] for m in found)
             (remove if bad else keep).append(label)
         return {"keep": keep, "remove": remove}
 
