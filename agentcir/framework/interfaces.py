@@ -9,6 +9,7 @@ every call by content.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -131,8 +132,6 @@ def assistant_message(reply: "ChatReply") -> dict:
 
 def tool_message(call_id: str, content: Any) -> dict:
     """The result of the tool call ``call_id`` (text, or any JSON-able value)."""
-    import json
-
     text = content if isinstance(content, str) else json.dumps(content, ensure_ascii=False, default=str)
     return {"role": "tool", "tool_call_id": call_id, "content": text}
 

@@ -14,6 +14,7 @@ local Hugging Face tokenizer (``hf`` extra).
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import math
@@ -233,6 +234,11 @@ class CompressedContext:
         if self.tokens() > self.budget:
             return self.compress()
         return None
+
+    async def aadd(self, *messages: dict) -> Compression | None:
+        """:meth:`add` for async agents: a compression (an LLM summariser call) runs in a worker
+        thread, so the event loop keeps serving the other queries meanwhile."""
+        return await asyncio.to_thread(self.add, *messages)
 
     def _split(self, keep: int) -> int:
         """Index where the kept tail starts: ``keep`` messages back, moved earlier so that the

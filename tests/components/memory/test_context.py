@@ -108,6 +108,27 @@ def test_llm_summariser_through_an_openai_compatible_server():
     assert ctx.working_memory == "Next: filter cats_3 by Florence."
 
 
+def test_async_add_compresses_off_the_event_loop():
+    import asyncio
+    import threading
+
+    threads = set()
+
+    def summarizer(goal, findings, session, history):
+        threads.add(threading.current_thread().name)
+        return offline_summary(goal, findings, session, history)
+
+    ctx = CompressedContext(GOAL, budget=300, keep_last=2, summarizer=summarizer)
+
+    async def main():
+        for i in range(6):
+            await ctx.aadd(user_message(f"step {i} " + "words " * 60))
+        return threading.current_thread().name
+
+    loop_thread = asyncio.run(main())
+    assert ctx.compressions and threads and loop_thread not in threads
+
+
 def test_persisted_state_round_trips():
     ctx = CompressedContext(GOAL, budget=500, keep_last=2)
     ctx.note(FINDING)
