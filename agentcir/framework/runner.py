@@ -73,9 +73,16 @@ class RunContext:
     @staticmethod
     def call_key(component: Any, op: str, inputs: dict[str, Any]) -> str:
         """key = component identity (backend, model, config, prompt files, dependencies)
-        + operation + inputs (files by content) + the hash of any prompt file named in the inputs."""
-        prompt = inputs.get("prompt")
-        prompt_sha = load_prompt(prompt).sha256 if isinstance(prompt, str) and prompt else None
+        + operation + inputs (files by content) + the hash of every prompt file the call reads:
+        ``component.call_prompts(op, inputs)`` (e.g. an LLM task's default ``tasks/<task>``),
+        else the prompt file named by a ``prompt=`` input."""
+        if hasattr(component, "call_prompts"):
+            names = component.call_prompts(op, inputs)
+        else:
+            prompt = inputs.get("prompt")
+            names = [prompt] if isinstance(prompt, str) and prompt else []
+        shas = [load_prompt(n).sha256 for n in names]
+        prompt_sha = shas[0] if len(shas) == 1 else (shas or None)
         return stable_hash(component.identity, op, inputs, prompt_sha)
 
     async def call(self, component: Any, op: str, /, **inputs: Any) -> Any:

@@ -16,6 +16,9 @@ ENCODERS = Registry("encoder", {
 })
 
 LLMS = Registry("llm", {
+    "openai": f"{_C}.llms.openai",
+    "transformers": f"{_C}.llms.transformers",
+    "rules": f"{_C}.llms.rules",
 })
 
 CAPTIONERS = Registry("captioner", {
@@ -32,6 +35,8 @@ VERIFIERS = Registry("verifier", {
 
 MEMORIES = Registry("memory", {
     "call_cache": f"{_C}.memory.call_cache",
+    "subsets": f"{_C}.memory.subsets",
+    "context": f"{_C}.memory.context",
 }, plural="memories")
 
 METHODS = Registry("method", {
