@@ -220,11 +220,13 @@ def test_every_demo_query(llm):
             p = lex.parse_caption(got)
             assert p.values(e["kind"])[:1] == [_value(lex, e["kind"], e["to"])], (q["id"], cap, q["text"], got)
             for col, val in e["keep"].items():
+                if col not in ROW_KEYS:  # e.g. subCategory: not something a caption states
+                    continue
                 assert _value(lex, ROW_KEYS[col], val) in p.values(ROW_KEYS[col]), (q["id"], got)
             assert changes, q["id"]
 
 
-@pytest.mark.parametrize("kind", sorted(TEMPLATES))
+@pytest.mark.parametrize("kind", sorted(k for k in TEMPLATES if k != "other"))
 def test_every_builder_template(llm, kind):
     lex = llm.lexicon
     pairs = {"colour": [("Black", "Blue"), ("Navy Blue", "Red"), ("Green", "Off White")],
@@ -237,7 +239,7 @@ def test_every_builder_template(llm, kind):
                    "gender": old if kind == "gender" else "Men", "usage": old if kind == "usage" else "Casual"}
             rng = random.Random(0)
             rng.choice = lambda seq, t=template: t
-            mod = phrase_edit(kind, old, new, row, rng)
+            mod = phrase_edit(kind, old, new, row["articleType"], rng)
             got, _ = target(llm, _caption_forms(row)[0], mod)
             assert lex.parse_caption(got).values(kind) == [_value(lex, kind, new)], (mod, got)
 
