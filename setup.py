@@ -35,13 +35,14 @@ EXTRAS = {
     "serve": ["fastapi>=0.110", "uvicorn>=0.29"],
     # agentcir/framework/index: faiss indexes for large galleries (sharded search)
     "scale": ["faiss-cpu>=1.8"],
-    # `agentcir eval --compare` plots
+    # `agentcir eval --compare` plots (agentcir/framework/report.py)
     "plot": ["matplotlib>=3.7"],
+    # agentcir/framework/datasets/video.py: decoding WebVid-CoVR videos into keyframes (PyAV bundles FFmpeg)
+    "video": ["av>=12"],
 }
 EXTRAS["dev"] = sorted({
     *EXTRAS["catalog"], *EXTRAS["onnx"], *EXTRAS["gpu"], *EXTRAS["llm"], *EXTRAS["hf"], *EXTRAS["diffusion"],
-    *EXTRAS["photos"],
-    *EXTRAS["scale"], *EXTRAS["plot"],
+    *EXTRAS["photos"], *EXTRAS["scale"], *EXTRAS["plot"], *EXTRAS["video"],
     # the test and benchmark tools
     "pytest>=8", "pytest-benchmark>=4", "pytest-timeout>=2",
 })

@@ -4,7 +4,7 @@
     agentcir list [KIND]                   registered keys per component kind
     agentcir index FOLDER --out DIR        embed a folder of images into a gallery directory
     agentcir search --gallery DIR ...      reference image + text against an indexed gallery
-    agentcir eval RUN_DIR... [--compare]   metrics of finished runs, side by side
+    agentcir eval RUN_DIR... [--compare]   metrics of finished runs, side by side (+ PNG plot, submissions)
     agentcir build-benchmark ...           composed benchmark from photos + an attributes CSV
 
 Overrides are Hydra's: ``group=option`` picks a recipe file, ``group.field=value`` sets a
@@ -146,34 +146,87 @@ def cmd_search(args) -> int:
 # -- eval ---------------------------------------------------------------------------------
 @_command("eval")
 def cmd_eval(args) -> int:
-    from .framework.errors import InputError
-    from .framework.report import metrics_table
+    from .framework.report import comparison_rows, fashioniq_groups, load_run, metrics_table, plot_comparison, run_labels
 
-    rows = {}
-    for d in args.runs:
-        f = Path(d) / "metrics.json"
-        if not f.is_file():
-            raise InputError(f"'{d}' is not a finished run directory (no metrics.json)")
-        m = json.loads(f.read_text())
-        rows[Path(d).name] = m["final"]
-        if not args.compare:
-            print(f"## {Path(d).name}\n{m.get('subset', '')}\n")
-            print(metrics_table({"final": m["final"], **{f"after {k}": v for k, v in m.get("stages", {}).items()}}))
+    runs = [load_run(d) for d in args.runs]
+    if args.submit:
+        return _eval_submit(runs, args.submit)
+    if args.best_of:
+        return _eval_best_of(runs)
     if args.compare:
+        rows = comparison_rows(runs)
+        for label, r in zip(run_labels(runs), runs):
+            if r.metrics.get("subset"):
+                print(f"- {label}: {r.metrics['subset']}")
+        print()
         print(metrics_table(rows))
+        if args.plot != "none":
+            out = Path(args.plot) if args.plot else Path(args.runs[0]).resolve().parent / "compare.png"
+            print(f"plot: {plot_comparison(rows, out)}")
+        return 0
+    for label, r in zip(run_labels(runs), runs):
+        m = r.metrics
+        print(f"## {label}\n{m.get('subset', '')}\n")
+        print(metrics_table({"final": m.get("final", {}), **{f"after {k}": v for k, v in m.get("stages", {}).items()}}))
+    groups = fashioniq_groups(runs)
+    if groups:
+        print("## FashionIQ (plain mean over dress, shirt, toptee)\n")
+        print(metrics_table({name: g["metrics"] for name, g in groups.items()}))
+    if not any(r.metrics.get("final") for r in runs):
+        print("(no metrics: test splits have no ground truth; write the server files with --submit DIR)")
+    return 0
+
+
+def _run_dataset(run):
+    from .framework.errors import InputError
+    from .framework.recipe import ComponentPool, validate
+
+    if not run.recipe.get("dataset"):
+        raise InputError(f"run '{run.dir}' has no recipe.yaml with a dataset")
+    recipe = validate({"dataset": run.recipe["dataset"]})  # only the dataset: other keys may be plugins absent here
+    return ComponentPool(recipe).get("dataset")
+
+
+def _eval_submit(runs, out_dir: str) -> int:
+    from .framework.report import read_rankings
+
+    for run in runs:
+        files = _run_dataset(run).write_submission(read_rankings(run.dir), out_dir)
+        for f in files:
+            print(f"{run.name}: wrote {f}")
+    return 0
+
+
+def _eval_best_of(runs) -> int:
+    from .framework.errors import InputError
+    from .framework.report import metrics_table, read_rankings
+
+    ds = [r.recipe.get("dataset") for r in runs]
+    if any(d != ds[0] for d in ds):
+        raise InputError("--best-of needs runs of one dataset recipe (the same dataset and settings)")
+    dataset = _run_dataset(runs[0])
+    if not hasattr(dataset, "best_of"):
+        raise InputError(f"dataset '{ds[0].get('name')}' has no Best@k metric (DISBench-format datasets do)")
+    best = dataset.best_of([read_rankings(r.dir) for r in runs])
+    print(metrics_table({f"best of {len(runs)} runs": best}))
     return 0
 
 
 # -- build-benchmark ----------------------------------------------------------------------
 @_command("build-benchmark")
 def cmd_build_benchmark(args) -> int:
-    from .framework.datasets.builder import BenchmarkSpec, build_benchmark
+    from .framework.datasets.builder import DEFAULT_EDITS, BenchmarkSpec, build_benchmark, parse_edit
 
+    edits = dict(parse_edit(e) for e in args.edit) if args.edit else dict(DEFAULT_EDITS)
     spec = BenchmarkSpec(csv_path=args.csv, images_dir=args.images, out=args.out, num_queries=args.queries,
                          seed=args.seed, split=args.split, gallery_size=args.gallery_size, copy_images=args.copy_images,
-                         image_pattern=args.image_pattern, id_column=args.id_column)
+                         image_pattern=args.image_pattern, id_column=args.id_column, edits=edits,
+                         max_targets=args.max_targets, article_column=args.article_column or "",
+                         attribution=args.attribution or "")
     summary = build_benchmark(spec)
     print(json.dumps(summary))
+    print(f"benchmark written to '{args.out}'; run it with: agentcir run dataset=composed dataset.root={args.out}",
+          file=sys.stderr)
     return 0
 
 
@@ -211,23 +264,40 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-q", "--quiet", action="store_true")
     _add_recipe_args(p)
 
-    p = sub.add_parser("eval", help="metrics of finished runs", description="Print the metrics of run directories.")
+    p = sub.add_parser("eval", help="metrics of finished runs, compared, submitted",
+                       description="Print the metrics of run directories (and the FashionIQ average when the runs cover "
+                                   "dress, shirt and toptee). --compare: one table and a PNG plot; --submit: test-server "
+                                   "files (CIRR, CIRCO); --best-of: DISBench Best@k over independent runs.")
     p.add_argument("runs", nargs="+", help="run directories")
-    p.add_argument("--compare", action="store_true", help="one table, a row per run")
+    p.add_argument("--compare", action="store_true", help="one table, a row per run, and a PNG bar chart")
+    p.add_argument("--plot", default="", metavar="PNG",
+                   help="where --compare writes its plot (default: compare.png beside the first run; 'none' = no plot)")
+    p.add_argument("--submit", metavar="DIR", help="write the benchmark's submission file(s) of each run into DIR")
+    p.add_argument("--best-of", action="store_true", help="DISBench Best@k: best F1 per query over the given runs")
 
     p = sub.add_parser("build-benchmark", help="build a composed benchmark from photos + attributes CSV",
-                       description="Build (reference, edit text, all correct targets) queries from attribute edits.")
-    p.add_argument("--csv", required=True, help="attributes CSV (columns id, baseColour, articleType, gender, usage)")
+                       description="Build (reference, edit text, all correct targets) queries from attribute edits: "
+                                   "each target has the edited value and keeps the reference's other listed attributes. "
+                                   "Example: agentcir build-benchmark --csv ../shared/data/fashion-products/products.csv "
+                                   "--images ../shared/data/fashion-products/images --out runs/_bench/fashion-cir")
+    p.add_argument("--csv", required=True, help="attributes CSV, one row per photo (default columns: id, baseColour, "
+                                                "articleType, subCategory, gender, usage; map others with --edit)")
     p.add_argument("--images", required=True, help="folder of the photos")
     p.add_argument("--out", required=True, help="benchmark folder to write")
-    p.add_argument("--queries", type=int, default=400)
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--queries", type=int, default=400, help="number of queries (default 400)")
+    p.add_argument("--seed", type=int, default=0, help="fixes the gallery subset, the edits and their phrasings")
     p.add_argument("--split", default="val", choices=["val", "train", "all"],
                    help="which part of the id hash split forms the gallery (val = unseen by the catalog encoder)")
     p.add_argument("--gallery-size", type=int, default=0, help="cap the gallery (0 = the whole split)")
-    p.add_argument("--image-pattern", default="{id}.jpg", help="photo file name from CSV columns")
-    p.add_argument("--id-column", default="id")
+    p.add_argument("--max-targets", type=int, default=0, help="drop edits with more targets than this (0 = no cap)")
+    p.add_argument("--edit", action="append", metavar="KIND=COLUMN:KEEP,...",
+                   help="an edit kind, the column it changes and the columns a target keeps, e.g. "
+                        "colour=color:category,gender (repeatable; replaces the default colour/article/gender/usage edits)")
+    p.add_argument("--image-pattern", default="{id}.jpg", help="photo file name from CSV columns (default {id}.jpg)")
+    p.add_argument("--id-column", default="id", help="the CSV column of photo ids")
+    p.add_argument("--article-column", help="column read as the item noun in phrasings (default: the article edit's column)")
     p.add_argument("--copy-images", action="store_true", help="copy photos into the benchmark folder")
+    p.add_argument("--attribution", help="source and licence text for the benchmark's README")
     return ap
 
 
@@ -235,7 +305,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     from .framework.errors import AgentcirError
     from .registry import ConfigError, RegistryError
 
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args, rest = parser.parse_known_args(argv)
+    # overrides may come after options (`agentcir index DIR --out G encoder=catalog -q`)
+    late = [r for r in rest if hasattr(args, "overrides") and ("=" in r or r.startswith(("+", "~")))]
+    if len(late) != len(rest):
+        parser.error(f"unrecognized arguments: {' '.join(r for r in rest if r not in late)}")
+    if late:
+        args.overrides = [*args.overrides, *late]
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     logging.getLogger("agentcir").setLevel(logging.DEBUG if args.verbose else logging.INFO)
     try:

@@ -64,6 +64,13 @@ class Component:
         return stable_hash(self.kind, self.registry_key, f"{type(self).__module__}.{type(self).__qualname__}",
                            cfg, self.model_identity(), prompts, deps, n=24)
 
+    def call_prompts(self, op: str, inputs: dict[str, Any]) -> list[str]:
+        """Prompt files that the call ``self.<op>(**inputs)`` reads; their sha256 joins the
+        call's cache key (:meth:`agentcir.framework.runner.RunContext.call_key`). By default the
+        prompt named by a ``prompt=`` input, if any; components with default prompts add theirs."""
+        prompt = inputs.get("prompt")
+        return [prompt] if isinstance(prompt, str) and prompt else []
+
     def describe(self) -> str:
         return f"{self.kind} '{self.registry_key or type(self).__name__}'"
 

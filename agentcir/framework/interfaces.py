@@ -9,6 +9,7 @@ every call by content.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,7 +19,7 @@ import numpy as np
 
 from .component import Component
 from .images import Skipped, decode_many, report_skipped
-from .prompts import load_prompt
+from .prompts import PROMPTS_DIR, load_prompt
 
 log = logging.getLogger("agentcir")
 
@@ -121,6 +122,20 @@ def user_message(text: str, images: Sequence[Path | str] = ()) -> dict:
                                         *({"type": "image", "image": str(p)} for p in images)]}
 
 
+def assistant_message(reply: "ChatReply") -> dict:
+    """The assistant turn of ``reply`` (its text and tool calls), to append to a conversation."""
+    msg: dict[str, Any] = {"role": "assistant", "content": reply.text}
+    if reply.tool_calls:
+        msg["tool_calls"] = [{"id": t.id, "name": t.name, "arguments": t.arguments} for t in reply.tool_calls]
+    return msg
+
+
+def tool_message(call_id: str, content: Any) -> dict:
+    """The result of the tool call ``call_id`` (text, or any JSON-able value)."""
+    text = content if isinstance(content, str) else json.dumps(content, ensure_ascii=False, default=str)
+    return {"role": "tool", "tool_call_id": call_id, "content": text}
+
+
 class LLM(Component):
     """A (vision-)language model.
 
@@ -142,6 +157,19 @@ class LLM(Component):
                  images: Sequence[Path | str] = (), json_mode: bool = False) -> str:
         text = load_prompt(prompt or f"tasks/{task}").render(variables)
         return self.chat([user_message(text, images)], json_mode=json_mode).text
+
+    async def arun_task(self, task: str, variables: dict[str, Any], *, prompt: str | None = None,
+                        images: Sequence[Path | str] = (), json_mode: bool = False) -> str:
+        """Async :meth:`run_task` (what :meth:`RunContext.call` awaits); a thread by default."""
+        return await asyncio.to_thread(self.run_task, task, variables, prompt=prompt, images=images, json_mode=json_mode)
+
+    def call_prompts(self, op: str, inputs: dict[str, Any]) -> list[str]:
+        """A task call reads ``prompt`` or, by default, ``tasks/<task>`` (when that file exists):
+        that file is in the call's cache key."""
+        if op in ("run_task", "arun_task") and inputs.get("task") and not inputs.get("prompt"):
+            default = f"tasks/{inputs['task']}"
+            return [default] if (PROMPTS_DIR / f"{default}.txt").is_file() else []
+        return super().call_prompts(op, inputs)
 
 
 class Captioner(Component):

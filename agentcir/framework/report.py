@@ -1,13 +1,19 @@
-"""Run outputs: rankings.jsonl, metrics.json and report.md."""
+"""Run outputs (rankings.jsonl, metrics.json, report.md) and comparisons of finished runs
+(one table, FashionIQ category averages, a PNG bar chart: ``agentcir eval``)."""
 
 from __future__ import annotations
 
 import json
-from dataclasses import asdict
+import logging
+import os
+from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # pragma: no cover
     from .runner import RunResult
+
+log = logging.getLogger("agentcir")
 
 
 def _fmt(v: Any) -> str:
@@ -65,3 +71,137 @@ def write_report(result: "RunResult") -> None:
             f"## Components\n\n{comps}\n\n"
             f"## Cost per stage\n\n" + "\n".join(cost) + "\n")
     (d / "report.md").write_text(text)
+
+
+# -- comparing finished runs (`agentcir eval`) ---------------------------------------------
+@dataclass
+class RunInfo:
+    """A finished run directory: its metrics.json and resolved recipe."""
+
+    dir: Path
+    metrics: dict[str, Any]
+    recipe: dict[str, Any]
+
+    @property
+    def name(self) -> str:
+        return self.dir.name
+
+
+def load_run(run_dir: str | os.PathLike) -> RunInfo:
+    """Read a finished run directory (``metrics.json`` and ``recipe.yaml``)."""
+    import yaml
+
+    from .errors import InputError
+
+    d = Path(run_dir)
+    f = d / "metrics.json"
+    if not f.is_file():
+        raise InputError(f"'{d}' is not a finished run directory (no metrics.json)")
+    try:
+        metrics = json.loads(f.read_text())
+    except json.JSONDecodeError as e:
+        raise InputError(f"'{f}' is not valid JSON ({e})") from None
+    r = d / "recipe.yaml"
+    recipe = (yaml.safe_load(r.read_text()) or {}) if r.is_file() else {}
+    return RunInfo(d, metrics, recipe)
+
+
+def read_rankings(run_dir: str | os.PathLike) -> dict[str, list[str]]:
+    """Ranked item ids per query id from a run's ``rankings.jsonl``."""
+    from .errors import InputError
+
+    f = Path(run_dir) / "rankings.jsonl"
+    if not f.is_file():
+        raise InputError(f"'{run_dir}' has no rankings.jsonl (not a finished run)")
+    out = {}
+    for n, line in enumerate(f.read_text().splitlines(), 1):
+        if line.strip():
+            try:
+                row = json.loads(line)
+                out[str(row["query"])] = [str(x) for x in row["ids"]]
+            except (json.JSONDecodeError, KeyError) as e:
+                raise InputError(f"'{f}' line {n}: not a ranking row ({type(e).__name__}: {e})") from None
+    return out
+
+
+def run_labels(runs: list[RunInfo]) -> list[str]:
+    """Unique, readable row names: the directory name (with its parent when names repeat)."""
+    names = [r.name for r in runs]
+    return [f"{r.dir.parent.name}/{r.name}" if names.count(r.name) > 1 else r.name for r in runs]
+
+
+def fashioniq_groups(runs: list[RunInfo]) -> dict[str, dict[str, dict[str, Any]]]:
+    """FashionIQ average rows: runs whose recipes differ only in ``dataset.category`` and
+    cover dress, shirt and toptee give one row (plain mean of the three categories)."""
+    from .eval.metrics import FASHIONIQ_CATEGORIES, fashioniq_average
+    from .hashing import stable_hash
+
+    groups: dict[str, dict[str, RunInfo]] = {}
+    clashing: set[str] = set()
+    for r in runs:
+        ds = r.recipe.get("dataset") or {}
+        if ds.get("name") != "fashioniq":
+            continue
+        key = stable_hash({**{k: v for k, v in r.recipe.items() if k not in ("run", "dataset")},
+                           "dataset": {k: v for k, v in ds.items() if k != "category"}}, n=8)
+        g = groups.setdefault(key, {})
+        if ds.get("category") in g:
+            log.warning("two FashionIQ runs of one recipe for category '%s' (%s, %s): no average for them",
+                        ds.get("category"), g[ds["category"]].name, r.name)
+            clashing.add(key)
+        g[ds.get("category")] = r
+    out = {}
+    for key, g in groups.items():
+        if key in clashing or sorted(g) != sorted(FASHIONIQ_CATEGORIES):
+            continue
+        method = (g["dress"].recipe.get("method") or {}).get("name", "?")
+        avg = fashioniq_average({c: g[c].metrics.get("final", {}) for c in FASHIONIQ_CATEGORIES})
+        out[f"FashionIQ average ({method}, {key})"] = {"metrics": avg, "runs": {c: g[c].name for c in FASHIONIQ_CATEGORIES}}
+    return out
+
+
+def comparison_rows(runs: list[RunInfo]) -> dict[str, dict[str, Any]]:
+    """One row per run (its final metrics) plus the FashionIQ average rows."""
+    rows = {label: r.metrics.get("final", {}) for label, r in zip(run_labels(runs), runs)}
+    for name, g in fashioniq_groups(runs).items():
+        rows[name] = g["metrics"]
+    return rows
+
+
+def plot_comparison(rows: dict[str, dict[str, Any]], path: str | os.PathLike, *, title: str = "",
+                    max_metrics: int = 12) -> Path:
+    """A grouped bar chart (PNG) of the metrics shared by the rows: one group per metric,
+    one bar per run. Per-aspect metrics (names with ``/``) are left out for readability.
+    Needs matplotlib (``pip install 'agentcir[plot]'``)."""
+    from .errors import InputError, require
+
+    require("matplotlib", "plot", feature="the comparison plot of `agentcir eval --compare`")
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    metrics: list[str] = []
+    for m in rows.values():
+        metrics += [k for k, v in m.items() if isinstance(v, (int, float)) and "/" not in k and k not in metrics]
+    metrics = [k for k in metrics if sum(k in m for m in rows.values()) > 0][:max_metrics]
+    if not rows or not metrics:
+        raise InputError("nothing to plot: the runs have no numeric metrics")
+    names = list(rows)
+    width = 0.8 / len(names)
+    fig = Figure(figsize=(max(6.0, 0.9 * len(metrics) * max(1, len(names)) ** 0.5 + 2), 4.5), dpi=120)
+    FigureCanvasAgg(fig)
+    ax = fig.add_subplot(1, 1, 1)
+    for i, name in enumerate(names):
+        xs = [j + (i - (len(names) - 1) / 2) * width for j in range(len(metrics))]
+        ys = [float(rows[name].get(k, float("nan"))) for k in metrics]
+        ax.bar(xs, ys, width=width, label=name)
+    ax.set_xticks(range(len(metrics)))
+    ax.set_xticklabels(metrics, rotation=30, ha="right")
+    ax.set_ylabel("score (%)")
+    ax.grid(axis="y", alpha=0.3)
+    ax.set_title(title or f"{len(names)} run(s) compared")
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    fig.tight_layout()
+    out = Path(path)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, format="png")
+    return out

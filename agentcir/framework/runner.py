@@ -67,36 +67,58 @@ class RunContext:
         self.kernels = kernels
         self.stage = ""
         self.stats: dict[str, StageStats] = {}
-        self._log_file = None
+        self._inflight: dict[str, asyncio.Future] = {}
 
     # -- model calls ------------------------------------------------------------------
     @staticmethod
     def call_key(component: Any, op: str, inputs: dict[str, Any]) -> str:
         """key = component identity (backend, model, config, prompt files, dependencies)
-        + operation + inputs (files by content) + the hash of any prompt file named in the inputs."""
-        prompt = inputs.get("prompt")
-        prompt_sha = load_prompt(prompt).sha256 if isinstance(prompt, str) and prompt else None
+        + operation + inputs (files by content) + the hash of every prompt file the call reads:
+        ``component.call_prompts(op, inputs)`` (e.g. an LLM task's default ``tasks/<task>``),
+        else the prompt file named by a ``prompt=`` input."""
+        if hasattr(component, "call_prompts"):
+            names = component.call_prompts(op, inputs)
+        else:
+            prompt = inputs.get("prompt")
+            names = [prompt] if isinstance(prompt, str) and prompt else []
+        shas = [load_prompt(n).sha256 for n in names]
+        prompt_sha = shas[0] if len(shas) == 1 else (shas or None)
         return stable_hash(component.identity, op, inputs, prompt_sha)
 
     async def call(self, component: Any, op: str, /, **inputs: Any) -> Any:
         """``component.<op>(**inputs)`` through the cache (async variant ``a<op>`` preferred)."""
         st = self.stats.setdefault(self.stage, StageStats())
         key = self.call_key(component, op, inputs)
+        pending = self._inflight.get(key)
+        if pending is not None:  # the same call is already running: share its result
+            st.cache_hits += 1
+            return await asyncio.shield(pending)
         hit = self.cache.get(key)
         if hit is not MISSING:
             st.cache_hits += 1
             return hit
-        afn = getattr(component, f"a{op}", None)
-        if afn is not None and asyncio.iscoroutinefunction(afn):
-            out = await afn(**inputs)
-        else:
-            out = await asyncio.get_running_loop().run_in_executor(None, lambda: getattr(component, op)(**inputs))
-        name = f"{component.kind}:{getattr(component, 'registry_key', '')}"
-        self.cache.put(key, out, component=name, op=op)
-        st.calls += 1
-        st.by_component[name] = st.by_component.get(name, 0) + 1
-        # hand back what a cache hit would return, so a resumed run sees identical values
-        return out if isinstance(out, (str, int, float, bool, type(None))) else decode_value(encode_value(out))
+        fut = asyncio.get_running_loop().create_future()
+        self._inflight[key] = fut
+        try:
+            afn = getattr(component, f"a{op}", None)
+            if afn is not None and asyncio.iscoroutinefunction(afn):
+                out = await afn(**inputs)
+            else:
+                out = await asyncio.get_running_loop().run_in_executor(None, lambda: getattr(component, op)(**inputs))
+            name = f"{component.kind}:{getattr(component, 'registry_key', '')}"
+            self.cache.put(key, out, component=name, op=op)
+            st.calls += 1
+            st.by_component[name] = st.by_component.get(name, 0) + 1
+            # hand back what a cache hit would return, so a resumed run sees identical values
+            out = out if isinstance(out, (str, int, float, bool, type(None))) else decode_value(encode_value(out))
+            fut.set_result(out)
+            return out
+        except BaseException as e:
+            fut.set_exception(e)
+            fut.exception()  # mark retrieved: waiters (if any) re-raise it
+            raise
+        finally:
+            del self._inflight[key]
 
     # -- per-query map ----------------------------------------------------------------
     def _stage_log(self) -> Path | None:

@@ -16,6 +16,9 @@ ENCODERS = Registry("encoder", {
 })
 
 LLMS = Registry("llm", {
+    "openai": f"{_C}.llms.openai",
+    "transformers": f"{_C}.llms.transformers",
+    "rules": f"{_C}.llms.rules",
 })
 
 CAPTIONERS = Registry("captioner", {
@@ -46,6 +49,8 @@ VERIFIERS = Registry("verifier", {
 
 MEMORIES = Registry("memory", {
     "call_cache": f"{_C}.memory.call_cache",
+    "subsets": f"{_C}.memory.subsets",
+    "context": f"{_C}.memory.context",
 }, plural="memories")
 
 METHODS = Registry("method", {
@@ -57,6 +62,12 @@ METHODS = Registry("method", {
 DATASETS = Registry("dataset", {
     "composed": f"{_F}.datasets.composed",
     "demo": f"{_F}.datasets.composed",
+    "fashion_cir": f"{_F}.datasets.composed",
+    "fashioniq": f"{_F}.datasets.fashioniq",
+    "cirr": f"{_F}.datasets.cirr",
+    "circo": f"{_F}.datasets.circo",
+    "webvid_covr": f"{_F}.datasets.webvid_covr",
+    "disbench": f"{_F}.datasets.disbench",
 })
 
 #: recipe group name -> registry, in the order components are built.

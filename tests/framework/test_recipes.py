@@ -95,3 +95,14 @@ def test_missing_dependency_is_named(tmp_path):
     r = compose([f"run.root={tmp_path}"])
     with pytest.raises(InputError, match="the recipe selects no encoder"):
         ComponentPool(r).get("method")
+
+
+def test_config_yaml_lists_every_run_field():
+    import dataclasses
+
+    import yaml
+
+    from agentcir.framework.recipe import RunConfig
+
+    listed = yaml.safe_load((RECIPES_DIR / "config.yaml").read_text())["run"]
+    assert sorted(listed) == sorted(f.name for f in dataclasses.fields(RunConfig))

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from ...registry import DATASETS
 from ..errors import InputError
-from ..eval.metrics import map_at_k, recall_at_k
+from ..eval.metrics import map_at_k, recall_at_k, remove_ids
 from ..gallery import GalleryItem
 from ..types import Candidates, Query
 from .base import Dataset
@@ -48,23 +48,33 @@ class ComposedFolder(Dataset):
         root: str = ""
         limit: int = 0
 
+    title = "Composed benchmark"
+
     def __init__(self, cfg=None, **deps):
         super().__init__(cfg, **deps)
         self.root = Path(self.cfg.root or DEMO_ROOT).expanduser()
+        self.subset.name = f"Composed benchmark '{self.root}'"
+        self._items: list[GalleryItem] | None = None
+
+    def missing_hint(self) -> str:
+        return "see agentcir.framework.datasets.composed for the format, or build one with `agentcir build-benchmark`"
+
+    def _check_files(self) -> None:
         for name in ("gallery.csv", "queries.jsonl"):
             if not (self.root / name).is_file():
-                raise InputError(f"dataset folder '{self.root}' has no {name} (see agentcir.framework.datasets.composed "
-                                 f"for the format, or build one with `agentcir build-benchmark`)")
-        self._missing: list[str] = []
-        self._items: list[GalleryItem] | None = None
+                raise InputError(f"dataset folder '{self.root}' has no {name} ({self.missing_hint()})")
 
     def model_identity(self) -> str:
         from ..hashing import file_digest
 
-        return file_digest(self.root / "gallery.csv") + file_digest(self.root / "queries.jsonl")
+        try:
+            return file_digest(self.root / "gallery.csv") + file_digest(self.root / "queries.jsonl")
+        except OSError:
+            return ""
 
     def gallery_items(self) -> list[GalleryItem]:
         if self._items is None:
+            self._check_files()
             items, missing = [], []
             with open(self.root / "gallery.csv", newline="", encoding="utf-8") as f:
                 reader = csv.DictReader(f)
@@ -80,16 +90,21 @@ class ComposedFolder(Dataset):
                     items.append(GalleryItem(row["id"], str(path), row.get("caption") or None, meta))
             if missing:
                 log.warning("dataset '%s': %d gallery image(s) missing on disk, skipped (e.g. %s)", self.root, len(missing), missing[0])
-            self._items, self._missing = items, missing
+            self.subset.gallery_listed = len(items) + len(missing)
+            self.subset.gallery_missing = missing
+            self._items = items
         return self._items
 
     def queries(self) -> list[Query]:
         have = {it.id: it.path for it in self.gallery_items()}
         out = []
+        self.subset.query_skips.clear()
+        listed = 0
         with open(self.root / "queries.jsonl", encoding="utf-8") as f:
             for n, line in enumerate(f, 1):
                 if not line.strip():
                     continue
+                listed += 1
                 try:
                     d = json.loads(line)
                     ref = str(d["reference_id"])
@@ -98,27 +113,24 @@ class ComposedFolder(Dataset):
                 except (json.JSONDecodeError, KeyError, TypeError) as e:
                     raise InputError(f"'{self.root / 'queries.jsonl'}' line {n}: not a query ({type(e).__name__}: {e})") from None
                 if ref not in have:
-                    continue  # reference image missing: counted in subset_note via _missing
+                    self.subset.skip_query("reference image missing")
+                    continue
+                if not any(t in have for t in q.targets):
+                    self.subset.skip_query("no target image on disk")
+                    continue
                 q.reference = [have[ref]]
                 out.append(q)
-        if self.cfg.limit:
-            out = out[: self.cfg.limit]
-        self._num_queries = len(out)
-        return out
+        self.subset.queries_listed = listed
+        return self._finish_queries(out, self.cfg.limit)
 
     def evaluate(self, candidates: Candidates, queries: list[Query], gallery) -> dict[str, float]:
-        rankings = []
-        for qi, q in enumerate(queries):
-            ids = [gallery.ids[i] for i in candidates.row(qi)]
-            rankings.append([i for i in ids if i != q.reference_id])
+        self.check_depth(candidates, max(MAP_KS) + 1, "mAP@50 after excluding the reference")
+        self.check_targets_indexed([t for q in queries for t in q.targets], gallery)
+        rankings = [remove_ids(r, [q.reference_id]) for r, q in zip(self.rankings(candidates, queries, gallery), queries)]
         gts = [q.targets for q in queries]
+        self.subset.note("Reference excluded from rankings; mAP@k over all correct targets (CIRCO protocol), "
+                         "R@k = any correct target in the top k.")
         return {**map_at_k(rankings, gts, MAP_KS), **recall_at_k(rankings, gts, KS)}
-
-    def subset_note(self) -> str:
-        n = getattr(self, "_num_queries", None)
-        return (f"Composed benchmark '{self.root}': {n} queries, {len(self.gallery_items())} gallery images"
-                f"{f', {len(self._missing)} missing on disk and skipped' if self._missing else ''}; reference excluded "
-                f"from rankings; mAP@k over all correct targets (CIRCO protocol), R@k = any correct target in the top k.")
 
 
 @DATASETS.register("demo")
@@ -133,3 +145,27 @@ class Demo(ComposedFolder):
         cfg = cfg or Demo.Config()
         super().__init__(ComposedFolder.Config(root=str(DEMO_ROOT), limit=cfg.limit), **deps)
         self.cfg = cfg
+
+
+@DATASETS.register("fashion_cir")
+class FashionCIR(ComposedFolder):
+    """The full real-photo benchmark built from the fashion-products photos (every ``val`` photo
+    of the id hash split, 400 queries by default); build it once with ``agentcir build-benchmark``.
+
+    Config:
+        root: the built benchmark folder.
+        source: the fashion-products folder it is built from (``products.csv`` + ``images/``),
+            named in the error that tells how to build a missing benchmark.
+        limit: use only the first ``limit`` queries (0 = all).
+    """
+
+    @dataclass
+    class Config:
+        root: str = "runs/_bench/fashion-cir"
+        source: str = "../shared/data/fashion-products"
+        limit: int = 0
+
+    def missing_hint(self) -> str:
+        src = self.cfg.source.rstrip("/")
+        return (f"build it first: agentcir build-benchmark --csv {src}/products.csv --images {src}/images "
+                f"--out {self.cfg.root}")

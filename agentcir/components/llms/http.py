@@ -1,0 +1,374 @@
+"""HTTP plumbing shared by the OpenAI-compatible clients (chat: ``llms/openai.py``; images:
+the generators' images-API backend): endpoint settings, bounded concurrency, retries with
+exponential backoff and jitter, and images as base64 data URLs.
+
+Every request runs on one background event loop owned by the client, so one semaphore
+bounds the requests in flight across every caller, and both the sync (:meth:`HttpClient.post`)
+and the async (:meth:`HttpClient.apost`) entry points work from any thread, whether or not
+an event loop is running there.
+
+Needs the ``llm`` extra (``httpx``). The API key is read from the config or the
+environment and only ever sent in the ``Authorization`` header: it is never logged, never
+part of an error message, and never part of a component identity.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import email.utils
+import functools
+import io
+import logging
+import os
+import random
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any, Coroutine
+from urllib.parse import urlsplit, urlunsplit
+
+from ...framework.errors import AgentcirError, InputError, require
+
+log = logging.getLogger("agentcir")
+
+DEFAULT_BASE_URL = "https://api.openai.com/v1"
+#: statuses worth retrying: timeouts, conflicts, rate limits, server errors
+RETRY_STATUSES = frozenset({408, 409, 425, 429, 500, 502, 503, 504})
+
+
+class EndpointError(AgentcirError):
+    """An HTTP endpoint failed (after retries where retrying makes sense).
+
+    Attributes:
+        status: the last HTTP status, or ``None`` for a timeout / connection failure.
+        attempts: how many requests were made.
+    """
+
+    def __init__(self, message: str, *, status: int | None = None, attempts: int = 1):
+        super().__init__(message)
+        self.status = status
+        self.attempts = attempts
+
+
+@dataclass
+class Endpoint:
+    """Where and how to reach an OpenAI-compatible server.
+
+    Attributes:
+        base_url: e.g. ``http://localhost:8000/v1`` (vLLM), ``http://localhost:11434/v1``
+            (Ollama), ``http://localhost:8080/v1`` (llama.cpp); ``None``: ``$OPENAI_BASE_URL``,
+            else the OpenAI API.
+        api_key: the key; ``None``: read the environment variable ``api_key_env``. Local
+            servers usually need none.
+        api_key_env: environment variable holding the key.
+        timeout: seconds per request (connect, read and write each).
+        retries: extra attempts after a timeout, a connection error or HTTP 408/409/425/429/5xx.
+        backoff: first retry delay in seconds, doubled each attempt, with jitter.
+        backoff_max: cap on one delay (a ``Retry-After`` header is honoured up to ``retry_after_max``).
+        retry_after_max: longest ``Retry-After`` wait accepted; a longer one fails at once.
+        concurrency: requests in flight at once (across every caller of this client).
+        headers: extra request headers (e.g. an organisation); not part of identities.
+    """
+
+    base_url: str | None = None
+    api_key: str | None = None
+    api_key_env: str = "OPENAI_API_KEY"
+    timeout: float = 60.0
+    retries: int = 4
+    backoff: float = 0.5
+    backoff_max: float = 20.0
+    retry_after_max: float = 120.0
+    concurrency: int = 8
+    headers: dict[str, str] = field(default_factory=dict)
+
+    def resolved_base_url(self) -> str:
+        url = (self.base_url or os.environ.get("OPENAI_BASE_URL") or DEFAULT_BASE_URL).strip().rstrip("/")
+        parts = urlsplit(url)
+        if parts.scheme not in ("http", "https") or not parts.netloc:
+            raise InputError(f"base_url '{public_url(url)}' is not an http(s) URL (e.g. http://localhost:8000/v1)")
+        return url
+
+    def resolved_api_key(self) -> str | None:
+        return self.api_key or (os.environ.get(self.api_key_env) if self.api_key_env else None) or None
+
+
+#: Endpoint fields that cannot change a model's outputs (never part of an identity)
+ENDPOINT_VOLATILE = ("api_key", "api_key_env", "timeout", "retries", "backoff", "backoff_max",
+                     "retry_after_max", "concurrency", "headers")
+
+
+def public_url(url: str) -> str:
+    """``url`` without credentials, query or fragment (safe for messages and identities)."""
+    p = urlsplit(url)
+    host = p.hostname or ""
+    if p.port:
+        host = f"{host}:{p.port}"
+    return urlunsplit((p.scheme, host, p.path.rstrip("/"), "", ""))
+
+
+def retry_after_seconds(headers: Any) -> float | None:
+    """Seconds asked by ``Retry-After`` (seconds or an HTTP date) or ``retry-after-ms``, if any."""
+    ms = headers.get("retry-after-ms")
+    if ms:
+        try:
+            return max(0.0, float(ms) / 1000.0)
+        except ValueError:
+            pass
+    value = headers.get("retry-after")
+    if not value:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        try:
+            when = email.utils.parsedate_to_datetime(value)
+            return max(0.0, when.timestamp() - time.time())
+        except (TypeError, ValueError):
+            return None
+
+
+def backoff_delay(attempt: int, base: float, cap: float, rng: random.Random | None = None) -> float:
+    """Exponential backoff with "equal jitter": ``d = min(cap, base·2^attempt)``, uniform in ``[d/2, d]``."""
+    d = min(cap, base * (2 ** attempt))
+    return d / 2 + (rng or random).random() * d / 2
+
+
+def _error_detail(response: Any) -> str:
+    try:
+        body = response.json()
+    except Exception:
+        text = " ".join(response.text.split())
+        return text[:300]
+    if isinstance(body, dict):
+        err = body.get("error", body)
+        if isinstance(err, dict):
+            return str(err.get("message") or err)[:300]
+        return str(err)[:300]
+    return str(body)[:300]
+
+
+class BackgroundLoop:
+    """An event loop running in a daemon thread; coroutines from any thread run on it."""
+
+    def __init__(self, name: str = "agentcir-http"):
+        self._name = name
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop:
+        with self._lock:
+            if self._loop is None or self._loop.is_closed():
+                loop = asyncio.new_event_loop()
+                ready = threading.Event()
+
+                def main() -> None:
+                    asyncio.set_event_loop(loop)
+                    loop.call_soon(ready.set)
+                    loop.run_forever()
+
+                self._thread = threading.Thread(target=main, name=self._name, daemon=True)
+                self._thread.start()
+                ready.wait()
+                self._loop = loop
+            return self._loop
+
+    def in_loop_thread(self) -> bool:
+        return self._thread is not None and threading.current_thread() is self._thread
+
+    def run(self, coro: Coroutine) -> Any:
+        """Run ``coro`` on the loop and wait (from any thread but the loop's own)."""
+        if self.in_loop_thread():
+            coro.close()
+            raise RuntimeError("a blocking call was made from the client's own event loop; await the async variant")
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result()
+
+    async def arun(self, coro: Coroutine) -> Any:
+        """Await ``coro`` run on the loop, from another loop (cancellation propagates)."""
+        if self.in_loop_thread():
+            return await coro
+        return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(coro, self.loop))
+
+    def close(self, cleanup: Coroutine | None = None) -> None:
+        with self._lock:
+            loop, self._loop = self._loop, None
+        if loop is None or loop.is_closed():
+            if cleanup is not None:
+                cleanup.close()
+            return
+        if cleanup is not None:
+            try:
+                asyncio.run_coroutine_threadsafe(cleanup, loop).result(timeout=5)
+            except Exception:  # closing is best effort
+                pass
+        loop.call_soon_threadsafe(loop.stop)
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join(timeout=5)
+        loop.close()
+
+
+class HttpClient:
+    """JSON requests to one OpenAI-compatible server, with retries and bounded concurrency.
+
+    Args:
+        endpoint: where and how (see :class:`Endpoint`).
+        who: how errors name the caller, e.g. ``"llm 'openai' (model gpt-4o-mini)"``.
+    """
+
+    def __init__(self, endpoint: Endpoint, *, who: str = "HTTP client"):
+        if endpoint.concurrency < 1:
+            raise InputError(f"{who}: concurrency must be at least 1, got {endpoint.concurrency}")
+        if endpoint.retries < 0:
+            raise InputError(f"{who}: retries must be 0 or more, got {endpoint.retries}")
+        if endpoint.timeout <= 0:
+            raise InputError(f"{who}: timeout must be positive, got {endpoint.timeout}")
+        self.endpoint = endpoint
+        self.base_url = endpoint.resolved_base_url()
+        self.who = who
+        self.requests = 0  #: HTTP requests sent (retries included)
+        self._bg = BackgroundLoop()
+        self._client = None
+        self._sem: asyncio.Semaphore | None = None
+        self._rng = random.Random()
+
+    def _url(self, path: str) -> str:
+        return path if path.startswith(("http://", "https://")) else f"{self.base_url}/{path.lstrip('/')}"
+
+    def _ensure(self):
+        if self._client is None:
+            httpx = require("httpx", "llm", feature="the OpenAI-compatible client")
+            headers = {"Content-Type": "application/json", **self.endpoint.headers}
+            key = self.endpoint.resolved_api_key()
+            if key:
+                headers["Authorization"] = f"Bearer {key}"
+            limits = httpx.Limits(max_connections=self.endpoint.concurrency, max_keepalive_connections=self.endpoint.concurrency)
+            self._client = httpx.AsyncClient(headers=headers, timeout=httpx.Timeout(self.endpoint.timeout), limits=limits)
+            self._sem = asyncio.Semaphore(self.endpoint.concurrency)
+        return self._client
+
+    async def _send(self, method: str, path: str, payload: Any = None) -> Any:
+        httpx = require("httpx", "llm", feature="the OpenAI-compatible client")
+        client = self._ensure()
+        url = self._url(path)
+        shown = public_url(url)
+        ep = self.endpoint
+        attempts = ep.retries + 1
+        last = ""
+        status = None
+        for attempt in range(attempts):
+            retry_after = None
+            async with self._sem:
+                self.requests += 1
+                try:
+                    resp = await client.request(method, url, json=payload)
+                except httpx.TimeoutException:
+                    status, last = None, f"timed out after {ep.timeout:g} s"
+                except httpx.TransportError as e:
+                    status, last = None, f"connection failed ({type(e).__name__}: {e})"
+                else:
+                    status = resp.status_code
+                    if status < 400:
+                        return resp
+                    last = f"HTTP {status}: {_error_detail(resp)}"
+                    if status not in RETRY_STATUSES and status < 500:
+                        hint = " (check the API key: set api_key or the variable named by api_key_env)" if status in (401, 403) else ""
+                        raise EndpointError(f"{self.who}: {method} {shown} failed with {last}{hint}", status=status, attempts=attempt + 1)
+                    retry_after = retry_after_seconds(resp.headers)
+            if attempt + 1 >= attempts:
+                break
+            if retry_after is not None and retry_after > ep.retry_after_max:
+                raise EndpointError(f"{self.who}: {method} {shown} failed with {last}; the server asks to retry after "
+                                    f"{retry_after:g} s (more than retry_after_max={ep.retry_after_max:g} s)",
+                                    status=status, attempts=attempt + 1)
+            delay = retry_after if retry_after is not None else backoff_delay(attempt, ep.backoff, ep.backoff_max, self._rng)
+            log.info("%s: %s %s: %s; retry %d/%d in %.2f s", self.who, method, shown, last, attempt + 1, ep.retries, delay)
+            await asyncio.sleep(delay)
+        raise EndpointError(f"{self.who}: {method} {shown} failed after {attempts} attempt(s): {last}", status=status, attempts=attempts)
+
+    async def _json(self, method: str, path: str, payload: Any = None) -> Any:
+        resp = await self._send(method, path, payload)
+        try:
+            return resp.json()
+        except ValueError:
+            raise EndpointError(f"{self.who}: {method} {public_url(self._url(path))} returned a reply that is not JSON "
+                                f"(HTTP {resp.status_code}, content-type {resp.headers.get('content-type', '?')}): "
+                                f"{' '.join(resp.text.split())[:200]!r}", status=resp.status_code) from None
+
+    async def _bytes(self, url: str) -> bytes:
+        return (await self._send("GET", url)).content
+
+    # -- public entry points ----------------------------------------------------------------
+    def run(self, coro: Coroutine) -> Any:
+        """Run a coroutine on the client's event loop and wait for it (from any thread)."""
+        return self._bg.run(coro)
+
+    async def apost(self, path: str, payload: dict) -> Any:
+        """POST ``payload`` as JSON to ``base_url/path``; the decoded JSON reply (async)."""
+        return await self._bg.arun(self._json("POST", path, payload))
+
+    def post(self, path: str, payload: dict) -> Any:
+        """POST ``payload`` as JSON to ``base_url/path``; the decoded JSON reply (blocking)."""
+        return self._bg.run(self._json("POST", path, payload))
+
+    async def aget_bytes(self, url: str) -> bytes:
+        """GET a URL (absolute, or relative to ``base_url``) as bytes, with the same retries (async)."""
+        return await self._bg.arun(self._bytes(url))
+
+    def get_bytes(self, url: str) -> bytes:
+        """GET a URL (absolute, or relative to ``base_url``) as bytes, with the same retries (blocking)."""
+        return self._bg.run(self._bytes(url))
+
+    def close(self) -> None:
+        client, self._client = self._client, None
+        self._bg.close(client.aclose() if client is not None else None)
+
+
+# -- images -------------------------------------------------------------------------------
+@functools.lru_cache(maxsize=256)
+def _data_url(path: str, size: int, mtime_ns: int, max_side: int, quality: int) -> str:
+    from ...framework.images import load_rgb
+
+    im = load_rgb(path)
+    if max_side and max(im.size) > max_side:
+        from PIL import Image
+
+        im.thumbnail((max_side, max_side), Image.Resampling.LANCZOS)
+    buf = io.BytesIO()
+    im.save(buf, format="JPEG", quality=quality)
+    return "data:image/jpeg;base64," + base64.b64encode(buf.getvalue()).decode("ascii")
+
+
+def image_data_url(image: Any, *, max_side: int = 768, quality: int = 90) -> str:
+    """An image (path, PIL image, ``http(s)://`` or ``data:`` URL) as a URL for a chat message.
+
+    Local images are decoded, shrunk so that their longer side is at most ``max_side``
+    (0: never), and re-encoded as JPEG at ``quality``; remote and data URLs pass unchanged.
+
+    Raises:
+        agentcir.framework.images.ImageDecodeError: the file is missing or not an image.
+    """
+    if not (1 <= quality <= 100):
+        raise InputError(f"image quality must be within 1..100, got {quality}")
+    if max_side < 0:
+        raise InputError(f"image max_side must be 0 (no resize) or positive, got {max_side}")
+    if isinstance(image, str) and image.startswith(("http://", "https://", "data:")):
+        return image
+    if hasattr(image, "mode") and hasattr(image, "size"):  # a PIL image
+        from ...framework.images import load_rgb
+
+        im = load_rgb(image)
+        if max_side and max(im.size) > max_side:
+            im.thumbnail((max_side, max_side))
+        buf = io.BytesIO()
+        im.save(buf, format="JPEG", quality=quality)
+        return "data:image/jpeg;base64," + base64.b64encode(buf.getvalue()).decode("ascii")
+    path = os.fspath(image)
+    try:
+        st = os.stat(path)
+    except OSError:
+        from ...framework.images import ImageDecodeError
+
+        raise ImageDecodeError(f"image '{path}': file not found") from None
+    return _data_url(os.path.abspath(path), st.st_size, st.st_mtime_ns, max_side, quality)

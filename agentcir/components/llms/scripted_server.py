@@ -1,0 +1,163 @@
+"""A real HTTP server on 127.0.0.1 that speaks the OpenAI wire format with scripted replies.
+
+For tests and offline demos of everything that talks to an OpenAI-compatible endpoint
+(the chat client, the images-API generator, agent loops with tool calls). Standard
+library only; it listens on loopback only.
+
+    with ScriptedServer() as srv:
+        srv.script("/chat/completions", [Step(status=429, headers={"Retry-After": "0"}),
+                                         Step(json=chat_completion("hello"))])
+        llm = LLMS.build("openai", {"base_url": srv.base_url, "model": "m"})
+        assert llm.chat([user_message("hi")]).text == "hello"
+        assert len(srv.requests) == 2
+
+A path's script is consumed in order; once used up, its last step repeats. A step may be
+a callable ``f(request) -> Step`` to answer from the request's content.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any, Callable, Union
+
+
+@dataclass
+class Step:
+    """One scripted answer: wait ``delay`` seconds, then send ``status`` with ``json`` (or ``body`` bytes)."""
+
+    status: int = 200
+    json: Any = None
+    body: bytes | None = None
+    headers: dict[str, str] = field(default_factory=dict)
+    delay: float = 0.0
+    content_type: str = "application/json"
+
+
+@dataclass
+class Request:
+    """A request the server received (``json`` is ``None`` when the body is not JSON)."""
+
+    method: str
+    path: str
+    headers: dict[str, str]
+    body: bytes
+    json: Any
+
+
+Script = Union[Step, Callable[[Request], Step]]
+
+
+def chat_completion(text: str | None = "", *, tool_calls: list[dict] | None = None, model: str = "scripted",
+                    finish_reason: str | None = None) -> dict:
+    """A chat-completions reply body. ``tool_calls``: ``[{"name", "arguments": dict|str, "id"?}]``."""
+    msg: dict[str, Any] = {"role": "assistant", "content": text}
+    if tool_calls:
+        msg["tool_calls"] = [{"id": tc.get("id", f"call_{i}"), "type": "function",
+                              "function": {"name": tc["name"], "arguments": tc["arguments"] if isinstance(tc["arguments"], str)
+                                           else json.dumps(tc["arguments"])}} for i, tc in enumerate(tool_calls)]
+    return {"id": "chatcmpl-scripted", "object": "chat.completion", "created": int(time.time()), "model": model,
+            "choices": [{"index": 0, "message": msg, "finish_reason": finish_reason or ("tool_calls" if tool_calls else "stop")}],
+            "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}}
+
+
+def error_body(message: str, kind: str = "server_error") -> dict:
+    return {"error": {"message": message, "type": kind}}
+
+
+class ScriptedServer:
+    """Threaded HTTP server on ``127.0.0.1`` (a free port) answering from per-path scripts.
+
+    Attributes:
+        base_url: ``http://127.0.0.1:<port>/v1``.
+        requests: every request received, in order.
+    """
+
+    def __init__(self, prefix: str = "/v1"):
+        self.prefix = prefix.rstrip("/")
+        self.requests: list[Request] = []
+        self._scripts: dict[str, list[Script]] = {}
+        self._lock = threading.Lock()
+        self._httpd: ThreadingHTTPServer | None = None
+        self._thread: threading.Thread | None = None
+
+    @property
+    def base_url(self) -> str:
+        assert self._httpd is not None, "start the server first"
+        return f"http://127.0.0.1:{self._httpd.server_address[1]}{self.prefix}"
+
+    def script(self, path: str, steps: list[Script] | Script) -> None:
+        """Set the answers of ``path`` (relative to the prefix, e.g. ``/chat/completions``)."""
+        with self._lock:
+            self._scripts["/" + path.strip("/")] = list(steps) if isinstance(steps, list) else [steps]
+
+    def requests_to(self, path: str) -> list[Request]:
+        return [r for r in self.requests if r.path == self.prefix + "/" + path.strip("/")]
+
+    def _next(self, req: Request) -> Step:
+        rel = req.path[len(self.prefix):] if req.path.startswith(self.prefix) else req.path
+        with self._lock:
+            steps = self._scripts.get(rel.split("?")[0])
+            if not steps:
+                return Step(status=404, json=error_body(f"no script for {req.path}", "not_found"))
+            step = steps.pop(0) if len(steps) > 1 else steps[0]
+        return step(req) if callable(step) else step
+
+    def start(self) -> "ScriptedServer":
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+            disable_nagle_algorithm = True  # headers and body go out at once (no 40 ms delayed-ACK stalls)
+
+            def log_message(self, *args: Any) -> None:  # keep test output clean
+                pass
+
+            def _handle(self) -> None:
+                n = int(self.headers.get("Content-Length") or 0)
+                body = self.rfile.read(n) if n else b""
+                try:
+                    payload = json.loads(body) if body else None
+                except ValueError:
+                    payload = None
+                req = Request(self.command, self.path, {k.lower(): v for k, v in self.headers.items()}, body, payload)
+                with server._lock:
+                    server.requests.append(req)
+                step = server._next(req)
+                if step.delay:
+                    time.sleep(step.delay)
+                data = step.body if step.body is not None else json.dumps(step.json if step.json is not None else {}).encode()
+                try:
+                    self.send_response(step.status)
+                    self.send_header("Content-Type", step.content_type)
+                    self.send_header("Content-Length", str(len(data)))
+                    for k, v in step.headers.items():
+                        self.send_header(k, v)
+                    self.end_headers()
+                    self.wfile.write(data)
+                except (BrokenPipeError, ConnectionResetError):  # the client gave up (a timeout test)
+                    pass
+
+            do_POST = do_GET = _handle
+
+        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._httpd.daemon_threads = True
+        self._thread = threading.Thread(target=self._httpd.serve_forever, kwargs={"poll_interval": 0.05},
+                                        name="scripted-openai", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        if self._httpd is not None:
+            self._httpd.shutdown()
+            self._httpd.server_close()
+            self._httpd = None
+
+    def __enter__(self) -> "ScriptedServer":
+        return self.start()
+
+    def __exit__(self, *exc: Any) -> None:
+        self.stop()

@@ -1,0 +1,238 @@
+"""``llm=transformers``: a local causal language model (Hugging Face ``transformers``).
+
+For users with weights on disk (or in the local Hugging Face cache): nothing is downloaded
+at run time. Text only (use ``llm=openai`` against a local vLLM / Ollama server for a VLM).
+The model loads on first use; the prompt is the tokenizer's chat template (with ``tools``
+when given), or a plain ``Role: text`` transcript when the tokenizer has none. Decoding is
+greedy unless ``temperature > 0``. Tool calls are read from ``<tool_call>{...}</tool_call>``
+blocks (the Hermes / Qwen convention) or from a reply that is one JSON object with
+``name`` and ``arguments``.
+
+Needs the ``hf`` extra (``torch``, ``transformers``).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, ClassVar
+
+from ...framework.errors import InputError, require
+from ...framework.hashing import stable_hash
+from ...framework.interfaces import ChatReply, ToolCall
+from ...registry import LLMS
+from .base import PromptedLLM
+from .parsing import ReplyParseError, extract_json
+
+_TOOL_BLOCK = re.compile(r"<tool_call>\s*(.*?)\s*</tool_call>", re.S)
+_WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".gguf")
+_PARTIAL = 4 << 20  # bytes hashed at each end of a big weights file
+
+
+def weights_identity(folder: Path) -> str:
+    """A fingerprint of a model folder: every small file by content, big weight files by
+    size and their first and last 4 MiB (full hashing of many GB would be slow)."""
+    import hashlib
+
+    files = {}
+    for p in sorted(folder.rglob("*")):
+        if not p.is_file() or p.name.startswith("."):
+            continue
+        size = p.stat().st_size
+        h = hashlib.sha256()
+        with open(p, "rb") as f:
+            if size <= 2 * _PARTIAL:
+                h.update(f.read())
+            else:
+                h.update(f.read(_PARTIAL))
+                f.seek(-_PARTIAL, 2)
+                h.update(f.read())
+        files[str(p.relative_to(folder))] = [size, h.hexdigest()]
+    return stable_hash(files, n=24)
+
+
+@LLMS.register("transformers")
+class TransformersLLM(PromptedLLM):
+    """A local causal LM through ``transformers`` (see the module docstring).
+
+    Config:
+        model: a folder with the weights and tokenizer, or a model id already in the local
+            Hugging Face cache.
+        revision: the cached revision to use (``None``: the default).
+        device: ``cpu``, ``cuda``, ``cuda:1``, ``mps``.
+        dtype: ``auto``, ``float32``, ``bfloat16`` or ``float16``.
+        max_new_tokens: reply length cap.
+        temperature: 0 decodes greedily; above 0 samples (with ``top_p`` and ``seed``).
+        top_p: nucleus sampling mass when sampling.
+        seed: sampling seed.
+        local_files_only: never download (the default; set false only where downloads are allowed).
+        trust_remote_code: allow the model folder's own Python code.
+        chat_template: a Jinja chat template overriding the tokenizer's.
+        parse_retries: times a task reply that does not parse is answered with a correction.
+    """
+
+    vision: ClassVar[bool] = False
+    volatile_fields: ClassVar[tuple[str, ...]] = ("device", "parse_retries", "local_files_only", "progress")
+    DTYPES: ClassVar[tuple[str, ...]] = ("auto", "float32", "bfloat16", "float16")
+
+    @dataclass
+    class Config:
+        model: str = "Qwen/Qwen2.5-1.5B-Instruct"
+        revision: str | None = None
+        device: str = "cpu"
+        dtype: str = "auto"
+        max_new_tokens: int = 512
+        temperature: float = 0.0
+        top_p: float = 1.0
+        seed: int = 0
+        local_files_only: bool = True
+        trust_remote_code: bool = False
+        chat_template: str | None = None
+        parse_retries: int = 1
+
+    def __init__(self, cfg: Any = None, **deps: Any):
+        super().__init__(cfg, **deps)
+        if self.cfg.dtype not in self.DTYPES:
+            raise InputError(f"llm 'transformers': dtype must be one of {', '.join(self.DTYPES)}, got '{self.cfg.dtype}'")
+        if self.cfg.max_new_tokens < 1:
+            raise InputError(f"llm 'transformers': max_new_tokens must be at least 1, got {self.cfg.max_new_tokens}")
+        self._model = None
+        self._tokenizer = None
+        self._lock = threading.Lock()
+
+    # -- identity and loading ------------------------------------------------------------
+    def _local_folder(self) -> Path | None:
+        p = Path(self.cfg.model).expanduser()
+        if p.is_dir():
+            return p
+        try:
+            from huggingface_hub import snapshot_download
+
+            return Path(snapshot_download(self.cfg.model, revision=self.cfg.revision, local_files_only=True))
+        except Exception:  # not in the cache (or no huggingface_hub): identified by name
+            return None
+
+    def model_identity(self) -> str:
+        folder = self._local_folder()
+        if folder is None:
+            return f"hf:{self.cfg.model}@{self.cfg.revision or 'default'}"
+        return f"weights:{weights_identity(folder)}"
+
+    @property
+    def loaded(self) -> bool:
+        return self._model is not None
+
+    def _load(self):
+        with self._lock:
+            if self._model is not None:
+                return self._model, self._tokenizer
+            torch = require("torch", "hf", feature="llm 'transformers'")
+            transformers = require("transformers", "hf", feature="llm 'transformers'")
+            c = self.cfg
+            kw = {"revision": c.revision, "local_files_only": c.local_files_only, "trust_remote_code": c.trust_remote_code}
+            try:
+                tok = transformers.AutoTokenizer.from_pretrained(c.model, **kw)
+                dtype = "auto" if c.dtype == "auto" else getattr(torch, c.dtype)
+                model = transformers.AutoModelForCausalLM.from_pretrained(c.model, dtype=dtype, **kw)
+            except OSError as e:
+                raise InputError(f"llm 'transformers': cannot load model '{c.model}' ({_first_line(e)}); point llm.model "
+                                 "at a folder holding the weights and tokenizer (nothing is downloaded at run time)") from None
+            model.to(c.device).eval()
+            if c.chat_template:
+                tok.chat_template = c.chat_template
+            self._model, self._tokenizer = model, tok
+            return model, tok
+
+    # -- prompting -----------------------------------------------------------------------
+    @staticmethod
+    def _text_messages(messages: list[dict]) -> list[dict]:
+        out = []
+        for i, m in enumerate(messages):
+            content = m.get("content")
+            if isinstance(content, list):
+                if any(isinstance(p, dict) and p.get("type") != "text" for p in content):
+                    raise InputError(f"llm 'transformers' is text-only: message {i} holds an image")
+                content = "\n".join(str(p.get("text", "")) for p in content)
+            msg = {"role": m.get("role", "user"), "content": content or ""}
+            if m.get("tool_calls"):
+                msg["tool_calls"] = [{"type": "function", "function": {"name": tc.get("name") or tc["function"]["name"],
+                                                                       "arguments": tc.get("arguments") or tc["function"]["arguments"]}}
+                                     for tc in m["tool_calls"]]
+            out.append(msg)
+        return out
+
+    def render(self, messages: list[dict], tools: list[dict] | None = None) -> str:
+        """The prompt text the model sees for these messages."""
+        _, tok = self._load()
+        msgs = self._text_messages(messages)
+        if getattr(tok, "chat_template", None):
+            kw = {"tools": tools} if tools else {}
+            return tok.apply_chat_template(msgs, tokenize=False, add_generation_prompt=True, **kw)
+        if len(msgs) == 1 and msgs[0]["role"] == "user" and not tools:
+            return msgs[0]["content"]
+        lines = []
+        if tools:
+            lines.append("System: You can call these tools by replying <tool_call>{\"name\": ..., \"arguments\": {...}}</tool_call>:\n"
+                         + json.dumps(tools, ensure_ascii=False))
+        lines += [f"{m['role'].capitalize()}: {m['content']}" for m in msgs]
+        return "\n".join(lines) + "\nAssistant:"
+
+    def generate(self, prompt: str) -> str:
+        """Decode a reply to ``prompt`` (greedy at temperature 0)."""
+        model, tok = self._load()
+        torch = require("torch", "hf")
+        c = self.cfg
+        has_template = bool(getattr(tok, "chat_template", None))
+        enc = tok(prompt, return_tensors="pt", add_special_tokens=not has_template).to(model.device)
+        pad = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
+        kw: dict[str, Any] = {"max_new_tokens": c.max_new_tokens, "pad_token_id": pad}
+        if c.temperature > 0:
+            torch.manual_seed(c.seed)
+            kw.update(do_sample=True, temperature=c.temperature, top_p=c.top_p)
+        else:
+            kw.update(do_sample=False)
+        with self._lock, torch.inference_mode():
+            out = model.generate(**enc, **kw)
+        return tok.decode(out[0, enc["input_ids"].shape[1]:], skip_special_tokens=True).strip()
+
+    @staticmethod
+    def _tool_calls(text: str) -> tuple[str, list[ToolCall]]:
+        calls = []
+        for i, block in enumerate(_TOOL_BLOCK.findall(text)):
+            try:
+                obj = extract_json(block, expect=dict, what=f"tool call {i}")
+            except ReplyParseError:
+                continue
+            args = obj.get("arguments", obj.get("parameters", {}))
+            if isinstance(args, str):
+                args = extract_json(args, expect=dict, what=f"arguments of tool call '{obj.get('name')}'")
+            if obj.get("name"):
+                calls.append(ToolCall(id=f"call_{i}", name=str(obj["name"]), arguments=args or {}))
+        if calls:
+            return _TOOL_BLOCK.sub("", text).strip(), calls
+        stripped = text.strip()
+        if stripped.startswith("{"):
+            try:
+                obj = extract_json(stripped, expect=dict)
+            except ReplyParseError:
+                return text, []
+            if set(obj) >= {"name"} and ("arguments" in obj or "parameters" in obj) and len(obj) <= 3:
+                args = obj.get("arguments", obj.get("parameters")) or {}
+                if isinstance(args, dict):
+                    return "", [ToolCall(id="call_0", name=str(obj["name"]), arguments=args)]
+        return text, []
+
+    def chat(self, messages: list[dict], *, tools: list[dict] | None = None, json_mode: bool = False) -> ChatReply:
+        """One reply (blocking; the model loads on the first call)."""
+        text = self.generate(self.render(messages, tools))
+        if tools:
+            text, calls = self._tool_calls(text)
+            return ChatReply(text=text, tool_calls=calls)
+        return ChatReply(text=text)
+
+
+def _first_line(e: BaseException) -> str:
+    return str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
