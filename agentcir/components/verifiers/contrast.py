@@ -17,10 +17,15 @@ The rule (:meth:`ContrastVerifier.check`):
    vocabulary term is contrasted with its explicit negation (``negation``, default
    "it is not true that {}"): true when the statement is the more similar of the two.
 
-``verify(candidate, instruction, reference=...)`` applies the same rule to the
-instruction ("make it blue" holds when "blue" wins among the colours); an instruction
-without vocabulary terms holds when the candidate is more similar to it than the
-reference is (or, without a reference, by the negation contrast).
+``verify(candidate, instruction, reference=...)`` reads the instruction into edits with
+the rules engine of the offline LLM (:meth:`agentcir.components.llms.edits.Lexicon.parse_modification`:
+"make it blue instead of red" sets the colour to blue, "without stripes" removes the
+pattern striped, "add a dog" adds an object) and judges each edit on the candidate with
+the vocabulary prompts of the offline captioner ("a photo of a blue item", ...): a value
+set or added must rank within the ``top_k`` of its vocabulary (``object_top_k`` for
+objects, several values widen it to their count), a removed value must not. An
+instruction with no edit in ``vocabularies`` holds when the candidate is more similar to
+it than the reference is (or, without a reference, by the negation contrast).
 
 Honest and limited: text encoders handle negation and relations poorly; only
 vocabulary attributes are judged with any reliability.
@@ -42,6 +47,7 @@ from ...framework.hashing import file_digest
 from ...framework.interfaces import Verifier
 from ...registry import VERIFIERS
 from ..captioners.zeroshot import ZeroShot, embed_texts_once
+from ..llms.edits import SLOT_VOCAB, Edit, Lexicon
 
 #: words that negate the mention after them (plus any word ending in "n't")
 NEGATIONS = frozenset({"not", "no", "without", "non", "never", "nor", "remove", "removed", "removing", "minus",
@@ -113,6 +119,7 @@ class ContrastVerifier(Verifier):
     Config:
         vocabularies: vocabularies whose terms are judged (earlier ones win ties).
         top_k: a mention holds when its value ranks within the top ``top_k`` of its vocabulary.
+        object_top_k: the same for objects an instruction adds or removes (a scene holds several).
         negation: template of a statement's explicit negation (``{}`` = the statement).
         vocab_dir: folder of vocabulary files (empty: the bundled ones).
     """
@@ -124,6 +131,7 @@ class ContrastVerifier(Verifier):
         vocabularies: list[str] = field(default_factory=lambda: ["colours", "patterns", "articles", "genders",
                                                                  "usages", "objects"])
         top_k: int = 1
+        object_top_k: int = 3
         negation: str = "it is not true that {}"
         vocab_dir: str = ""
 
@@ -131,13 +139,15 @@ class ContrastVerifier(Verifier):
         super().__init__(cfg, **deps)
         c = self.cfg
         where = "verifier 'contrast'"
-        if c.top_k < 1:
-            raise InputError(f"{where}: field 'top_k' must be at least 1, got {c.top_k}")
+        for name in ("top_k", "object_top_k"):
+            if getattr(c, name) < 1:
+                raise InputError(f"{where}: field '{name}' must be at least 1, got {getattr(c, name)}")
         if c.negation.count("{}") != 1:
             raise InputError(f"{where}: field 'negation' needs exactly one '{{}}' for the statement, got {c.negation!r}")
         self.zs = ZeroShot(self.encoder, vocab_dir=c.vocab_dir, where=where)
         self.vocabs = [(v, self.zs.vocabulary(v)) for v in c.vocabularies]
         self._by_name = dict(self.vocabs)
+        self._lexicon: Lexicon | None = None
         self._images: OrderedDict[tuple, np.ndarray] = OrderedDict()
         self._lock = threading.Lock()
 
@@ -190,6 +200,27 @@ class ContrastVerifier(Verifier):
                 return False
         return True
 
+    def _rank(self, target: np.ndarray, vocab: str, value: str) -> int:
+        """Other values of ``vocab`` at least as close to ``target`` as ``value`` (its prompt)."""
+        ls, p = self.zs.probs(target, vocab)
+        own = p[0, ls.names.index(value)]
+        return int(np.sum(p[0] >= own)) - 1
+
+    def _edit_holds(self, edit: Edit, target: np.ndarray) -> bool:
+        vocab = SLOT_VOCAB[edit.slot]
+        k = max(self.cfg.object_top_k if edit.slot == "object" else self.cfg.top_k, len(edit.values))
+        ranks = [self._rank(target, vocab, v) for v in edit.values]
+        if edit.op == "remove":
+            return all(r >= k for r in ranks)
+        return all(r < k for r in ranks)
+
+    def edits(self, instruction: str) -> list[Edit]:
+        """The edits of ``instruction`` that this verifier judges (slots in ``vocabularies``)."""
+        if self._lexicon is None:
+            self._lexicon = Lexicon(self.cfg.vocab_dir or None)
+        mod = self._lexicon.parse_modification(instruction)
+        return [e for e in mod.edits if SLOT_VOCAB[e.slot] in self._by_name]
+
     def _negation_contrast(self, text: str, target: np.ndarray) -> bool:
         emb = embed_texts_once(self.encoder, [text, self.cfg.negation.replace("{}", text)])
         s = emb @ target
@@ -206,14 +237,14 @@ class ContrastVerifier(Verifier):
 
     def verify(self, candidate: Path, instruction: str, *, reference: Path | None = None,
                caption: str | None = None, reference_caption: str | None = None) -> bool:
-        """Does the candidate satisfy ``instruction``? (vocabulary mentions judged on the
-        candidate; otherwise the candidate must be closer to the instruction than the reference)."""
+        """Does the candidate satisfy ``instruction``? (its edits judged on the candidate;
+        without edits, the candidate must be closer to the instruction than the reference)."""
         if not isinstance(instruction, str) or not instruction.strip():
             raise InputError(f"verifier 'contrast': the instruction must be a non-empty text, got {instruction!r}")
         target = self._target(candidate, caption)
-        verdict = self._judge(instruction, target)
-        if verdict is not None:
-            return verdict
+        edits = self.edits(instruction)
+        if edits:
+            return all(self._edit_holds(e, target) for e in edits)
         if reference is not None:
             q = embed_texts_once(self.encoder, [instruction])[0]
             return bool(target @ q > self._image_embedding(reference) @ q)

@@ -10,7 +10,7 @@ from typing import ClassVar
 from ...framework.errors import InputError
 from ...framework.interfaces import Verifier
 from ...registry import VERIFIERS
-from .answers import check_policy, decide
+from .answers import ask, check_policy
 
 
 @VERIFIERS.register("entailment")
@@ -35,7 +35,7 @@ class EntailmentVerifier(Verifier):
 
     @dataclass
     class Config:
-        prompt: str = "verifier/entail"
+        prompt: str = "tasks/entail"
         unclear: str = "no"
 
     def __init__(self, cfg=None, **deps):
@@ -47,8 +47,8 @@ class EntailmentVerifier(Verifier):
         if not caption:
             raise InputError(f"verifier 'entailment' needs the candidate's caption (caption=) to judge "
                              f"{statement!r}{f' for {candidate}' if candidate else ''}")
-        reply = self.llm.run_task("entail", {"statement": statement, "caption": caption}, prompt=self.cfg.prompt)
-        return decide(reply, self.cfg.unclear, what="verifier 'entailment': entail reply")
+        return ask(lambda: self.llm.run_task("entail", {"statement": statement, "caption": caption}, prompt=self.cfg.prompt),
+                   self.cfg.unclear, what="true/false answer of verifier 'entailment'")
 
     def verify(self, candidate: Path, instruction: str, *, reference: Path | None = None,
                caption: str | None = None, reference_caption: str | None = None) -> bool:

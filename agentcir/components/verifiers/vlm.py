@@ -10,7 +10,7 @@ from typing import ClassVar
 from ...framework.errors import InputError
 from ...framework.interfaces import Verifier
 from ...registry import VERIFIERS
-from .answers import check_policy, decide
+from .answers import ask, check_policy
 
 
 @VERIFIERS.register("vlm")
@@ -36,9 +36,9 @@ class VLMVerifier(Verifier):
 
     @dataclass
     class Config:
-        verify_prompt: str = "verifier/verify"
+        verify_prompt: str = "tasks/verify"
         verify_caption_prompt: str = "verifier/verify_caption"
-        answer_prompt: str = "verifier/answer"
+        answer_prompt: str = "tasks/answer"
         unclear: str = "no"
 
     def __init__(self, cfg=None, **deps):
@@ -51,21 +51,20 @@ class VLMVerifier(Verifier):
         candidate's caption, is not used: the VLM looks at the image.)"""
         variables = {"modification": instruction, "reference_caption": reference_caption or "unknown"}
         if reference is not None:
-            reply = self.llm.run_task("verify", variables, images=[Path(reference), Path(candidate)],
-                                      prompt=self.cfg.verify_prompt)
+            images, prompt = [Path(reference), Path(candidate)], self.cfg.verify_prompt
         elif reference_caption:
-            reply = self.llm.run_task("verify", variables, images=[Path(candidate)],
-                                      prompt=self.cfg.verify_caption_prompt)
+            images, prompt = [Path(candidate)], self.cfg.verify_caption_prompt
         else:
             raise InputError("verifier 'vlm': verify needs the reference image or the reference's caption "
                              "(reference= or reference_caption=)")
-        return decide(reply, self.cfg.unclear, what=f"verifier 'vlm': verify reply for '{candidate}'")
+        return ask(lambda: self.llm.run_task("verify", variables, images=images, prompt=prompt), self.cfg.unclear,
+                   what=f"yes/no answer of verifier 'vlm' for '{candidate}'")
 
     def check(self, statement: str, *, candidate: Path | None = None, caption: str | None = None) -> bool:
         """Is ``statement`` true of the candidate image? (needs ``candidate``)"""
         if candidate is None:
             raise InputError("verifier 'vlm': check needs the candidate image (candidate=); "
                              "to judge a caption use verifier=entailment")
-        reply = self.llm.run_task("answer", {"statement": statement}, images=[Path(candidate)],
-                                  prompt=self.cfg.answer_prompt)
-        return decide(reply, self.cfg.unclear, what=f"verifier 'vlm': answer reply for '{candidate}'")
+        return ask(lambda: self.llm.run_task("answer", {"statement": statement}, images=[Path(candidate)],
+                                             prompt=self.cfg.answer_prompt),
+                   self.cfg.unclear, what=f"true/false answer of verifier 'vlm' for '{candidate}'")

@@ -4,8 +4,7 @@ import json
 
 import pytest
 
-from agentcir.components.captioners.vlm import one_line
-from agentcir.components.verifiers.answers import ReplyError
+from agentcir.components.llms.parsing import ReplyParseError
 from agentcir.framework.errors import InputError
 from agentcir.registry import CAPTIONERS
 
@@ -16,7 +15,7 @@ def test_vlm_caption_sends_the_image_and_the_prompt(scripted, images):
     assert cap.caption(images["red_tshirt"]) == "A red cotton t-shirt on a white background."
     call = llm.calls[0]
     assert call["images"] == [str(images["red_tshirt"])]
-    assert call["text"].startswith("Describe this image in one sentence")
+    assert call["text"].startswith("Describe this image in one sentence")  # recipes/prompts/tasks/caption.txt
 
 
 def test_vlm_caption_with_own_prompt_file(scripted, images, tmp_path):
@@ -30,7 +29,7 @@ def test_vlm_caption_with_own_prompt_file(scripted, images, tmp_path):
 
 def test_vlm_empty_caption_is_an_error(scripted, images):
     cap = CAPTIONERS.build("vlm", {}, llm=scripted(["  ``  "]))
-    with pytest.raises(ReplyError, match="empty caption for image .*red_tshirt.png"):
+    with pytest.raises(ReplyParseError, match="the caption reply is empty"):
         cap.caption(images["red_tshirt"])
 
 
@@ -40,9 +39,13 @@ def test_vlm_missing_prompt_file_is_named(scripted, images):
         cap.caption(images["red_tshirt"])
 
 
-def test_one_line():
-    assert one_line("```\nA dog\n on grass```") == "A dog on grass"
-    assert one_line("Description: 'two cats'") == "two cats"
+def test_vlm_caption_with_the_offline_rules_llm_says_it_cannot_see(images):
+    from agentcir.components.llms.rules import NeedsVisionError
+    from agentcir.registry import LLMS
+
+    cap = CAPTIONERS.build("vlm", {}, llm=LLMS.build("rules", {}))
+    with pytest.raises(NeedsVisionError, match="caption"):
+        cap.caption(images["red_tshirt"])
 
 
 # -- dataset ---------------------------------------------------------------------------------

@@ -3,8 +3,8 @@
 import pytest
 
 from agentcir.components.detectors.crop_tagger import grid_boxes
-from agentcir.components.detectors.vlm import parse_objects
-from agentcir.components.verifiers.answers import ReplyError
+from agentcir.components.detectors.vlm import normalize_labels
+from agentcir.components.llms.parsing import ReplyParseError
 from agentcir.framework.errors import InputError
 from agentcir.registry import DETECTORS
 
@@ -14,20 +14,22 @@ from agentcir.registry import DETECTORS
     ('Sure! ```json\n{"objects": ["cat", "sofa"]}\n``` Hope this helps.', ["cat", "sofa"]),
     ("Here you go: {'objects': ['cat', 'a sofa', 'cat']}", ["cat", "sofa"]),
     ('["shoe", "sock"]', ["shoe", "sock"]),
-    ('{"objects": [{"label": "bag"}, {"name": "hat"}, 3]}', ["bag", "hat"]),
-    ("Objects:\n- red scarf\n- a wooden table\n2. lamp", ["red scarf", "wooden table", "lamp"]),
-    ("cat, dog and bird.", ["cat", "dog", "bird"]),
     ('{"objects": []}', []),
 ])
-def test_parse_objects(reply, expected):
-    assert parse_objects(reply) == expected
+def test_vlm_detector_reads_the_reply(scripted, images, reply, expected):
+    det = DETECTORS.build("vlm", {}, llm=scripted([reply]))
+    assert [d["label"] for d in det.detect(images["red_tshirt"])] == expected
 
 
-@pytest.mark.parametrize("reply", ["", "I can see a person who is standing in front of a large building at night",
-                                   '{"objects": ["a", ', '{"caption": "no list"}'])
-def test_parse_objects_refuses_what_is_not_a_list(reply):
-    with pytest.raises(ReplyError, match="cannot read a list of objects from the reply"):
-        parse_objects(reply)
+@pytest.mark.parametrize("reply", ["", "I can see a person standing in front of a building", '{"objects": ["a", '])
+def test_vlm_detector_refuses_what_is_not_a_list(scripted, images, reply):
+    det = DETECTORS.build("vlm", {}, llm=scripted([reply]))
+    with pytest.raises(ReplyParseError, match="list_objects"):
+        det.detect(images["red_tshirt"])
+
+
+def test_normalize_labels():
+    assert normalize_labels(["The Red Scarf.", "a  lamp", "lamp", " ", "an owl"]) == ["red scarf", "lamp", "owl"]
 
 
 def test_vlm_detector_lists_objects(scripted, images):
@@ -37,7 +39,7 @@ def test_vlm_detector_lists_objects(scripted, images):
                                                 {"label": "hanger", "score": 1.0, "box": None}]
     call = llm.calls[0]
     assert call["images"] == [str(images["red_tshirt"])] and call["json_mode"] is True
-    assert '{"objects": ["...", "..."]}' in call["text"]
+    assert '{"objects": ["<object>", "<object>"]}' in call["text"]  # recipes/prompts/tasks/list_objects.txt
 
 
 # -- crop_tagger ---------------------------------------------------------------------------------

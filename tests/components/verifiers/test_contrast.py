@@ -70,6 +70,13 @@ def test_verify_instruction(word_encoder, verifier, images):
     assert verifier.verify(red, "make it blue", reference=red) is False
     assert verifier.verify(red, "change to a dress", reference=blue) is False
     assert verifier.verify(images["yellow_dress"], "a dress instead, not blue") is True
+    assert verifier.verify(images["yellow_dress"], "make it a dress in blue instead of yellow") is False
+    assert verifier.verify(blue, "blue instead of red", reference=red) is True
+    assert verifier.verify(red, "without stripes") is True  # the word encoder never ranks striped first
+    assert verifier.verify(red, "add an apple") is True and verifier.verify(red, "remove the apple") is False
+    assert verifier.verify(blue, "remove the apple") is True
+    assert [(e.slot, e.op, e.values) for e in verifier.edits("a dress instead, not blue")] == [
+        ("article", "set", ("dress",)), ("colour", "remove", ("blue",))]
     # no vocabulary term: the candidate must be closer to the instruction than the reference
     only_colours = VERIFIERS.build("contrast", {"vocabularies": ["colours"]}, encoder=word_encoder)
     assert only_colours.verify(red, "more like an apple", reference=images["yellow_dress"]) is True
@@ -89,6 +96,8 @@ def test_works_with_any_encoder_and_bad_config(toy_encoder, word_encoder, images
     v = VERIFIERS.build("contrast", {}, encoder=toy_encoder)
     assert isinstance(v.check("a red t-shirt", candidate=images["red_tshirt"]), bool)
     assert isinstance(v.verify(images["red_tshirt"], "brighter please", reference=images["blue_tshirt"]), bool)
+    with pytest.raises(InputError, match="field 'object_top_k' must be at least 1"):
+        VERIFIERS.build("contrast", {"object_top_k": 0}, encoder=word_encoder)
     with pytest.raises(InputError, match="field 'top_k' must be at least 1"):
         VERIFIERS.build("contrast", {"top_k": 0}, encoder=word_encoder)
     with pytest.raises(InputError, match="field 'negation' needs exactly one"):
