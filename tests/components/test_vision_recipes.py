@@ -12,7 +12,7 @@ FILES = sorted((g, p.stem) for g in GROUPS for p in (RECIPES_DIR / g).glob("*.ya
 
 #: one config change per key that must change the identity
 CHANGES = {
-    ("captioner", "vlm"): "captioner.prompt=verifier/answer",
+    ("captioner", "vlm"): "captioner.prompt=verifier/verify_caption",
     ("captioner", "transformers"): "captioner.max_new_tokens=12",
     ("captioner", "dataset"): "captioner.caption_field=title",
     ("captioner", "tagger"): "captioner.default_min_prob=0.5",
@@ -23,7 +23,7 @@ CHANGES = {
     ("detector", "owlvit"): "detector.threshold=0.2",
     ("detector", "crop_tagger"): "detector.grids=[1,2]",
     ("verifier", "vlm"): "verifier.unclear=error",
-    ("verifier", "entailment"): "verifier.prompt=verifier/answer",
+    ("verifier", "entailment"): "verifier.prompt=tasks/answer",
     ("verifier", "contrast"): "verifier.top_k=2",
 }
 

@@ -56,4 +56,4 @@ def test_none_generator_and_recipe(word_encoder):
     assert GENERATORS.build("none", {}).generate("anything", reference=Path("x.jpg")) is None
     assert GENERATORS.build("none", {}).bind(object()).generate("x") is None
     # in a recipe, `generator=none` means "no generator" (methods take it as optional)
-    assert compose(["+generator=none"])["generator"] == {"name": "none"}
+    assert compose(["generator=none"])["generator"] == {"name": "none"}
