@@ -48,9 +48,13 @@ class TaggerCaptioner(Captioner):
     ``template`` with ``{vocabulary}`` slots filled, blanks collapsed and a/an fixed.
 
     Config:
-        vocabularies: vocabulary files to tag with (names under ``vocab_dir``).
+        vocabularies: vocabulary files to tag with (names under ``vocab_dir``). ``genders`` is
+            not tagged by default: the bundled catalog encoder names it wrongly 95% of the
+            time on the demo photos (benchmarks/offline_vision_quality.py); add it (and a
+            ``{genders}`` slot) with an encoder that separates it.
         template: the caption, one ``{name}`` slot per vocabulary.
-        prompts: per-vocabulary zero-shot prompt overrides (``{}`` = the term).
+        prompts: per-vocabulary zero-shot prompt overrides (``{}`` = the term; ``|`` separates
+            the templates of an ensemble).
         forms: how a term is written in the caption (``men`` -> ``men's``).
         fallback: text for a slot whose attribute was left out (default: nothing).
         min_prob: per-vocabulary minimum probability (default ``default_min_prob``).
@@ -68,14 +72,14 @@ class TaggerCaptioner(Captioner):
 
     @dataclass
     class Config:
-        vocabularies: list[str] = field(default_factory=lambda: ["colours", "patterns", "genders", "articles"])
-        template: str = "a photo of a {colours} {patterns} {genders} {articles}"
+        vocabularies: list[str] = field(default_factory=lambda: ["colours", "patterns", "articles"])
+        template: str = "a photo of a {colours} {patterns} {articles}"
         prompts: dict[str, str] = field(default_factory=dict)
         forms: dict[str, str] = field(default_factory=lambda: {"men": "men's", "women": "women's", "boys": "boys'",
                                                                "girls": "girls'", "solid": ""})
         fallback: dict[str, str] = field(default_factory=lambda: {"articles": "item"})
         min_prob: dict[str, float] = field(default_factory=lambda: {"patterns": 0.5})
-        default_min_prob: float = 0.2
+        default_min_prob: float = 0.4
         min_margin: dict[str, float] = field(default_factory=dict)
         default_min_margin: float = 0.0
         max_values: dict[str, int] = field(default_factory=dict)

@@ -3,9 +3,10 @@ attribute vocabularies (``agentcir/data/vocab``), shared by the offline captione
 (``captioner=tagger``), detector (``detector=crop_tagger``) and verifier
 (``verifier=contrast``).
 
-Each vocabulary term becomes a prompt (``"a photo of a {} item"`` for colours,
-``"a photo of a {}"`` for articles, ...); an image is scored against every prompt of a
-vocabulary by cosine similarity, turned into probabilities with a softmax at
+Each vocabulary term becomes a prompt (``"a photo of a {}"`` for articles, ...), or an
+ensemble of prompts separated by ``|`` whose embeddings are averaged (colours: ``"a photo
+of a {} item|a {} product|a photo of something {}"``); an image is scored against every
+term of a vocabulary by cosine similarity, turned into probabilities with a softmax at
 ``temperature``. Prompt texts are embedded once per encoder identity and reused by
 every component in the process (:func:`embed_texts_once`).
 """
@@ -26,7 +27,7 @@ from ...framework.vocab import VOCAB_DIR, Vocabulary, load_vocab
 
 #: default zero-shot prompt per bundled vocabulary (``{}`` = the term)
 DEFAULT_PROMPTS: dict[str, str] = {
-    "colours": "a photo of a {} item",
+    "colours": "a photo of a {} item|a {} product|a photo of something {}",
     "articles": "a photo of a {}",
     "genders": "a photo of a product for {}",
     "usages": "a photo of a {} outfit",
@@ -69,10 +70,17 @@ def softmax(x: np.ndarray, temperature: float) -> np.ndarray:
     return (e / e.sum(axis=-1, keepdims=True)).astype(np.float32)
 
 
-def check_prompt(template: str, where: str) -> str:
-    if template.count("{}") != 1:
-        raise InputError(f"{where}: a zero-shot prompt needs exactly one '{{}}' where the term goes, got {template!r}")
-    return template
+def templates(prompt: str) -> list[str]:
+    """The templates of a prompt ensemble ``"a photo of a {}|a {} product"``."""
+    return [t.strip() for t in prompt.split("|") if t.strip()]
+
+
+def check_prompt(prompt: str, where: str) -> str:
+    """``prompt`` if every template of it has exactly one ``{}``, else an error naming it."""
+    if not templates(prompt) or any(t.count("{}") != 1 for t in templates(prompt)):
+        raise InputError(f"{where}: a zero-shot prompt needs exactly one '{{}}' where the term goes "
+                         f"(in each '|'-separated template), got {prompt!r}")
+    return prompt
 
 
 @dataclass(frozen=True)
@@ -90,10 +98,10 @@ class ZeroShot:
     Args:
         encoder: any Encoder.
         vocab_dir: folder of vocabulary files (``""``: the bundled ones).
-        prompts: per-vocabulary prompt overrides (``{"colours": "a {} garment"}``).
+        prompts: per-vocabulary prompt overrides (``{"colours": "a {} garment|a {} product"}``).
         temperature: softmax temperature over cosine similarities (CLIP's is 0.01).
-        synonyms: embed every synonym of a term and average them (prompt ensembling),
-            instead of the canonical term only.
+        synonyms: embed every synonym of a term too and average them with the canonical
+            term's prompts, instead of the canonical term only.
         where: names the owning component in error messages.
     """
 
@@ -116,9 +124,9 @@ class ZeroShot:
     def prompt_for(self, vocab: str) -> str:
         return self.prompts.get(vocab) or DEFAULT_PROMPTS.get(vocab) or FALLBACK_PROMPT
 
-    def phrase(self, vocab: str, term: str) -> str:
-        """The prompt text of ``term`` from vocabulary ``vocab``."""
-        return self.prompt_for(vocab).replace("{}", term)
+    def phrases(self, vocab: str, term: str) -> list[str]:
+        """The prompt texts of ``term`` from vocabulary ``vocab`` (one per template)."""
+        return [t.replace("{}", term) for t in templates(self.prompt_for(vocab))]
 
     def labels(self, *vocabs: str) -> LabelSet:
         """The label set of one or several vocabularies (a term listed twice is kept once)."""
@@ -137,12 +145,12 @@ class ZeroShot:
                     continue
                 names.append(term)
                 origin.append(v)
-                groups.append([self.phrase(v, s) for s in (syns if self.synonyms else (term,))])
+                groups.append([p for s in (syns if self.synonyms else (term,)) for p in self.phrases(v, s)])
         if not names:
             raise InputError(f"{self.where}: vocabularies {', '.join(vocabs)} hold no terms")
         flat = [t for g in groups for t in g]
         emb = embed_texts_once(self.encoder, flat)
-        if self.synonyms:
+        if len(flat) > len(groups):  # ensembles: average each term's prompts
             bounds = np.cumsum([0, *map(len, groups)])
             emb = l2_normalize(np.stack([emb[a:b].mean(0) for a, b in zip(bounds[:-1], bounds[1:])]))
         out = LabelSet(tuple(names), tuple(origin), emb)

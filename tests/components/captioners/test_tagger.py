@@ -23,7 +23,8 @@ def test_caption_names_colour_and_article(word_encoder, images):
 
 def test_unsure_attributes_are_left_out(word_encoder, images):
     # the word encoder knows nothing of patterns or genders: every term ties, so none is kept
-    tags = build(word_encoder).tags(images["red_tshirt"])
+    tags = build(word_encoder, vocabularies=["colours", "patterns", "genders", "articles"],
+                 template="a photo of a {colours} {patterns} {genders} {articles}").tags(images["red_tshirt"])
     assert tags["patterns"] == [] and tags["genders"] == []
     assert tags["colours"][0][0] == "red" and tags["colours"][0][1] > 0.99
     # a per-attribute threshold removes a sure attribute too; the article falls back to "item"
@@ -50,7 +51,8 @@ def test_template_forms_and_fallback(word_encoder, images):
 
 
 def test_gender_possessive_form_and_a_an(word_encoder):
-    cap = build(word_encoder)
+    cap = build(word_encoder, vocabularies=["colours", "patterns", "genders", "articles"],
+                template="a photo of a {colours} {patterns} {genders} {articles}")
     tags = {"colours": [("olive", 0.9)], "patterns": [], "genders": [("men", 0.8)], "articles": [("t-shirt", 0.9)]}
     assert cap.render(tags) == "a photo of an olive men's t-shirt"
     tags = {"colours": [], "patterns": [("solid", 0.9)], "genders": [("unisex", 0.8)], "articles": [("cap", 0.9)]}
@@ -76,7 +78,9 @@ def test_prompts_are_encoded_once_per_encoder(word_encoder, images):
     build(word_encoder).caption(images["yellow_dress"])  # a second component with the same encoder
     assert len(word_encoder.text_calls) == n
     encoded = [t for call in word_encoder.text_calls for t in call]
-    assert len(encoded) == len(set(encoded)) and "a photo of a red item" in encoded
+    assert len(encoded) == len(set(encoded))
+    # colours use a prompt ensemble (averaged); articles one prompt
+    assert {"a photo of a red item", "a red product", "a photo of something red", "a photo of a dress"} <= set(encoded)
 
 
 def test_synonym_ensembling(word_encoder, images):
@@ -106,6 +110,8 @@ def test_bad_config_is_named(word_encoder):
         build(word_encoder, vocabularies=["shapes"], template="{shapes}")
     with pytest.raises(InputError, match=r"exactly one '\{\}'"):
         build(word_encoder, prompts={"colours": "a photo of colour"})
+    with pytest.raises(InputError, match=r"in each '\|'-separated template"):
+        build(word_encoder, prompts={"colours": "a {} thing|a photo"})
     with pytest.raises(InputError, match="temperature must be positive"):
         build(word_encoder, temperature=0.0)
     with pytest.raises(TypeError, match="needs the component"):
