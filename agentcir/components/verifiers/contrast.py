@@ -4,7 +4,9 @@ candidate's image embedding (or its caption's text embedding).
 The rule (:meth:`ContrastVerifier.check`):
 
 1. Find the vocabulary terms the statement mentions (colours, patterns, articles,
-   genders, usages, objects; the longest match wins, then the order of ``vocabularies``).
+   genders, usages, objects; found by the rules engine of the offline LLM,
+   :meth:`agentcir.components.llms.edits.Lexicon.mentions`: plurals too, the longest
+   match wins, then its slot priority).
 2. For each mention, build the statement with that term replaced by every value of its
    vocabulary ("a photo of a blue shirt" -> "... a red shirt", "... a green shirt", ...).
    The mention holds when the statement's own value ranks within the ``top_k`` most
@@ -38,7 +40,7 @@ import threading
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import ClassVar
+from typing import ClassVar, Iterable
 
 import numpy as np
 
@@ -47,7 +49,7 @@ from ...framework.hashing import file_digest
 from ...framework.interfaces import Verifier
 from ...registry import VERIFIERS
 from ..captioners.zeroshot import ZeroShot, embed_texts_once
-from ..llms.edits import SLOT_VOCAB, Edit, Lexicon
+from ..llms.edits import PRIORITY, SLOT_VOCAB, Edit, Lexicon
 
 #: words that negate the mention after them (plus any word ending in "n't")
 NEGATIONS = frozenset({"not", "no", "without", "non", "never", "nor", "remove", "removed", "removing", "minus",
@@ -67,22 +69,14 @@ class Mention:
     negation: tuple[int, int] | None  # span of the negating word, if any
 
 
-def find_mentions(text: str, vocabs: list[tuple[str, object]]) -> list[Mention]:
-    """Vocabulary mentions in ``text`` (non-overlapping, longest first, then vocabulary order),
-    each with the span of the negation word that governs it, if any."""
-    found: list[tuple[int, int, str, str, int]] = []
-    for order, (name, voc) in enumerate(vocabs):
-        for s, e, term in voc.find(text):
-            found.append((s, e, term, name, order))
-    found.sort(key=lambda m: (-(m[1] - m[0]), m[4], m[0]))
-    taken: list[tuple[int, int]] = []
-    out: list[Mention] = []
-    for s, e, term, name, _ in found:
-        if any(s < b and a < e for a, b in taken):
-            continue
-        taken.append((s, e))
-        out.append(Mention(s, e, term, name, _negation(text, s)))
-    return sorted(out, key=lambda m: m.start)
+def find_mentions(text: str, lexicon: Lexicon, vocabs: Iterable[str]) -> list[Mention]:
+    """Mentions of the vocabularies ``vocabs`` in ``text`` (found by the rules engine:
+    plurals too, non-overlapping, longest first, then its slot priority), each with the span
+    of the negation word that governs it, if any."""
+    wanted = set(vocabs)
+    slots = tuple(s for s in PRIORITY if SLOT_VOCAB[s] in wanted)
+    return [Mention(m.start, m.end, m.value, SLOT_VOCAB[m.slot], _negation(text, m.start))
+            for m in lexicon.mentions(text, slots)]
 
 
 def _negation(text: str, start: int) -> tuple[int, int] | None:
@@ -117,7 +111,7 @@ class ContrastVerifier(Verifier):
     """Encoder contrast of a statement against its alternatives (see the module docstring).
 
     Config:
-        vocabularies: vocabularies whose terms are judged (earlier ones win ties).
+        vocabularies: vocabularies whose terms are judged (of the six the rules engine knows).
         top_k: a mention holds when its value ranks within the top ``top_k`` of its vocabulary.
         object_top_k: the same for objects an instruction adds or removes (a scene holds several).
         negation: template of a statement's explicit negation (``{}`` = the statement).
@@ -145,8 +139,11 @@ class ContrastVerifier(Verifier):
         if c.negation.count("{}") != 1:
             raise InputError(f"{where}: field 'negation' needs exactly one '{{}}' for the statement, got {c.negation!r}")
         self.zs = ZeroShot(self.encoder, vocab_dir=c.vocab_dir, where=where)
-        self.vocabs = [(v, self.zs.vocabulary(v)) for v in c.vocabularies]
-        self._by_name = dict(self.vocabs)
+        unknown = sorted(set(c.vocabularies) - set(SLOT_VOCAB.values()))
+        if unknown:
+            raise InputError(f"{where}: field 'vocabularies' names {', '.join(unknown)}; the verifier judges "
+                             f"{', '.join(SLOT_VOCAB.values())}")
+        self._by_name = {v: self.zs.vocabulary(v) for v in c.vocabularies}
         self._lexicon: Lexicon | None = None
         self._images: OrderedDict[tuple, np.ndarray] = OrderedDict()
         self._lock = threading.Lock()
@@ -185,7 +182,7 @@ class ContrastVerifier(Verifier):
 
     def _judge(self, text: str, target: np.ndarray) -> bool | None:
         """The mention rule; ``None`` when ``text`` mentions no vocabulary term."""
-        mentions = find_mentions(text, self.vocabs)
+        mentions = find_mentions(text, self.lexicon, self._by_name)
         if not mentions:
             return None
         for m in mentions:
@@ -194,7 +191,8 @@ class ContrastVerifier(Verifier):
             else:
                 # judge the positive statement (offsets move with the removed word: find the term again)
                 pos = positive_form(text, m.negation)
-                again = next((x for x in find_mentions(pos, self.vocabs) if x.term == m.term and x.vocab == m.vocab), None)
+                again = next((x for x in find_mentions(pos, self.lexicon, self._by_name)
+                              if x.term == m.term and x.vocab == m.vocab), None)
                 ok = not (self._mention_holds(pos, again, target) if again else self._mention_holds(text, m, target))
             if not ok:
                 return False
@@ -214,11 +212,16 @@ class ContrastVerifier(Verifier):
             return all(r >= k for r in ranks)
         return all(r < k for r in ranks)
 
-    def edits(self, instruction: str) -> list[Edit]:
-        """The edits of ``instruction`` that this verifier judges (slots in ``vocabularies``)."""
+    @property
+    def lexicon(self) -> Lexicon:
+        """The rules engine's reader of the vocabularies (built on first use)."""
         if self._lexicon is None:
             self._lexicon = Lexicon(self.cfg.vocab_dir or None)
-        mod = self._lexicon.parse_modification(instruction)
+        return self._lexicon
+
+    def edits(self, instruction: str) -> list[Edit]:
+        """The edits of ``instruction`` that this verifier judges (slots in ``vocabularies``)."""
+        mod = self.lexicon.parse_modification(instruction)
         return [e for e in mod.edits if SLOT_VOCAB[e.slot] in self._by_name]
 
     def _negation_contrast(self, text: str, target: np.ndarray) -> bool:

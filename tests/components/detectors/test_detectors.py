@@ -57,11 +57,16 @@ def test_crop_tagger_finds_objects_and_where_they_are(word_encoder, images):
     det = DETECTORS.build("crop_tagger", {"vocabularies": ["objects"], "grids": [1, 2], "overlap": 0.0},
                           encoder=word_encoder)
     found = {d["label"]: d for d in det.detect(images["red_yellow"])}
+    assert word_encoder.image_calls == 5  # the whole image and 4 crops, in one batch
     assert set(found) == {"apple", "banana", "orange"}
     assert found["orange"]["box"] == [0, 0, 60, 60]
     assert found["apple"]["box"][2] <= 30 and found["banana"]["box"][0] >= 30
-    assert all(0.3 <= d["score"] <= 1.0 for d in found.values())
-    assert word_encoder.image_calls == 5  # the whole image and 4 crops, in one batch
+    # scores are probability x crop area fraction: the whole image first, its halves' quarter-crops after
+    assert found["orange"]["score"] > 0.9 and 0.2 < found["apple"]["score"] < 0.3
+    assert [d["label"] for d in det.detect(images["red_yellow"])][0] == "orange"
+    unweighted = DETECTORS.build("crop_tagger", {"vocabularies": ["objects"], "grids": [1, 2], "overlap": 0.0,
+                                                 "area_power": 0.0}, encoder=word_encoder)
+    assert all(d["score"] > 0.9 for d in unweighted.detect(images["red_yellow"]))
 
 
 def test_crop_tagger_thresholds_and_limits(word_encoder, images):
@@ -83,6 +88,8 @@ def test_crop_tagger_default_vocabularies_and_any_encoder(word_encoder, toy_enco
 def test_crop_tagger_bad_config(word_encoder):
     with pytest.raises(InputError, match=r"field 'grids' must list grid sizes >= 1, got \[0\]"):
         DETECTORS.build("crop_tagger", {"grids": [0]}, encoder=word_encoder)
+    with pytest.raises(InputError, match="field 'area_power' must be >= 0"):
+        DETECTORS.build("crop_tagger", {"area_power": -1.0}, encoder=word_encoder)
     with pytest.raises(InputError, match=r"field 'overlap' must be in \[0, 1\)"):
         DETECTORS.build("crop_tagger", {"overlap": 1.0}, encoder=word_encoder)
     with pytest.raises(InputError, match="vocabulary 'things' not found"):

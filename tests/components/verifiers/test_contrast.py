@@ -4,23 +4,26 @@ import pytest
 
 from agentcir.components.verifiers.contrast import find_mentions, positive_form
 from agentcir.framework.errors import InputError
-from agentcir.framework.vocab import load_vocab
+from agentcir.components.llms.edits import Lexicon
 from agentcir.registry import VERIFIERS
 
-VOCABS = [(v, load_vocab(v)) for v in ("colours", "patterns", "articles", "genders", "usages", "objects")]
+LEX = Lexicon()
+VOCABS = ("colours", "patterns", "articles", "genders", "usages", "objects")
 
 
 def test_find_mentions_and_negations():
     text = "The navy blue t-shirt is not striped, but has no logo"
-    ms = find_mentions(text, VOCABS)
+    ms = find_mentions(text, LEX, VOCABS)
     assert [(m.term, m.vocab) for m in ms] == [("navy blue", "colours"), ("t-shirt", "articles"),
-                                               ("striped", "patterns"), ("graphic", "patterns")]
+                                               ("striped", "patterns"), ("logo", "objects")]
     neg = {m.term: (text[m.negation[0]:m.negation[1]] if m.negation else None) for m in ms}
-    assert neg == {"navy blue": None, "t-shirt": None, "striped": "not", "graphic": "no"}
+    assert neg == {"navy blue": None, "t-shirt": None, "striped": "not", "logo": "no"}
+    assert [m.term for m in find_mentions("two t-shirts and dresses", LEX, VOCABS)] == ["t-shirt", "dress"]  # plurals
+    assert [m.term for m in find_mentions("a red dress", LEX, ["articles"])] == ["dress"]  # only those judged
     # a negation does not reach past "but"/"and" or punctuation
-    ms = find_mentions("not red but blue", VOCABS)
+    ms = find_mentions("not red but blue", LEX, VOCABS)
     assert [(m.term, m.negation is not None) for m in ms] == [("red", True), ("blue", False)]
-    ms = find_mentions("it isn't a dress", VOCABS)
+    ms = find_mentions("it isn't a dress", LEX, VOCABS)
     assert ms[0].term == "dress" and ms[0].negation is not None
 
 
@@ -100,6 +103,8 @@ def test_works_with_any_encoder_and_bad_config(toy_encoder, word_encoder, images
         VERIFIERS.build("contrast", {"object_top_k": 0}, encoder=word_encoder)
     with pytest.raises(InputError, match="field 'top_k' must be at least 1"):
         VERIFIERS.build("contrast", {"top_k": 0}, encoder=word_encoder)
+    with pytest.raises(InputError, match="field 'vocabularies' names shapes; the verifier judges"):
+        VERIFIERS.build("contrast", {"vocabularies": ["colours", "shapes"]}, encoder=word_encoder)
     with pytest.raises(InputError, match="field 'negation' needs exactly one"):
         VERIFIERS.build("contrast", {"negation": "no"}, encoder=word_encoder)
 
