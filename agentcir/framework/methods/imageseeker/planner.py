@@ -219,8 +219,10 @@ class OfflinePlanner:
                 else:
                     why.append(f"no '{d.clue}' candidate matched {where}")
             found, saved = await self._verified(source, d.clue, "episode_verified")
+            seen = "verified in"
             if not found:  # nothing verified: trust the best-ranked candidates
                 found = self.tb.subsets.ids(source)[:3]
+                seen = "not verified in any photo; its top candidates are"
                 why.append(f"no photo was verified to show '{d.clue}'; using the top {len(found)} candidates")
             meta = await self._call("get_metadata", ids=found, fields=["event", "date"])
             rank: dict[str, int] = {}
@@ -235,7 +237,7 @@ class OfflinePlanner:
                 out = await self._call("filter_metadata", expression=f"event in [{quoted}]", save_as="episode_photos")
                 if not out.error:
                     scope = "episode_photos"
-                    why.append(f"'{d.clue}' verified in {len(found)} photo(s) of event(s) {', '.join(events)}"
+                    why.append(f"'{d.clue}' {seen} {len(found)} photo(s) of event(s) {', '.join(events)}"
                                + (f" ({where})" if where else ""))
         elif where:
             out = await self._call("filter_metadata", expression=where, save_as="episode_photos")
@@ -255,4 +257,4 @@ class OfflinePlanner:
             saved = "target_candidates"
             why.append(f"no photo verified to show '{d.target}'; answering with the top {len(ids)} candidate(s)")
         await self._call("answer", ids=ids, subset=None, reasoning="; ".join(why))
-        return PlanResult(ids, "; ".join(why + self.notes), saved, d)
+        return PlanResult(ids, "; ".join(dict.fromkeys(why + self.notes)), saved, d)
