@@ -61,7 +61,7 @@ class ImageSearchArgs:
     query: str = _doc("what to look for, described in words (may be empty when photo_ids are given)", "")
     photo_ids: list[str] = _doc("photos to use as visual queries (image-to-image search; averaged, "
                                 "and combined with the text when both are given)", factory=list)
-    top_k: int = _doc("how many photos to return", 50)
+    top_k: int = _doc("how many photos to return (default: the method's top_k)", 50)
     search_within: str | None = _doc("name of a saved subset to search within (default: all photos)", None)
     save_as: str | None = _doc("name to save the result under (default: image_search_<n>)", None)
 
@@ -323,6 +323,8 @@ class Toolbox:
             if name not in self.enabled:
                 raise ToolArgumentError(f"unknown tool '{name}'; tools: {', '.join(self.enabled)}")
             args = parse_arguments(name, arguments)
+            if name == "image_search" and not (isinstance(arguments, dict) and "top_k" in arguments):
+                args.top_k = self.default_top_k
             out.arguments = asdict(args)
             if name != "answer":
                 result, out.images, out.saved = await getattr(self, f"_{name}")(args)
@@ -377,7 +379,7 @@ class Toolbox:
     async def _image_search(self, a: ImageSearchArgs):
         if not a.query.strip() and not a.photo_ids:
             raise ToolArgumentError("image_search: give a query text, photo_ids, or both")
-        k = a.top_k or self.default_top_k
+        k = a.top_k
         if not 1 <= k <= MAX_TOP_K:
             raise ToolArgumentError(f"image_search: top_k must be between 1 and {MAX_TOP_K}, got {k}")
         parts = []
