@@ -8,7 +8,7 @@ import pytest
 
 from agentcir.components.llms.scripted_server import ScriptedServer, Step, chat_completion
 from agentcir.framework.errors import InputError
-from agentcir.framework.recipe import ComponentPool, compose
+from agentcir.framework.recipe import compose
 from agentcir.framework.runner import run_recipe
 
 from .conftest import read_jsonl
@@ -141,3 +141,28 @@ def test_llm_agent_context_compression_under_a_small_budget(history_bench, tmp_p
         assert "[Context memory: earlier steps of this session were compressed]" in later
         assert "subset 's0' = 8 photos from image_search" in later          # pinned findings survive compression
         assert "s0" in rec["context"]["working_memory"] or "s0" in rec["context"]["session_memory"]
+
+
+def test_llm_summariser_runs_through_the_cache(history_bench, tmp_path, plugin_path):
+    turns = iter([chat_completion(f"step {i}", tool_calls=[_call("image_search", {"query": f"hat {i}", "top_k": 6,
+                                                                                  "save_as": f"s{i}"}, i)]) for i in range(4)]
+                 + [chat_completion(None, tool_calls=[_call("answer", {"subset": "s3", "reasoning": "r"})])])
+
+    def reply(req):
+        if "response_format" in req.json:          # the compress_context task (JSON mode)
+            return Step(json=chat_completion(json.dumps({"session_memory": "SUMMARY searched hats s0..",
+                                                         "working_memory": "WORKING next: answer"})))
+        return Step(json=next(turns))
+
+    with ScriptedServer() as srv:
+        srv.script(CHAT, [reply])
+        res = run_recipe(recipe(history_bench, tmp_path, "llm=openai", f"llm.base_url={srv.base_url}", "llm.model=m",
+                                "llm.retries=0", "dataset.limit=1", "method.context_budget=1500", "method.context_keep_last=2",
+                                "method.summarizer=llm"))
+        rec = seek_records(res)[res.queries[0].id]
+        reqs = [q.json for q in srv.requests_to(CHAT)]
+        summaries = [r for r in reqs if "response_format" in r]
+        assert summaries and "Compress its history" in summaries[0]["messages"][0]["content"]
+        assert rec["stopped"] == "answered" and rec["compressions"]
+        assert "SUMMARY searched hats" in json.dumps(reqs[-1]["messages"])
+        assert res.stats["seek"].by_component.get("llm:openai", 0) == len(reqs)   # every call, summaries too, went through ctx.call

@@ -2,8 +2,6 @@
 
 from pathlib import Path
 
-import pytest
-
 from agentcir.framework.images import list_images
 from agentcir.framework.methods.imageseeker.exif import parse_xmp, read_metadata, scan_folder
 

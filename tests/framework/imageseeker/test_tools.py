@@ -2,7 +2,6 @@
 (toy-encoded) photo history, chained through named subsets."""
 
 import asyncio
-import json
 
 import numpy as np
 import pytest

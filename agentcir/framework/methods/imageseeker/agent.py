@@ -137,6 +137,7 @@ class ImageSeeker(Method):
                                             llm=self.llm if c.summarizer == "llm" else None)
         self.web = make_web_search(c.web_search, c.web_search_url)
         self._users: dict[str | None, UserStore] = {}
+        self._locks: dict[str | None, asyncio.Lock] = {}
         self._vocab: ClueVocabulary | None = None
 
     def _llm_can_call_tools(self) -> bool:
@@ -162,6 +163,12 @@ class ImageSeeker(Method):
         return self._vocab
 
     async def user_store(self, ctx: RunContext, gallery, user: str | None) -> UserStore:
+        """The user's photo store, visual tags and memory graph (built once, also when queries of
+        one user arrive concurrently)."""
+        async with self._locks.setdefault(user, asyncio.Lock()):
+            return await self._build_store(ctx, gallery, user)
+
+    async def _build_store(self, ctx: RunContext, gallery, user: str | None) -> UserStore:
         if user not in self._users:
             coll = PhotoCollection(gallery, user, event_gap_hours=self.cfg.event_gap_hours)
             vocab = await self._vocabulary(ctx)
@@ -290,10 +297,10 @@ class ImageSeeker(Method):
     # -- the LLM agent --------------------------------------------------------------------------
     def _context(self, ctx: RunContext, goal: str, system: str) -> CompressedContext:
         summarize = self.context_memory.summarize
-        if self.cfg.summarizer == "llm":
+        if self.cfg.summarizer == "llm":  # the summariser's LLM call goes through the run's cache too
             loop = asyncio.get_running_loop()
 
-            def summarize(goal: str, findings: list[str], session_memory: str, history: list[str]) -> dict:
+            def cached_summary(goal: str, findings: list[str], session_memory: str, history: list[str]) -> dict:
                 from ....components.llms.parsing import parse_task_reply
 
                 variables = {"goal": goal, "findings": findings or ["(none yet)"], "session_memory": session_memory or "(empty)",
@@ -302,6 +309,8 @@ class ImageSeeker(Method):
                     ctx.call(self.llm, "run_task", task="compress_context", variables=variables,
                              prompt=self.context_memory.cfg.prompt), loop)
                 return parse_task_reply("compress_context", fut.result())
+
+            summarize = cached_summary
 
         return CompressedContext(goal, budget=self.cfg.context_budget, keep_last=self.cfg.context_keep_last,
                                  summarizer=summarize, counter=self.context_memory.counter,

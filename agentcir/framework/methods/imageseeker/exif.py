@@ -185,9 +185,9 @@ def _exif_pillow(path: Path) -> dict[str, Any]:
 
 def read_exif(path: str | os.PathLike) -> dict[str, Any]:
     """Raw EXIF fields of a file (``exifread`` when installed, else Pillow). Raises on failure."""
-    try:
-        import exifread  # noqa: F401
-    except ImportError:
+    import importlib.util
+
+    if importlib.util.find_spec("exifread") is None:  # the photos extra; without it, Pillow
         return _exif_pillow(Path(path))
     return _exif_exifread(Path(path))
 

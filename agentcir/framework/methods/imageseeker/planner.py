@@ -31,7 +31,7 @@ from __future__ import annotations
 import re
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
-from typing import Awaitable, Callable, Sequence
+from typing import Awaitable, Callable
 
 from .dates import MONTHS, SEASONS, month_period, parse_period, season_period
 from .places import Gazetteer
