@@ -87,6 +87,7 @@ class ImageSeeker(Method):
         episode_top_k: offline planner: candidates searched for the episode clue.
         target_top_k: offline planner: candidates searched for the target.
         verify_max: offline planner: most candidates viewed per verification.
+        keep_top: offline planner: best-ranked target candidates always in the answer.
         web_search: web_search backend, ``none`` (offline) or ``searxng``.
         web_search_url: the SearXNG base URL for ``web_search=searxng``.
     """
@@ -117,6 +118,7 @@ class ImageSeeker(Method):
         episode_top_k: int = 100
         target_top_k: int = 200
         verify_max: int = 100
+        keep_top: int = 1
         web_search: str = "none"
         web_search_url: str = ""
 
@@ -227,18 +229,24 @@ class ImageSeeker(Method):
         return Toolbox(coll, subsets, embed_text=embed_text, view=view, web=self.web, graph=store.graph,
                        view_images=self.cfg.view_images and self.use_llm(), default_top_k=self.cfg.top_k, enabled=enabled)
 
-    async def _verify(self, ctx: RunContext, store: UserStore, photos: list[Photo], phrase: str, views: list[dict]) -> list[bool]:
+    async def _verify(self, ctx: RunContext, store: UserStore, photos: list[Photo], phrase: str, views: list[dict],
+                      contrast: str = "") -> list[bool]:
         """Offline "does the photo show ``phrase``?": its caption (when a captioner runs) names the
-        phrase or a synonym, or the phrase ranks within ``verify_rank`` of the vocabulary terms."""
+        phrase or a synonym, or the phrase ranks within ``verify_rank`` of the vocabulary terms, or
+        (given a ``contrast``, e.g. the question's other object) the photo is closer to the phrase
+        than to the contrast."""
         vocab = await self._vocabulary(ctx)
-        pe = l2_normalize(np.asarray(await ctx.call(self.encoder, "encode_texts", texts=[PROMPT.format(phrase)]), np.float32))[0]
+        texts = [PROMPT.format(phrase), *([PROMPT.format(contrast)] if contrast else [])]
+        te = l2_normalize(np.asarray(await ctx.call(self.encoder, "encode_texts", texts=texts), np.float32))
+        pe = te[0]
         emb = store.collection.embeddings[[store.collection.index(p.id) for p in photos]]
         ranks = vocab.rank_of(emb, phrase, pe)
+        closer = (emb @ pe > emb @ te[1]) if contrast else np.zeros(len(photos), bool)
         groups = vocab.group_of(phrase)
         words = [w for w in re.findall(r"[a-z0-9-]+", phrase.lower()) if len(w) > 2]
         out = []
         for r, v in zip(ranks, views):
-            ok = bool(r < self.cfg.verify_rank)
+            ok = bool(r < self.cfg.verify_rank) or bool(closer[len(out)])
             cap = str(v.get("caption") or "").lower()
             if cap:
                 named = bool(groups & vocab.group_of(cap)) or any(re.search(rf"\b{re.escape(w)}", cap) for w in words)
@@ -288,8 +296,9 @@ class ImageSeeker(Method):
 
     async def _offline_session(self, ctx: RunContext, store: UserStore, tb: Toolbox, q: Query) -> dict:
         d = decompose(q.text, store.collection.gazetteer)
-        planner = OfflinePlanner(tb, lambda photos, phrase, views: self._verify(ctx, store, photos, phrase, views),
-                                 PlanConfig(self.cfg.episode_top_k, self.cfg.target_top_k, self.cfg.verify_max))
+        planner = OfflinePlanner(tb, lambda photos, phrase, views, contrast: self._verify(ctx, store, photos, phrase, views, contrast),
+                                 PlanConfig(self.cfg.episode_top_k, self.cfg.target_top_k, self.cfg.verify_max,
+                                            keep_top=self.cfg.keep_top))
         res = await planner.run(d)
         return {"planner": "offline", "ids": res.ids, "reasoning": res.reasoning, "subset_chain": self._chain(tb, res.subset, res.ids),
                 "decomposition": d.to_json(), "stopped": "answered"}

@@ -17,11 +17,14 @@ so its trace (tool calls, subsets, subset chain) has the same form.
   photo of (``hat``); plural episode words (days, trips, times) or ``every``/``all the``
   mark an inter-event question (every matching event counts).
 
-**Plan**: (1) episode: ``image_search`` for the clue, ``filter_metadata`` by place/date,
-``view_photos`` to verify the clue, keep the events (photosets) of verified photos - the
-best one, or all for an inter-event question - and ``filter_metadata`` to their photos;
-(2) target: ``image_search`` for the target within the episode photos, ``view_photos`` to
-verify, ``filter_metadata`` (``id in [...]``) to save the verified answer; (3) ``answer``.
+**Plan**: (1) episode: ``filter_metadata`` by place/date (metadata is exact), ``image_search``
+for the clue within it, ``view_photos`` to verify the clue, rank the events (photosets) of the
+candidates by verified photos, then by their best-ranked photo, keep the best one - or every
+event with a verified photo for an inter-event question - and ``filter_metadata`` to their
+photos; (2) target: ``image_search`` for the target within the episode photos,
+``view_photos`` to verify that a photo shows the target rather than the episode's clue (plus
+the ``keep_top`` best-ranked candidates: a question always has an answer),
+``filter_metadata`` (``id in [...]``) to save the answer; (3) ``answer``.
 It understands questions of these shapes and nothing subtler (no relative dates such as
 "last summer", no negations, no counting).
 """
@@ -152,7 +155,8 @@ def decompose(query: str, gazetteer: Gazetteer, *, min_population: int = 15000) 
 
 
 # -- execution -------------------------------------------------------------------------------
-Verifier = Callable[[list[Photo], str, list[dict]], Awaitable[list[bool]]]
+#: ``async f(photos, phrase, views, contrast) -> [bool]``: does each photo show ``phrase`` (rather than ``contrast``)?
+Verifier = Callable[[list[Photo], str, list[dict], str], Awaitable[list[bool]]]
 
 
 @dataclass
@@ -161,6 +165,7 @@ class PlanConfig:
     target_top_k: int = 200
     verify_max: int = 100
     min_answer: int = 1
+    keep_top: int = 1
 
 
 @dataclass
@@ -186,19 +191,22 @@ class OfflinePlanner:
             self.notes.append(f"{name} failed: {out.error.splitlines()[0]}")
         return out
 
-    async def _verified(self, subset: str, phrase: str, save_as: str) -> tuple[list[str], str | None]:
+    async def _verified(self, subset: str, phrase: str, save_as: str, *, contrast: str = "",
+                        keep_top: int = 0) -> tuple[list[str], str | None]:
         """View the photos of ``subset`` (20 at a time, at most ``verify_max``), keep those that show
-        ``phrase``, and save them (``filter_metadata`` on ``id in [...]``)."""
+        ``phrase`` (rather than ``contrast``, when given) and the ``keep_top`` best-ranked ones, and
+        save them (``filter_metadata`` on ``id in [...]``), in the subset's order."""
         ids = self.tb.subsets.ids(subset)[: self.cfg.verify_max]
-        keep: list[str] = []
+        good: set[str] = set(ids[:keep_top])
         for start in range(0, len(ids), 20):
             batch = ids[start:start + 20]
             view = await self._call("view_photos", ids=batch, max=20)
             if view.error:
                 continue
             photos = [self.tb.c.get(i) for i in batch]
-            ok = await self.verify(photos, phrase, view.result["photos"])
-            keep += [i for i, good in zip(batch, ok) if good]
+            ok = await self.verify(photos, phrase, view.result["photos"], contrast)
+            good |= {i for i, yes in zip(batch, ok) if yes}
+        keep = [i for i in ids if i in good]
         if not keep:
             return [], None
         quoted = ", ".join(f'"{i}"' for i in keep)
@@ -210,34 +218,39 @@ class OfflinePlanner:
         scope: str | None = None
         why: list[str] = []
         if d.clue:
-            await self._call("image_search", query=f"a photo of {d.clue}", top_k=self.cfg.episode_top_k, save_as="episode_candidates")
-            source = "episode_candidates"
-            if where:
-                f = await self._call("filter_metadata", expression=where, filter_within=source, save_as="episode_filtered")
+            source = None
+            if where:  # metadata first: it is exact
+                f = await self._call("filter_metadata", expression=where, save_as="episode_scope")
                 if not f.error and f.result["count"]:
-                    source = "episode_filtered"
+                    source = "episode_scope"
                 else:
-                    why.append(f"no '{d.clue}' candidate matched {where}")
-            found, saved = await self._verified(source, d.clue, "episode_verified")
-            seen = "verified in"
-            if not found:  # nothing verified: trust the best-ranked candidates
-                found = self.tb.subsets.ids(source)[:3]
-                seen = "not verified in any photo; its top candidates are"
-                why.append(f"no photo was verified to show '{d.clue}'; using the top {len(found)} candidates")
-            meta = await self._call("get_metadata", ids=found, fields=["event", "date"])
-            rank: dict[str, int] = {}
-            for row in (meta.result or {}).get("photos", []):
-                if row.get("event"):
-                    rank[row["event"]] = rank.get(row["event"], 0) + 1
-            events = sorted(rank, key=lambda e: -rank[e])
-            if events and not d.multi:
+                    why.append(f"no photo matches {where}; searching all photos")
+            size = len(self.tb.subsets.ids(source)) if source else len(self.tb.c)
+            await self._call("image_search", query=f"a photo of {d.clue}", top_k=max(1, min(self.cfg.episode_top_k, size)),
+                             search_within=source, save_as="episode_candidates")
+            found, _ = await self._verified("episode_candidates", d.clue, "episode_verified")
+            ranked = self.tb.subsets.ids("episode_candidates")[: self.cfg.verify_max] if "episode_candidates" in self.tb.subsets else []
+            meta = await self._call("get_metadata", ids=ranked, fields=["event"]) if ranked else None
+            event_of = {r["id"]: r.get("event") for r in ((meta.result or {}).get("photos", []) if meta else [])}
+            stats: dict[str, list[int]] = {}   # event -> [verified photos, best rank]
+            for pos, pid in enumerate(ranked):
+                ev = event_of.get(pid)
+                if ev:
+                    s = stats.setdefault(ev, [0, pos])
+                    s[0] += pid in found
+            events = sorted(stats, key=lambda e: (-stats[e][0], stats[e][1]))
+            if d.multi:
+                events = [e for e in events if stats[e][0] > 0] or events[:1]
+            else:
                 events = events[:1]
+            if not found:
+                why.append(f"no photo was verified to show '{d.clue}'; trusting the best-ranked candidate")
             if events:
                 quoted = ", ".join(f'"{e}"' for e in events)
                 out = await self._call("filter_metadata", expression=f"event in [{quoted}]", save_as="episode_photos")
                 if not out.error:
                     scope = "episode_photos"
-                    why.append(f"'{d.clue}' {seen} {len(found)} photo(s) of event(s) {', '.join(events)}"
+                    why.append(f"'{d.clue}' seen in {sum(stats[e][0] for e in events)} photo(s) of event(s) {', '.join(events)}"
                                + (f" ({where})" if where else ""))
         elif where:
             out = await self._call("filter_metadata", expression=where, save_as="episode_photos")
@@ -249,9 +262,11 @@ class OfflinePlanner:
                                   search_within=scope, save_as="target_candidates")
         if search.error:
             return PlanResult([], "; ".join(why + self.notes), None, d)
-        ids, saved = await self._verified("target_candidates", d.target, "answer")
+        ids, saved = await self._verified("target_candidates", d.target, "answer", contrast=d.clue,
+                                          keep_top=self.cfg.keep_top)
         if ids:
-            why.append(f"{len(ids)} photo(s) verified to show '{d.target}'" + (" within those events" if scope else ""))
+            why.append(f"{len(ids)} photo(s) show '{d.target}'" + (f" rather than '{d.clue}'" if d.clue else "")
+                       + (" within those events" if scope else ""))
         else:
             ids = self.tb.subsets.ids("target_candidates")[: self.cfg.min_answer]
             saved = "target_candidates"
