@@ -8,7 +8,7 @@ import pytest
 
 from agentcir.components.llms.scripted_server import ScriptedServer, Step, chat_completion
 from agentcir.framework.errors import InputError
-from agentcir.framework.recipe import compose
+from agentcir.framework.recipe import ComponentPool, compose
 from agentcir.framework.runner import run_recipe
 
 from .conftest import read_jsonl
@@ -166,3 +166,35 @@ def test_llm_summariser_runs_through_the_cache(history_bench, tmp_path, plugin_p
         assert rec["stopped"] == "answered" and rec["compressions"]
         assert "SUMMARY searched hats" in json.dumps(reqs[-1]["messages"])
         assert res.stats["seek"].by_component.get("llm:openai", 0) == len(reqs)   # every call, summaries too, went through ctx.call
+
+
+def test_offline_planner_reads_a_captioners_captions(history_bench, labelled_set, tmp_path, plugin_path):
+    """With a captioner (here one that names each photo's true label), view_photos shows captions and
+    the offline planner's checks read them: every built question is answered exactly."""
+    import csv
+    from dataclasses import dataclass
+
+    from agentcir.framework.datasets.history_builder import _noun
+    from agentcir.framework.interfaces import Captioner
+
+    with open(labelled_set / "photos.csv") as f:
+        label = {r["image"]: _noun(r["label"]) for r in csv.DictReader(f)}
+
+    class LabelCaptioner(Captioner):
+        @dataclass
+        class Config:
+            pass
+
+        calls = 0
+
+        def caption(self, image):
+            LabelCaptioner.calls += 1
+            return f"a photo of {'' if label[image.stem].endswith('s') else 'a '}{label[image.stem]} on a table"
+
+    r = recipe(history_bench, tmp_path, "method.keep_top=0")
+    res = run_recipe(r, pool=ComponentPool(r, prebuilt={"captioner": LabelCaptioner()}))
+    assert res.metrics["final"]["EM"] == 100.0 and res.metrics["final"]["F1"] == 100.0
+    rec = seek_records(res)[res.queries[0].id]
+    views = [s for s in rec["steps"] if s["tool"] == "view_photos"]
+    assert views and all("caption" in p for p in views[0]["result"]["photos"])
+    assert LabelCaptioner.calls <= 60      # each photo captioned at most once (cached calls)

@@ -231,8 +231,8 @@ class ImageSeeker(Method):
 
     async def _verify(self, ctx: RunContext, store: UserStore, photos: list[Photo], phrase: str, views: list[dict],
                       contrast: str = "") -> list[bool]:
-        """Offline "does the photo show ``phrase``?": its caption (when a captioner runs) names the
-        phrase or a synonym, or the phrase ranks within ``verify_rank`` of the vocabulary terms, or
+        """Offline "does the photo show ``phrase``?". With a captioner: its caption names the phrase
+        or a synonym. Without: the phrase ranks within ``verify_rank`` of the vocabulary terms, or
         (given a ``contrast``, e.g. the question's other object) the photo is closer to the phrase
         than to the contrast."""
         vocab = await self._vocabulary(ctx)
@@ -245,13 +245,12 @@ class ImageSeeker(Method):
         groups = vocab.group_of(phrase)
         words = [w for w in re.findall(r"[a-z0-9-]+", phrase.lower()) if len(w) > 2]
         out = []
-        for r, v in zip(ranks, views):
-            ok = bool(r < self.cfg.verify_rank) or bool(closer[len(out)])
+        for i, (r, v) in enumerate(zip(ranks, views)):
             cap = str(v.get("caption") or "").lower()
-            if cap:
-                named = bool(groups & vocab.group_of(cap)) or any(re.search(rf"\b{re.escape(w)}", cap) for w in words)
-                ok = ok or named
-            out.append(ok)
+            if cap:  # a caption is a better judge than zero-shot similarity
+                out.append(bool(groups & vocab.group_of(cap)) or any(re.search(rf"\b{re.escape(w)}\b", cap) for w in words))
+            else:
+                out.append(bool(r < self.cfg.verify_rank) or bool(closer[i]))
         return out
 
     # -- one query ------------------------------------------------------------------------------
