@@ -79,3 +79,11 @@ def test_real_exif_photos(shared_dir):
     assert any("corrupted" in p for _, probs in report.partial for p in probs)   # malformed EXIF is reported, not raised
     for name in ("image00971.jpg", "image01551.jpg"):                            # the "invalid" samples: records, no crash
         assert f"exif-samples/jpg/invalid/{name}" in by
+
+
+def test_real_sidecars_utf16_and_the_problem_file(shared_dir):
+    root = shared_dir / "data" / "exif-photos" / "immich"
+    meta, problems = read_metadata(root / "metadata" / "xmp" / "dates" / "2020.xmp")     # a UTF-16 sidecar
+    assert meta["taken_time"] == "2020-09-27 14:35:33" and problems == []
+    meta, problems = read_metadata(root / "problems" / "xmp" / "iso-value-array" / "iso-value-array.xmp")
+    assert meta["capturedevice"] == "Canon PowerShot SX120 IS" and meta["city"] == "Lancaster"   # XMP GPS "40,14.07N"
