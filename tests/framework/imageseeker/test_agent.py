@@ -17,7 +17,7 @@ CHAT = "/chat/completions"
 
 
 def recipe(root, tmp_path, *extra):
-    return compose(["method=imageseeker", "+encoder.name=toy", "dataset=disbench", f"dataset.root={root}",
+    return compose(["method=imageseeker", "++encoder.name=toy", "dataset=disbench", f"dataset.root={root}",
                     f"run.root={tmp_path / 'runs'}", "run.progress=false", f"run.cache={tmp_path / 'cache.sqlite'}", *extra])
 
 
