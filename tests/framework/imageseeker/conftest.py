@@ -72,3 +72,21 @@ def bench_gallery(history_bench, toy_encoder, tmp_path):
 
     ds = DISBench(DISBench.Config(root=str(history_bench)))
     return Gallery.build(tmp_path / "gallery", ds.gallery_items(), toy_encoder, progress=False), ds
+
+
+def toy_overrides(recipes: Path) -> list[str]:
+    """Overrides selecting the test plugin's toy encoder from a user recipe folder holding
+    ``encoder/toy.yaml``: ``encoder=toy`` when the default recipe names an encoder, else
+    ``+encoder=toy`` (Hydra appends a group the defaults list lacks)."""
+    from agentcir.framework.recipe import compose
+
+    (recipes / "encoder").mkdir(parents=True, exist_ok=True)
+    (recipes / "encoder" / "toy.yaml").write_text("name: toy\n")
+    has_default = bool(compose([]).get("encoder"))
+    return [("encoder=toy" if has_default else "+encoder=toy"), "--recipes", str(recipes)]
+
+
+@pytest.fixture(scope="session")
+def toy_recipes(tmp_path_factory) -> list[str]:
+    """CLI arguments selecting the toy encoder (see :func:`toy_overrides`)."""
+    return toy_overrides(tmp_path_factory.mktemp("recipes"))

@@ -11,14 +11,16 @@ from agentcir.framework.errors import InputError
 from agentcir.framework.recipe import ComponentPool, compose
 from agentcir.framework.runner import run_recipe
 
-from .conftest import read_jsonl
+from .conftest import read_jsonl, toy_overrides
 
 CHAT = "/chat/completions"
 
 
 def recipe(root, tmp_path, *extra):
-    return compose(["method=imageseeker", "++encoder.name=toy", "dataset=disbench", f"dataset.root={root}",
-                    f"run.root={tmp_path / 'runs'}", "run.progress=false", f"run.cache={tmp_path / 'cache.sqlite'}", *extra])
+    toy, _, recipes = toy_overrides(tmp_path / "_recipes")
+    return compose(["method=imageseeker", toy, "dataset=disbench", f"dataset.root={root}",
+                    f"run.root={tmp_path / 'runs'}", "run.progress=false", f"run.cache={tmp_path / 'cache.sqlite'}", *extra],
+                   extra_dirs=[recipes])
 
 
 def seek_records(result):
