@@ -29,7 +29,8 @@ EXTRAS = {
     "diffusion": [TORCH, "diffusers>=0.30", "transformers>=4.44"],
     # agentcir/components/encoders/open_clip.py (needs a torchvision matching your torch)
     "clip": [TORCH, "open_clip_torch>=2.24"],
-    # EXIF/XMP metadata and HEIC/AVIF photos for photo collections (ImageSeeker, `agentcir index`)
+    # agentcir/framework/methods/imageseeker/exif.py (EXIF of JPEG/TIFF/HEIC/AVIF; Pillow is the fallback)
+    # and HEIC/AVIF decoding (agentcir/framework/images.py): photo collections, `agentcir index`
     "photos": ["exifread>=3.0", "pillow-heif>=0.16"],
     # `agentcir serve`: the search web page / HTTP API
     "serve": ["fastapi>=0.110", "uvicorn>=0.29"],

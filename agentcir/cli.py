@@ -6,6 +6,7 @@
     agentcir search --gallery DIR ...      reference image + text against an indexed gallery
     agentcir eval RUN_DIR... [--compare]   metrics of finished runs, side by side (+ PNG plot, submissions)
     agentcir build-benchmark ...           composed benchmark from photos + an attributes CSV
+    agentcir build-disbench ...            DISBench-format photo-history benchmark (multi-hop questions)
 
 Overrides are Hydra's: ``group=option`` picks a recipe file, ``group.field=value`` sets a
 field, ``+experiment=NAME`` applies an override bundle.
@@ -101,10 +102,23 @@ def cmd_index(args) -> int:
 
     recipe = _compose(args)
     items, others = items_from_folder(args.folder)
+    scan = None
+    if not args.no_metadata:  # photo metadata (EXIF/XMP, gazetteer places, folder = album) into each item's meta
+        from .framework.methods.imageseeker.exif import scan_folder
+
+        records, scan = scan_folder([it.path for it in items], args.folder, progress=not args.quiet)
+        for it, rec in zip(items, records):
+            it.meta = {**rec, **({"user": args.user} if args.user else {})}
+    elif args.user:
+        for it in items:
+            it.meta = {"user": args.user}
     encoder = ComponentPool(recipe).get("encoder")
     g = Gallery.build(args.out, items, encoder, dtype=args.dtype, progress=not args.quiet, source=str(Path(args.folder).resolve()))
+    g.set_meta({it.id: it.meta for it in items})  # a re-index refreshes metadata without re-embedding
     print(f"indexed {len(g)} image(s) from '{args.folder}' into '{args.out}' with encoder '{recipe['encoder']['name']}' "
           f"(dim {g.dim}, {g.info['dtype']}); skipped {len(g.skipped)} unreadable image(s) and {len(others)} non-image file(s)")
+    if scan is not None:
+        print(scan.line() + (f"; user '{args.user}'" if args.user else ""))
     return 0
 
 
@@ -230,6 +244,24 @@ def cmd_build_benchmark(args) -> int:
     return 0
 
 
+# -- build-disbench -----------------------------------------------------------------------
+@_command("build-disbench")
+def cmd_build_disbench(args) -> int:
+    from .framework.datasets.history_builder import HistorySpec, build_history_benchmark
+
+    spec = HistorySpec(out=args.out, csv_path=args.csv or "", images_dir=args.images or "", folder=args.folder or "",
+                       user_column=args.user_column, label_column=args.label_column, id_column=args.id_column,
+                       image_pattern=args.image_pattern, min_photos=args.min_photos, photos_per_event=args.photos_per_event,
+                       queries_per_user=args.queries_per_user, seed=args.seed, link="copy" if args.copy_images else "symlink",
+                       attribution=args.attribution or "")
+    if args.exclude_label is not None:
+        spec.exclude_labels = list(args.exclude_label)
+    print(json.dumps(build_history_benchmark(spec)))
+    print(f"benchmark written to '{args.out}'; run it with: agentcir run method=imageseeker dataset=disbench "
+          f"dataset.root={args.out}", file=sys.stderr)
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="agentcir", description="Training-free agentic image retrieval.")
     ap.add_argument("-v", "--verbose", action="store_true", help="debug logging and full tracebacks")
@@ -252,6 +284,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("folder")
     p.add_argument("--out", required=True, help="gallery directory to write")
     p.add_argument("--dtype", default="float32", choices=["float32", "float16"], help="embedding storage")
+    p.add_argument("--user", help="user id stored in every item's metadata (photo histories of several users)")
+    p.add_argument("--no-metadata", action="store_true",
+                   help="skip photo metadata (EXIF/XMP date, GPS and place, camera, album = folder, people, keywords)")
     p.add_argument("-q", "--quiet", action="store_true")
     _add_recipe_args(p)
 
@@ -297,6 +332,28 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--id-column", default="id", help="the CSV column of photo ids")
     p.add_argument("--article-column", help="column read as the item noun in phrasings (default: the article edit's column)")
     p.add_argument("--copy-images", action="store_true", help="copy photos into the benchmark folder")
+    p.add_argument("--attribution", help="source and licence text for the benchmark's README")
+
+    p = sub.add_parser("build-disbench", help="build a DISBench-format photo-history benchmark (multi-hop questions)",
+                       description="Photo-history questions that need several photos, their dates and places, in the DISBench "
+                                   "layout. From a labelled photo set with synthetic events (--csv, contributors as users), or "
+                                   "from a photo folder with EXIF/XMP metadata (--folder, keywords as labels). Example: "
+                                   "agentcir build-disbench --csv ../shared/data/clothing/images.csv --images "
+                                   "../shared/data/clothing/images --out runs/_bench/clothing-history")
+    p.add_argument("--out", required=True, help="benchmark folder to write")
+    p.add_argument("--csv", help="labelled photos: one row per photo with a user and a label column")
+    p.add_argument("--images", help="folder of the CSV's photos")
+    p.add_argument("--folder", help="or: a photo folder with metadata (sub-folders = users)")
+    p.add_argument("--user-column", default="sender_id", help="CSV column of the user (default sender_id)")
+    p.add_argument("--label-column", default="label", help="CSV column of the label (default label)")
+    p.add_argument("--id-column", default="image", help="CSV column of the photo id (default image)")
+    p.add_argument("--image-pattern", default="{image}.jpg", help="photo file name from CSV columns (default {image}.jpg)")
+    p.add_argument("--exclude-label", action="append", help="labels never used in questions (default: Not sure, Other, Skip)")
+    p.add_argument("--min-photos", type=int, default=15, help="users with fewer photos are left out (default 15)")
+    p.add_argument("--photos-per-event", type=int, default=6, help="mean photos per synthetic event (default 6)")
+    p.add_argument("--queries-per-user", type=int, default=6, help="questions per user, half intra- and half inter-event")
+    p.add_argument("--seed", type=int, default=0, help="fixes events, dates, places and phrasings")
+    p.add_argument("--copy-images", action="store_true", help="copy photos instead of symlinking them")
     p.add_argument("--attribution", help="source and licence text for the benchmark's README")
     return ap
 

@@ -197,6 +197,23 @@ class Gallery:
     def path_of(self, row: int) -> Path:
         return Path(self.paths[row])
 
+    def set_meta(self, meta_by_id: dict[str, dict[str, Any]]) -> int:
+        """Replace the ``meta`` of the given items (e.g. re-extracted photo metadata) and rewrite
+        ``items.jsonl`` atomically; embeddings are untouched. Returns how many items changed."""
+        changed = 0
+        for it in self.items:
+            new = meta_by_id.get(it.id)
+            if new is not None and new != it.meta:
+                it.meta = dict(new)
+                changed += 1
+        if changed:
+            tmp = self.root / "items.jsonl.tmp"
+            with open(tmp, "w") as f:
+                for it in self.items:
+                    f.write(json.dumps({"id": it.id, "path": it.path, "caption": it.caption, "meta": it.meta}, ensure_ascii=False) + "\n")
+            tmp.replace(self.root / "items.jsonl")
+        return changed
+
     # -- captions ---------------------------------------------------------------------
     def captions(self, key: str = "dataset") -> list[str] | None:
         """Captions of every item: ``"dataset"`` ones from items.jsonl, or a captioner's by identity."""

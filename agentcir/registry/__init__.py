@@ -57,6 +57,8 @@ METHODS = Registry("method", {
     "image_only": f"{_F}.methods.baselines",
     "text_only": f"{_F}.methods.baselines",
     "image_text_sum": f"{_F}.methods.baselines",
+    "imageseeker": f"{_F}.methods.imageseeker.agent",
+    "history_topk": f"{_F}.methods.imageseeker.baseline",
 })
 
 DATASETS = Registry("dataset", {

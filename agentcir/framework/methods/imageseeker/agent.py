@@ -1,0 +1,407 @@
+"""``method=imageseeker``: agentic search over a personal photo history.
+
+Implements ImageSeeker from *DeepImageSearch: Benchmarking Multimodal Agents for
+Context-Aware Image Retrieval in Visual Histories* (Deng et al., 2026): an LLM with tool
+calling plans and calls the tools of :mod:`.tools` over the question's user's photos, with
+explicit state memory (named subsets), compressed context memory (session + working memory
+under a token budget) and a memory graph (:mod:`.graph`), and answers with a set of photo
+ids, a reasoning trace and the subset chain that produced them. Without an LLM that can call
+tools (no ``llm`` or ``llm=rules``), or with ``planner=offline``, the deterministic
+:mod:`.planner` drives the same tools.
+
+Stages: ``collections`` (per user: photo store, visual tags, memory graph; saved as
+``graphs/<user>.json`` in the run directory) and ``seek`` (per query through ``ctx.map``:
+every model call goes through ``ctx.call``, so runs are cached and resume). The final
+candidates are each query's answered photo rows, in answer order, padded with -1.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar
+
+import numpy as np
+
+from ....components.memory.context import CompressedContext, ContextMemory
+from ....components.memory.subsets import NamedSubsets
+from ....registry import METHODS
+from ...errors import InputError
+from ...interfaces import ChatReply, ToolCall, assistant_message, l2_normalize, tool_message, user_message
+from ...method import Method, RunState, Stage
+from ...prompts import load_prompt
+from ...runner import RunContext
+from ...types import Candidates, Query
+from .dates import format_timestamp
+from .graph import GraphConfig, MemoryGraph, build_graph
+from .planner import OfflinePlanner, PlanConfig, decompose
+from .store import METADATA_FIELDS, Photo, PhotoCollection
+from .tools import TOOLS, AnswerArgs, Toolbox, parse_arguments
+from .visual import PROMPT, ClueVocabulary
+from .web import make_web_search
+
+log = logging.getLogger("agentcir")
+
+#: LLM backends that cannot call tools (the offline planner drives the tools instead)
+NO_TOOL_CALLING = ("rules",)
+PLANNERS = ("auto", "llm", "offline")
+
+
+@dataclass
+class UserStore:
+    """What the tools need about one user, built once per run."""
+
+    collection: PhotoCollection
+    tags: list[list[tuple[str, float]]]
+    graph: MemoryGraph | None
+
+
+@METHODS.register("imageseeker")
+class ImageSeeker(Method):
+    """ImageSeeker (DeepImageSearch, Deng et al. 2026; see the module docstring).
+
+    Config:
+        planner: ``auto`` (the LLM agent when the recipe's llm can call tools, else the offline
+            planner), ``llm`` or ``offline``.
+        max_steps: LLM turns before the agent must stop (the step budget).
+        top_k: image_search's default ``top_k``.
+        max_answer: most photo ids kept in an answer.
+        prompt: system prompt file of the LLM agent.
+        view_images: view_photos sends the images to the LLM (a vision-language model).
+        context_budget: tokens of the conversation before older turns are compressed.
+        context_keep_last: recent messages kept verbatim at a compression.
+        summarizer: ``offline`` (extractive) or ``llm`` (the recipe's llm runs ``compress_context``).
+        token_counter: ``approx``, ``words`` or a local tokenizer folder.
+        event_gap_hours: a longer gap between consecutive photos starts a new event (photoset).
+        graph: build the memory graph and offer the ``expand_graph`` tool.
+        graph_similarity: cosine above which photos of different events are linked as similar.
+        graph_similar_k: most similar links per photo.
+        clue_vocab: vocabularies (``agentcir/data/vocab``) of the offline visual tags / clues.
+        clue_tags: visual tags per photo.
+        verify_rank: offline verification: a phrase is seen in a photo when at most this many
+            vocabulary terms beat it.
+        episode_top_k: offline planner: candidates searched for the episode clue.
+        target_top_k: offline planner: candidates searched for the target.
+        verify_max: offline planner: most candidates viewed per verification.
+        keep_top: offline planner: best-ranked target candidates always in the answer.
+        web_search: web_search backend, ``none`` (offline) or ``searxng``.
+        web_search_url: the SearXNG base URL for ``web_search=searxng``.
+    """
+
+    optional: ClassVar[tuple[str, ...]] = ("llm", "captioner")
+    requires: ClassVar[tuple[str, ...]] = ("encoder",)
+    prompt_fields: ClassVar[tuple[str, ...]] = ("prompt",)
+
+    @dataclass
+    class Config:
+        planner: str = "auto"
+        max_steps: int = 20
+        top_k: int = 50
+        max_answer: int = 200
+        prompt: str = "imageseeker/system"
+        view_images: bool = True
+        context_budget: int = 16000
+        context_keep_last: int = 6
+        summarizer: str = "offline"
+        token_counter: str = "approx"
+        event_gap_hours: float = 24.0
+        graph: bool = True
+        graph_similarity: float = 0.9
+        graph_similar_k: int = 5
+        clue_vocab: list[str] = field(default_factory=lambda: ["articles", "objects"])
+        clue_tags: int = 2
+        verify_rank: int = 1
+        episode_top_k: int = 100
+        target_top_k: int = 200
+        verify_max: int = 100
+        keep_top: int = 1
+        web_search: str = "none"
+        web_search_url: str = ""
+
+    def __init__(self, cfg: Any = None, **deps: Any):
+        super().__init__(cfg, **deps)
+        c = self.cfg
+        if c.planner not in PLANNERS:
+            raise InputError(f"method 'imageseeker': planner must be one of {', '.join(PLANNERS)}, got '{c.planner}'")
+        if c.planner == "llm" and not self._llm_can_call_tools():
+            raise InputError("method 'imageseeker': planner=llm needs an llm that can call tools (llm=openai or "
+                             "transformers); the recipe has " + (f"llm={self.llm.registry_key}" if self.llm else "no llm"))
+        if c.max_steps < 1 or c.top_k < 1 or c.max_answer < 1:
+            raise InputError(f"method 'imageseeker': max_steps, top_k and max_answer must be positive "
+                             f"(got {c.max_steps}, {c.top_k}, {c.max_answer})")
+        # the context memory's settings live in this config; it is built here (no model inside)
+        self.context_memory = ContextMemory(ContextMemory.Config(budget=c.context_budget, keep_last=c.context_keep_last,
+                                                                 token_counter=c.token_counter, summarizer=c.summarizer),
+                                            llm=self.llm if c.summarizer == "llm" else None)
+        self.web = make_web_search(c.web_search, c.web_search_url)
+        self._users: dict[str | None, UserStore] = {}
+        self._locks: dict[str | None, asyncio.Lock] = {}
+        self._vocab: ClueVocabulary | None = None
+
+    def _llm_can_call_tools(self) -> bool:
+        return self.llm is not None and getattr(self.llm, "registry_key", "") not in NO_TOOL_CALLING
+
+    def use_llm(self) -> bool:
+        return self.cfg.planner == "llm" or (self.cfg.planner == "auto" and self._llm_can_call_tools())
+
+    @property
+    def top_k(self) -> int:
+        return self.cfg.max_answer
+
+    def stages(self) -> list[Stage]:
+        return [Stage("collections", self._collections), Stage("seek", self._seek)]
+
+    # -- per user -----------------------------------------------------------------------------
+    async def _vocabulary(self, ctx: RunContext) -> ClueVocabulary:
+        if self._vocab is None:
+            names, syns = ClueVocabulary.terms(self.cfg.clue_vocab)
+            emb = (await ctx.call(self.encoder, "encode_texts", texts=[PROMPT.format(n) for n in names])) if names else \
+                np.zeros((0, 1), np.float32)
+            self._vocab = ClueVocabulary(names, syns, l2_normalize(np.asarray(emb, np.float32)))
+        return self._vocab
+
+    async def user_store(self, ctx: RunContext, gallery, user: str | None) -> UserStore:
+        """The user's photo store, visual tags and memory graph (built once, also when queries of
+        one user arrive concurrently)."""
+        async with self._locks.setdefault(user, asyncio.Lock()):
+            return await self._build_store(ctx, gallery, user)
+
+    async def _build_store(self, ctx: RunContext, gallery, user: str | None) -> UserStore:
+        if user not in self._users:
+            coll = PhotoCollection(gallery, user, event_gap_hours=self.cfg.event_gap_hours)
+            vocab = await self._vocabulary(ctx)
+            tags = vocab.tags(coll.embeddings, self.cfg.clue_tags) if self.cfg.clue_tags > 0 else [[] for _ in coll.photos]
+            graph = None
+            if self.cfg.graph:
+                gcfg = GraphConfig(similarity=self.cfg.graph_similarity, similar_k=self.cfg.graph_similar_k)
+                graph = await asyncio.to_thread(build_graph, coll, [[t for t, _ in ts] for ts in tags], gcfg)
+            self._users[user] = UserStore(coll, tags, graph)
+        return self._users[user]
+
+    async def _collections(self, ctx: RunContext, state: RunState) -> None:
+        users = list(dict.fromkeys(q.user for q in state.queries))
+        out = {}
+        for u in users:
+            store = await self.user_store(ctx, state.gallery, u)
+            out[str(u)] = {"photos": len(store.collection), "events": len(store.collection.events),
+                           "graph": store.graph.stats() if store.graph else None}
+            if ctx.run_dir is not None and store.graph is not None:
+                d = ctx.run_dir / "graphs"
+                d.mkdir(parents=True, exist_ok=True)
+                safe = re.sub(r"[^A-Za-z0-9_.-]+", "_", str(u))
+                (d / f"{safe}.json").write_text(json.dumps(store.graph.to_json()), encoding="utf-8")
+        state.arrays.setdefault("num_users", np.array([len(users)]))
+        if ctx.run_dir is not None:
+            (ctx.run_dir / "collections.json").write_text(json.dumps(out, indent=1), encoding="utf-8")
+
+    # -- tools for one session ----------------------------------------------------------------
+    def _toolbox(self, ctx: RunContext, store: UserStore, query: Query) -> Toolbox:
+        folder = ctx.run_dir / "subsets" if ctx.run_dir is not None else None
+        path = folder / f"{re.sub(r'[^A-Za-z0-9_.-]+', '_', query.id)}.json" if folder else None
+        subsets = NamedSubsets(path)
+        subsets.clear()  # a rerun replays the session from its cached model calls
+        coll = store.collection
+
+        async def embed_text(text: str) -> np.ndarray:
+            return np.asarray(await ctx.call(self.encoder, "encode_texts", texts=[text]), np.float32)[0]
+
+        async def view(photos: list[Photo]) -> list[dict]:
+            out = []
+            for p in photos:
+                d: dict[str, Any] = {}
+                if self.captioner is not None:
+                    d["caption"] = await ctx.call(self.captioner, "caption", image=Path(p.path))
+                tags = store.tags[coll.index(p.id)]
+                if tags:
+                    d["visual_tags"] = [t for t, _ in tags]
+                if store.graph is not None:
+                    xmp = [c for c in store.graph.clues_of(p.id) if c not in d.get("visual_tags", [])]
+                    if xmp:
+                        d["keywords"] = xmp
+                out.append(d)
+            return out
+
+        enabled = [t for t in TOOLS if t != "expand_graph" or store.graph is not None]
+        return Toolbox(coll, subsets, embed_text=embed_text, view=view, web=self.web, graph=store.graph,
+                       view_images=self.cfg.view_images and self.use_llm(), default_top_k=self.cfg.top_k, enabled=enabled)
+
+    async def _verify(self, ctx: RunContext, store: UserStore, photos: list[Photo], phrase: str, views: list[dict],
+                      contrast: str = "") -> list[bool]:
+        """Offline "does the photo show ``phrase``?". With a captioner: its caption names the phrase
+        or a synonym. Without: the phrase ranks within ``verify_rank`` of the vocabulary terms, or
+        (given a ``contrast``, e.g. the question's other object) the photo is closer to the phrase
+        than to the contrast."""
+        vocab = await self._vocabulary(ctx)
+        texts = [PROMPT.format(phrase), *([PROMPT.format(contrast)] if contrast else [])]
+        te = l2_normalize(np.asarray(await ctx.call(self.encoder, "encode_texts", texts=texts), np.float32))
+        pe = te[0]
+        emb = store.collection.embeddings[[store.collection.index(p.id) for p in photos]]
+        ranks = vocab.rank_of(emb, phrase, pe)
+        closer = (emb @ pe > emb @ te[1]) if contrast else np.zeros(len(photos), bool)
+        groups = vocab.group_of(phrase)
+        words = [w for w in re.findall(r"[a-z0-9-]+", phrase.lower()) if len(w) > 2]
+        out = []
+        for i, (r, v) in enumerate(zip(ranks, views)):
+            cap = str(v.get("caption") or "").lower()
+            if cap:  # a caption is a better judge than zero-shot similarity
+                out.append(bool(groups & vocab.group_of(cap)) or any(re.search(rf"\b{re.escape(w)}\b", cap) for w in words))
+            else:
+                out.append(bool(r < self.cfg.verify_rank) or bool(closer[i]))
+        return out
+
+    # -- one query ------------------------------------------------------------------------------
+    async def _seek(self, ctx: RunContext, state: RunState) -> None:
+        async def one(q: Query) -> dict:
+            store = await self.user_store(ctx, state.gallery, q.user)
+            tb = self._toolbox(ctx, store, q)
+            if self.use_llm():
+                rec = await self._llm_session(ctx, tb, q)
+            else:
+                rec = await self._offline_session(ctx, store, tb, q)
+            rec["ids"] = rec["ids"][: self.cfg.max_answer]
+            rec["steps"] = [o.to_json() for o in tb.log]
+            rec["subsets"] = tb.subsets.list()
+            return rec
+
+        records = await ctx.map(state, one)
+        answers = [records[q.id]["ids"] for q in state.queries]
+        width = max(1, max((len(a) for a in answers), default=1))
+        ids = np.full((len(answers), width), -1, np.int32)
+        scores = np.full((len(answers), width), -np.inf, np.float32)
+        g = state.gallery
+        for qi, a in enumerate(answers):
+            rows = [g.index_of(i) for i in a]
+            rows = [r for r in rows if r >= 0]
+            ids[qi, :len(rows)] = rows
+            scores[qi, :len(rows)] = 1.0 - np.arange(len(rows), dtype=np.float32) / max(1, width)
+        state.candidates = Candidates(ids, scores)
+
+    def _chain(self, tb: Toolbox, subset: str | None, ids: list[str]) -> list[str]:
+        """The subset chain of an answer: the lineage of the answered subset, else of the latest
+        subset holding every answered id."""
+        if not subset:
+            want = set(ids)
+            for s in reversed(tb.subsets.list()):
+                if want and want <= set(tb.subsets.ids(s["name"])):
+                    subset = s["name"]
+                    break
+        if not subset or subset not in tb.subsets:
+            return []
+        return [f"{s.name}({len(s)})" for s in tb.subsets.lineage(subset)]
+
+    async def _offline_session(self, ctx: RunContext, store: UserStore, tb: Toolbox, q: Query) -> dict:
+        d = decompose(q.text, store.collection.gazetteer)
+        planner = OfflinePlanner(tb, lambda photos, phrase, views, contrast: self._verify(ctx, store, photos, phrase, views, contrast),
+                                 PlanConfig(self.cfg.episode_top_k, self.cfg.target_top_k, self.cfg.verify_max,
+                                            keep_top=self.cfg.keep_top))
+        res = await planner.run(d)
+        return {"planner": "offline", "ids": res.ids, "reasoning": res.reasoning, "subset_chain": self._chain(tb, res.subset, res.ids),
+                "decomposition": d.to_json(), "stopped": "answered"}
+
+    # -- the LLM agent --------------------------------------------------------------------------
+    def _context(self, ctx: RunContext, goal: str, system: str) -> CompressedContext:
+        summarize = self.context_memory.summarize
+        if self.cfg.summarizer == "llm":  # the summariser's LLM call goes through the run's cache too
+            loop = asyncio.get_running_loop()
+
+            def cached_summary(goal: str, findings: list[str], session_memory: str, history: list[str]) -> dict:
+                from ....components.llms.parsing import parse_task_reply
+
+                variables = {"goal": goal, "findings": findings or ["(none yet)"], "session_memory": session_memory or "(empty)",
+                             "history": "\n".join(history)}
+                fut = asyncio.run_coroutine_threadsafe(
+                    ctx.call(self.llm, "run_task", task="compress_context", variables=variables,
+                             prompt=self.context_memory.cfg.prompt), loop)
+                return parse_task_reply("compress_context", fut.result())
+
+            summarize = cached_summary
+
+        return CompressedContext(goal, budget=self.cfg.context_budget, keep_last=self.cfg.context_keep_last,
+                                 summarizer=summarize, counter=self.context_memory.counter,
+                                 system=[{"role": "system", "content": system}])
+
+    def _system(self, tb: Toolbox) -> str:
+        whens = [p.when for p in tb.c.photos if p.when is not None]
+        return load_prompt(self.cfg.prompt).render(
+            num_photos=len(tb.c), first_date=format_timestamp(min(whens)) if whens else "unknown",
+            last_date=format_timestamp(max(whens)) if whens else "unknown", num_events=len(tb.c.events),
+            fields=", ".join(METADATA_FIELDS), max_steps=self.cfg.max_steps)
+
+    @staticmethod
+    def _reply(raw: Any) -> ChatReply:
+        if isinstance(raw, ChatReply):
+            return raw
+        calls = [ToolCall(str(t.get("id")), str(t.get("name")), t.get("arguments") or {}) for t in raw.get("tool_calls") or []]
+        return ChatReply(str(raw.get("text") or ""), calls)
+
+    async def _llm_session(self, ctx: RunContext, tb: Toolbox, q: Query) -> dict:
+        from ....components.llms.parsing import ReplyParseError, extract_json
+
+        context = self._context(ctx, q.text, self._system(tb))
+        await context.aadd(user_message(f"Question: {q.text}"))
+        schemas = tb.schemas()
+        answer: AnswerArgs | None = None
+        ids: list[str] = []
+        stopped = "step_budget"
+        turns = 0
+        while turns < self.cfg.max_steps:
+            turns += 1
+            try:
+                reply = self._reply(await ctx.call(self.llm, "chat", messages=context.messages(), tools=schemas))
+            except ReplyParseError as e:  # e.g. tool arguments that are not JSON: tell the model, go on
+                await context.aadd(user_message(f"Your last reply could not be used: {e}. Call the tools with JSON arguments."))
+                continue
+            await context.aadd(assistant_message(reply))
+            if not reply.tool_calls:
+                parsed = None
+                try:
+                    parsed = extract_json(reply.text, expect=dict, what="final answer") if reply.text.strip() else None
+                except ReplyParseError:
+                    parsed = None
+                if isinstance(parsed, dict) and any(k in parsed for k in ("ids", "targets", "subset")):
+                    try:
+                        answer = parse_arguments("answer", {"ids": parsed.get("ids") or parsed.get("targets") or [],
+                                                            "subset": parsed.get("subset"), "reasoning": str(parsed.get("reasoning", ""))})
+                        ids = tb.answer_ids(answer)
+                        stopped = "answered"
+                        break
+                    except InputError as e:
+                        await context.aadd(user_message(f"That answer could not be used: {e}"))
+                        continue
+                await context.aadd(user_message("Continue with the tools, or call answer with the photo ids."))
+                continue
+            for tc in reply.tool_calls:
+                outcome = await tb.call(tc.name, tc.arguments)
+                if tc.name == "answer" and outcome.error is None:
+                    try:
+                        answer = parse_arguments("answer", tc.arguments)
+                        ids = tb.answer_ids(answer)
+                        await context.aadd(tool_message(tc.id, {"ok": True, "answered": len(ids)}))
+                        stopped = "answered"
+                        break
+                    except InputError as e:
+                        outcome.error = str(e)
+                        answer = None
+                await context.aadd(tool_message(tc.id, outcome.text()))
+                if outcome.saved:
+                    context.note(f"subset '{outcome.saved}' = {outcome.result.get('count')} photos from {tc.name}")
+                if outcome.images:
+                    await context.aadd(user_message(f"The photos of view_photos, in order: {', '.join(r['id'] for r in outcome.result['photos'])}",
+                                                    outcome.images))
+            if stopped == "answered":
+                break
+        subset = answer.subset if answer else None
+        if stopped != "answered":  # budget spent: answer with the latest saved subset, and say so
+            last = tb.subsets.list()[-1]["name"] if len(tb.subsets) else None
+            ids = tb.subsets.ids(last)[: self.cfg.max_answer] if last else []
+            subset = last
+        reasoning = answer.reasoning if answer else (
+            f"step budget of {self.cfg.max_steps} turns spent without an answer; answered with the latest subset "
+            f"'{subset}'" if subset else f"step budget of {self.cfg.max_steps} turns spent without an answer")
+        return {"planner": "llm", "ids": ids, "reasoning": reasoning, "subset_chain": self._chain(tb, subset, ids),
+                "stopped": stopped, "turns": turns, "compressions": [vars(c) for c in context.compressions],
+                "context": {"session_memory": context.session_memory, "working_memory": context.working_memory}}
