@@ -523,23 +523,31 @@ def train(cfg: TrainConfig, *, on_epoch: Callable[[int], None] | None = None) ->
             on_epoch(epoch + 1)
     bar.close()
 
-    # the shipped form: fp16 weights; the figures are measured on exactly those weights
+    # the shipped form: fp16 weights. The figures are then measured through the catalog encoder
+    # loading exactly that file (its own decoding, preprocessing and fp32 text embeddings).
     half = {n: v.detach().to(torch.float16) if v.is_floating_point() else v.detach().clone()
             for n, v in model.state_dict().items()}
-    model.load_state_dict({n: v.float() if v.is_floating_point() else v for n, v in half.items()})
-    final = evaluate()
-    model.load_state_dict(torch.load(last, map_location="cpu", weights_only=True)["model"])
-    metrics = {"val": final, "train_images": int(len(train_idx)), "val_images": int(len(val_idx)),
+    metrics = {"val": {}, "train_images": int(len(train_idx)), "val_images": int(len(val_idx)),
                "params": n_params(model), "epochs": cfg.epochs, "train_s": train_s,
                "images_per_s": seen / train_s if train_s else 0.0, "temperature": 1 / logit_scale.detach().exp().item(),
                "torch_threads": torch.get_num_threads(), "history": history}
     ck = {"format": C.CHECKPOINT_FORMAT, "arch": arch, "image_size": cfg.image_size, "mean": list(MEAN),
           "std": list(STD), "text_tower": C.text_tower_identity(), "state_dict": half,
-          "metrics": json.dumps({k: v for k, v in metrics.items() if k != "history"}),
           "train_config": json.dumps(_config_dict(cfg))}
-    tmp = out / "catalog.pt.tmp"
-    torch.save(ck, tmp)
-    tmp.replace(out / "catalog.pt")
+
+    def write() -> None:
+        ck["metrics"] = json.dumps({k: v for k, v in metrics.items() if k != "history"})
+        tmp = out / "catalog.pt.tmp"
+        torch.save(ck, tmp)
+        tmp.replace(out / "catalog.pt")
+
+    write()
+    if len(val_idx):
+        from ...registry import ENCODERS
+
+        enc = ENCODERS.build("catalog", {"checkpoint": str(out / "catalog.pt"), "batch_size": 256})
+        metrics["val"] = evaluate_encoder(enc, cfg)
+        write()
     (out / "metrics.json").write_text(json.dumps(metrics, indent=1))
     return metrics
 

@@ -65,3 +65,43 @@ def make_catalog(root: Path, n: int = 18, *, val: int = 4, size: int = 40) -> Pa
         w.writeheader()
         w.writerows(rows)
     return root
+
+
+WORDS = ["[PAD]", "[UNK]", "<s>", "</s>", *"a photo of red blue green shirt watch dog cat the".split()]
+CLIP_MEAN = [0.48145466, 0.4578275, 0.40821073]
+CLIP_STD = [0.26862954, 0.26130258, 0.27577711]
+
+
+def make_hf_model(root: Path, kind: str = "clip", seed: int = 0) -> Path:
+    """A tiny randomly initialised CLIP or SigLIP + a word-level tokenizer, saved with save_pretrained."""
+    import json
+
+    import torch
+    from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, processors
+
+    from agentcir.components.encoders.common import torchvision_guard
+
+    torchvision_guard()
+    import transformers as tr
+
+    tok = Tokenizer(models.WordLevel({w: i for i, w in enumerate(WORDS)}, unk_token="[UNK]"))
+    tok.normalizer = normalizers.Lowercase()
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    tok.post_processor = processors.TemplateProcessing(single="<s> $A </s>", special_tokens=[("<s>", 2), ("</s>", 3)])
+    fast = tr.PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<s>", eos_token="</s>", pad_token="[PAD]",
+                                      unk_token="[UNK]")
+    text = dict(vocab_size=len(WORDS), hidden_size=32, intermediate_size=37, num_hidden_layers=2, num_attention_heads=2,
+                max_position_embeddings=16, pad_token_id=0, bos_token_id=2, eos_token_id=3)
+    vision = dict(image_size=32, patch_size=8, hidden_size=32, intermediate_size=37, num_hidden_layers=2, num_attention_heads=2)
+    torch.manual_seed(seed)
+    if kind == "clip":
+        model = tr.CLIPModel(tr.CLIPConfig(text_config=text, vision_config=vision, projection_dim=16))
+        pre = {"size": {"shortest_edge": 32}, "crop_size": {"height": 32, "width": 32}, "do_center_crop": True,
+               "resample": 3, "image_mean": CLIP_MEAN, "image_std": CLIP_STD}
+    else:
+        model = tr.SiglipModel(tr.SiglipConfig(text_config=text, vision_config=vision))
+        pre = {"size": {"height": 32, "width": 32}, "resample": 3, "image_mean": [0.5] * 3, "image_std": [0.5] * 3}
+    model.save_pretrained(root)
+    fast.save_pretrained(root)
+    (root / "preprocessor_config.json").write_text(json.dumps(pre))
+    return root
