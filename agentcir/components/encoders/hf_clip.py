@@ -143,7 +143,8 @@ class HFClipEncoder(Encoder):
             if self.cfg.num_threads > 0:
                 torch.set_num_threads(self.cfg.num_threads)
             self.config  # noqa: B018 - checks the model type
-            m = tr.AutoModel.from_pretrained(str(self.root), local_files_only=True, dtype=getattr(torch, self.cfg.dtype))
+            key = "dtype" if int(tr.__version__.split(".")[0]) >= 5 else "torch_dtype"  # renamed in transformers 5
+            m = tr.AutoModel.from_pretrained(str(self.root), local_files_only=True, **{key: getattr(torch, self.cfg.dtype)})
             self._model = m.to(self.cfg.device).eval()
         return self._model
 
