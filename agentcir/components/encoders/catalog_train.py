@@ -93,7 +93,7 @@ class TrainConfig:
     usage_column: str = "usage"
     extra_columns: list[str] = field(default_factory=lambda: ["subCategory", "season"])
     out: str = "runs/train-catalog"
-    epochs: int = 30
+    epochs: int = 50
     batch_size: int = 256
     lr: float = 0.002
     weight_decay: float = 0.05
@@ -107,7 +107,7 @@ class TrainConfig:
     bf16: bool = True
     channels_last: bool = True
     seed: int = 0
-    eval_every: int = 1
+    eval_every: int = 10
     num_threads: int = 0
     progress: bool = True
     fresh: bool = False
@@ -549,7 +549,56 @@ def train(cfg: TrainConfig, *, on_epoch: Callable[[int], None] | None = None) ->
         metrics["val"] = evaluate_encoder(enc, cfg)
         write()
     (out / "metrics.json").write_text(json.dumps(metrics, indent=1))
+    (out / "CARD.md").write_text(model_card(cfg, metrics))
     return metrics
+
+
+def model_card(cfg: TrainConfig, m: dict[str, Any]) -> str:
+    """A markdown card of a trained checkpoint: data, recipe, measured figures."""
+    v = m.get("val") or {}
+    pct = lambda k: f"{100 * v[k]:.1f}%" if k in v else "n/a"  # noqa: E731
+    num = lambda k: f"{v[k]:.3f}" if k in v else "n/a"  # noqa: E731
+    default = _config_dict(TrainConfig())
+
+    def show(val):
+        if isinstance(val, list):
+            return "[" + ",".join(str(x) for x in val) + "]"
+        return str(val).lower() if isinstance(val, bool) else str(val)
+
+    recipe = " ".join(f"{k}={show(val)}" for k, val in _config_dict(cfg).items()
+                      if k not in ("progress", "fresh", "out", "data") and val != default[k])
+    return f"""# catalog encoder checkpoint
+
+- image tower: ResNet-style CNN, widths {cfg.widths}, blocks {cfg.blocks}, {m['params']:,} parameters,
+  {cfg.image_size} px input, fp16 weights; text tower: MiniLM (`{C.text_tower_identity()}`), locked
+- data: `{cfg.data}`, {m['train_images']} training photos (ids with `split_of(id) == "train"`),
+  {m['val_images']} validation photos (`"val"`: never trained on)
+- training: {m['epochs']} epochs in {m['train_s'] / 60:.1f} min ({m['images_per_s']:.0f} images/s,
+  {m['torch_threads']} torch thread(s)), final temperature {m['temperature']:.4f}
+
+## Figures on the validation photos
+
+| metric | value |
+|---|---|
+| zero-shot article type top-1 ({int(v.get('type_classes', 0))} classes) | {pct('type_top1')} |
+| zero-shot base colour top-1 ({int(v.get('colour_classes', 0))} classes) | {pct('colour_top1')} |
+| text->image Recall@1 | {num('R@1')} |
+| text->image Recall@5 | {num('R@5')} |
+| text->image Recall@10 | {num('R@10')} |
+
+Recall@k: each validation product's description (`full_description`: name + colour, type, usage,
+gender) must retrieve its own photo among all {m['val_images']} validation photos. Zero-shot: the
+photo is assigned the class whose prompt ensemble (`TYPE_PROMPTS` / `COLOUR_PROMPTS` in
+`catalog_train.py`) is nearest; classes are the values present among the validation products.
+
+## Recipe
+
+`recipes/train/catalog.yaml` with these overrides:
+
+```
+agentcir train-encoder data={cfg.data} {recipe}
+```
+"""
 
 
 # -- recipe ------------------------------------------------------------------------------------------

@@ -64,6 +64,9 @@ def test_tiny_run_trains_and_writes_a_loadable_checkpoint(catalog_dir, tmp_path)
     assert {"R@1", "R@5", "R@10", "type_top1", "colour_top1"} <= set(m["val"])
     saved = json.loads((tmp_path / "run" / "metrics.json").read_text())
     assert saved["val"] == m["val"]
+    card = (tmp_path / "run" / "CARD.md").read_text()
+    assert f"| text->image Recall@10 | {m['val']['R@10']:.3f} |" in card
+    assert f"agentcir train-encoder data={catalog_dir} epochs=3 batch_size=4 image_size=32 widths=[8,16]" in card
     from agentcir.registry import ENCODERS
 
     enc = ENCODERS.build("catalog", {"checkpoint": str(tmp_path / "run" / "catalog.pt")})
