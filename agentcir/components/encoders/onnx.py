@@ -20,7 +20,6 @@ reused by the other. Exportable backends implement ``onnx_towers()`` returning
 from __future__ import annotations
 
 import json
-import logging
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,8 +32,6 @@ from ...framework.hashing import file_digest, stable_hash
 from ...framework.interfaces import Encoder
 from ...registry import ENCODERS
 from .common import preprocess
-
-log = logging.getLogger("agentcir")
 
 FORMAT = 1
 FILES = ("image.onnx", "text.onnx", "tokenizer.json", "encoder.json")

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
-import logging
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,9 +27,9 @@ from ...framework.interfaces import Encoder
 from ...registry import ENCODERS
 from .common import import_torchvision
 
-log = logging.getLogger("agentcir")
 
 def import_open_clip():
+    """open_clip, with torchvision made importable first (see :func:`.common.import_torchvision`)."""
     if importlib.util.find_spec("torchvision") is None:
         raise MissingExtraError("the open_clip encoder needs torchvision (a build matching your torch); "
                                 "install it with: pip install 'agentcir[clip]'")
