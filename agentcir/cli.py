@@ -7,6 +7,8 @@
     agentcir eval RUN_DIR... [--compare]   metrics of finished runs, side by side (+ PNG plot, submissions)
     agentcir build-benchmark ...           composed benchmark from photos + an attributes CSV
     agentcir build-disbench ...            DISBench-format photo-history benchmark (multi-hop questions)
+    agentcir train-encoder data=DIR ...    train the catalog encoder's image tower (resumable)
+    agentcir export-onnx encoder=KEY --out DIR   export an encoder's towers to ONNX
 
 Overrides are Hydra's: ``group=option`` picks a recipe file, ``group.field=value`` sets a
 field, ``+experiment=NAME`` applies an override bundle.
@@ -262,6 +264,37 @@ def cmd_build_disbench(args) -> int:
     return 0
 
 
+# -- train-encoder ------------------------------------------------------------------------
+@_command("train-encoder")
+def cmd_train_encoder(args) -> int:
+    from .components.encoders.catalog_train import compose_train_config, train
+
+    cfg = compose_train_config(args.overrides, config_name=args.config, extra_dirs=args.recipes or ())
+    if args.quiet:
+        cfg.progress = False
+    m = train(cfg)
+    v = m["val"]
+    figures = "  ".join(f"{k}={v[k]:.3f}" for k in ("type_top1", "colour_top1", "R@1", "R@5", "R@10") if k in v)
+    print(f"trained {m['epochs']} epoch(s) on {m['train_images']} photos in {m['train_s']:.0f} s "
+          f"({m['images_per_s']:.0f} images/s); val ({m['val_images']} photos): {figures or 'no val ids'}")
+    print(f"checkpoint: {Path(cfg.out) / 'catalog.pt'}  (use it: encoder=catalog encoder.checkpoint={Path(cfg.out) / 'catalog.pt'})")
+    return 0
+
+
+# -- export-onnx --------------------------------------------------------------------------
+@_command("export-onnx")
+def cmd_export_onnx(args) -> int:
+    from .components.encoders.onnx import export_onnx
+    from .framework.recipe import ComponentPool
+
+    recipe = _compose(args)
+    encoder = ComponentPool(recipe).get("encoder")
+    out = export_onnx(encoder, args.out, opset=args.opset)
+    print(f"exported encoder '{recipe['encoder']['name']}' to '{out}' (image.onnx, text.onnx, tokenizer.json, encoder.json); "
+          f"serve it with: encoder=onnx encoder.path={out}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="agentcir", description="Training-free agentic image retrieval.")
     ap.add_argument("-v", "--verbose", action="store_true", help="debug logging and full tracebacks")
@@ -355,6 +388,22 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0, help="fixes events, dates, places and phrasings")
     p.add_argument("--copy-images", action="store_true", help="copy photos instead of symlinking them")
     p.add_argument("--attribution", help="source and licence text for the benchmark's README")
+
+    p = sub.add_parser("train-encoder", help="train the catalog encoder's image tower (LiT, locked MiniLM text tower)",
+                       description="Train the catalog encoder's image tower on a folder of photos + an attributes CSV: "
+                                   "agentcir train-encoder data=DIR epochs=30 out=runs/my-encoder. Arguments are key=value "
+                                   "overrides of recipes/train/catalog.yaml. Rerunning the same command resumes from out/last.pt.")
+    p.add_argument("overrides", nargs="*", help="key=value overrides of the train recipe (data=DIR epochs=N out=DIR ...)")
+    p.add_argument("--config", default="train/catalog", help="train recipe in the recipes folder (default: train/catalog)")
+    p.add_argument("--recipes", action="append", metavar="DIR", help="extra recipe folder searched too (repeatable)")
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
+
+    p = sub.add_parser("export-onnx", help="export an encoder's image and text towers to ONNX",
+                       description="Export the recipe's encoder (e.g. encoder=catalog) to DIR; serve it with encoder=onnx "
+                                   "encoder.path=DIR (onnxruntime, no torch needed).")
+    p.add_argument("--out", required=True, help="folder to write image.onnx, text.onnx, tokenizer.json, encoder.json")
+    p.add_argument("--opset", type=int, default=17, help="ONNX opset")
+    _add_recipe_args(p)
     return ap
 
 

@@ -13,6 +13,10 @@ _C = "agentcir.components"
 _F = "agentcir.framework"
 
 ENCODERS = Registry("encoder", {
+    "catalog": f"{_C}.encoders.catalog",
+    "onnx": f"{_C}.encoders.onnx",
+    "hf_clip": f"{_C}.encoders.hf_clip",
+    "open_clip": f"{_C}.encoders.open_clip",
 })
 
 LLMS = Registry("llm", {

