@@ -6,7 +6,7 @@ and the ``history_topk`` baseline at several k with the same encoder, and prints
 (overall, intra-event, inter-event) and, for the baseline, Best@4 over its four k::
 
     python benchmarks/history_search.py encoder=catalog            # the offline catalog encoder
-    PYTHONPATH=<test plugin> python benchmarks/history_search.py +encoder.name=toy   # main without a default encoder
+    PYTHONPATH=<test plugin> python benchmarks/history_search.py encoder=toy   # main without a default encoder
 
 Any further ``group.field=value`` recipe override is passed to every run. Runs resume and
 reuse the call cache, so rerunning is cheap.

@@ -40,26 +40,26 @@ def test_errors_are_one_line_with_exit_code_2(capsys):
 
 def test_index_search_eval(plugin_env, image_folder, tmp_path):
     gal = tmp_path / "gallery"
-    r = run_cli(["index", str(image_folder), "--out", str(gal), "+encoder.name=toy", "-q"], env=plugin_env)
+    r = run_cli(["index", str(image_folder), "--out", str(gal), "encoder=toy", "-q"], env=plugin_env)
     assert r.returncode == 0, r.stderr
     assert "indexed 12 image(s)" in r.stdout and "skipped 1 unreadable image(s) and 1 non-image file(s)" in r.stdout
     assert "broken.jpg" in r.stderr  # the skipped file is named
     ref = next(image_folder.glob("img01.png"))
     r = run_cli(["search", "--gallery", str(gal), "--image", str(ref), "--text", "brighter", "-k", "3",
-                 "+encoder.name=toy", "-q", f"run.cache={tmp_path / 'c.sqlite'}"], env=plugin_env)
+                 "encoder=toy", "-q", f"run.cache={tmp_path / 'c.sqlite'}"], env=plugin_env)
     assert r.returncode == 0, r.stderr
     lines = r.stdout.strip().splitlines()
     assert lines[0].split() == ["rank", "id", "score", "path"] and len(lines) == 4
     # empty folder and a wrong encoder: one clear line each
     (tmp_path / "empty").mkdir()
-    r = run_cli(["index", str(tmp_path / "empty"), "--out", str(tmp_path / "g2"), "+encoder.name=toy"], env=plugin_env)
+    r = run_cli(["index", str(tmp_path / "empty"), "--out", str(tmp_path / "g2"), "encoder=toy"], env=plugin_env)
     assert r.returncode == 2 and "holds no image files" in r.stderr and len(r.stderr.strip().splitlines()) == 1
-    r = run_cli(["search", "--gallery", str(gal), "--text", "x", "+encoder.name=toy", "+encoder.seed=3"], env=plugin_env)
+    r = run_cli(["search", "--gallery", str(gal), "--text", "x", "encoder=toy", "encoder.seed=3"], env=plugin_env)
     assert r.returncode == 2 and "was indexed with encoder 'toy'" in r.stderr
 
 
 def test_run_and_eval(plugin_env, tmp_path):
-    args = ["run", "+encoder.name=toy", f"run.root={tmp_path}", "run.progress=false"]
+    args = ["run", "encoder=toy", f"run.root={tmp_path}", "run.progress=false"]
     r = run_cli(args, env=plugin_env)
     assert r.returncode == 0, r.stderr
     assert "metrics (40 queries, gallery 320): mAP@5=" in r.stdout and "<- target" in r.stdout or "1. " in r.stdout

@@ -74,8 +74,9 @@ def _hydra_compose(overrides: Sequence[str], config_name: str, recipes_dir: Path
     from omegaconf.errors import OmegaConfBaseException
 
     overrides = list(overrides)
-    if extra_dirs:
-        paths = ",".join(f"file://{Path(d).resolve()}" for d in extra_dirs)
+    dirs = [*extra_dirs, *plugin_recipe_dirs()]
+    if dirs:
+        paths = ",".join(f"file://{Path(d).resolve()}" for d in dirs)
         overrides.append(f"hydra.searchpath=[{paths}]")
     GlobalHydra.instance().clear()
     try:
@@ -86,6 +87,22 @@ def _hydra_compose(overrides: Sequence[str], config_name: str, recipes_dir: Path
         raise InputError(f"recipe error: {msg}") from None
     finally:
         GlobalHydra.instance().clear()
+
+
+def plugin_recipe_dirs() -> list[str]:
+    """Recipe folders shipped by plugins: entry-point group ``agentcir.recipes``, whose value is
+    a package holding group folders (``encoder/mine.yaml``, ...), searched after the built-ins."""
+    import importlib.util
+    from importlib import metadata
+
+    out = []
+    for ep in metadata.entry_points(group="agentcir.recipes"):
+        spec = importlib.util.find_spec(ep.value.split(":", 1)[0].strip())
+        locations = list(spec.submodule_search_locations or []) if spec else []
+        if not locations:
+            raise InputError(f"plugin recipe entry point '{ep.name}' names '{ep.value}', which is not an importable package folder")
+        out.extend(locations)
+    return out
 
 
 def validate(raw: dict[str, Any]) -> dict[str, Any]:

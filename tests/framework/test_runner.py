@@ -21,22 +21,16 @@ from agentcir.framework.runner import RunContext, Runner, StageError, _read_json
 from agentcir.framework.types import Candidates, Query
 
 
-@pytest.fixture
-def recipes_dir(tmp_path):
-    d = tmp_path / "recipes"
-    (d / "method").mkdir(parents=True)
-    (d / "method" / "llm_then_rank.yaml").write_text("name: llm_then_rank\ntop_k: 10\n")
-    return d
+def toy_recipe(tmp_path, *extra):
+    """The test plugin's components, selected through the recipes the plugin ships (entry point
+    group ``agentcir.recipes``)."""
+    return compose(["method=llm_then_rank", "encoder=toy", "llm=counting", f"run.root={tmp_path / 'runs'}",
+                    f"run.cache={tmp_path / 'cache.sqlite'}", "run.progress=false", *extra])
 
 
-def toy_recipe(tmp_path, recipes_dir, *extra):
-    return compose(["method=llm_then_rank", "+encoder.name=toy", "+llm.name=counting", f"run.root={tmp_path / 'runs'}",
-                    f"run.cache={tmp_path / 'cache.sqlite'}", "run.progress=false", *extra], extra_dirs=[str(recipes_dir)])
-
-
-def test_run_writes_its_directory(plugin_path, tmp_path, recipes_dir):
+def test_run_writes_its_directory(plugin_path, tmp_path):
     counter = tmp_path / "calls.txt"
-    r = toy_recipe(tmp_path, recipes_dir, f"+llm.counter={counter}")
+    r = toy_recipe(tmp_path, f"llm.counter={counter}")
     res = run_recipe(r)
     d = res.dir
     assert d.parent == tmp_path / "runs" and d.name.startswith("llm_then_rank-demo-")
@@ -59,7 +53,7 @@ def test_run_writes_its_directory(plugin_path, tmp_path, recipes_dir):
     assert len(counter.read_text().splitlines()) == unique
     np.testing.assert_array_equal(res2.candidates.ids, res.candidates.ids)
     # a different recipe in the same directory is refused
-    r3 = toy_recipe(tmp_path, recipes_dir, f"+llm.counter={counter}", "+llm.suffix=other", f"run.name={d.name}")
+    r3 = toy_recipe(tmp_path, f"llm.counter={counter}", "llm.suffix=other", f"run.name={d.name}")
     with pytest.raises(InputError, match="holds a run of a different recipe \\(differs in: llm\\)"):
         run_recipe(r3)
 
@@ -119,14 +113,14 @@ def test_torn_last_trace_line_is_dropped(tmp_path):
 
 
 @pytest.mark.slow
-def test_resume_after_sigkill_repeats_no_completed_call(plugin_env, tmp_path, recipes_dir):
+def test_resume_after_sigkill_repeats_no_completed_call(plugin_env, tmp_path):
     """Kill a run with SIGKILL in the middle of its LLM stage, restart it: no completed model call is
     repeated, and rankings and metrics equal those of an uninterrupted run."""
 
     def cmd(root, counter, cache):
-        return [sys.executable, "-m", "agentcir.cli", "run", "method=llm_then_rank", "+encoder.name=toy", "+llm.name=counting",
-                f"+llm.counter={counter}", "+llm.delay=0.05", f"run.root={root}", f"run.cache={cache}", "run.concurrency=2",
-                "run.progress=false", "--recipes", str(recipes_dir)]
+        return [sys.executable, "-m", "agentcir.cli", "run", "method=llm_then_rank", "encoder=toy", "llm=counting",
+                f"llm.counter={counter}", "llm.delay=0.05", f"run.root={root}", f"run.cache={cache}", "run.concurrency=2",
+                "run.progress=false"]
 
     # uninterrupted reference run
     a = subprocess.run(cmd(tmp_path / "a", tmp_path / "a.txt", tmp_path / "a.sqlite"), env=plugin_env, capture_output=True, text=True)

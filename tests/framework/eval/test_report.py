@@ -132,7 +132,7 @@ def test_run_then_compare_end_to_end(plugin_path, tmp_path, capsys):
     (tmp_path / "recipes" / "encoder" / "toy.yaml").write_text("name: toy\n")
     dirs = []
     for method in ("image_only", "text_only"):
-        recipe = compose([f"method={method}", "+encoder=toy", "dataset=demo", "dataset.limit=8", "method.top_k=60",
+        recipe = compose([f"method={method}", "encoder=toy", "dataset=demo", "dataset.limit=8", "method.top_k=60",
                           f"run.root={tmp_path / 'runs'}", "run.progress=false"], extra_dirs=[str(tmp_path / "recipes")])
         result = run_recipe(recipe)
         dirs.append(str(result.dir))
