@@ -25,23 +25,6 @@ from numba import njit, prange
 from .._inputs import Gallery
 from ._common import KIND_CODES, decode_rows, f16_to_f32
 
-#: bytes of a score tile (rows x tile float32) and of a widened gallery tile
-SCORE_TILE_BYTES = 8 << 20
-GALLERY_TILE_BYTES = 16 << 20
-MIN_TILE, MAX_TILE = 256, 16384
-#: tests set this to force many small tiles on tiny galleries
-TILE_OVERRIDE: int | None = None
-
-
-def tile_rows(n_scored: int, d: int, N: int) -> int:
-    """Gallery rows per tile for ``n_scored`` query rows of dimension ``d``."""
-    if TILE_OVERRIDE:
-        return max(1, min(TILE_OVERRIDE, N))
-    t = min(SCORE_TILE_BYTES // (4 * max(n_scored, 1)), GALLERY_TILE_BYTES // (4 * d))
-    t = max(MIN_TILE, min(MAX_TILE, t)) // MIN_TILE * MIN_TILE
-    return max(1, min(t, N))
-
-
 @lru_cache(maxsize=1)
 def _torch():
     """torch when it imports (tile products run in MKL/oneDNN), else None (numpy BLAS)."""

@@ -21,7 +21,8 @@ from ._common import (
     KIND_CODES, dot, empty_exclude, exclusion_value, heap_push, new_heaps, patch_excluded, row_dot, row_f32, select_row,
     sorted_from_heaps,
 )
-from ._tiles import exact_tiles, tile_rows
+from .._tiling import tile_rows
+from ._tiles import exact_tiles
 
 #: at most this many queries use the direct (BLAS-free, memory-bound) kernel
 DIRECT_MAX_Q = 4

@@ -17,7 +17,8 @@ from ._common import (
     empty_exclude, entropy_from_state, entropy_update, exclusion_value, new_entropy_state, new_heaps,
     patch_excluded, select_row, sorted_from_heaps,
 )
-from ._tiles import exact_tiles, tile_rows
+from .._tiling import tile_rows
+from ._tiles import exact_tiles
 from .weights import octopus_query, octopus_weights
 
 

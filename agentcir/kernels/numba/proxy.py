@@ -16,7 +16,8 @@ from .._inputs import Gallery
 from ._common import (
     FASTMATH, empty_exclude, exclusion_value, new_heaps, patch_excluded, select_row, sorted_from_heaps,
 )
-from ._tiles import exact_tiles, tile_rows
+from .._tiling import tile_rows
+from ._tiles import exact_tiles
 from .cosine import cosine_topk
 from .weights import octopus_query, octopus_weights
 

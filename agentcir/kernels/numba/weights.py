@@ -21,7 +21,8 @@ from numba import njit, prange
 
 from .._inputs import Gallery
 from ._common import FASTMATH, score_f32
-from ._tiles import coarse_tiles, exact_tiles, has_fast_bf16, tile_rows
+from .._tiling import tile_rows
+from ._tiles import coarse_tiles, exact_tiles, has_fast_bf16
 
 
 #: half-precision galleries at least this large use the bfloat16 tile product
