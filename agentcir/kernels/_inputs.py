@@ -202,10 +202,11 @@ def check_exclude(exclude: Any, n_queries: int, n_items: int) -> np.ndarray | No
     if exclude is None:
         return None
     a = _numpy_of(_as_array(exclude, "exclude"))
+    shape = a.shape
     if a.ndim == 1:
         a = a[:, None]
     if a.ndim != 2 or a.shape[0] != n_queries:
-        raise KernelInputError(f"exclude: expected shape [Q] or [Q, m] with Q = {n_queries}, got {a.shape}")
+        raise KernelInputError(f"exclude: expected shape [Q] or [Q, m] with Q = {n_queries}, got {shape}")
     a = check_ids(a, "exclude", n_items=n_items)
     if a.shape[1] == 0 or not (a >= 0).any():
         return None

@@ -45,8 +45,12 @@ def _has(module: str) -> bool:
         return False
 
 
-def why_unavailable(name: str) -> str | None:
-    """``None`` when backend ``name`` can run in this process, else the reason (one line)."""
+def why_unavailable(name: str, *, probing: bool = False) -> str | None:
+    """``None`` when backend ``name`` can run in this process, else the reason (one line).
+
+    With ``probing`` (the automatic choice) Triton needs a real CUDA device; an explicit
+    ``triton`` also accepts the interpreter (``TRITON_INTERPRET=1``, for tests).
+    """
     if name == "reference":
         return None
     if name == "numba":
@@ -60,12 +64,12 @@ def why_unavailable(name: str) -> str | None:
     if name == "triton":
         if not _has("triton") or not _has("torch"):
             return "the packages 'triton' and 'torch' are needed (pip install 'agentcir[gpu]')"
-        if os.environ.get("TRITON_INTERPRET") == "1":
+        if os.environ.get("TRITON_INTERPRET") == "1" and not probing:
             return None
         import torch
 
         if not torch.cuda.is_available():
-            return "no CUDA device is visible (set TRITON_INTERPRET=1 to run the kernels in the slow interpreter)"
+            return "no CUDA device is visible (TRITON_INTERPRET=1 runs the kernels in the slow interpreter)"
         return None
     raise KernelInputError(f"backend: unknown kernel backend '{name}'; choose one of {', '.join(BACKENDS)}")
 
@@ -81,7 +85,7 @@ def check_name(name: str, where: str = "backend") -> str:
 def _probe() -> str:
     skipped = []
     for name in PROBE_ORDER:
-        reason = why_unavailable(name)
+        reason = why_unavailable(name, probing=True)
         if reason is None:
             if skipped:
                 _log_once(f"kernels: auto -> {name} ({'; '.join(skipped)})")
@@ -135,7 +139,7 @@ def backend_module(backend: str = "auto") -> ModuleType:
         if explicit:
             raise BackendUnavailableError(f"kernel backend '{name}' failed to import: {e}") from e
         for other in PROBE_ORDER[PROBE_ORDER.index(name) + 1:]:
-            if why_unavailable(other) is None:
+            if why_unavailable(other, probing=True) is None:
                 try:
                     mod = load(other)
                 except ImportError:
