@@ -4,7 +4,10 @@ Id lists: the valid ``(id, list, position)`` triples of a query are sorted by on
 key, so each item's entries are adjacent (list order, then position: the first
 occurrence in a list comes first); the item's fused score is summed in list order
 (float64, the reference's order) and offered to a float64 heap.
-Score matrices: each row is ranked by a stable argsort of ``-score`` (ties: lower id).
+Score matrices: each row is ranked by sorting int64 keys ``(~monotone(score) << 32) | id``
+(score descending, ties by lower id; one integer sort, no index indirection).
+The sorts cost ~log2 of the row length per element, so the work estimate that picks the
+parallel variant counts them that way.
 """
 
 from __future__ import annotations
@@ -12,7 +15,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit, prange
 
-from ._common import heap_push, heap_to_sorted
+from ._common import dual, heap_push, heap_to_sorted
 
 
 @njit(inline="always", cache=True)
@@ -23,7 +26,7 @@ def _emit(hs, hi, n, out_s, out_i):
         out_s[j] = tmp[j]
 
 
-@njit(parallel=True, cache=True)
+@dual()
 def _rrf_lists(ids, z, w, k, out_s, out_i):
     V, Q, L = ids.shape
     VL = np.int64(V) * L
@@ -55,15 +58,26 @@ def _rrf_lists(ids, z, w, k, out_s, out_i):
         _emit(hs, hi, cnt, out_s[q], out_i[q])
 
 
-@njit(parallel=True, cache=True)
+@njit(inline="always", cache=True)
+def _rank_key(score, i):
+    """int64 key sorting ascending as score descending, then id ascending."""
+    b = np.float32(score + np.float32(0.0)).view(np.int32)  # -0.0 -> +0.0
+    m = b ^ ((b >> np.int32(31)) & np.int32(0x7FFFFFFF))   # int32 order = float order
+    return (np.int64(~m) << np.int64(32)) | np.int64(i)
+
+
+@dual()
 def _rrf_scores(S, z, w, k, out_s, out_i):
     V, Q, N = S.shape
     for q in prange(Q):
         acc = np.zeros(N, dtype=np.float64)
+        keys = np.empty(N, dtype=np.int64)
         for v in range(V):
-            order = np.argsort(-S[v, q], kind="mergesort")
+            for i in range(N):
+                keys[i] = _rank_key(S[v, q, i], i)
+            keys.sort()
             for p in range(N):
-                acc[order[p]] += w[v] / (z + p + 1)
+                acc[keys[p] & np.int64(0xFFFFFFFF)] += w[v] / (z + p + 1)
         hs = np.full(k, -np.inf, dtype=np.float64)
         hi = np.full(k, -1, dtype=np.int32)
         cnt = 0
@@ -79,12 +93,13 @@ def _out(Q: int, k: int):
 def rrf_lists(ids: np.ndarray, k: int, z: float, weights: np.ndarray):
     """See :func:`agentcir.kernels.rrf` (integer rank lists ``[V, Q, L]``)."""
     out_s, out_i = _out(ids.shape[1], k)
-    _rrf_lists(ids, float(z), weights, k, out_s, out_i)
+    _rrf_lists(ids, float(z), weights, k, out_s, out_i,
+               work=ids.size * max(1, int(np.log2(ids.shape[0] * ids.shape[2]))))
     return out_s, out_i
 
 
 def rrf_scores(scores: np.ndarray, k: int, z: float, weights: np.ndarray):
     """See :func:`agentcir.kernels.rrf` (dense score matrices ``[V, Q, N]``)."""
     out_s, out_i = _out(scores.shape[1], k)
-    _rrf_scores(scores, float(z), weights, k, out_s, out_i)
+    _rrf_scores(scores, float(z), weights, k, out_s, out_i, work=scores.size * max(1, int(np.log2(scores.shape[2]))))
     return out_s, out_i

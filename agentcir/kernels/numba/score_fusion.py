@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit, prange
 
-from ._common import heap_push
+from ._common import dual, heap_push
 from .rank_fusion import _emit, _out
 
 NORM_CODES = {"minmax": 0, "zscore": 1, "none": 2}
@@ -25,7 +25,7 @@ def _apply(x, lo, hi, mean, sd, norm):
     return x
 
 
-@njit(parallel=True, cache=True)
+@dual()
 def _fuse_dense(S, w, norm, k, out_s, out_i):
     V, Q, N = S.shape
     for q in prange(Q):
@@ -55,7 +55,7 @@ def _fuse_dense(S, w, norm, k, out_s, out_i):
         _emit(hs, hi_, cnt, out_s[q], out_i[q])
 
 
-@njit(parallel=True, cache=True)
+@dual()
 def _fuse_lists(ids, S, w, norm, k, out_s, out_i):
     V, Q, L = ids.shape
     VL = np.int64(V) * L
@@ -110,12 +110,13 @@ def _fuse_lists(ids, S, w, norm, k, out_s, out_i):
 def fuse_dense(scores: np.ndarray, k: int, weights: np.ndarray, norm: str):
     """See :func:`agentcir.kernels.fuse_scores` (dense ``[V, Q, N]``)."""
     out_s, out_i = _out(scores.shape[1], k)
-    _fuse_dense(scores, weights, NORM_CODES[norm], k, out_s, out_i)
+    _fuse_dense(scores, weights, NORM_CODES[norm], k, out_s, out_i, work=scores.size)
     return out_s, out_i
 
 
 def fuse_lists(ids: np.ndarray, scores: np.ndarray, k: int, weights: np.ndarray, norm: str):
     """See :func:`agentcir.kernels.fuse_scores` (scored id lists ``[V, Q, L]``)."""
     out_s, out_i = _out(ids.shape[1], k)
-    _fuse_lists(ids, scores, weights, NORM_CODES[norm], k, out_s, out_i)
+    _fuse_lists(ids, scores, weights, NORM_CODES[norm], k, out_s, out_i,
+                work=ids.size * max(1, int(np.log2(ids.shape[0] * ids.shape[2]))))
     return out_s, out_i
