@@ -26,7 +26,8 @@ sys.path.insert(0, str(HERE))  # bench files import _data and sizes (pytest runs
 
 
 def pytest_collect_file(file_path, parent):
-    if file_path.suffix == ".py" and file_path.name.startswith("bench_"):
+    # a file named on the command line is collected by pytest itself; do not collect it twice
+    if file_path.suffix == ".py" and file_path.name.startswith("bench_") and not parent.session.isinitpath(file_path):
         return pytest.Module.from_parent(parent, path=file_path)
     return None
 
