@@ -16,7 +16,7 @@ from agentcir import kernels as K
 
 OP = "octopus_topk"
 BASELINE = "torch-naive-f32"
-ROUNDS = 5
+ROUNDS = 7
 
 
 def make_inputs(size: dict, with_reference: bool = True) -> dict:

@@ -14,7 +14,7 @@ from agentcir import kernels as K
 
 OP = "octopus_weights"
 BASELINE = "torch-naive-f32"
-ROUNDS = 3
+ROUNDS = 5
 
 
 def make_inputs(size: dict, with_reference: bool = True) -> dict:
