@@ -13,6 +13,7 @@ the format, so no backend needs ``ml_dtypes`` to handle bfloat16.
 from __future__ import annotations
 
 import math
+import warnings
 from dataclasses import dataclass
 from typing import Any
 
@@ -251,9 +252,11 @@ def to_backend_gallery(g: Any, native: str) -> Gallery:
     if is_torch(g):
         return Gallery(g.contiguous(), kind)
     a = np.ascontiguousarray(np.asarray(g))
-    if kind == "bfloat16":
-        return Gallery(torch.from_numpy(a.view(np.int16)).view(torch.bfloat16), kind)
-    return Gallery(torch.from_numpy(a), kind)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # read-only memory maps: the kernels only read them
+        if kind == "bfloat16":
+            return Gallery(torch.from_numpy(a.view(np.int16)).view(torch.bfloat16), kind)
+        return Gallery(torch.from_numpy(a), kind)
 
 
 def to_backend_ids(a: np.ndarray | None, native: str, device: Any = None) -> Any:

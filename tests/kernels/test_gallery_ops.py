@@ -180,3 +180,18 @@ def test_numba_parallel_logsumexp_tiles(monkeypatch):
     ref = K.proxy_scores_topk(P, G, 301, agg="logsumexp", tau=0.1, exclude=ex, backend="reference")
     got = K.proxy_scores_topk(P, G, 12, agg="logsumexp", tau=0.1, exclude=ex, backend="numba")
     check_topk(got, ref, 12, TOL["float32"])
+
+
+def test_read_only_memory_mapped_gallery(backend, tmp_path):
+    """The gallery store hands out read-only memory maps: every backend reads them as they are."""
+    rng = np.random.default_rng(9)
+    Q, N, d, k = cases(backend)[-1]
+    for kind in ("float32", "float16"):
+        path = tmp_path / f"g-{kind}.npy"
+        np.save(path, unit_rows(rng, N, d).astype(kind))
+        G = np.load(path, mmap_mode="r")
+        X, P = unit_rows(rng, Q, d), unit_rows(rng, Q, 3, d)
+        check_topk(K.cosine_topk(X, G, k, backend=backend), K.cosine_topk(X, G, max(k, N), backend="reference"), k,
+                   TOL[kind])
+        ref = K.octopus_topk(X, P, X, G, max(k, N), visual=X, captions=G, backend="reference")
+        check_topk(K.octopus_topk(X, P, X, G, k, visual=X, captions=G, backend=backend)[:2], ref[:2], k, TOL[kind])

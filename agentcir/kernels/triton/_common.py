@@ -14,15 +14,30 @@ small shapes; launchable on CUDA (``benchmarks/gpu_check.py``).
 
 from __future__ import annotations
 
+import os
+
 import torch
 import triton
 import triton.language as tl
+
+from .._inputs import Gallery
 
 INT64_MIN = torch.iinfo(torch.int64).min
 #: gallery rows per program and the largest k done on the device (beyond it the torch
 #: backend's running top-k is used instead; see README "Triton")
 BLOCK_N = 128
 MAX_DEVICE_K = 1024
+
+
+def on_device(gallery: Gallery | None) -> Gallery | None:
+    """The gallery on the CUDA device (copied there when it came as a CPU array: pass a CUDA
+    tensor to avoid the copy). Under the interpreter a private copy: the interpreter writes
+    every tensor argument back after a launch, which a read-only memory map cannot take."""
+    if gallery is None or gallery.data.is_cuda:
+        return gallery
+    if os.environ.get("TRITON_INTERPRET") == "1":
+        return Gallery(gallery.data.clone(), gallery.kind)
+    return Gallery(gallery.data.cuda(), gallery.kind)
 
 
 def next_pow2(x: int) -> int:

@@ -8,7 +8,7 @@ import triton
 import triton.language as tl
 
 from .._inputs import Gallery
-from ._common import MAX_DEVICE_K, block_n, exclude_arg, exclusion_mask, merge, next_pow2, pack_keys
+from ._common import MAX_DEVICE_K, block_n, exclude_arg, exclusion_mask, merge, next_pow2, on_device, pack_keys
 
 BLOCK_Q, BLOCK_D = 16, 32
 
@@ -42,6 +42,7 @@ def _cosine_kernel(X, G, excl, part, Q, N, D, ex_value, HAS_EXCL: tl.constexpr, 
 def cosine_topk(queries: torch.Tensor, gallery: Gallery, k: int, exclude: torch.Tensor | None,
                 exclude_score: float | None):
     """See :func:`agentcir.kernels.cosine_topk`."""
+    gallery = on_device(gallery)
     if next_pow2(k) > MAX_DEVICE_K:
         from ..torch.cosine import cosine_topk as torch_cosine_topk
 

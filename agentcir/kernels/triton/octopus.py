@@ -9,7 +9,7 @@ import triton
 import triton.language as tl
 
 from .._inputs import Gallery
-from ._common import MAX_DEVICE_K, block_n, exclude_arg, exclusion_mask, merge, next_pow2, pack_keys
+from ._common import MAX_DEVICE_K, block_n, exclude_arg, exclusion_mask, merge, next_pow2, on_device, pack_keys
 from .weights import octopus_weights
 
 BLOCK_Q, BLOCK_D = 16, 32
@@ -77,6 +77,7 @@ def _merge_entropy(ent: torch.Tensor) -> torch.Tensor:
 def octopus_topk(reference, proxies, target, visual, images: Gallery, captions: Gallery | None, k: int,
                  lam: float, tau: float, entropy_tau: float, exclude, exclude_score: float | None):
     """See :func:`agentcir.kernels.octopus_topk`."""
+    images, captions = on_device(images), on_device(captions)
     if next_pow2(k) > MAX_DEVICE_K:
         from ..torch.octopus import octopus_topk as torch_octopus
 

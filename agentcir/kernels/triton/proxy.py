@@ -8,7 +8,7 @@ import triton
 import triton.language as tl
 
 from .._inputs import Gallery
-from ._common import MAX_DEVICE_K, block_n, exclude_arg, merge, next_pow2, pack_keys
+from ._common import MAX_DEVICE_K, block_n, exclude_arg, merge, next_pow2, on_device, pack_keys
 from .cosine import cosine_topk
 from .weights import octopus_weights
 
@@ -54,6 +54,7 @@ def _proxy_kernel(P, G, excl, part, K, N, D, ex_value, tau, AGG: tl.constexpr, H
 def proxy_scores_topk(proxies: torch.Tensor, gallery: Gallery, k: int, agg: str, tau: float,
                       reference: torch.Tensor | None, exclude: torch.Tensor | None, exclude_score: float | None):
     """See :func:`agentcir.kernels.proxy_scores_topk`."""
+    gallery = on_device(gallery)
     G = gallery.data
     dev = G.device
     P = proxies.to(device=dev, dtype=torch.float32).contiguous()

@@ -8,7 +8,7 @@ import triton
 import triton.language as tl
 
 from .._inputs import Gallery
-from ._common import BLOCK_N, next_pow2
+from ._common import BLOCK_N, next_pow2, on_device
 
 BLOCK_D = 32
 
@@ -35,6 +35,7 @@ def _gap_kernel(Dm, G, part, K, N, D, BK: tl.constexpr, BN: tl.constexpr, BD: tl
 
 def octopus_weights(reference: torch.Tensor, proxies: torch.Tensor, gallery: Gallery, tau: float) -> torch.Tensor:
     """See :func:`agentcir.kernels.octopus_weights`."""
+    gallery = on_device(gallery)
     G = gallery.data
     dev = G.device
     P = proxies.to(device=dev, dtype=torch.float32)
