@@ -57,6 +57,12 @@ def _ids_dev(a: np.ndarray | None, be: Any, like: Any) -> Any:
     return to_backend_ids(a, be.NATIVE, _device(like) if be.NATIVE == "torch" else None)
 
 
+def _empty(k: int, like: Any, *extra: tuple[int, ...]) -> list[Any]:
+    """Outputs for zero queries: scores/ids ``[0, k]`` and float32 arrays of the ``extra`` shapes."""
+    arrays = [np.zeros((0, k), dtype=np.float32), np.zeros((0, k), dtype=np.int32)]
+    return _out(arrays + [np.zeros(shape, dtype=np.float32) for shape in extra], like)
+
+
 def _exclude_score(x: float | None) -> float | None:
     return None if x is None else check_finite_number(x, "exclude_score")
 
@@ -85,6 +91,8 @@ def cosine_topk(queries: Any, gallery: Any, k: int, *, exclude: Any = None, excl
     ex = check_exclude(exclude, q.shape[0], N)
     es = _exclude_score(exclude_score)
     be = dispatch.backend_module(backend)
+    if q.shape[0] == 0:
+        return TopK(*_empty(k, gallery))
     out = be.cosine_topk(to_backend_float(q, be.NATIVE), to_backend_gallery(g, be.NATIVE), k,
                          _ids_dev(ex, be, gallery), es)
     return TopK(*_out(out, gallery))
@@ -127,6 +135,8 @@ def proxy_scores_topk(proxies: Any, gallery: Any, k: int, *, agg: str = "mean", 
         r = None
     ex = check_exclude(exclude, Q, N)
     be = dispatch.backend_module(backend)
+    if Q == 0:
+        return TopK(*_empty(k, gallery))
     nat = be.NATIVE
     out = be.proxy_scores_topk(to_backend_float(p, nat), to_backend_gallery(g, nat), k, agg, tau,
                                None if r is None else to_backend_float(r, nat), _ids_dev(ex, be, gallery),
@@ -149,6 +159,8 @@ def octopus_weights(reference: Any, proxies: Any, gallery: Any, *, tau: float = 
     r = check_float(reference, "reference", 2, dim=d, rows=p.shape[0])
     tau = check_positive(tau, "tau")
     be = dispatch.backend_module(backend)
+    if p.shape[0] == 0:
+        return _empty(1, gallery, (0, p.shape[1]))[2]
     nat = be.NATIVE
     w = be.octopus_weights(to_backend_float(r, nat), to_backend_float(p, nat), to_backend_gallery(g, nat), tau)
     return _out([w], gallery)[0]
@@ -196,6 +208,8 @@ def octopus_topk(reference: Any, proxies: Any, target: Any, images: Any, k: int,
     entropy_tau = check_positive(entropy_tau, "entropy_tau")
     ex = check_exclude(exclude, Q, N)
     be = dispatch.backend_module(backend)
+    if Q == 0:
+        return OctopusTopK(*_empty(k, images, (0, p.shape[1]), (0,)))
     nat = be.NATIVE
     f = lambda x: None if x is None else to_backend_float(x, nat)  # noqa: E731
     out = be.octopus_topk(f(r), f(p), f(t), f(v), to_backend_gallery(I, nat),

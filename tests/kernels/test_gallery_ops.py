@@ -195,3 +195,12 @@ def test_read_only_memory_mapped_gallery(backend, tmp_path):
                    TOL[kind])
         ref = K.octopus_topk(X, P, X, G, max(k, N), visual=X, captions=G, backend="reference")
         check_topk(K.octopus_topk(X, P, X, G, k, visual=X, captions=G, backend=backend)[:2], ref[:2], k, TOL[kind])
+
+
+def test_zero_queries(backend):
+    G = np.eye(5, 3, dtype=np.float32)
+    assert K.cosine_topk(np.zeros((0, 3)), G, 2, backend=backend).ids.shape == (0, 2)
+    assert K.proxy_scores_topk(np.zeros((0, 4, 3)), G, 2, backend=backend).scores.shape == (0, 2)
+    assert K.octopus_weights(np.zeros((0, 3)), np.zeros((0, 4, 3)), G, backend=backend).shape == (0, 4)
+    out = K.octopus_topk(np.zeros((0, 3)), np.zeros((0, 4, 3)), np.zeros((0, 3)), G, 2, backend=backend)
+    assert out.ids.shape == (0, 2) and out.weights.shape == (0, 4) and out.entropy.shape == (0,)
