@@ -48,6 +48,8 @@ EXTRAS["dev"] = sorted({
     *EXTRAS["photos"], *EXTRAS["scale"], *EXTRAS["plot"], *EXTRAS["video"],
     # the test and benchmark tools
     "pytest>=8", "pytest-benchmark>=4", "pytest-timeout>=2",
+    # tests/kernels and benchmarks/: bfloat16 numpy galleries
+    "ml_dtypes>=0.3",
 })
 EXTRAS["all"] = sorted({d for k, v in EXTRAS.items() if k != "dev" for d in v} | set(EXTRAS["dev"]))
 
