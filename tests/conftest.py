@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import os
 import subprocess
 import sys
@@ -10,6 +11,15 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+
+# Triton kernels run natively when CUDA is visible, else in the interpreter (tiny shapes only). The
+# flag must be set before anything imports triton (diffusers and torch can, during collection), so
+# it is set here, in the root conftest, which pytest loads first.
+if "TRITON_INTERPRET" not in os.environ and importlib.util.find_spec("torch") is not None:
+    import torch
+
+    if not torch.cuda.is_available():
+        os.environ["TRITON_INTERPRET"] = "1"
 
 ROOT = Path(__file__).resolve().parent.parent
 SHARED = Path(os.environ.get("AGENTCIR_SHARED", ROOT.parent / "shared"))

@@ -1,28 +1,16 @@
 """Fixtures of the scoring-core tests: the backends to test, gallery dtypes, small tiles.
 
-Triton kernels run natively when CUDA is visible, else under ``TRITON_INTERPRET=1`` (set
-here, before triton is imported) on tiny shapes only.
+Triton kernels run natively when CUDA is visible, else under ``TRITON_INTERPRET=1`` (set by
+the root ``tests/conftest.py``, before anything imports triton) on tiny shapes only.
 """
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import sys
 
 import pytest
 
-
-def _cuda() -> bool:
-    if importlib.util.find_spec("torch") is None:
-        return False
-    import torch
-
-    return torch.cuda.is_available()
-
-
-if not _cuda():
-    os.environ.setdefault("TRITON_INTERPRET", "1")
 
 sys.path.insert(0, os.path.dirname(__file__))  # the tests import kernel_checks (pytest runs in importlib mode)
 
