@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
+from ..kernels.dispatch import BACKENDS as KERNEL_BACKENDS
 from ..registry import REGISTRIES, ConfigError, make_config
 from .errors import InputError
 
@@ -130,6 +131,9 @@ def validate(raw: dict[str, Any]) -> dict[str, Any]:
         cfg = make_config(cls, node, where=f"{group} '{name}'")
         out[group] = {"name": name, **dataclasses.asdict(cfg)}
     out["kernels"] = dataclasses.asdict(make_config(KernelsConfig, raw.get("kernels") or {}, where="kernels"))
+    if out["kernels"]["backend"] not in KERNEL_BACKENDS:
+        raise ConfigError(f"kernels: field 'backend': unknown kernel backend '{out['kernels']['backend']}'; "
+                          f"choose one of {', '.join(KERNEL_BACKENDS)}")
     out["run"] = dataclasses.asdict(make_config(RunConfig, raw.get("run") or {}, where="run"))
     if out["run"]["gallery_dtype"] not in ("float32", "float16"):
         raise ConfigError(f"run: field 'gallery_dtype': must be float32 or float16, got '{out['run']['gallery_dtype']}'")

@@ -1,0 +1,21 @@
+"""The scoring core: cosine top-k, proxy aggregation, OCTOPUS fusion, rank fusion, re-ranks.
+
+Pure kernels (dense arrays in, dense arrays out) behind one dispatch; every public
+function takes ``backend="auto"`` or one of :data:`BACKENDS` (a method passes
+``backend=ctx.kernels``). Importing this package is light (numpy only): backends are
+imported when first used. See README.md in this folder for each op's contract.
+"""
+
+from ._inputs import GALLERY_KINDS, KernelInputError
+from ._types import OctopusTopK, TopK
+from .api import (
+    cosine_topk, fuse_scores, octopus_topk, octopus_visual_query, octopus_weights, promote_first_accepted,
+    proxy_scores_topk, rrf, uncertainty, xr_rerank,
+)
+from .dispatch import BACKENDS, ENV_VAR, BackendUnavailableError, resolve
+
+__all__ = [
+    "BACKENDS", "ENV_VAR", "GALLERY_KINDS", "BackendUnavailableError", "KernelInputError", "OctopusTopK", "TopK",
+    "cosine_topk", "fuse_scores", "octopus_topk", "octopus_visual_query", "octopus_weights",
+    "promote_first_accepted", "proxy_scores_topk", "resolve", "rrf", "uncertainty", "xr_rerank",
+]

@@ -1,0 +1,24 @@
+"""The gallery tile size shared by every streamed backend (numpy only)."""
+
+from __future__ import annotations
+
+#: bytes of a score tile (rows x tile float32) and of a widened gallery tile
+SCORE_TILE_BYTES = 8 << 20
+GALLERY_TILE_BYTES = 16 << 20
+MIN_TILE, MAX_TILE = 256, 16384
+#: tests set this to force many small tiles on tiny galleries
+TILE_OVERRIDE: int | None = None
+
+
+def tile_rows(n_scored: int, d: int, N: int) -> int:
+    """Gallery rows per tile when ``n_scored`` query rows of dimension ``d`` are scored at once.
+
+    The ``[n_scored, tile]`` float32 score block stays within ``SCORE_TILE_BYTES`` and a
+    widened ``[tile, d]`` gallery block within ``GALLERY_TILE_BYTES`` (a multiple of 256
+    rows between 256 and 16384), so extra memory is O(rows x tile), never O(rows x N).
+    """
+    if TILE_OVERRIDE:
+        return max(1, min(TILE_OVERRIDE, N))
+    t = min(SCORE_TILE_BYTES // (4 * max(n_scored, 1)), GALLERY_TILE_BYTES // (4 * d))
+    t = max(MIN_TILE, min(MAX_TILE, t)) // MIN_TILE * MIN_TILE
+    return max(1, min(t, N))

@@ -1,0 +1,315 @@
+"""Numba building blocks shared by the numba ops: running top-k heaps, half->float decoding,
+exclusion patches and the streamed softmax entropy.
+
+Heaps: one bounded min-heap per query, ``hs[k]`` scores and ``hi[k]`` ids, whose root is
+the *worst* kept item (lowest score; among equal scores the highest id). Gallery tiles
+are visited in increasing id order, so inside a tile loop a candidate equal to the root
+is always worse than it (its id is larger) and the cheap test ``s <= root`` rejects it.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from llvmlite import binding as _llvm
+from llvmlite import ir as _ir
+from numba import njit, prange, types
+from numba.extending import intrinsic, overload
+
+KIND_CODES = {"float32": 0, "float16": 1, "bfloat16": 2}
+NEG_INF = np.float32(-np.inf)
+
+
+@njit(inline="always", cache=True)
+def worse(s1, i1, s2, i2):
+    """Is (s1, i1) ranked after (s2, i2)? (score descending, then lower id first)."""
+    return s1 < s2 or (s1 == s2 and i1 > i2)
+
+
+@njit(cache=True)
+def heap_push(hs, hi, n, s, i):
+    """Offer (s, i) to the heap of capacity ``len(hs)`` holding ``n`` items; returns the new size."""
+    k = hs.shape[0]
+    if n < k:
+        pos = n
+        while pos > 0:
+            par = (pos - 1) >> 1
+            if worse(s, i, hs[par], hi[par]):
+                hs[pos] = hs[par]
+                hi[pos] = hi[par]
+                pos = par
+            else:
+                break
+        hs[pos] = s
+        hi[pos] = i
+        return n + 1
+    if not worse(hs[0], hi[0], s, i):
+        return n
+    _sift_down(hs, hi, k, s, i)
+    return n
+
+
+@njit(inline="always", cache=True)
+def _sift_down(hs, hi, m, s, i):
+    pos = 0
+    while True:
+        c = 2 * pos + 1
+        if c >= m:
+            break
+        if c + 1 < m and worse(hs[c + 1], hi[c + 1], hs[c], hi[c]):
+            c += 1
+        if worse(hs[c], hi[c], s, i):
+            hs[pos] = hs[c]
+            hi[pos] = hi[c]
+            pos = c
+        else:
+            break
+    hs[pos] = s
+    hi[pos] = i
+
+
+@njit(cache=True)
+def heap_to_sorted(hs, hi, n, out_s, out_i):
+    """Write the heap best-first into ``out_s/out_i`` (padding ``(-inf, -1)``); consumes the heap."""
+    k = out_s.shape[0]
+    for j in range(n, k):
+        out_s[j] = -np.inf
+        out_i[j] = -1
+    m = n
+    while m > 0:
+        out_s[m - 1] = hs[0]
+        out_i[m - 1] = hi[0]
+        m -= 1
+        if m > 0:
+            _sift_down(hs, hi, m, hs[m], hi[m])
+
+
+@njit(parallel=True, cache=True)
+def finish_heaps(hs, hi, cnt, out_s, out_i):
+    for q in prange(hs.shape[0]):
+        heap_to_sorted(hs[q], hi[q], cnt[q], out_s[q], out_i[q])
+
+
+def new_heaps(Q: int, k: int):
+    return (np.full((Q, k), -np.inf, dtype=np.float32), np.full((Q, k), -1, dtype=np.int32),
+            np.zeros(Q, dtype=np.int64))
+
+
+def sorted_from_heaps(hs, hi, cnt):
+    Q, k = hs.shape
+    out_s = np.empty((Q, k), dtype=np.float32)
+    out_i = np.empty((Q, k), dtype=np.int32)
+    finish_heaps(hs, hi, cnt, out_s, out_i)
+    return out_s, out_i
+
+
+@njit(inline="always", cache=True)
+def select_row(vals, start, hs, hi, n):
+    """Offer ``vals[j]`` as item ``start + j`` (in id order); ``-inf`` = removed. Returns the new size."""
+    k = hs.shape[0]
+    for j in range(vals.shape[0]):
+        s = vals[j]
+        if n == k:
+            if s <= hs[0]:
+                continue
+        elif s == -np.inf:
+            continue
+        n = heap_push(hs, hi, n, s, start + j)
+    return n
+
+
+# -- half precision ---------------------------------------------------------------------
+@intrinsic
+def _f16_to_f32_hw(typingctx, h):
+    """binary16 bits -> float32 by LLVM ``fpext half`` (one vcvtph2ps with F16C)."""
+    def codegen(context, builder, signature, args):
+        return builder.fpext(builder.bitcast(args[0], _ir.HalfType()), _ir.FloatType())
+    return types.float32(types.uint16), codegen
+
+
+@njit(inline="always", cache=True)
+def _f16_to_f32_sw(h):
+    """IEEE binary16 bits -> float32 (exact, subnormals included; branch-free so it vectorises)."""
+    hu = np.uint32(h)
+    mag = np.uint32((hu & np.uint32(0x7FFF)) << np.uint32(13))
+    f = np.float32(mag.view(np.float32) * np.float32(5.192296858534828e33))  # 2**112 rebiases the exponent
+    bits = np.float32(f).view(np.uint32)
+    bits = np.uint32(bits | np.uint32(0x7F800000)) if (hu & np.uint32(0x7C00)) == np.uint32(0x7C00) else bits
+    return np.uint32(bits | np.uint32((hu & np.uint32(0x8000)) << np.uint32(16))).view(np.float32)
+
+
+def _has_f16c() -> bool:
+    try:
+        return bool(_llvm.get_host_cpu_features().get("f16c", False))
+    except Exception:  # pragma: no cover - exotic hosts
+        return False
+
+
+#: binary16 bits -> float32: the F16C instruction where the CPU has it (without it LLVM would
+#: need a runtime helper numba may not link), else the exact bit-manipulation version
+f16_to_f32 = _f16_to_f32_hw if _has_f16c() else _f16_to_f32_sw
+
+
+@njit(inline="always", cache=True)
+def bf16_to_f32(h):
+    """bfloat16 bits -> float32 (exact)."""
+    return np.uint32(np.uint32(h) << np.uint32(16)).view(np.float32)
+
+
+def row_f32(G, r, kind, buf):  # pragma: no cover - replaced by the overload in numba code
+    raise NotImplementedError
+
+
+@overload(row_f32, inline="always")
+def _row_f32(G, r, kind, buf):
+    """Row ``r`` of a gallery as float32: a view for float32 data, decoded into ``buf`` for half bits."""
+    if G.dtype == types.float32:
+        def impl(G, r, kind, buf):
+            return G[r]
+        return impl
+
+    def impl_half(G, r, kind, buf):
+        row = G[r]
+        if kind == 1:
+            for j in range(row.shape[0]):
+                buf[j] = f16_to_f32(row[j])
+        else:
+            for j in range(row.shape[0]):
+                buf[j] = bf16_to_f32(row[j])
+        return buf
+    return impl_half
+
+
+def score_f32(S, r, j):  # pragma: no cover - replaced by the overload in numba code
+    raise NotImplementedError
+
+
+@overload(score_f32, inline="always")
+def _score_f32(S, r, j):
+    """Element of a score tile as float32 (float32 data, or bfloat16 bits from a coarse matmul)."""
+    if S.dtype == types.float32:
+        return lambda S, r, j: S[r, j]
+    return lambda S, r, j: bf16_to_f32(S[r, j])
+
+
+#: fast-math flags of kernels with float reductions: reassociation (vectorised sums) and
+#: fused multiply-add only; never ``nnan``/``ninf`` (``-inf`` marks removed items)
+FASTMATH = {"reassoc", "contract"}
+
+
+@njit(fastmath=FASTMATH, cache=True)
+def dot(a, b):
+    """float32 dot product (reassociation allowed, so LLVM vectorises the reduction).
+
+    Not numba-inlined on purpose: numba's IR inlining would drop these fast-math flags.
+    """
+    s = np.float32(0.0)
+    for j in range(a.shape[0]):
+        s += a[j] * b[j]
+    return s
+
+
+def row_dot(x, G, r, kind):  # pragma: no cover - replaced by the overload in numba code
+    raise NotImplementedError
+
+
+@overload(row_dot, jit_options={"fastmath": FASTMATH})
+def _row_dot(x, G, r, kind):
+    """``x . float32(G[r])`` in one fused loop (decode and multiply-add per element)."""
+    if G.dtype == types.float32:
+        def impl(x, G, r, kind):
+            s = np.float32(0.0)
+            for j in range(x.shape[0]):
+                s += x[j] * G[r, j]
+            return s
+        return impl
+
+    def impl_half(x, G, r, kind):
+        s = np.float32(0.0)
+        if kind == 1:
+            for j in range(x.shape[0]):
+                s += x[j] * f16_to_f32(G[r, j])
+        else:
+            for j in range(x.shape[0]):
+                s += x[j] * bf16_to_f32(G[r, j])
+        return s
+    return impl_half
+
+
+@njit(parallel=True, cache=True)
+def decode_rows(G, start, stop, kind, out):
+    """``out[:stop-start] = float32(G[start:stop])`` for half-precision bits (kind 1 fp16, 2 bf16)."""
+    for r in prange(stop - start):
+        src = G[start + r]
+        dst = out[r]
+        if kind == 1:
+            for j in range(src.shape[0]):
+                dst[j] = f16_to_f32(src[j])
+        else:
+            for j in range(src.shape[0]):
+                dst[j] = bf16_to_f32(src[j])
+
+
+# -- exclusions -------------------------------------------------------------------------
+@njit(cache=True)
+def patch_excluded(vals, q, start, excl, value):
+    """Set the entries of ``vals`` (items ``start..start+len``) excluded for query ``q`` to ``value``."""
+    stop = start + vals.shape[0]
+    for m in range(excl.shape[1]):
+        e = excl[q, m]
+        if e >= start and e < stop:
+            vals[e - start] = value
+
+
+# -- streamed softmax entropy -----------------------------------------------------------
+@njit(inline="always", cache=True)
+def entropy_update(vals, inv_tau, state):
+    """Fold ``vals`` (``-inf`` = removed) into ``state = [max x, sum e, sum e*(x - max)]``, x = v / tau."""
+    m = -np.inf
+    for j in range(vals.shape[0]):
+        v = vals[j]
+        if v != -np.inf:
+            x = v * inv_tau
+            if x > m:
+                m = x
+    if m == -np.inf:
+        return
+    if m > state[0]:
+        if state[0] != -np.inf:
+            scale = np.exp(state[0] - m)
+            state[2] = scale * (state[2] + (state[0] - m) * state[1])
+            state[1] = scale * state[1]
+        state[0] = m
+    m = state[0]
+    z = 0.0
+    a = 0.0
+    for j in range(vals.shape[0]):
+        v = vals[j]
+        if v != -np.inf:
+            x = v * inv_tau - m
+            e = np.exp(x)
+            z += e
+            a += e * x
+    state[1] += z
+    state[2] += a
+
+
+def entropy_from_state(state: np.ndarray) -> np.ndarray:
+    """``H = log Z - A / Z`` per query (0 for a query with no items)."""
+    z = state[:, 1]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        h = np.where(z > 0, np.log(np.where(z > 0, z, 1.0)) - state[:, 2] / np.where(z > 0, z, 1.0), 0.0)
+    return h.astype(np.float32)
+
+
+def new_entropy_state(Q: int) -> np.ndarray:
+    s = np.zeros((Q, 3), dtype=np.float64)
+    s[:, 0] = -np.inf
+    return s
+
+
+def exclusion_value(exclude_score: float | None) -> np.float32:
+    return NEG_INF if exclude_score is None else np.float32(exclude_score)
+
+
+def empty_exclude() -> np.ndarray:
+    return np.full((1, 0), -1, dtype=np.int32)

@@ -1,0 +1,135 @@
+"""Gallery tiles for the numba ops: "BLAS on a gallery tile, then a numba pass on that tile".
+
+:func:`exact_tiles` yields ``X_m @ float32(G[a:b]).T`` for a few float32 row blocks
+``X_m`` (fp32 products; half-precision tiles are widened exactly by a numba pass first).
+The product runs in torch (MKL/oneDNN) when torch imports, else numpy's BLAS.
+:func:`coarse_tiles` yields the same products from torch's bfloat16 matmul (AMX /
+AVX512-BF16: fp32 accumulation, bf16 output), with each query row split into a bf16 high
+part and a bf16 low part (``x = hi + lo`` to ~16 bits), so only the gallery's rounding to
+bf16 and the output rounding remain. Only the OCTOPUS proxy weights (a mean over the
+whole gallery) use it, and only for large half-precision galleries (README.md "Precision").
+
+Buffers are reused from tile to tile: consume each yielded tile before the next.
+Peak extra memory is O(rows x tile + tile x d), never O(rows x N).
+"""
+
+from __future__ import annotations
+
+import warnings
+from functools import lru_cache
+from typing import Iterator, Sequence
+
+import numpy as np
+from numba import njit, prange
+
+from .._inputs import Gallery
+from ._common import KIND_CODES, decode_rows, f16_to_f32
+
+@lru_cache(maxsize=1)
+def _torch():
+    """torch when it imports (tile products run in MKL/oneDNN), else None (numpy BLAS)."""
+    try:
+        import torch
+    except ImportError:
+        return None
+    return torch
+
+
+@lru_cache(maxsize=1)
+def has_fast_bf16() -> bool:
+    """torch present and the CPU multiplies bfloat16 natively (AMX or AVX512-BF16)."""
+    torch = _torch()
+    if torch is None:
+        return False
+    cpu = getattr(torch, "cpu", None)
+    try:
+        return bool(cpu._is_amx_tile_supported() or cpu._is_avx512_bf16_supported())
+    except AttributeError:
+        return False
+
+
+def _t(a: np.ndarray):
+    torch = _torch()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # read-only memory maps are only read here
+        return torch.from_numpy(a)
+
+
+def matmul_nt(X: np.ndarray, G: np.ndarray, out: np.ndarray) -> np.ndarray:
+    """``out[:] = X @ G.T`` (float32)."""
+    if _torch() is not None:
+        _torch().mm(_t(X), _t(G).t(), out=_t(out))
+    else:
+        np.matmul(X, G.T, out=out)
+    return out
+
+
+def exact_tiles(gallery: Gallery, mats: Sequence[np.ndarray], tile: int,
+                galleries: Sequence[Gallery] | None = None) -> Iterator[tuple[int, int, list[np.ndarray]]]:
+    """Yield ``(start, stop, [mats[m] @ float32(G_m[start:stop]).T])``.
+
+    ``galleries`` (default: ``gallery`` for every block) gives each row block its own
+    gallery of the same shape, e.g. OCTOPUS's image and caption matrices.
+    """
+    gals = list(galleries) if galleries is not None else [gallery] * len(mats)
+    N, d = gallery.shape
+    flat = [np.empty(m.shape[0] * tile, dtype=np.float32) for m in mats]
+    wide = {id(g): np.empty((tile, d), dtype=np.float32) for g in gals if g.kind != "float32"}
+    for start in range(0, N, tile):
+        stop = min(N, start + tile)
+        T = stop - start
+        rows = {}
+        for g in gals:
+            if id(g) in rows:
+                continue
+            if g.kind == "float32":
+                rows[id(g)] = g.data[start:stop]
+            else:
+                decode_rows(g.data, start, stop, KIND_CODES[g.kind], wide[id(g)])
+                rows[id(g)] = wide[id(g)][:T]
+        outs = [matmul_nt(m, rows[id(g)], buf[:m.shape[0] * T].reshape(m.shape[0], T))
+                for m, g, buf in zip(mats, gals, flat)]
+        yield start, stop, outs
+
+
+@njit(inline="always", cache=True)
+def _f32_to_bf16_bits(f):
+    u = np.float32(f).view(np.uint32)
+    return np.uint16((u + np.uint32(0x7FFF) + ((u >> np.uint32(16)) & np.uint32(1))) >> np.uint32(16))
+
+
+@njit(parallel=True, cache=True)
+def _to_bf16_bits(G, start, stop, kind, out):
+    """``out[:stop-start]`` = bfloat16 bits (round to nearest even) of gallery rows (kind 0 fp32, 1 fp16)."""
+    for r in prange(stop - start):
+        src = G[start + r]
+        dst = out[r]
+        for j in range(src.shape[0]):
+            if kind == 1:
+                dst[j] = _f32_to_bf16_bits(f16_to_f32(src[j]))
+            else:
+                dst[j] = _f32_to_bf16_bits(src[j])
+
+
+def coarse_tiles(gallery: Gallery, X: np.ndarray, tile: int) -> Iterator[tuple[int, int, np.ndarray]]:
+    """Yield ``(start, stop, bits)``: ``bits`` ``[2R, T]`` bfloat16 holds ``hi @ G_tile.T`` in
+    rows ``:R`` and ``lo @ G_tile.T`` in rows ``R:`` (``X = hi + lo``; add the two halves)."""
+    torch = _torch()
+    N, d = gallery.shape
+    x = torch.from_numpy(np.ascontiguousarray(X, dtype=np.float32))
+    hi = x.to(torch.bfloat16)
+    xb = torch.cat([hi, (x - hi.float()).to(torch.bfloat16)])
+    out = torch.empty(xb.shape[0] * tile, dtype=torch.bfloat16)
+    conv = None if gallery.kind == "bfloat16" else np.empty((tile, d), dtype=np.uint16)
+    for start in range(0, N, tile):
+        stop = min(N, start + tile)
+        T = stop - start
+        if conv is None:
+            bits = gallery.data[start:stop]
+        else:
+            _to_bf16_bits(gallery.data, start, stop, KIND_CODES[gallery.kind], conv)
+            bits = conv[:T]
+        gb = _t(bits.view(np.int16)).view(torch.bfloat16)
+        o = out[:xb.shape[0] * T].view(xb.shape[0], T)
+        torch.mm(xb, gb.t(), out=o)
+        yield start, stop, o.view(torch.int16).numpy().view(np.uint16)

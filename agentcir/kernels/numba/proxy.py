@@ -1,0 +1,74 @@
+"""proxy_scores_topk, numba: K proxies per query, aggregated per gallery item, fused with top-k.
+
+BLAS scores a ``[Q*K, tile]`` block (:func:`._tiles.exact_tiles`); ``_aggregate_select``
+reduces the K rows of each query to one row (mean / max / logsumexp), applies the
+exclusions and feeds the running top-k. No ``[Q, K, N]`` (or ``[Q, N]``) buffer exists.
+``agg="octopus"`` computes the adaptive weights (:mod:`.weights`), builds
+``e = norm(sum_i w_i P_i)`` and ranks ``e . I`` with :mod:`.cosine`.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit, prange
+
+from .._inputs import Gallery
+from ._common import (
+    FASTMATH, empty_exclude, exclusion_value, new_heaps, patch_excluded, select_row, sorted_from_heaps,
+)
+from .._tiling import tile_rows
+from ._tiles import exact_tiles
+from .cosine import cosine_topk
+from .weights import octopus_query, octopus_weights
+
+AGG_CODES = {"mean": 0, "max": 1, "logsumexp": 2}
+
+
+@njit(parallel=True, cache=True, fastmath=FASTMATH)
+def _aggregate_select(S, K, agg, tau, start, excl, ex_value, hs, hi, cnt):
+    Q = S.shape[0] // K
+    T = S.shape[1]
+    inv_tau = np.float32(1.0 / tau)
+    for q in prange(Q):
+        vals = np.empty(T, dtype=np.float32)
+        base = q * K
+        for j in range(T):
+            vals[j] = S[base, j]
+        if agg == 0:
+            for i in range(1, K):
+                for j in range(T):
+                    vals[j] += S[base + i, j]
+            inv_k = np.float32(1.0 / K)
+            for j in range(T):
+                vals[j] *= inv_k
+        else:
+            for i in range(1, K):
+                for j in range(T):
+                    vals[j] = max(vals[j], S[base + i, j])
+            if agg == 2:  # tau * log(sum_i exp(S_i / tau)) = m + tau * log(sum_i exp((S_i - m) / tau))
+                acc = np.zeros(T, dtype=np.float32)
+                for i in range(K):
+                    for j in range(T):
+                        acc[j] += np.exp((S[base + i, j] - vals[j]) * inv_tau)
+                for j in range(T):
+                    vals[j] += np.float32(tau) * np.log(acc[j])
+        if excl.shape[1]:
+            patch_excluded(vals, q, start, excl, ex_value)
+        cnt[q] = select_row(vals, start, hs[q], hi[q], cnt[q])
+
+
+def proxy_scores_topk(proxies: np.ndarray, gallery: Gallery, k: int, agg: str, tau: float,
+                      reference: np.ndarray | None, exclude: np.ndarray | None, exclude_score: float | None):
+    """See :func:`agentcir.kernels.proxy_scores_topk`."""
+    if agg == "octopus":
+        w = octopus_weights(reference, proxies, gallery, tau)
+        return cosine_topk(octopus_query(proxies, w), gallery, k, exclude, exclude_score)
+    Q, K, d = proxies.shape
+    X = np.ascontiguousarray(proxies.reshape(Q * K, d))
+    excl = empty_exclude() if exclude is None else exclude
+    ex_value = exclusion_value(exclude_score)
+    hs, hi, cnt = new_heaps(Q, k)
+    tile = tile_rows(Q * K, d, gallery.shape[0])
+    for start, _, (S,) in exact_tiles(gallery, [X], tile):
+        _aggregate_select(S, K, AGG_CODES[agg], tau, start, excl, ex_value, hs, hi, cnt)
+    return sorted_from_heaps(hs, hi, cnt)

@@ -1,0 +1,83 @@
+"""Shared pieces of the Triton ops: device-side key packing / tile top-k, host-side merge.
+
+Each program scores a block of queries against a block of ``BN`` gallery rows, packs
+``(score, id)`` into int64 keys (``(monotone_int32(score) << 32) | (2^31-1-id)``, so key
+order = score descending then lower id), and keeps the tile's best ``KP`` keys with
+``tl.topk`` in a partial buffer ``[Q, n_tiles, KP]``; the host merges the partials with
+one ``torch.topk``. Extra memory is ``Q * n_tiles * KP`` keys: O(Q * N * k / BN), never
+``[Q, N]`` for ``k << BN``.
+
+Products are exact float32 (``input_precision="ieee"``, half tiles widened on load), so
+the Triton backend ranks exactly like the others. Tested under ``TRITON_INTERPRET=1`` on
+small shapes; launchable on CUDA (``benchmarks/gpu_check.py``).
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+INT64_MIN = torch.iinfo(torch.int64).min
+#: gallery rows per program and the largest k done on the device (beyond it the torch
+#: backend's running top-k is used instead; see README "Triton")
+BLOCK_N = 128
+MAX_DEVICE_K = 1024
+
+
+def next_pow2(x: int) -> int:
+    return 1 << max(0, int(x) - 1).bit_length()
+
+
+def block_n(k: int) -> tuple[int, int]:
+    """(BN, KP): gallery rows per program and keys kept per tile (powers of two, KP <= BN)."""
+    kp = next_pow2(k)
+    return max(BLOCK_N, kp), kp
+
+
+@triton.jit
+def pack_keys(scores, cols):
+    """int64 keys of float32 ``scores`` at gallery ids ``cols``; ``-inf`` -> INT64_MIN."""
+    s = scores + 0.0
+    b = s.to(tl.int32, bitcast=True)
+    m = b ^ ((b >> 31) & 0x7FFFFFFF)
+    key = (m.to(tl.int64) << 32) | (0x7FFFFFFF - cols).to(tl.int64)
+    return tl.where(s == float("-inf"), -9223372036854775808, key)
+
+
+@triton.jit
+def exclusion_mask(excl_ptr, rows, row_ok, cols, M: tl.constexpr, MP: tl.constexpr):
+    """``[BQ, BN]`` True where gallery id ``cols`` is in row ``rows``'s exclude list."""
+    ms = tl.arange(0, MP)
+    ex = tl.load(excl_ptr + rows[:, None] * M + ms[None, :], mask=row_ok[:, None] & (ms[None, :] < M), other=-1)
+    return tl.max((ex[:, None, :] == cols[None, :, None]).to(tl.int32), axis=2) > 0
+
+
+def decode(keys: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """int64 keys -> (float32 scores, int32 ids); INT64_MIN -> (-inf, -1)."""
+    hi = (keys >> 32).to(torch.int32)
+    bits = hi ^ ((hi >> 31) & 0x7FFFFFFF)
+    scores = bits.view(torch.float32).clone()
+    ids = (0x7FFFFFFF - (keys & 0xFFFFFFFF)).to(torch.int32)
+    pad = keys == INT64_MIN
+    scores[pad] = float("-inf")
+    ids[pad] = -1
+    return scores, ids
+
+
+def merge(partial: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """``[Q, n_tiles, KP]`` keys -> top-k (scores, ids) ``[Q, k]``, padded."""
+    Q = partial.shape[0]
+    flat = partial.reshape(Q, -1)
+    kk = min(k, flat.shape[1])
+    top = flat.topk(kk, dim=1).values
+    if kk < k:
+        top = torch.cat([top, torch.full((Q, k - kk), INT64_MIN, dtype=torch.int64, device=top.device)], dim=1)
+    return decode(top)
+
+
+def exclude_arg(exclude: torch.Tensor | None, device: torch.device) -> tuple[torch.Tensor, int]:
+    """(int32 ``[Q, M]`` contiguous on device, M) with a 1-column dummy when there is none."""
+    if exclude is None:
+        return torch.full((1, 1), -1, dtype=torch.int32, device=device), 0
+    return exclude.to(device=device, dtype=torch.int32).contiguous(), int(exclude.shape[1])

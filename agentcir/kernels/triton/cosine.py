@@ -1,0 +1,62 @@
+"""cosine_topk, Triton: one program per (16 queries x BN gallery rows) block; exact fp32
+``tl.dot``, exclusion mask, packed keys, ``tl.topk`` per tile; the host merges the tiles."""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from .._inputs import Gallery
+from ._common import MAX_DEVICE_K, block_n, exclude_arg, exclusion_mask, merge, next_pow2, pack_keys
+
+BLOCK_Q, BLOCK_D = 16, 32
+
+
+@triton.jit
+def _cosine_kernel(X, G, excl, part, Q, N, D, ex_value, HAS_EXCL: tl.constexpr, M: tl.constexpr,
+                   MP: tl.constexpr, BQ: tl.constexpr, BN: tl.constexpr, BD: tl.constexpr, KP: tl.constexpr):
+    pid_q = tl.program_id(0)
+    pid_n = tl.program_id(1)
+    rows = pid_q * BQ + tl.arange(0, BQ)
+    cols = pid_n * BN + tl.arange(0, BN)
+    row_ok = rows < Q
+    col_ok = cols < N
+    acc = tl.zeros((BQ, BN), dtype=tl.float32)
+    for d0 in range(0, D, BD):
+        ds = d0 + tl.arange(0, BD)
+        d_ok = ds < D
+        x = tl.load(X + rows[:, None] * D + ds[None, :], mask=row_ok[:, None] & d_ok[None, :], other=0.0)
+        g = tl.load(G + cols.to(tl.int64)[:, None] * D + ds[None, :], mask=col_ok[:, None] & d_ok[None, :],
+                    other=0.0).to(tl.float32)
+        acc += tl.dot(x, tl.trans(g), input_precision="ieee")
+    if HAS_EXCL:
+        acc = tl.where(exclusion_mask(excl, rows, row_ok, cols, M, MP), ex_value, acc)
+    acc = tl.where(col_ok[None, :], acc, float("-inf"))
+    top = tl.topk(pack_keys(acc, cols[None, :]), KP, dim=1)
+    n_tiles = tl.num_programs(1)
+    offs = (rows.to(tl.int64)[:, None] * n_tiles + pid_n) * KP + tl.arange(0, KP)[None, :]
+    tl.store(part + offs, top, mask=row_ok[:, None])
+
+
+def cosine_topk(queries: torch.Tensor, gallery: Gallery, k: int, exclude: torch.Tensor | None,
+                exclude_score: float | None):
+    """See :func:`agentcir.kernels.cosine_topk`."""
+    if next_pow2(k) > MAX_DEVICE_K:
+        from ..torch.cosine import cosine_topk as torch_cosine_topk
+
+        return torch_cosine_topk(queries, gallery, k, exclude, exclude_score)
+    G = gallery.data
+    dev = G.device
+    X = queries.to(device=dev, dtype=torch.float32).contiguous()
+    Q, D = X.shape
+    N = G.shape[0]
+    BN, KP = block_n(k)
+    n_tiles = triton.cdiv(N, BN)
+    part = torch.empty((Q, n_tiles, KP), dtype=torch.int64, device=dev)
+    excl, M = exclude_arg(exclude, dev)
+    ex_value = float("-inf") if exclude_score is None else float(exclude_score)
+    _cosine_kernel[(triton.cdiv(Q, BLOCK_Q), n_tiles)](
+        X, G, excl, part, Q, N, D, ex_value, HAS_EXCL=M > 0, M=max(M, 1), MP=next_pow2(max(M, 1)),
+        BQ=BLOCK_Q, BN=BN, BD=BLOCK_D, KP=KP)
+    return merge(part, k)

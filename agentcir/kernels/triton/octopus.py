@@ -1,0 +1,106 @@
+"""octopus_topk, Triton: the weights kernel, then one program per (16 queries x BN rows) that
+scores ``t . I`` and ``q_v . C``, fuses them, masks the reference, writes per-tile entropy
+partials (max, sum e, sum e*x) and the tile's packed top keys; the host merges both."""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from .._inputs import Gallery
+from ._common import MAX_DEVICE_K, block_n, exclude_arg, exclusion_mask, merge, next_pow2, pack_keys
+from .weights import octopus_weights
+
+BLOCK_Q, BLOCK_D = 16, 32
+
+
+@triton.jit
+def _octopus_kernel(T, V, I, C, excl, part, ent, Q, N, D, lam, inv_tau, ex_value, HAS_V: tl.constexpr,
+                    HAS_EXCL: tl.constexpr, M: tl.constexpr, MP: tl.constexpr, BQ: tl.constexpr,
+                    BN: tl.constexpr, BD: tl.constexpr, KP: tl.constexpr):
+    pid_q = tl.program_id(0)
+    pid_n = tl.program_id(1)
+    rows = pid_q * BQ + tl.arange(0, BQ)
+    cols = pid_n * BN + tl.arange(0, BN)
+    row_ok = rows < Q
+    col_ok = cols < N
+    st = tl.zeros((BQ, BN), dtype=tl.float32)
+    sv = tl.zeros((BQ, BN), dtype=tl.float32)
+    for d0 in range(0, D, BD):
+        ds = d0 + tl.arange(0, BD)
+        d_ok = ds < D
+        xm = row_ok[:, None] & d_ok[None, :]
+        gm = col_ok[:, None] & d_ok[None, :]
+        goff = cols.to(tl.int64)[:, None] * D + ds[None, :]
+        t = tl.load(T + rows[:, None] * D + ds[None, :], mask=xm, other=0.0)
+        st += tl.dot(t, tl.trans(tl.load(I + goff, mask=gm, other=0.0).to(tl.float32)), input_precision="ieee")
+        if HAS_V:
+            v = tl.load(V + rows[:, None] * D + ds[None, :], mask=xm, other=0.0)
+            sv += tl.dot(v, tl.trans(tl.load(C + goff, mask=gm, other=0.0).to(tl.float32)), input_precision="ieee")
+    s = st
+    if HAS_V:
+        s = lam * st + (1.0 - lam) * (sv * st)
+    if HAS_EXCL:
+        s = tl.where(exclusion_mask(excl, rows, row_ok, cols, M, MP), ex_value, s)
+    s = tl.where(col_ok[None, :], s, float("-inf"))
+    valid = s != float("-inf")
+    x = s * inv_tau
+    mx = tl.max(x, axis=1)
+    has = mx != float("-inf")
+    xs = tl.where(valid & has[:, None], x - tl.where(has, mx, 0.0)[:, None], 0.0)
+    e = tl.where(valid & has[:, None], tl.exp(xs), 0.0)
+    n_tiles = tl.num_programs(1)
+    eoff = (rows * n_tiles + pid_n) * 3
+    tl.store(ent + eoff, mx, mask=row_ok)
+    tl.store(ent + eoff + 1, tl.sum(e, axis=1), mask=row_ok)
+    tl.store(ent + eoff + 2, tl.sum(e * xs, axis=1), mask=row_ok)
+    top = tl.topk(pack_keys(s, cols[None, :]), KP, dim=1)
+    offs = (rows.to(tl.int64)[:, None] * n_tiles + pid_n) * KP + tl.arange(0, KP)[None, :]
+    tl.store(part + offs, top, mask=row_ok[:, None])
+
+
+def _merge_entropy(ent: torch.Tensor) -> torch.Tensor:
+    """Combine per-tile (max x, sum e, sum e*(x - max)) into the entropy of the whole row."""
+    e = ent.double()
+    mx, z, a = e[..., 0], e[..., 1], e[..., 2]
+    m = mx.amax(dim=1, keepdim=True)
+    ok = (mx != float("-inf")) & (m != float("-inf"))
+    shift = torch.where(ok, mx - torch.where(m == float("-inf"), 0.0, m), torch.zeros_like(mx))
+    scale = torch.where(ok, torch.exp(shift), torch.zeros_like(mx))
+    Z = (scale * z).sum(dim=1)
+    A = (scale * (a + shift * z)).sum(dim=1)
+    Zs = torch.where(Z > 0, Z, torch.ones_like(Z))
+    return torch.where(Z > 0, torch.log(Zs) - A / Zs, torch.zeros_like(Z)).float()
+
+
+def octopus_topk(reference, proxies, target, visual, images: Gallery, captions: Gallery | None, k: int,
+                 lam: float, tau: float, entropy_tau: float, exclude, exclude_score: float | None):
+    """See :func:`agentcir.kernels.octopus_topk`."""
+    if next_pow2(k) > MAX_DEVICE_K:
+        from ..torch.octopus import octopus_topk as torch_octopus
+
+        return torch_octopus(reference, proxies, target, visual, images, captions, k, lam, tau, entropy_tau,
+                             exclude, exclude_score)
+    from ..torch.weights import octopus_query
+
+    I = images.data
+    dev = I.device
+    P = proxies.to(device=dev, dtype=torch.float32)
+    Q, K, D = P.shape
+    N = I.shape[0]
+    w = octopus_weights(reference, P, images, tau)
+    t = ((octopus_query(P, w).double() + target.to(dev).double()) / 2.0).float().contiguous()
+    v = t if visual is None else visual.to(device=dev, dtype=torch.float32).contiguous()
+    C = I if captions is None else captions.data
+    BN, KP = block_n(k)
+    n_tiles = triton.cdiv(N, BN)
+    part = torch.empty((Q, n_tiles, KP), dtype=torch.int64, device=dev)
+    ent = torch.empty((Q, n_tiles, 3), dtype=torch.float32, device=dev)
+    excl, M = exclude_arg(exclude, dev)
+    ex_value = float("-inf") if exclude_score is None else float(exclude_score)
+    _octopus_kernel[(triton.cdiv(Q, BLOCK_Q), n_tiles)](
+        t, v, I, C, excl, part, ent, Q, N, D, float(lam), 1.0 / entropy_tau, ex_value, HAS_V=visual is not None,
+        HAS_EXCL=M > 0, M=max(M, 1), MP=next_pow2(max(M, 1)), BQ=BLOCK_Q, BN=BN, BD=BLOCK_D, KP=KP)
+    scores, ids = merge(part, k)
+    return scores, ids, w, _merge_entropy(ent)

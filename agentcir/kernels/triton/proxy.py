@@ -1,0 +1,79 @@
+"""proxy_scores_topk, Triton: one program per (query, BN gallery rows): the K proxy rows in one
+``tl.dot``, reduced over K (mean / max / logsumexp) in registers, packed keys, ``tl.topk``."""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from .._inputs import Gallery
+from ._common import MAX_DEVICE_K, block_n, exclude_arg, merge, next_pow2, pack_keys
+from .cosine import cosine_topk
+from .weights import octopus_weights
+
+BLOCK_D = 32
+AGG_CODES = {"mean": 0, "max": 1, "logsumexp": 2}
+
+
+@triton.jit
+def _proxy_kernel(P, G, excl, part, K, N, D, ex_value, tau, AGG: tl.constexpr, HAS_EXCL: tl.constexpr,
+                  M: tl.constexpr, MP: tl.constexpr, BK: tl.constexpr, BN: tl.constexpr, BD: tl.constexpr,
+                  KP: tl.constexpr):
+    q = tl.program_id(0)
+    pid_n = tl.program_id(1)
+    ks = tl.arange(0, BK)
+    cols = pid_n * BN + tl.arange(0, BN)
+    k_ok = ks < K
+    col_ok = cols < N
+    acc = tl.zeros((BK, BN), dtype=tl.float32)
+    for d0 in range(0, D, BD):
+        ds = d0 + tl.arange(0, BD)
+        d_ok = ds < D
+        x = tl.load(P + (q * K + ks)[:, None] * D + ds[None, :], mask=k_ok[:, None] & d_ok[None, :], other=0.0)
+        g = tl.load(G + cols.to(tl.int64)[:, None] * D + ds[None, :], mask=col_ok[:, None] & d_ok[None, :],
+                    other=0.0).to(tl.float32)
+        acc += tl.dot(x, tl.trans(g), input_precision="ieee")
+    if AGG == 0:
+        s = tl.sum(tl.where(k_ok[:, None], acc, 0.0), axis=0) / K
+    else:
+        s = tl.max(tl.where(k_ok[:, None], acc, float("-inf")), axis=0)
+        if AGG == 2:
+            e = tl.where(k_ok[:, None], tl.exp((acc - s[None, :]) / tau), 0.0)
+            s = s + tau * tl.log(tl.sum(e, axis=0))
+    if HAS_EXCL:
+        ms = tl.arange(0, MP)
+        ex = tl.load(excl + q * M + ms, mask=ms < M, other=-1)
+        hit = tl.max((ex[None, :] == cols[:, None]).to(tl.int32), axis=1) > 0
+        s = tl.where(hit, ex_value, s)
+    s = tl.where(col_ok, s, float("-inf"))
+    top = tl.topk(pack_keys(s, cols), KP)
+    tl.store(part + (q * tl.num_programs(1) + pid_n) * KP + tl.arange(0, KP), top)
+
+
+def proxy_scores_topk(proxies: torch.Tensor, gallery: Gallery, k: int, agg: str, tau: float,
+                      reference: torch.Tensor | None, exclude: torch.Tensor | None, exclude_score: float | None):
+    """See :func:`agentcir.kernels.proxy_scores_topk`."""
+    G = gallery.data
+    dev = G.device
+    P = proxies.to(device=dev, dtype=torch.float32).contiguous()
+    if agg == "octopus":
+        from ..torch.weights import octopus_query
+
+        w = octopus_weights(reference, P, gallery, tau)
+        return cosine_topk(octopus_query(P, w), gallery, k, exclude, exclude_score)
+    if next_pow2(k) > MAX_DEVICE_K:
+        from ..torch.proxy import proxy_scores_topk as torch_proxy
+
+        return torch_proxy(proxies, gallery, k, agg, tau, reference, exclude, exclude_score)
+    Q, K, D = P.shape
+    N = G.shape[0]
+    BN, KP = block_n(k)
+    n_tiles = triton.cdiv(N, BN)
+    part = torch.empty((Q, n_tiles, KP), dtype=torch.int64, device=dev)
+    excl, M = exclude_arg(exclude, dev)
+    ex_value = float("-inf") if exclude_score is None else float(exclude_score)
+    _proxy_kernel[(Q, n_tiles)](P, G, excl, part, K, N, D, ex_value, float(tau), AGG=AGG_CODES[agg],
+                                HAS_EXCL=M > 0, M=max(M, 1), MP=next_pow2(max(M, 1)), BK=max(16, next_pow2(K)),
+                                BN=BN, BD=BLOCK_D, KP=KP)
+    return merge(part, k)

@@ -1,0 +1,47 @@
+"""octopus_weights, Triton: one program per (query, BN gallery rows): ``relu((f_ref - P_i) . I)``
+summed over the tile into ``[Q, n_tiles, K]`` partials; the host sums them and applies the softmax."""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from .._inputs import Gallery
+from ._common import BLOCK_N, next_pow2
+
+BLOCK_D = 32
+
+
+@triton.jit
+def _gap_kernel(Dm, G, part, K, N, D, BK: tl.constexpr, BN: tl.constexpr, BD: tl.constexpr):
+    q = tl.program_id(0)
+    pid_n = tl.program_id(1)
+    ks = tl.arange(0, BK)
+    cols = pid_n * BN + tl.arange(0, BN)
+    k_ok = ks < K
+    col_ok = cols < N
+    acc = tl.zeros((BK, BN), dtype=tl.float32)
+    for d0 in range(0, D, BD):
+        ds = d0 + tl.arange(0, BD)
+        d_ok = ds < D
+        x = tl.load(Dm + (q * K + ks)[:, None] * D + ds[None, :], mask=k_ok[:, None] & d_ok[None, :], other=0.0)
+        g = tl.load(G + cols.to(tl.int64)[:, None] * D + ds[None, :], mask=col_ok[:, None] & d_ok[None, :],
+                    other=0.0).to(tl.float32)
+        acc += tl.dot(x, tl.trans(g), input_precision="ieee")
+    gaps = tl.sum(tl.where(col_ok[None, :], tl.maximum(acc, 0.0), 0.0), axis=1)
+    tl.store(part + (q * tl.num_programs(1) + pid_n) * K + ks, gaps, mask=k_ok)
+
+
+def octopus_weights(reference: torch.Tensor, proxies: torch.Tensor, gallery: Gallery, tau: float) -> torch.Tensor:
+    """See :func:`agentcir.kernels.octopus_weights`."""
+    G = gallery.data
+    dev = G.device
+    P = proxies.to(device=dev, dtype=torch.float32)
+    Q, K, D = P.shape
+    N = G.shape[0]
+    Dm = (reference.to(device=dev, dtype=torch.float32)[:, None, :] - P).contiguous()
+    n_tiles = triton.cdiv(N, BLOCK_N)
+    part = torch.empty((Q, n_tiles, K), dtype=torch.float32, device=dev)
+    _gap_kernel[(Q, n_tiles)](Dm, G, part, K, N, D, BK=max(16, next_pow2(K)), BN=BLOCK_N, BD=BLOCK_D)
+    return torch.softmax(part.double().sum(dim=1) / (N * tau), dim=1).float()
