@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import sys
 import time
 from pathlib import Path
@@ -50,6 +51,7 @@ def main(argv: list[str] | None = None) -> int:
                     help="recipe overrides for every row (default: dataset=fashion_cir)")
     ap.add_argument("--out", default="runs/methods_table", help="folder of table.md / table.json / table.png")
     args = ap.parse_args(argv)
+    os.environ.setdefault("TQDM_DISABLE", "1")  # the rows' own progress bars (encoders) would flood the table
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
 
     from agentcir.framework.recipe import ComponentPool, compose
@@ -95,7 +97,8 @@ def main(argv: list[str] | None = None) -> int:
         hits = sum(c["cache_hits"] for c in r["cost"].values())
         lines.append(f"| {name} | {m['mAP@10']:.2f} | {m['R@10']:.2f} | {m['mAP@50']:.2f} | {m['R@50']:.2f} | "
                      f"{calls} | {hits} | {r['wall_s']:.1f} | `{Path(r['run']).name}` |")
-    lines += ["", "Model calls and cache hits are this invocation's (a resumed run reports the calls it made when it ran).",
+    lines += ["", "Model calls and cache hits are those recorded when each run's stages ran (a run resumed from its "
+              "directory reports them again; its wall time is this invocation's).",
               f"Total wall time of this invocation: {total:.1f} s.", "", "## After each stage (mAP@10 / R@10)", ""]
     for name, r in results.items():
         if len(r["stages"]) > 1:
