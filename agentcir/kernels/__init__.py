@@ -9,8 +9,17 @@ imported when first used. See README.md in this folder for each op's contract.
 from ._inputs import GALLERY_KINDS, KernelInputError
 from ._types import OctopusTopK, TopK
 from .api import (
-    cosine_topk, fuse_scores, ldre_weights, octopus_topk, octopus_visual_query, octopus_weights, promote_first_accepted,
-    proxy_scores_topk, rrf, uncertainty, xr_rerank,
+    cosine_topk,
+    fuse_scores,
+    ldre_weights,
+    octopus_topk,
+    octopus_visual_query,
+    octopus_weights,
+    promote_first_accepted,
+    proxy_scores_topk,
+    rrf,
+    uncertainty,
+    xr_rerank,
 )
 from .dispatch import BACKENDS, ENV_VAR, BackendUnavailableError, resolve
 

@@ -16,9 +16,22 @@ import numpy as np
 
 from . import dispatch
 from ._inputs import (
-    KernelInputError, check_bool_mask, check_choice, check_exclude, check_finite_number, check_float,
-    check_gallery, check_ids, check_k, check_positive, dtype_name, is_torch, to_backend_float,
-    to_backend_gallery, to_backend_ids, to_numpy_out,
+    KernelInputError,
+    check_bool_mask,
+    check_choice,
+    check_exclude,
+    check_finite_number,
+    check_float,
+    check_gallery,
+    check_ids,
+    check_k,
+    check_positive,
+    dtype_name,
+    is_torch,
+    to_backend_float,
+    to_backend_gallery,
+    to_backend_ids,
+    to_numpy_out,
 )
 from ._types import OctopusTopK, TopK
 

@@ -26,9 +26,11 @@ if not _cuda():
 
 sys.path.insert(0, os.path.dirname(__file__))  # the tests import kernel_checks (pytest runs in importlib mode)
 
+from kernel_checks import BACKENDS, KINDS  # noqa: E402
+
 from agentcir.kernels import _tiling  # noqa: E402
 from agentcir.kernels.dispatch import why_unavailable  # noqa: E402
-from kernel_checks import BACKENDS, KINDS  # noqa: E402
+
 
 @pytest.fixture(params=BACKENDS)
 def backend(request) -> str:

@@ -166,3 +166,17 @@ def test_numba_bf16_tile_product_for_octopus_weights(monkeypatch):
     ref = K.octopus_weights(R, P, G, backend="reference")
     got = K.octopus_weights(R, P, G, backend="numba")
     np.testing.assert_allclose(got, ref, atol=2e-4)
+
+
+def test_numba_parallel_logsumexp_tiles(monkeypatch):
+    """The logsumexp tile kernel goes parallel on large tiles: force it on a small case."""
+    pytest.importorskip("numba")
+    from agentcir.kernels.numba import _common
+
+    monkeypatch.setattr(_common, "PARALLEL_MIN_WORK", 0)
+    rng = np.random.default_rng(8)
+    G, P = unit_rows(rng, 301, 37), unit_rows(rng, 7, 3, 37)
+    ex = rng.integers(-1, 301, size=(7, 2))
+    ref = K.proxy_scores_topk(P, G, 301, agg="logsumexp", tau=0.1, exclude=ex, backend="reference")
+    got = K.proxy_scores_topk(P, G, 12, agg="logsumexp", tau=0.1, exclude=ex, backend="numba")
+    check_topk(got, ref, 12, TOL["float32"])

@@ -37,7 +37,8 @@ def test_k_and_exclude():
     fails("k: must be a positive integer, got True", K.cosine_topk, Q, G, True)
     fails("exclude: id 4 is out of range for 4 gallery items", K.cosine_topk, Q, G, 1, exclude=[4, 0])
     fails(r"exclude: ids must be >= 0 \(or -1 for padding\), found -2", K.cosine_topk, Q, G, 1, exclude=[-2, 0])
-    fails(r"exclude: expected shape \[Q\] or \[Q, m\] with Q = 2, got \(3,\)", K.cosine_topk, Q, G, 1, exclude=[0, 1, 2])
+    fails(r"exclude: expected shape \[Q\] or \[Q, m\] with Q = 2, got \(3,\)", K.cosine_topk, Q, G, 1,
+          exclude=[0, 1, 2])
     fails("exclude: expected integer ids, got dtype float64", K.cosine_topk, Q, G, 1, exclude=[0.5, 1.0])
     fails("exclude_score: must be a finite number, got inf", K.cosine_topk, Q, G, 1, exclude=[0, 1],
           exclude_score=float("inf"))

@@ -10,6 +10,18 @@ from kernel_checks import check_exact
 from agentcir import kernels as K
 
 
+@pytest.fixture(autouse=True, params=["serial", "parallel"])
+def numba_variant(request, backend, monkeypatch):
+    """numba list kernels run serial below PARALLEL_MIN_WORK input elements: test both variants."""
+    if backend != "numba":
+        if request.param == "parallel":
+            pytest.skip("only numba has serial and parallel variants")
+        return
+    from agentcir.kernels.numba import _common
+
+    monkeypatch.setattr(_common, "PARALLEL_MIN_WORK", 0 if request.param == "parallel" else 10**12)
+
+
 def rank_lists(rng, V=3, Q=6, L=20, n_items=50):
     ids = np.stack([np.stack([rng.permutation(n_items)[:L] for _ in range(Q)]) for _ in range(V)])
     ids[0, 0, 15:] = -1            # a short list

@@ -1,6 +1,13 @@
 """Numba building blocks shared by the numba ops: running top-k heaps, half->float decoding,
 exclusion patches and the streamed softmax entropy.
 
+Threads: a kernel that runs once per gallery tile is compiled serial. Between tiles the
+BLAS/torch thread pool does the tile product; a numba parallel region (a second OpenMP
+runtime) after it would wait for the spinning BLAS threads to yield, which on an
+oversubscribed machine costs a scheduler tick (measured here: ~8 ms per launch instead of
+~10 us). Whole-problem kernels (the few-query cosine scan, the list fusions above
+``PARALLEL_MIN_WORK`` elements) run parallel; :class:`DualKernel` compiles both variants.
+
 Heaps: one bounded min-heap per query, ``hs[k]`` scores and ``hi[k]`` ids, whose root is
 the *worst* kept item (lowest score; among equal scores the highest id). Gallery tiles
 are visited in increasing id order, so inside a tile loop a candidate equal to the root
@@ -9,13 +16,42 @@ is always worse than it (its id is larger) and the cheap test ``s <= root`` reje
 
 from __future__ import annotations
 
+import types as _pytypes
+
 import numpy as np
 from llvmlite import binding as _llvm
 from llvmlite import ir as _ir
-from numba import njit, prange, types
+from numba import njit, types
 from numba.extending import intrinsic, overload
 
 KIND_CODES = {"float32": 0, "float16": 1, "bfloat16": 2}
+#: list-op kernels go parallel from this many input elements (below it a launch costs more than it saves)
+PARALLEL_MIN_WORK = 2_000_000
+
+
+class DualKernel:
+    """One kernel body compiled twice: ``parallel=True`` (prange runs on the thread pool) and serial.
+
+    The serial twin is a copy of the Python function under another name, so numba's disk
+    cache keeps the two compilations apart.
+    """
+
+    def __init__(self, py_func, **options):
+        twin = _pytypes.FunctionType(py_func.__code__, py_func.__globals__, py_func.__name__ + "_serial",
+                                     py_func.__defaults__, py_func.__closure__)
+        twin.__qualname__ = py_func.__qualname__ + "_serial"
+        twin.__module__ = py_func.__module__
+        self.parallel = njit(parallel=True, cache=True, **options)(py_func)
+        self.serial = njit(cache=True, **options)(twin)
+
+    def __call__(self, *args, work: int):
+        """Run the parallel variant when ``work`` (input elements) is at least ``PARALLEL_MIN_WORK``."""
+        return (self.parallel if work >= PARALLEL_MIN_WORK else self.serial)(*args)
+
+
+def dual(**options):
+    """Decorator form of :class:`DualKernel`."""
+    return lambda py_func: DualKernel(py_func, **options)
 NEG_INF = np.float32(-np.inf)
 
 
@@ -83,9 +119,9 @@ def heap_to_sorted(hs, hi, n, out_s, out_i):
             _sift_down(hs, hi, m, hs[m], hi[m])
 
 
-@njit(parallel=True, cache=True)
+@njit(cache=True)
 def finish_heaps(hs, hi, cnt, out_s, out_i):
-    for q in prange(hs.shape[0]):
+    for q in range(hs.shape[0]):
         heap_to_sorted(hs[q], hi[q], cnt[q], out_s[q], out_i[q])
 
 
@@ -208,37 +244,51 @@ def dot(a, b):
     return s
 
 
-def row_dot(x, G, r, kind):  # pragma: no cover - replaced by the overload in numba code
+def row_dot4(x, G, r, kind):  # pragma: no cover - replaced by the overload in numba code
     raise NotImplementedError
 
 
-@overload(row_dot, jit_options={"fastmath": FASTMATH})
-def _row_dot(x, G, r, kind):
-    """``x . float32(G[r])`` in one fused loop (decode and multiply-add per element)."""
+def _dot4_loop(conv):
+    def loop(x, g0, g1, g2, g3):
+        s0 = s1 = s2 = s3 = np.float32(0.0)
+        for j in range(x.shape[0]):
+            xj = x[j]
+            s0 += xj * conv(g0[j])
+            s1 += xj * conv(g1[j])
+            s2 += xj * conv(g2[j])
+            s3 += xj * conv(g3[j])
+        return s0, s1, s2, s3
+    return njit(fastmath=FASTMATH, cache=True)(loop)
+
+
+@njit(inline="always", cache=True)
+def _same(v):
+    return v
+
+
+_dot4_f32 = _dot4_loop(_same)
+_dot4_f16 = _dot4_loop(f16_to_f32)
+_dot4_bf16 = _dot4_loop(bf16_to_f32)
+
+
+@overload(row_dot4)
+def _row_dot4(x, G, r, kind):
+    """``x . float32(G[r + i])`` for i < 4 in one loop: four independent accumulators (no single
+    dependency chain) and each query element loaded once for four rows."""
     if G.dtype == types.float32:
-        def impl(x, G, r, kind):
-            s = np.float32(0.0)
-            for j in range(x.shape[0]):
-                s += x[j] * G[r, j]
-            return s
-        return impl
+        return lambda x, G, r, kind: _dot4_f32(x, G[r], G[r + 1], G[r + 2], G[r + 3])
 
     def impl_half(x, G, r, kind):
-        s = np.float32(0.0)
         if kind == 1:
-            for j in range(x.shape[0]):
-                s += x[j] * f16_to_f32(G[r, j])
-        else:
-            for j in range(x.shape[0]):
-                s += x[j] * bf16_to_f32(G[r, j])
-        return s
+            return _dot4_f16(x, G[r], G[r + 1], G[r + 2], G[r + 3])
+        return _dot4_bf16(x, G[r], G[r + 1], G[r + 2], G[r + 3])
     return impl_half
 
 
-@njit(parallel=True, cache=True)
+@njit(cache=True)
 def decode_rows(G, start, stop, kind, out):
     """``out[:stop-start] = float32(G[start:stop])`` for half-precision bits (kind 1 fp16, 2 bf16)."""
-    for r in prange(stop - start):
+    for r in range(stop - start):
         src = G[start + r]
         dst = out[r]
         if kind == 1:
@@ -262,15 +312,36 @@ def patch_excluded(vals, q, start, excl, value):
 
 # -- streamed softmax entropy -----------------------------------------------------------
 @njit(inline="always", cache=True)
+def exp_f32(x):
+    """float32 ``exp(x)`` that vectorises (no libm call): Cody-Waite reduction + degree-6 polynomial.
+
+    Relative error ~1e-7 for x in [-87, 88] (clamped outside).
+    """
+    x = min(max(x, np.float32(-87.0)), np.float32(88.0))
+    n = np.float32(np.floor(x * np.float32(1.4426950408889634) + np.float32(0.5)))
+    r = x - n * np.float32(0.693359375) - n * np.float32(-2.12194440e-4)
+    p = np.float32(1.0 / 720.0)
+    p = p * r + np.float32(1.0 / 120.0)
+    p = p * r + np.float32(1.0 / 24.0)
+    p = p * r + np.float32(1.0 / 6.0)
+    p = p * r + np.float32(0.5)
+    p = p * r + np.float32(1.0)
+    p = p * r + np.float32(1.0)
+    return p * np.int32(np.int32(np.int32(n) + np.int32(127)) << np.int32(23)).view(np.float32)
+
+
+@njit(fastmath=FASTMATH, cache=True)
 def entropy_update(vals, inv_tau, state):
-    """Fold ``vals`` (``-inf`` = removed) into ``state = [max x, sum e, sum e*(x - max)]``, x = v / tau."""
+    """Fold ``vals`` (``-inf`` = removed) into ``state = [max x, sum e, sum e*(x - max)]``, x = v / tau.
+
+    ``e = exp(x - max)`` in float32 (:func:`exp_f32`), sums in float64.
+    """
+    it = np.float32(inv_tau)
     m = -np.inf
     for j in range(vals.shape[0]):
         v = vals[j]
         if v != -np.inf:
-            x = v * inv_tau
-            if x > m:
-                m = x
+            m = max(m, np.float64(v * it))
     if m == -np.inf:
         return
     if m > state[0]:
@@ -279,16 +350,15 @@ def entropy_update(vals, inv_tau, state):
             state[2] = scale * (state[2] + (state[0] - m) * state[1])
             state[1] = scale * state[1]
         state[0] = m
-    m = state[0]
+    mf = np.float32(state[0])
     z = 0.0
     a = 0.0
     for j in range(vals.shape[0]):
         v = vals[j]
-        if v != -np.inf:
-            x = v * inv_tau - m
-            e = np.exp(x)
-            z += e
-            a += e * x
+        x = v * it - mf
+        e = exp_f32(x) if v != -np.inf else np.float32(0.0)
+        z += e
+        a += e * x if v != -np.inf else np.float32(0.0)
     state[1] += z
     state[2] += a
 

@@ -20,10 +20,11 @@ from functools import lru_cache
 from typing import Iterator, Sequence
 
 import numpy as np
-from numba import njit, prange
+from numba import njit
 
 from .._inputs import Gallery
 from ._common import KIND_CODES, decode_rows, f16_to_f32
+
 
 @lru_cache(maxsize=1)
 def _torch():
@@ -98,10 +99,10 @@ def _f32_to_bf16_bits(f):
     return np.uint16((u + np.uint32(0x7FFF) + ((u >> np.uint32(16)) & np.uint32(1))) >> np.uint32(16))
 
 
-@njit(parallel=True, cache=True)
+@njit(cache=True)
 def _to_bf16_bits(G, start, stop, kind, out):
     """``out[:stop-start]`` = bfloat16 bits (round to nearest even) of gallery rows (kind 0 fp32, 1 fp16)."""
-    for r in prange(stop - start):
+    for r in range(stop - start):
         src = G[start + r]
         dst = out[r]
         for j in range(src.shape[0]):

@@ -6,7 +6,7 @@ Two launch shapes, both exact float32 arithmetic on the stored gallery values:
   which is memory-bound: each row is read (and widened from fp16/bf16 bits) once, dotted
   with every query and offered to per-chunk heaps; the chunk heaps are merged at the end.
   Half-precision galleries read half the bytes, hence about twice as fast.
-* many queries: BLAS on a gallery tile (:func:`._tiles.exact_tiles`), then
+* many queries: BLAS on a gallery tile (:func:`._tiles.exact_tiles`), then the serial
   ``_select_kernel`` walks the ``[Q, tile]`` scores and keeps the running top-k.
 """
 
@@ -17,11 +17,20 @@ import numpy as np
 from numba import njit, prange
 
 from .._inputs import Gallery
+from .._tiling import tile_rows
 from ._common import (
-    KIND_CODES, dot, empty_exclude, exclusion_value, heap_push, new_heaps, patch_excluded, row_dot, row_f32, select_row,
+    KIND_CODES,
+    dot,
+    empty_exclude,
+    exclusion_value,
+    heap_push,
+    new_heaps,
+    patch_excluded,
+    row_dot4,
+    row_f32,
+    select_row,
     sorted_from_heaps,
 )
-from .._tiling import tile_rows
 from ._tiles import exact_tiles
 
 #: at most this many queries use the direct (BLAS-free, memory-bound) kernel
@@ -30,36 +39,48 @@ DIRECT_MAX_Q = 4
 DIRECT_CHUNK_ROWS = 1024
 
 
+@njit(inline="always", cache=True)
+def _offer(s, r, q, c, excl, ex_value, hs, hi, cnt):
+    for m in range(excl.shape[1]):
+        if excl[q, m] == r:
+            s = ex_value
+    n = cnt[c, q]
+    if n == hs.shape[2]:
+        if s <= hs[c, q, 0]:
+            return
+    elif s == -np.inf:
+        return
+    cnt[c, q] = heap_push(hs[c, q], hi[c, q], n, s, r)
+
+
 @njit(parallel=True, cache=True)
 def _direct_kernel(X, G, kind, excl, ex_value, n_chunks, hs, hi, cnt):
     N = G.shape[0]
     Q = X.shape[0]
-    k = hs.shape[2]
     chunk = (N + n_chunks - 1) // n_chunks
     for c in prange(n_chunks):
         buf = np.empty(G.shape[1], dtype=np.float32)
-        for r in range(c * chunk, min(N, (c + 1) * chunk)):
-            if Q == 1:
-                s1 = row_dot(X[0], G, r, kind)  # fused decode + dot: one pass over the row
-            else:
-                row = row_f32(G, r, kind, buf)  # decode once, dot with every query
+        lo = c * chunk
+        hi_ = min(N, lo + chunk)
+        r = lo
+        if Q == 1:  # blocks of four rows, one fused decode + dot loop each
+            while r + 4 <= hi_:
+                s0, s1, s2, s3 = row_dot4(X[0], G, r, kind)
+                _offer(s0, r, 0, c, excl, ex_value, hs, hi, cnt)
+                _offer(s1, r + 1, 0, c, excl, ex_value, hs, hi, cnt)
+                _offer(s2, r + 2, 0, c, excl, ex_value, hs, hi, cnt)
+                _offer(s3, r + 3, 0, c, excl, ex_value, hs, hi, cnt)
+                r += 4
+        while r < hi_:  # decode the row once, dot it with every query
+            row = row_f32(G, r, kind, buf)
             for q in range(Q):
-                s = s1 if Q == 1 else dot(X[q], row)
-                for m in range(excl.shape[1]):
-                    if excl[q, m] == r:
-                        s = ex_value
-                n = cnt[c, q]
-                if n == k:
-                    if s <= hs[c, q, 0]:
-                        continue
-                elif s == -np.inf:
-                    continue
-                cnt[c, q] = heap_push(hs[c, q], hi[c, q], n, s, r)
+                _offer(dot(X[q], row), r, q, c, excl, ex_value, hs, hi, cnt)
+            r += 1
 
 
-@njit(parallel=True, cache=True)
+@njit(cache=True)
 def _merge_chunks(hs, hi, cnt, out_hs, out_hi, out_cnt):
-    for q in prange(out_hs.shape[0]):
+    for q in range(out_hs.shape[0]):
         n = 0
         for c in range(hs.shape[0]):
             for j in range(cnt[c, q]):
@@ -67,9 +88,9 @@ def _merge_chunks(hs, hi, cnt, out_hs, out_hi, out_cnt):
         out_cnt[q] = n
 
 
-@njit(parallel=True, cache=True)
+@njit(cache=True)
 def _select_kernel(S, start, excl, ex_value, hs, hi, cnt):
-    for q in prange(S.shape[0]):
+    for q in range(S.shape[0]):
         row = S[q]
         if excl.shape[1]:
             patch_excluded(row, q, start, excl, ex_value)

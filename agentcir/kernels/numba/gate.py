@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import numpy as np
-from numba import njit, prange
+from numba import prange
 
 from ..reference import minmax
+from ._common import dual
 
 
-@njit(parallel=True, cache=True)
+@dual()
 def _gate_rows(S, tau, want_entropy, H, ratio):
     Q, L = S.shape
     for q in prange(Q):
@@ -45,7 +46,7 @@ def uncertainty(scores: np.ndarray, tau: float, entropy: np.ndarray | None) -> n
     Q = scores.shape[0]
     H = np.zeros(Q, dtype=np.float64)
     ratio = np.zeros(Q, dtype=np.float64)
-    _gate_rows(scores, float(tau), entropy is None, H, ratio)
+    _gate_rows(scores, float(tau), entropy is None, H, ratio, work=scores.size)
     if entropy is not None:
         H = entropy.astype(np.float64)
     return (0.5 * minmax(H) + 0.5 * minmax(ratio)).astype(np.float32)

@@ -10,7 +10,7 @@ After the last tile ``s = sum(buffer)`` and ``w = softmax(s / max_i s / tau)``.
 from __future__ import annotations
 
 import numpy as np
-from numba import njit, prange
+from numba import njit
 
 from .._inputs import Gallery
 from .._tiling import tile_rows
@@ -18,11 +18,11 @@ from ._common import FASTMATH, score_f32
 from ._tiles import exact_tiles
 
 
-@njit(parallel=True, cache=True, fastmath=FASTMATH)
+@njit(cache=True, fastmath=FASTMATH)
 def _top_values(S, best):
     """For each row ``p``: merge ``relu(S[p, :])`` into the ascending top-m buffer ``best[p]``."""
     m = best.shape[1]
-    for p in prange(S.shape[0]):
+    for p in range(S.shape[0]):
         for j in range(S.shape[1]):
             v = max(score_f32(S, p, j), np.float32(0.0))
             if v <= best[p, 0]:

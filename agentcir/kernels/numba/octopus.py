@@ -10,24 +10,31 @@ Extra memory: O(Q*(K+1)*tile) in pass 1, O(Q*tile) in pass 2.
 from __future__ import annotations
 
 import numpy as np
-from numba import njit, prange
+from numba import njit
 
 from .._inputs import Gallery
-from ._common import (
-    empty_exclude, entropy_from_state, entropy_update, exclusion_value, new_entropy_state, new_heaps,
-    patch_excluded, select_row, sorted_from_heaps,
-)
 from .._tiling import tile_rows
+from ._common import (
+    empty_exclude,
+    entropy_from_state,
+    entropy_update,
+    exclusion_value,
+    new_entropy_state,
+    new_heaps,
+    patch_excluded,
+    select_row,
+    sorted_from_heaps,
+)
 from ._tiles import exact_tiles
 from .weights import octopus_query, octopus_weights
 
 
-@njit(parallel=True, cache=True)
+@njit(cache=True)
 def _fuse_select(St, Sv, has_visual, lam, start, excl, ex_value, inv_tau, state, hs, hi, cnt):
     T = St.shape[1]
     a = np.float32(lam)
     b = np.float32(1.0 - lam)
-    for q in prange(St.shape[0]):
+    for q in range(St.shape[0]):
         vals = np.empty(T, dtype=np.float32)
         if has_visual:
             for j in range(T):

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import numpy as np
-from numba import njit, prange
+from numba import prange
+
+from ._common import dual
 
 
-@njit(parallel=True, cache=True)
+@dual()
 def _promote(ids, scores, accepted, bonus, out_s, out_i):
     Q, L = ids.shape
     A = min(accepted.shape[1], L)
@@ -34,5 +36,5 @@ def promote_first_accepted(ids: np.ndarray, scores: np.ndarray, accepted: np.nda
     """See :func:`agentcir.kernels.promote_first_accepted`."""
     out_s = np.empty(ids.shape, dtype=np.float32)
     out_i = np.empty(ids.shape, dtype=np.int32)
-    _promote(ids, scores, accepted, np.float32(bonus), out_s, out_i)
+    _promote(ids, scores, accepted, np.float32(bonus), out_s, out_i, work=ids.size)
     return out_s, out_i

@@ -3,20 +3,28 @@
 BLAS scores a ``[Q*K, tile]`` block (:func:`._tiles.exact_tiles`); ``_aggregate_select``
 reduces the K rows of each query to one row (mean / max / logsumexp), applies the
 exclusions and feeds the running top-k. No ``[Q, K, N]`` (or ``[Q, N]``) buffer exists.
-``agg="octopus"`` computes the adaptive weights (:mod:`.weights`), builds
+``agg="mean"`` is linear, so it scores the mean proxy with :mod:`.cosine` (one row per
+query instead of K). ``agg="octopus"`` computes the adaptive weights (:mod:`.weights`), builds
 ``e = norm(sum_i w_i P_i)`` and ranks ``e . I`` with :mod:`.cosine`.
 """
 
 from __future__ import annotations
 
 import numpy as np
-from numba import njit, prange
+from numba import prange
 
 from .._inputs import Gallery
-from ._common import (
-    FASTMATH, empty_exclude, exclusion_value, new_heaps, patch_excluded, select_row, sorted_from_heaps,
-)
 from .._tiling import tile_rows
+from ._common import (
+    FASTMATH,
+    dual,
+    empty_exclude,
+    exclusion_value,
+    new_heaps,
+    patch_excluded,
+    select_row,
+    sorted_from_heaps,
+)
 from ._tiles import exact_tiles
 from .cosine import cosine_topk
 from .weights import octopus_query, octopus_weights
@@ -24,7 +32,7 @@ from .weights import octopus_query, octopus_weights
 AGG_CODES = {"mean": 0, "max": 1, "logsumexp": 2}
 
 
-@njit(parallel=True, cache=True, fastmath=FASTMATH)
+@dual(fastmath=FASTMATH)
 def _aggregate_select(S, K, agg, tau, start, excl, ex_value, hs, hi, cnt):
     Q = S.shape[0] // K
     T = S.shape[1]
@@ -63,6 +71,9 @@ def proxy_scores_topk(proxies: np.ndarray, gallery: Gallery, k: int, agg: str, t
     if agg == "octopus":
         w = octopus_weights(reference, proxies, gallery, tau)
         return cosine_topk(octopus_query(proxies, w), gallery, k, exclude, exclude_score)
+    if agg == "mean":  # linear: mean_i (P_i . g) = (mean_i P_i) . g, one row per query instead of K
+        return cosine_topk(proxies.mean(axis=1, dtype=np.float64).astype(np.float32), gallery, k, exclude,
+                           exclude_score)
     Q, K, d = proxies.shape
     X = np.ascontiguousarray(proxies.reshape(Q * K, d))
     excl = empty_exclude() if exclude is None else exclude
@@ -70,5 +81,7 @@ def proxy_scores_topk(proxies: np.ndarray, gallery: Gallery, k: int, agg: str, t
     hs, hi, cnt = new_heaps(Q, k)
     tile = tile_rows(Q * K, d, gallery.shape[0])
     for start, _, (S,) in exact_tiles(gallery, [X], tile):
-        _aggregate_select(S, K, AGG_CODES[agg], tau, start, excl, ex_value, hs, hi, cnt)
+        # logsumexp is exp-bound: worth a parallel launch per tile; max is not (README "Threads")
+        _aggregate_select(S, K, AGG_CODES[agg], tau, start, excl, ex_value, hs, hi, cnt,
+                          work=S.size * (16 if agg == "logsumexp" else 1))
     return sorted_from_heaps(hs, hi, cnt)

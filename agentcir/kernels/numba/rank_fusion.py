@@ -1,10 +1,14 @@
-"""rrf, numba: reciprocal rank fusion of id lists or dense score matrices, per query in parallel.
+"""rrf, numba: reciprocal rank fusion of id lists or dense score matrices.
 
-Id lists: the valid ``(id, list, position)`` triples of a query are sorted by one int64
-key, so each item's entries are adjacent (list order, then position: the first
-occurrence in a list comes first); the item's fused score is summed in list order
-(float64, the reference's order) and offered to a float64 heap.
-Score matrices: each row is ranked by a stable argsort of ``-score`` (ties: lower id).
+The shape is "library sort, then a numba pass": a numba pass builds one int64 sort key per
+entry, numpy sorts the key rows (its vectorised integer sort, ~10x faster than an argsort
+of floats), and a numba pass per query walks the sorted keys, fuses and keeps the top-k.
+
+* Id lists ``[V, Q, L]``: key ``(id * V + list) * L + position`` (padding sorts last), so
+  an item's entries are adjacent, in list order, first occurrence first; its fused score
+  is summed in list order (float64, the reference's order) into a float64 heap.
+* Score matrices ``[V, Q, N]``: key ``(~monotone_int32(score) << 32) | id`` sorts by score
+  descending, ties by lower id; the position in the sorted row is the rank.
 """
 
 from __future__ import annotations
@@ -12,7 +16,9 @@ from __future__ import annotations
 import numpy as np
 from numba import njit, prange
 
-from ._common import heap_push, heap_to_sorted
+from ._common import dual, heap_push, heap_to_sorted
+
+INT64_MAX = np.iinfo(np.int64).max
 
 
 @njit(inline="always", cache=True)
@@ -23,47 +29,76 @@ def _emit(hs, hi, n, out_s, out_i):
         out_s[j] = tmp[j]
 
 
-@njit(parallel=True, cache=True)
-def _rrf_lists(ids, z, w, k, out_s, out_i):
+@dual()
+def list_keys(ids, keys):
+    """``keys[q, v*L + p] = (id * V + v) * L + p`` for valid ids, INT64_MAX for padding."""
     V, Q, L = ids.shape
     VL = np.int64(V) * L
     for q in prange(Q):
-        keys = np.empty(V * L, dtype=np.int64)
-        n = 0
         for v in range(V):
             for p in range(L):
                 item = ids[v, q, p]
-                if item >= 0:
-                    keys[n] = np.int64(item) * VL + v * L + p
-                    n += 1
-        keys = np.sort(keys[:n])
+                keys[q, v * L + p] = np.int64(item) * VL + v * L + p if item >= 0 else INT64_MAX
+
+
+def sorted_list_keys(ids: np.ndarray) -> np.ndarray:
+    """Per query, the sorted keys of its list entries ``[Q, V*L]`` (see the module docstring)."""
+    V, Q, L = ids.shape
+    keys = np.empty((Q, V * L), dtype=np.int64)
+    list_keys(ids, keys, work=ids.size)
+    keys.sort(axis=1)
+    return keys
+
+
+@dual()
+def _rrf_lists(keys, V, L, z, w, k, out_s, out_i):
+    Q, n = keys.shape
+    VL = np.int64(V) * L
+    for q in prange(Q):
         hs = np.full(k, -np.inf, dtype=np.float64)
         hi = np.full(k, -1, dtype=np.int32)
         cnt = 0
         j = 0
-        while j < n:
-            item = keys[j] // VL
+        while j < n and keys[q, j] != INT64_MAX:
+            item = keys[q, j] // VL
             total = 0.0
             last_v = -1
-            while j < n and keys[j] // VL == item:
-                v = (keys[j] % VL) // L
-                if v != last_v:
-                    total += w[v] / (z + (keys[j] % L) + 1)
+            while j < n and keys[q, j] != INT64_MAX and keys[q, j] // VL == item:
+                v = (keys[q, j] % VL) // L
+                if v != last_v:  # the first occurrence of the item in list v
+                    total += w[v] / (z + (keys[q, j] % L) + 1)
                     last_v = v
                 j += 1
             cnt = heap_push(hs, hi, cnt, total, np.int32(item))
         _emit(hs, hi, cnt, out_s[q], out_i[q])
 
 
-@njit(parallel=True, cache=True)
-def _rrf_scores(S, z, w, k, out_s, out_i):
+@njit(inline="always", cache=True)
+def _rank_key(score, i):
+    """int64 key sorting ascending as score descending, then id ascending."""
+    b = np.float32(score + np.float32(0.0)).view(np.int32)  # -0.0 -> +0.0
+    m = b ^ ((b >> np.int32(31)) & np.int32(0x7FFFFFFF))   # int32 order = float order
+    return (np.int64(~m) << np.int64(32)) | np.int64(i)
+
+
+@dual()
+def _score_keys(S, keys):
     V, Q, N = S.shape
+    for vq in prange(V * Q):
+        v = vq // Q
+        q = vq % Q
+        for i in range(N):
+            keys[v, q, i] = _rank_key(S[v, q, i], i)
+
+
+@dual()
+def _rrf_ranked(keys, z, w, k, out_s, out_i):
+    V, Q, N = keys.shape
     for q in prange(Q):
         acc = np.zeros(N, dtype=np.float64)
         for v in range(V):
-            order = np.argsort(-S[v, q], kind="mergesort")
             for p in range(N):
-                acc[order[p]] += w[v] / (z + p + 1)
+                acc[keys[v, q, p] & np.int64(0xFFFFFFFF)] += w[v] / (z + p + 1)
         hs = np.full(k, -np.inf, dtype=np.float64)
         hi = np.full(k, -1, dtype=np.int32)
         cnt = 0
@@ -78,13 +113,17 @@ def _out(Q: int, k: int):
 
 def rrf_lists(ids: np.ndarray, k: int, z: float, weights: np.ndarray):
     """See :func:`agentcir.kernels.rrf` (integer rank lists ``[V, Q, L]``)."""
-    out_s, out_i = _out(ids.shape[1], k)
-    _rrf_lists(ids, float(z), weights, k, out_s, out_i)
+    V, Q, L = ids.shape
+    out_s, out_i = _out(Q, k)
+    _rrf_lists(sorted_list_keys(ids), V, L, float(z), weights, k, out_s, out_i, work=ids.size)
     return out_s, out_i
 
 
 def rrf_scores(scores: np.ndarray, k: int, z: float, weights: np.ndarray):
     """See :func:`agentcir.kernels.rrf` (dense score matrices ``[V, Q, N]``)."""
+    keys = np.empty(scores.shape, dtype=np.int64)
+    _score_keys(scores, keys, work=scores.size)
+    keys.sort(axis=-1)
     out_s, out_i = _out(scores.shape[1], k)
-    _rrf_scores(scores, float(z), weights, k, out_s, out_i)
+    _rrf_ranked(keys, float(z), weights, k, out_s, out_i, work=scores.size)
     return out_s, out_i

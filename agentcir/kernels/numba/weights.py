@@ -17,25 +17,24 @@ the top-10 agreement benchmark).
 from __future__ import annotations
 
 import numpy as np
-from numba import njit, prange
+from numba import njit
 
 from .._inputs import Gallery
-from ._common import FASTMATH, score_f32
 from .._tiling import tile_rows
+from ._common import FASTMATH, score_f32
 from ._tiles import coarse_tiles, exact_tiles, has_fast_bf16
-
 
 #: half-precision galleries at least this large use the bfloat16 tile product
 COARSE_MIN_ITEMS = 16384
 
 
-@njit(parallel=True, cache=True, fastmath=FASTMATH)
+@njit(cache=True, fastmath=FASTMATH)
 def _relu_sums(S, split, acc):
     """``acc.flat[p] += sum_j relu(S[p, j])``; with ``split`` the gap is ``S[p, j] + S[R + p, j]``
     (the high and low bf16 parts of :func:`._tiles.coarse_tiles`)."""
     flat = acc.reshape(-1)
     R = flat.shape[0]
-    for p in prange(R):
+    for p in range(R):
         t = np.float32(0.0)
         if split:
             for j in range(S.shape[1]):

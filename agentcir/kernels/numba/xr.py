@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import numpy as np
-from numba import njit, prange
+from numba import prange
+
+from ._common import dual
 
 
-@njit(parallel=True, cache=True)
+@dual()
 def _xr_rerank(ids, sims, qa, cap, wq, out_s, out_i):
     Q, L = ids.shape
     H = qa.shape[1]
@@ -38,5 +40,5 @@ def xr_rerank(ids: np.ndarray, sims: np.ndarray, qa: np.ndarray, cap: np.ndarray
     """See :func:`agentcir.kernels.xr_rerank`."""
     out_s = np.empty(ids.shape, dtype=np.float32)
     out_i = np.empty(ids.shape, dtype=np.int32)
-    _xr_rerank(ids, sims, qa, cap, float(qa_weight), out_s, out_i)
+    _xr_rerank(ids, sims, qa, cap, float(qa_weight), out_s, out_i, work=ids.size)
     return out_s, out_i

@@ -3,8 +3,6 @@ reference mask, streamed entropy and running top-k on the device."""
 
 from __future__ import annotations
 
-import torch
-
 from .._inputs import Gallery
 from .._tiling import tile_rows
 from ._common import RunningEntropy, RunningTopK, as_device, exclusion_value, patch_excluded, tiles

@@ -1,4 +1,5 @@
-"""proxy_scores_topk, torch: ``[Q*K, tile]`` products reduced over K per tile, running top-k."""
+"""proxy_scores_topk, torch: ``[Q*K, tile]`` products reduced over K per tile, running top-k
+(``mean`` is linear: the mean proxy is scored with :mod:`.cosine`)."""
 
 from __future__ import annotations
 
@@ -19,6 +20,8 @@ def proxy_scores_topk(proxies: torch.Tensor, gallery: Gallery, k: int, agg: str,
     if agg == "octopus":
         w = octopus_weights(reference, P, gallery, tau)
         return cosine_topk(octopus_query(P, w), gallery, k, exclude, exclude_score)
+    if agg == "mean":  # linear: mean_i (P_i . g) = (mean_i P_i) . g, one row per query instead of K
+        return cosine_topk(P.double().mean(dim=1).float(), gallery, k, exclude, exclude_score)
     Q, K, d = P.shape
     X = P.reshape(Q * K, d)
     top = RunningTopK(Q, k, dev)

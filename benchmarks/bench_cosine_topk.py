@@ -1,0 +1,73 @@
+"""cosine_topk: numba / torch backends vs straightforward numpy and torch, faiss IndexFlatIP
+(default and tuned BLAS threshold) and the memory-bandwidth bound (numpy reading the gallery)."""
+
+from __future__ import annotations
+
+import sys
+
+import numpy as np
+import pytest
+import torch
+from _data import FaissFlatIP, as_kind, gallery, lazy, numpy_topk, torch_topk, unit
+from conftest import as_numpy_ids, round_robin, run_provider
+from sizes import ids, sizes
+
+from agentcir import kernels as K
+
+OP = "cosine_topk"
+BASELINE = "torch-naive-f32"
+ROUNDS = 7
+#: providers timed only for a single query (they read the gallery once; they rank nothing)
+BOUNDS = ("numpy-sum-read", "numpy-gemv-read")
+
+
+def make_inputs(size: dict, with_reference: bool = True) -> dict:
+    G = gallery(size["N"], size["d"])
+    q = unit(np.random.default_rng(5), size["Q"], size["d"])
+    x = dict(q=q, G=G, k=size["k"], tq=torch.from_numpy(q), tG=torch.from_numpy(G))
+    if with_reference:
+        x["ref_ids"] = K.cosine_topk(q, G, size["k"], backend="reference" if size["N"] < 5000 else "numba").ids
+    return x
+
+
+def _half(x, kind):
+    return lazy(x, kind, lambda: as_kind(x["G"], kind))
+
+
+def _faiss(x):
+    return lazy(x, "faiss", lambda: FaissFlatIP(x["G"]))
+
+
+PROVIDERS = {
+    "numpy-sum-read": lambda x: x["G"].sum(),
+    "numpy-gemv-read": lambda x: x["G"] @ x["q"][0],
+    "numpy-naive-f32": lambda x: numpy_topk(x["q"], x["G"], x["k"]),
+    "torch-naive-f32": lambda x: torch_topk(x["tq"], x["tG"], x["k"]),
+    "faiss-flatip-f32": lambda x: _faiss(x).search(x["q"], x["k"]),
+    "faiss-flatip-blas-f32": lambda x: _faiss(x).search(x["q"], x["k"], blas_threshold=1),
+    "torch-f32": lambda x: K.cosine_topk(x["tq"], x["tG"], x["k"], backend="torch"),
+    "numba-f32": lambda x: K.cosine_topk(x["q"], x["G"], x["k"], backend="numba"),
+    "numba-f16": lambda x: K.cosine_topk(x["q"], _half(x, "float16"), x["k"], backend="numba"),
+    "numba-bf16": lambda x: K.cosine_topk(x["q"], _half(x, "bfloat16"), x["k"], backend="numba"),
+}
+
+
+def result_ids(out):
+    if not isinstance(out, tuple) and not hasattr(out, "indices") and not hasattr(out, "ids"):
+        return None  # the bandwidth probes
+    if isinstance(out, tuple) and len(out) == 2 and isinstance(out[1], np.ndarray) and out[1].dtype == np.int64:
+        return out[1]  # faiss (distances, labels)
+    return as_numpy_ids(out)
+
+
+@pytest.fixture(scope="module", params=sizes(OP), ids=ids(OP))
+def inputs(request):
+    return request.param, make_inputs(request.param)
+
+
+@pytest.mark.parametrize("provider,round_", round_robin(PROVIDERS, ROUNDS))
+def test_cosine_topk(benchmark, inputs, provider, round_):
+    size, x = inputs
+    if provider in BOUNDS and size["Q"] != 1:
+        pytest.skip("bandwidth bound: single-query sizes only")
+    run_provider(benchmark, sys.modules[__name__], size, provider, x, round_)

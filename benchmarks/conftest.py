@@ -1,0 +1,82 @@
+"""pytest-benchmark setup of the kernel benchmarks (``make bench``).
+
+* collects ``bench_*.py`` files (one per op; ``bench_encoders.py`` may sit beside them);
+* every bench file runs its providers round-robin (``round_robin``: round 0 of every
+  provider, then round 1, ...), so that on a shared machine a change of load hits all
+  providers alike; each test times one call and ``report.py`` takes the median per provider;
+* ``run_provider`` times one provider on one size, in the group ``<op> <size>``, and records
+  in ``extra_info`` the op, size, baseline, round, and in round 0 the top-k agreement with
+  the float32 result and, where asked, the peak extra memory measured in a fresh
+  subprocess (:mod:`memory`);
+* ``benchmarks/report.py`` turns the saved JSON into ratio tables and target checks.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))  # bench files import _data and sizes (pytest runs in importlib mode)
+
+
+def pytest_collect_file(file_path, parent):
+    # a file named on the command line is collected by pytest itself; do not collect it twice
+    if file_path.suffix == ".py" and file_path.name.startswith("bench_") and not parent.session.isinitpath(file_path):
+        return pytest.Module.from_parent(parent, path=file_path)
+    return None
+
+
+def pytest_configure(config):
+    os.environ.setdefault("AGENTCIR_KERNELS", "numba")  # never the Triton interpreter by accident
+
+
+def memory_in_subprocess(bench_file: str, size: str, provider: str) -> dict:
+    """Peak extra bytes of one call, measured by ``memory.py`` in a fresh interpreter."""
+    env = dict(os.environ, MALLOC_MMAP_THRESHOLD_="65536", MALLOC_TRIM_THRESHOLD_="0")
+    out = subprocess.run([sys.executable, str(HERE / "memory.py"), bench_file, size, provider],
+                         capture_output=True, text=True, env=env, timeout=900)
+    if out.returncode != 0:
+        return {"error": out.stderr.strip().splitlines()[-1] if out.stderr.strip() else "failed"}
+    import json
+
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def round_robin(providers, rounds: int) -> list:
+    """``(provider, round)`` parameters in round-robin order (ids ``<provider>-r<round>``)."""
+    return [pytest.param(p, r, id=f"{p}-r{r}") for r in range(rounds) for p in providers]
+
+
+def run_provider(benchmark, module, size: dict, provider: str, inputs: dict, round_: int, *,
+                 memory: bool = False) -> None:
+    """Time one call of ``module.PROVIDERS[provider](inputs)``; round 0 warms up and measures extras."""
+    fn = module.PROVIDERS[provider]
+    benchmark.group = f"{module.OP} {size['name']}"
+    info = benchmark.extra_info
+    info.update(op=module.OP, size=size["name"], provider=provider, baseline=module.BASELINE, round=round_,
+                params={k: v for k, v in size.items() if k != "name"})
+    if round_ == 0:
+        out = fn(inputs)  # warm-up: numba compile / cache load, torch and faiss initialisation
+        ids = getattr(module, "result_ids", lambda o: None)(out)
+        if ids is not None and inputs.get("ref_ids") is not None:
+            from _data import topk_agreement
+
+            info["agree_topk_vs_fp32"] = topk_agreement(ids, inputs["ref_ids"])
+        if memory:
+            info.update({f"memory_{k}": v for k, v in memory_in_subprocess(Path(module.__file__).name,
+                                                                            size["name"], provider).items()})
+    benchmark.pedantic(fn, args=(inputs,), rounds=1, iterations=1, warmup_rounds=0)
+
+
+def as_numpy_ids(out) -> np.ndarray:
+    """ids of a provider's output: (scores, ids) tuples, TopK, torch topk results."""
+    ids = out[1] if isinstance(out, tuple) else getattr(out, "ids", None)
+    if ids is None:
+        ids = out.indices
+    return ids.numpy() if hasattr(ids, "numpy") else np.asarray(ids)

@@ -1,0 +1,133 @@
+"""Print the kernel benchmarks of ONE pytest-benchmark JSON run side by side, and check the targets.
+
+    python benchmarks/report.py benchmarks/results/latest.json
+
+One table per group (``<op> <size>``): median time, time relative to the group's
+baseline (``x base``: below 1 is faster), speed-up over it, peak extra memory (measured
+in a subprocess, see memory.py) and top-k agreement with the float32 result. Then the
+targets of issue #4, each with its measured ratio and PASS / MISS. Only ratios within
+one run mean anything on a shared machine.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import sys
+from collections import defaultdict
+
+
+def load(path: str) -> tuple[dict, dict[str, dict[str, dict]]]:
+    """group -> provider -> {median (over the round-robin rounds), rounds, extra_info of round 0...}."""
+    data = json.loads(open(path, encoding="utf-8").read())
+    groups: dict[str, dict[str, dict]] = defaultdict(dict)
+    for b in data["benchmarks"]:
+        info = b.get("extra_info", {})
+        entry = groups[b["group"]].setdefault(info.get("provider", b["name"]), {"times": []})
+        entry["times"].extend([b["stats"]["median"]] * b["stats"]["rounds"] if b["stats"]["rounds"] == 1
+                              else [b["stats"]["median"]])
+        entry.update({k: v for k, v in info.items() if k != "round"})
+    for rows in groups.values():
+        for entry in rows.values():
+            entry["median"] = statistics.median(entry["times"])
+            entry["rounds"] = len(entry["times"])
+    return data, groups
+
+
+def _fmt(x, spec=".2f", none="-"):
+    return none if x is None else format(x, spec)
+
+
+def print_tables(groups: dict[str, dict[str, dict]]) -> None:
+    for group, rows in groups.items():
+        base = next(iter(rows.values())).get("baseline")
+        bmed = rows[base]["median"] if base in rows else None
+        print(f"\n## {group}   (baseline: {base})")
+        print(f"{'provider':24s} {'median ms':>10s} {'rounds':>6s} {'x base':>7s} {'speed-up':>8s} {'peak MB':>8s} "
+              f"{'agree':>6s}")
+        for name, r in sorted(rows.items(), key=lambda kv: kv[1]["median"]):
+            ratio = r["median"] / bmed if bmed else None
+            print(f"{name:24s} {r['median'] * 1e3:10.2f} {r['rounds']:6d} {_fmt(ratio):>7s} "
+                  f"{_fmt(1 / ratio if ratio else None):>8s} {_fmt(r.get('memory_peak_extra_mb'), '.1f'):>8s} "
+                  f"{_fmt(r.get('agree_topk_vs_fp32'), '.3f'):>6s}")
+
+
+def _get(groups, op_prefix: str, provider: str) -> dict | None:
+    for group, rows in groups.items():
+        if group.startswith(op_prefix) and provider in rows:
+            return rows[provider]
+    return None
+
+
+def _med(groups, op_prefix, provider):
+    r = _get(groups, op_prefix, provider)
+    return None if r is None else r["median"]
+
+
+def targets(groups) -> list[tuple[str, bool | None, str]]:
+    """(target, passed or None when not measured, measured ratios) per issue-#4 target."""
+    out = []
+    oc = "octopus_topk Q64-K10-N100k-d512"
+    base, f32 = _get(groups, oc, "torch-naive-f32"), _get(groups, oc, "numba-f32")
+    if base and f32:
+        speed = base["median"] / f32["median"]
+        mb, mf = base.get("memory_peak_extra_mb"), f32.get("memory_peak_extra_mb")
+        mem = mb / mf if mb and mf else None
+        out.append(("octopus fp32 no slower than straightforward torch", speed >= 1.0,
+                    f"torch-naive / numba-f32 time = {speed:.2f}x"))
+        out.append(("octopus fp32 peak extra memory >= 10x smaller", mem is not None and mem >= 10,
+                    f"torch-naive {_fmt(mb, '.1f')} MB / numba-f32 {_fmt(mf, '.1f')} MB = {_fmt(mem, '.1f')}x"))
+        halves = []
+        for half in ("numba-bf16", "numba-f16"):
+            r = _get(groups, oc, half)
+            if r:
+                halves.append((half, base["median"] / r["median"], r.get("agree_topk_vs_fp32") or 0.0))
+        if halves:
+            ok = any(sp >= 1.5 and ag >= 0.99 for _, sp, ag in halves)
+            out.append(("octopus half gallery >= 1.5x faster than fp32 torch, top-10 agree >= 99%", ok,
+                        "; ".join(f"{h}: {sp:.2f}x faster, agreement {ag:.3f}" for h, sp, ag in halves)))
+    c1 = "cosine_topk Q1-N1M-d512"
+    f32, bound, gemv = _med(groups, c1, "numba-f32"), _med(groups, c1, "numpy-sum-read"), _med(groups, c1,
+                                                                                               "numpy-gemv-read")
+    if f32 and bound:
+        out.append(("cosine Q=1 N=1M within 1.3x of numpy reading the gallery (plain sum)", f32 / bound <= 1.3,
+                    f"numba-f32 / numpy-sum = {f32 / bound:.2f}"
+                    + (f"; vs the faster BLAS gemv read: {f32 / gemv:.2f}" if gemv else "")))
+        halves = [(h, _med(groups, c1, h)) for h in ("numba-bf16", "numba-f16")]
+        halves = [(h, m) for h, m in halves if m]
+        if halves:
+            h, m = min(halves, key=lambda hm: hm[1])
+            out.append(("cosine Q=1 half gallery >= 1.5x faster than fp32", f32 / m >= 1.5,
+                        f"numba-f32 / {h} = {f32 / m:.2f}x ("
+                        + ", ".join(f"{n}: {f32 / v:.2f}x" for n, v in halves) + ")"))
+    c64 = "cosine_topk Q64-N100k-d512"
+    f32 = _med(groups, c64, "numba-f32")
+    rivals = {p: _med(groups, c64, p) for p in ("torch-naive-f32", "faiss-flatip-blas-f32", "faiss-flatip-f32")}
+    rivals = {p: m for p, m in rivals.items() if m}
+    if f32 and rivals:
+        best_p, best_m = min(rivals.items(), key=lambda pm: pm[1])
+        out.append(("cosine Q=64 N=100k at least as fast as best of torch and faiss (tuned)", f32 <= best_m,
+                    f"best rival {best_p}: {best_m * 1e3:.1f} ms, numba-f32: {f32 * 1e3:.1f} ms "
+                    f"({best_m / f32:.2f}x); " + ", ".join(f"{p} {m * 1e3:.1f} ms" for p, m in rivals.items())))
+    for group in [g for g in groups if g.startswith("rrf ")]:
+        ref, nb = _med(groups, group, "reference"), _med(groups, group, "numba")
+        if ref and nb:
+            out.append((f"rrf over 64 queries >= 2x faster than the numpy reference ({group[4:]})", ref / nb >= 2,
+                        f"reference / numba = {ref / nb:.2f}x"))
+    return out
+
+
+def main(path: str) -> int:
+    data, groups = load(path)
+    print(f"# kernel benchmarks: {path}")
+    print(f"run: {data.get('datetime', '?')}, commit {data.get('commit_info', {}).get('id', '?')[:10]}, "
+          f"cpu {data.get('machine_info', {}).get('cpu', {}).get('brand_raw', '?')}")
+    print_tables(groups)
+    print("\n## targets (issue #4)")
+    for name, ok, detail in targets(groups):
+        print(f"[{'PASS' if ok else 'MISS'}] {name}: {detail}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1] if len(sys.argv) > 1 else "benchmarks/results/latest.json"))
