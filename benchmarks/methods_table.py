@@ -122,4 +122,10 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from agentcir.framework.errors import AgentcirError
+
+    try:
+        sys.exit(main())
+    except AgentcirError as e:  # a missing benchmark, a bad override: one line, as the CLI does
+        print(f"methods_table.py: error: {e}", file=sys.stderr)
+        sys.exit(2)

@@ -101,7 +101,6 @@ def test_full_octopus_matches_the_formulas(world, tmp_path):
         stop = row.index(g5) if g5 in row else len(row) - 1
         asked += [world.gallery.ids[r] for r in row[:stop + 1]]
         if g5 in row:
-            j = row.index(g5)
             final_ids[qi] = [g5] + [r for r in ids[qi] if r != g5]
             final_scores[qi] = [scores[qi].max() + 100.0] + [s for r, s in zip(ids[qi], scores[qi]) if r != g5]
     assert sorted(ver.verify_calls) == sorted(asked)
