@@ -63,7 +63,7 @@ def test_run_and_eval(plugin_env, tmp_path):
     r = run_cli(args, env=plugin_env)
     assert r.returncode == 0, r.stderr
     assert "metrics (40 queries, gallery 320): mAP@5=" in r.stdout and "<- target" in r.stdout or "1. " in r.stdout
-    run_dir = next(tmp_path.glob("image_text_sum-demo-*"))
+    run_dir = next(tmp_path.glob("octopus-demo-*"))  # the default method
     r2 = run_cli(["eval", str(run_dir)])
     assert r2.returncode == 0 and "| final |" in r2.stdout
     r3 = run_cli(["eval", str(tmp_path)])

@@ -239,13 +239,20 @@ class Gallery:
         tmp.replace(d / f"{key}.jsonl")
         self._captions[key] = list(captions)
 
+    def _caption_emb_file(self, key: str, encoder) -> Path:
+        return self.root / "caption_emb" / f"{stable_hash(key, encoder.identity, n=20)}.npy"
+
+    def has_caption_emb(self, key: str, encoder) -> bool:
+        """Whether the embeddings of captions ``key`` by ``encoder`` are stored already."""
+        return self._caption_emb_file(key, encoder).is_file()
+
     def caption_emb(self, key: str, encoder, *, dtype: str | None = None) -> np.ndarray:
         """Embeddings of captions ``key`` by ``encoder`` (computed once, stored, memory-mapped)."""
         caps = self.captions(key)
         if caps is None:
             raise InputError(f"gallery '{self.root}' has no captions '{key}'")
-        d = self.root / "caption_emb"
-        f = d / f"{stable_hash(key, encoder.identity, n=20)}.npy"
+        f = self._caption_emb_file(key, encoder)
+        d = f.parent
         if not f.is_file():
             d.mkdir(exist_ok=True)
             emb = encoder.encode_texts(caps).astype(dtype or self.info["dtype"])

@@ -388,35 +388,50 @@ def run_recipe(recipe: dict[str, Any], *, pool=None, progress: bool | None = Non
 
 
 def caption_stage(pool, source: str) -> Stage:
-    """The ``gallery_captions`` stage: dataset captions, or the captioner's (cached per item)."""
+    """The ``gallery_captions`` stage: dataset captions, or the captioner's (cached per item),
+    then their embeddings by the run's encoder (stored once in the gallery; counted here as one
+    encoder call when computed, so the methods' stages do not carry this preprocessing)."""
 
     async def fn(ctx: RunContext, state: RunState) -> None:
         g = state.gallery
         if source in ("auto", "dataset") and g.captions("dataset") is not None:
             state.captions_key = "dataset"
-            return
-        if source == "dataset":
+        elif source == "dataset":
             raise InputError(f"run.gallery_captions=dataset, but the dataset has no captions for gallery '{g.root}'")
-        captioner = pool.get("captioner")
-        key = captioner.identity
-        if g.captions(key) is None:
-            from tqdm.auto import tqdm
-
-            sem = asyncio.Semaphore(ctx.concurrency)
-            bar = tqdm(total=len(g), desc="gallery captions", unit="img", disable=not ctx.progress, leave=False)
-
-            async def one(row: int) -> str:
-                async with sem:
-                    try:
-                        return await ctx.call(captioner, "caption", image=g.path_of(row))
-                    finally:
-                        bar.update(1)
-
-            try:
-                caps = await asyncio.gather(*(one(r) for r in range(len(g))))
-            finally:
-                bar.close()
-            g.save_captions(key, list(caps))
-        state.captions_key = key
+        else:
+            await _captioner_captions(ctx, state, pool.get("captioner"))
+        if pool.has("encoder"):
+            encoder = pool.get("encoder")
+            if not g.has_caption_emb(state.captions_key, encoder):
+                await asyncio.get_running_loop().run_in_executor(None, g.caption_emb, state.captions_key, encoder)
+                st = ctx.stats.setdefault(ctx.stage, StageStats())
+                name = f"{encoder.kind}:{getattr(encoder, 'registry_key', '')}"
+                st.calls += 1
+                st.by_component[name] = st.by_component.get(name, 0) + 1
 
     return Stage("gallery_captions", fn)
+
+
+async def _captioner_captions(ctx: RunContext, state: RunState, captioner) -> None:
+    """Caption every gallery item with ``captioner`` (each call cached), unless stored already."""
+    g = state.gallery
+    key = captioner.identity
+    if g.captions(key) is None:
+        from tqdm.auto import tqdm
+
+        sem = asyncio.Semaphore(ctx.concurrency)
+        bar = tqdm(total=len(g), desc="gallery captions", unit="img", disable=not ctx.progress, leave=False)
+
+        async def one(row: int) -> str:
+            async with sem:
+                try:
+                    return await ctx.call(captioner, "caption", image=g.path_of(row))
+                finally:
+                    bar.update(1)
+
+        try:
+            caps = await asyncio.gather(*(one(r) for r in range(len(g))))
+        finally:
+            bar.close()
+        g.save_captions(key, list(caps))
+    state.captions_key = key

@@ -166,6 +166,36 @@ def octopus_weights(reference: Any, proxies: Any, gallery: Any, *, tau: float = 
     return _out([w], gallery)[0]
 
 
+def ldre_weights(before: Any, proxies: Any, gallery: Any, *, topk: int = 5, tau: float = 0.04,
+                 backend: str = "auto") -> Any:
+    """LDRE adaptive ensemble weights (Yang et al., SIGIR 2024; released ``use_adaptive_ensemble``).
+
+    Per query and edited caption ``e_i``: ``s_i`` = the sum of the ``topk`` largest drops
+    ``relu(b . I_j - e_i . I_j)`` over the gallery (``b`` the reference caption), then
+    ``w = softmax(s / max_i s / tau)``; a query whose captions never drop below ``b`` gets
+    uniform weights. One streamed pass; returns float32 ``[Q, K]`` (rows sum to 1).
+
+    Args:
+        before: float ``[Q, d]`` text embedding of each query's reference caption.
+        proxies: float ``[Q, K, d]`` edited (divergent) caption embeddings.
+        gallery: ``[N, d]`` float32 / float16 / bfloat16 image embeddings.
+        topk: m, how many of the largest drops are summed (LDRE: 5).
+        tau: softmax temperature (LDRE: 0.04).
+    """
+    g = check_gallery(gallery)
+    N, d = g.shape
+    p = check_float(proxies, "proxies", 3, dim=d)
+    if p.shape[1] == 0:
+        raise KernelInputError("proxies: needs at least one caption per query (K >= 1)")
+    b = check_float(before, "before", 2, dim=d, rows=p.shape[0])
+    topk = check_k(topk, "topk")
+    tau = check_positive(tau, "tau")
+    be = dispatch.backend_module(backend)
+    nat = be.NATIVE
+    w = be.ldre_weights(to_backend_float(b, nat), to_backend_float(p, nat), to_backend_gallery(g, nat), topk, tau)
+    return _out([w], gallery)[0]
+
+
 def octopus_topk(reference: Any, proxies: Any, target: Any, images: Any, k: int, *, visual: Any = None,
                  captions: Any = None, lam: float = 0.2, tau: float = 0.04, entropy_tau: float = 0.02,
                  exclude: Any = None, exclude_score: float | None = -10.0, backend: str = "auto") -> OctopusTopK:

@@ -61,6 +61,10 @@ METHODS = Registry("method", {
     "image_only": f"{_F}.methods.baselines",
     "text_only": f"{_F}.methods.baselines",
     "image_text_sum": f"{_F}.methods.baselines",
+    "cirevl": f"{_F}.methods.baselines",
+    "ldre": f"{_F}.methods.baselines",
+    "octopus": f"{_F}.methods.octopus",
+    "xr": f"{_F}.methods.xr",
     "imageseeker": f"{_F}.methods.imageseeker.agent",
     "history_topk": f"{_F}.methods.imageseeker.baseline",
 })

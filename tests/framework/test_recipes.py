@@ -43,7 +43,8 @@ def test_every_experiment_composes_and_builds(name, tmp_path):
 
 def test_defaults_are_filled_in():
     r = compose([])
-    assert r["method"] == {"name": "image_text_sum", "top_k": 50, "image_weight": 0.5}
+    assert r["method"]["name"] == "octopus" and (r["method"]["lam"], r["method"]["num_proxies"]) == (0.2, 10)
+    assert compose(["method=image_text_sum"])["method"] == {"name": "image_text_sum", "top_k": 50, "image_weight": 0.5}
     assert r["run"]["concurrency"] == 8 and r["kernels"] == {"backend": "auto"}
 
 
@@ -53,13 +54,13 @@ def test_field_override_is_typed():
 
 def test_wrong_type_names_the_field():
     with pytest.raises(ConfigError) as e:
-        compose(["method.top_k=many"])
+        compose(["method=image_text_sum", "method.top_k=many"])
     assert str(e.value).startswith("method 'image_text_sum': field 'top_k': Value 'many' of type 'str' could not be converted to Integer")
 
 
 def test_unknown_field_names_the_field():
     with pytest.raises(ConfigError) as e:
-        compose(["+method.colour=red"])
+        compose(["method=image_text_sum", "+method.colour=red"])
     assert str(e.value) == "method 'image_text_sum': unknown field 'colour'; valid fields: image_weight, top_k"
 
 

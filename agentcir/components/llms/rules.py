@@ -36,7 +36,7 @@ from .edits import (ATTRIBUTES, GENDER_FORMS, MASS_NOUNS, PATTERN_ADJ, SLOT_VOCA
 from .tasks import TASKS, check_variables
 
 #: bump when the rules change what they output (part of the identity, so caches refresh)
-RULES_VERSION = "1"
+RULES_VERSION = "2"
 VISION_TASKS = ("caption", "list_objects", "verify", "answer")
 
 
@@ -149,7 +149,35 @@ class RulesLLM(LLM):
         return self._edit(v["reference_caption"], self._modification(v["modification"]))
 
     def _task_textual_proxies(self, v: dict) -> dict:
-        return {"proxies": _take(self._variants(self._target(v), "proxies"), v["k"])}
+        target = self._target(v)
+        forms = self._variants(target, "proxies")
+        extra = self._scene_objects(target, _as_list(v.get("objects")))
+        if extra:  # weave the expected scene objects into every other proxy (an LLM varies detail the same way)
+            phrase = " and ".join(object_phrase(o) for o in extra)
+            forms = [tidy(f"{f.rstrip('.')} with {phrase}") if i % 2 else f for i, f in enumerate(forms)]
+        return {"proxies": _take(forms, v["k"])}
+
+    def _scene_objects(self, target: str, objects: list[str]) -> list[str]:
+        """The expected objects worth naming in a proxy: scene objects (the objects vocabulary, not
+        item types: a second item type would contradict the target's) that the target caption does
+        not mention yet, in the given order, without repeats."""
+        have = {m.value for m in self.lexicon.mentions(target)}
+        out: list[str] = []
+        for label in objects:
+            found = self.lexicon.mentions(label)
+            if found and all(m.slot == "object" for m in found):
+                out += [m.value for m in found if m.value not in have and m.value not in out]
+        return out
+
+    def _task_summarize_captions(self, v: dict) -> dict:
+        """The keyframe caption most keyframes share (ties: the one nearest the middle keyframe)."""
+        caps = [c.strip() for c in _as_list_lines(v["captions"]) if c.strip()]
+        if not caps:
+            raise InputError("llm 'rules': task 'summarize_captions' got no captions")
+        counts = {c: caps.count(c) for c in caps}
+        mid = (len(caps) - 1) / 2
+        best = max(range(len(caps)), key=lambda i: (counts[caps[i]], -abs(i - mid), -i))
+        return {"caption": caps[best]}
 
     def _task_target_descriptions(self, v: dict) -> dict:
         return {"descriptions": _take(self._variants(self._target(v), "descriptions"), v["n"])}
@@ -254,6 +282,13 @@ def _as_list(value: Any) -> list[str]:
         parts = [p.strip(" -•*\t") for line in value.splitlines() for p in line.split(",")]
         return [p for p in parts if p]
     return [str(x).strip() for x in value if str(x).strip()]
+
+
+def _as_list_lines(value: Any) -> list[str]:
+    """A list of sentences: a list as is, a text one item per line (captions hold commas)."""
+    if isinstance(value, str):
+        return [line.strip(" -•*\t") for line in value.splitlines() if line.strip(" -•*\t")]
+    return _as_list(value)
 
 
 def _sentence(text: str) -> str:

@@ -26,6 +26,8 @@ class TaskSpec:
         reply: ``"text"``, ``"json"``, ``"yes_no"`` or ``"true_false"``.
         fields: for JSON replies, field name -> ``"str"``, ``"list[str]"`` or ``"questions"``.
         count: the variable that bounds the length of the list field, if any (``k`` / ``n``).
+        optional: variables a caller may leave out, with the value they then take
+            (e.g. the objects OCTOPUS passes to ``textual_proxies``).
     """
 
     name: str
@@ -34,6 +36,7 @@ class TaskSpec:
     reply: str
     fields: tuple[tuple[str, str], ...] = ()
     count: str | None = None
+    optional: tuple[tuple[str, Any], ...] = ()
 
     @property
     def needs_images(self) -> bool:
@@ -50,8 +53,10 @@ TASKS: dict[str, TaskSpec] = {t.name: t for t in (
              (("target_caption", "str"), ("modifications", "list[str]"))),
     TaskSpec("refine", ("reference_caption", "modification", "target_caption"), "", "json",
              (("target_caption", "str"),)),
+    # objects: what should appear in the target (OCTOPUS: detected on the reference and the visual
+    # proxy, then kept by filter_objects); a list, empty when the caller has none
     TaskSpec("textual_proxies", ("reference_caption", "modification", "target_caption", "k"), "", "json",
-             (("proxies", "list[str]"),), count="k"),
+             (("proxies", "list[str]"),), count="k", optional=(("objects", ()),)),
     TaskSpec("list_objects", (), "[image]", "json", (("objects", "list[str]"),)),
     TaskSpec("filter_objects", ("objects", "modification", "target_caption"), "", "json",
              (("keep", "list[str]"), ("remove", "list[str]"))),
@@ -62,6 +67,8 @@ TASKS: dict[str, TaskSpec] = {t.name: t for t in (
              (("captions", "list[str]"),), count="n"),
     TaskSpec("questions", ("reference_caption", "modification", "target_caption", "n"), "", "json",
              (("questions", "questions"),), count="n"),
+    # one caption of a video from the captions of its sampled keyframes (OCTOPUS' Perceiver)
+    TaskSpec("summarize_captions", ("captions",), "", "json", (("caption", "str"),)),
     TaskSpec("verify", ("modification", "reference_caption"), "[reference, candidate]", "yes_no"),
     TaskSpec("answer", ("statement",), "[candidate]", "true_false"),
     TaskSpec("entail", ("statement", "caption"), "", "true_false"),
@@ -81,12 +88,16 @@ def task_spec(task: str) -> TaskSpec:
 
 
 def check_variables(task: str, variables: Mapping[str, Any] | None) -> dict[str, Any]:
-    """``variables`` as a dict, checked to hold every variable ``task`` needs.
+    """``variables`` as a dict, checked to hold every variable ``task`` needs; optional
+    variables left out take their default.
 
     Count variables (``k``, ``n``) must be positive integers (``"3"`` is accepted).
     """
     spec = task_spec(task)
     values = dict(variables or {})
+    for name, default in spec.optional:
+        if values.get(name) is None:
+            values[name] = list(default) if isinstance(default, tuple) else default
     missing = [v for v in spec.variables if v not in values or values[v] is None]
     if missing:
         raise InputError(f"LLM task '{task}' needs variable(s) {', '.join(missing)}; "

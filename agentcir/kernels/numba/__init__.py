@@ -2,7 +2,7 @@
 aggregate, fuse and keep a running top-k; memory-bound direct kernels for a few queries.
 
 One op per module: cosine (cosine_topk), proxy (proxy_scores_topk), weights
-(octopus_weights), octopus (octopus_topk), rank_fusion (rrf), score_fusion (fuse_scores),
+(octopus_weights), ldre (ldre_weights), octopus (octopus_topk), rank_fusion (rrf), score_fusion (fuse_scores),
 xr (xr_rerank), promote (promote_first_accepted), gate (uncertainty). Kernels are compiled
 on first use and cached on disk (``cache=True``).
 """
@@ -11,6 +11,7 @@ NATIVE = "numpy"
 
 from .cosine import cosine_topk  # noqa: E402
 from .gate import uncertainty  # noqa: E402
+from .ldre import ldre_weights  # noqa: E402
 from .octopus import octopus_topk  # noqa: E402
 from .promote import promote_first_accepted  # noqa: E402
 from .proxy import proxy_scores_topk  # noqa: E402
@@ -19,5 +20,5 @@ from .score_fusion import fuse_dense, fuse_lists  # noqa: E402
 from .weights import octopus_weights  # noqa: E402
 from .xr import xr_rerank  # noqa: E402
 
-__all__ = ["NATIVE", "cosine_topk", "fuse_dense", "fuse_lists", "octopus_topk", "octopus_weights",
+__all__ = ["NATIVE", "cosine_topk", "fuse_dense", "fuse_lists", "ldre_weights", "octopus_topk", "octopus_weights",
            "promote_first_accepted", "proxy_scores_topk", "rrf_lists", "rrf_scores", "uncertainty", "xr_rerank"]

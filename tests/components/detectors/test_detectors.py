@@ -54,8 +54,8 @@ def test_grid_boxes():
 def test_crop_tagger_finds_objects_and_where_they_are(word_encoder, images):
     # left half red (-> "apple" for the word encoder), right half yellow (-> "banana"); the
     # whole image averages to orange (-> "orange")
-    det = DETECTORS.build("crop_tagger", {"vocabularies": ["objects"], "grids": [1, 2], "overlap": 0.0},
-                          encoder=word_encoder)
+    det = DETECTORS.build("crop_tagger", {"vocabularies": ["objects"], "grids": [1, 2], "overlap": 0.0,
+                                          "min_score": 0.0}, encoder=word_encoder)
     found = {d["label"]: d for d in det.detect(images["red_yellow"])}
     assert word_encoder.image_calls == 5  # the whole image and 4 crops, in one batch
     assert set(found) == {"apple", "banana", "orange"}
@@ -67,6 +67,10 @@ def test_crop_tagger_finds_objects_and_where_they_are(word_encoder, images):
     unweighted = DETECTORS.build("crop_tagger", {"vocabularies": ["objects"], "grids": [1, 2], "overlap": 0.0,
                                                  "area_power": 0.0}, encoder=word_encoder)
     assert all(d["score"] > 0.9 for d in unweighted.detect(images["red_yellow"]))
+    # the default min_score (0.5) drops the quarter-crop votes (score ~0.25): only the whole image is left
+    default = DETECTORS.build("crop_tagger", {"vocabularies": ["objects"], "grids": [1, 2], "overlap": 0.0},
+                              encoder=word_encoder)
+    assert [d["label"] for d in default.detect(images["red_yellow"])] == ["orange"]
 
 
 def test_crop_tagger_thresholds_and_limits(word_encoder, images):
