@@ -34,8 +34,8 @@ EXTRAS = {
     # agentcir/framework/methods/imageseeker/exif.py (EXIF of JPEG/TIFF/HEIC/AVIF; Pillow is the fallback)
     # and HEIC/AVIF decoding (agentcir/framework/images.py): photo collections, `agentcir index`
     "photos": ["exifread>=3.0", "pillow-heif>=0.16"],
-    # `agentcir serve`: the search web page / HTTP API
-    "serve": ["fastapi>=0.110", "uvicorn>=0.29"],
+    # agentcir/serve.py (`agentcir serve`): the search web page and JSON API (multipart uploads)
+    "serve": ["fastapi>=0.110", "uvicorn>=0.29", "python-multipart>=0.0.9"],
     # agentcir/framework/index: faiss indexes for large galleries (sharded search)
     "scale": ["faiss-cpu>=1.8"],
     # `agentcir eval --compare` plots (agentcir/framework/report.py)
@@ -45,7 +45,7 @@ EXTRAS = {
 }
 EXTRAS["dev"] = sorted({
     *EXTRAS["catalog"], *EXTRAS["onnx"], *EXTRAS["gpu"], *EXTRAS["llm"], *EXTRAS["hf"], *EXTRAS["diffusion"],
-    *EXTRAS["photos"], *EXTRAS["scale"], *EXTRAS["plot"], *EXTRAS["video"],
+    *EXTRAS["photos"], *EXTRAS["scale"], *EXTRAS["plot"], *EXTRAS["video"], *EXTRAS["serve"],
     # the test and benchmark tools
     "pytest>=8", "pytest-benchmark>=4", "pytest-timeout>=2",
     # tests/kernels and benchmarks/: bfloat16 numpy galleries

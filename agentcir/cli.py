@@ -4,6 +4,7 @@
     agentcir list [KIND]                   registered keys per component kind
     agentcir index FOLDER --out DIR        embed a folder of images into a gallery directory
     agentcir search --gallery DIR ...      reference image + text against an indexed gallery
+    agentcir serve --gallery DIR           the same as a web page + JSON API (agentcir[serve])
     agentcir eval RUN_DIR... [--compare]   metrics of finished runs, side by side (+ PNG plot, submissions)
     agentcir build-benchmark ...           composed benchmark from photos + an attributes CSV
     agentcir build-disbench ...            DISBench-format photo-history benchmark (multi-hop questions)
@@ -127,35 +128,27 @@ def cmd_index(args) -> int:
 # -- search -------------------------------------------------------------------------------
 @_command("search")
 def cmd_search(args) -> int:
-    import asyncio
+    from .framework.search import Searcher
 
-    from .components.memory.call_cache import open_call_cache
-    from .framework.errors import InputError
-    from .framework.gallery import Gallery
-    from .framework.method import RunState
-    from .framework.recipe import ComponentPool
-    from .framework.runner import RunContext, Runner, caption_stage
-    from .framework.types import Query
-
-    recipe = _compose(args)
-    if not args.image and not args.text:
-        raise InputError("search needs --image, --text or both")
-    if args.image and not Path(args.image).is_file():
-        raise InputError(f"reference image '{args.image}' not found")
-    pool = ComponentPool(recipe)
-    gallery = Gallery.open(args.gallery, encoder=pool.get("encoder"))
-    method = pool.get("method")
-    q = Query(id="query", text=args.text or "", reference=[str(Path(args.image).resolve())] if args.image else [])
-    state = RunState(queries=[q], gallery=gallery)
-    ctx = RunContext(cache=open_call_cache(pool, recipe["run"]), run_dir=None, concurrency=recipe["run"]["concurrency"],
-                     progress=not args.quiet, kernels=recipe["kernels"]["backend"])
-    prepare = [caption_stage(pool, recipe["run"]["gallery_captions"])] if method.needs_captions else []
-    asyncio.run(Runner(method, ctx, state, prepare=prepare).execute())
-    c = state.candidates
+    searcher = Searcher(_compose(args), args.gallery, progress=not args.quiet)
+    result = searcher.search(image=args.image, text=args.text or "", k=args.k)
     print(f"{'rank':>4}  {'id':<24} {'score':>9}  path")
-    for r, (row, s) in enumerate(zip(c.ids[0][: args.k], c.scores[0][: args.k]), 1):
-        if row >= 0:
-            print(f"{r:>4}  {gallery.ids[row]:<24} {s:9.4f}  {gallery.paths[row]}")
+    for h in result.hits:
+        print(f"{h.rank:>4}  {h.id:<24} {h.score:9.4f}  {h.path}")
+    return 0
+
+
+# -- serve --------------------------------------------------------------------------------
+@_command("serve")
+def cmd_serve(args) -> int:
+    from .framework.errors import require
+    from .framework.search import Searcher
+    from .serve import create_app
+
+    uvicorn = require("uvicorn", "serve", feature="agentcir serve")
+    app = create_app(Searcher(_compose(args), args.gallery), uploads=args.uploads)
+    print(f"serving gallery '{args.gallery}' on http://{args.host}:{args.port}/  (Ctrl-C stops)")
+    uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
     return 0
 
 
@@ -330,6 +323,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--text", help="modification text (or a plain text query)")
     p.add_argument("-k", type=int, default=10, help="results to print")
     p.add_argument("-q", "--quiet", action="store_true")
+    _add_recipe_args(p)
+
+    p = sub.add_parser("serve", help="a search web page (and JSON API) over an indexed gallery",
+                       description="Serve a web page where you upload a reference image and/or type a text, ranked by the "
+                                   "recipe's method over an indexed gallery; JSON API at /api/search. Needs agentcir[serve].")
+    p.add_argument("--gallery", required=True, help="gallery directory made by `agentcir index`")
+    p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
+    p.add_argument("--port", type=int, default=8000, help="port (default 8000)")
+    p.add_argument("--uploads", help="folder for uploaded reference images (default <run.root>/_uploads)")
     _add_recipe_args(p)
 
     p = sub.add_parser("eval", help="metrics of finished runs, compared, submitted",
