@@ -36,7 +36,8 @@ EXTRAS = {
     "photos": ["exifread>=3.0", "pillow-heif>=0.16"],
     # agentcir/serve.py (`agentcir serve`): the search web page and JSON API (multipart uploads)
     "serve": ["fastapi>=0.110", "uvicorn>=0.29", "python-multipart>=0.0.9"],
-    # agentcir/framework/index: faiss indexes for large galleries (sharded search)
+    # faiss: benchmarks/bench_cosine_topk.py compares the scoring core with faiss IndexFlatIP; sharded
+    # faiss indexes for galleries past a few million items (DESIGN.md §10) are not implemented yet
     "scale": ["faiss-cpu>=1.8"],
     # `agentcir eval --compare` plots (agentcir/framework/report.py)
     "plot": ["matplotlib>=3.7"],
