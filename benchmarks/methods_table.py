@@ -44,6 +44,26 @@ ROWS: list[tuple[str, list[str]]] = [
 SHARED = COMPONENTS = ("encoder", "llm", "captioner", "generator", "detector", "verifier")
 
 
+def by_edit_kind(res) -> dict[str, dict[str, float]]:
+    """mAP@10 per edit kind (``query.meta["edit"]["kind"]``: article, colour, gender, usage) of the
+    ranking after every stage that ranked: where a stage gains or loses."""
+    from agentcir.framework.eval.metrics import map_at_k
+
+    kinds: dict[str, list[int]] = {}
+    for i, q in enumerate(res.queries):
+        kind = (q.meta.get("edit") or {}).get("kind")
+        if kind:
+            kinds.setdefault(kind, []).append(i)
+    out: dict[str, dict[str, float]] = {}
+    ids = res.gallery.ids
+    for stage, cands in res.state.stage_candidates.items():
+        out[stage] = {}
+        for kind, rows in kinds.items():
+            rankings = [[ids[r] for r in cands.row(i) if ids[r] != res.queries[i].reference_id] for i in rows]
+            out[stage][kind] = map_at_k(rankings, [res.queries[i].targets for i in rows], (10,))["mAP@10"]
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rows", nargs="*", help=f"rows to run (default all): {', '.join(n for n, _ in ROWS)}")
@@ -78,7 +98,7 @@ def main(argv: list[str] | None = None) -> int:
         cost = {s: {"calls": st.calls, "cache_hits": st.cache_hits, "wall_s": round(st.wall_s, 2)}
                 for s, st in res.stats.items()}
         results[name] = {"run": str(res.dir), "overrides": known[name], "metrics": res.metrics["final"],
-                         "stages": res.metrics["stages"], "wall_s": round(wall, 1), "cost": cost,
+                         "stages": res.metrics["stages"], "by_edit": by_edit_kind(res), "wall_s": round(wall, 1), "cost": cost,
                          "components": {k: recipe[k]["name"] for k in COMPONENTS if k in recipe},
                          "method": recipe["method"]}
         m = res.metrics["final"]
@@ -105,6 +125,14 @@ def main(argv: list[str] | None = None) -> int:
             lines.append(f"**{name}**: " + " -> ".join(f"{s} {v['mAP@10']:.2f} / {v['R@10']:.2f}"
                                                        for s, v in r["stages"].items()))
             lines.append("")
+    kinds = sorted({k for r in results.values() for st in r["by_edit"].values() for k in st})
+    if kinds:
+        lines += ["## mAP@10 by edit kind, after each ranking stage", "",
+                  "| row | stage | " + " | ".join(kinds) + " |", "|---|---|" + "---|" * len(kinds)]
+        for name, r in results.items():
+            for stage, per in r["by_edit"].items():
+                lines.append(f"| {name} | {stage} | " + " | ".join(f"{per.get(k, float('nan')):.1f}" for k in kinds) + " |")
+        lines.append("")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     text = "\n".join(lines) + "\n"
