@@ -12,6 +12,7 @@ one run mean anything on a shared machine.
 from __future__ import annotations
 
 import json
+from pathlib import Path
 import statistics
 import sys
 from collections import defaultdict
@@ -23,7 +24,8 @@ def load(path: str) -> tuple[dict, dict[str, dict[str, dict]]]:
     groups: dict[str, dict[str, dict]] = defaultdict(dict)
     for b in data["benchmarks"]:
         info = b.get("extra_info", {})
-        entry = groups[b["group"]].setdefault(info.get("provider", b["name"]), {"times": []})
+        group = b["group"] or Path(b["fullname"].split("::")[0]).stem  # suites without groups (bench_encoders)
+        entry = groups[group].setdefault(info.get("provider", b["name"]), {"times": []})
         entry["times"].extend([b["stats"]["median"]] * b["stats"]["rounds"] if b["stats"]["rounds"] == 1
                               else [b["stats"]["median"]])
         entry.update({k: v for k, v in info.items() if k != "round"})
