@@ -200,3 +200,34 @@ def test_offline_planner_reads_a_captioners_captions(history_bench, labelled_set
     views = [s for s in rec["steps"] if s["tool"] == "view_photos"]
     assert views and all("caption" in p for p in views[0]["result"]["photos"])
     assert LabelCaptioner.calls <= 60      # each photo captioned at most once (cached calls)
+
+
+def test_offline_judge_reads_captions_only_when_they_add_information(plugin_path):
+    """``offline_judge=auto`` trusts a captioner's captions unless the captioner is derived from the
+    encoder itself (the offline ``tagger``): its captions are the encoder's zero-shot tags."""
+    from dataclasses import dataclass
+
+    from agentcir.framework.errors import InputError
+    from agentcir.framework.interfaces import Captioner
+    from agentcir.registry import CAPTIONERS, ENCODERS, METHODS
+
+    class RealCaptioner(Captioner):
+        @dataclass
+        class Config:
+            pass
+
+        def caption(self, image):
+            return "a photo of a hat"
+
+    enc = ENCODERS.build("toy", {})
+    tagger = CAPTIONERS.build("tagger", {}, encoder=enc)
+
+    def judge(captioner, mode="auto"):
+        deps = {"encoder": enc, **({"captioner": captioner} if captioner else {})}
+        return METHODS.build("imageseeker", {"offline_judge": mode}, **deps).judge_by_caption()
+
+    assert judge(RealCaptioner()) is True
+    assert judge(tagger) is False and judge(None) is False
+    assert judge(tagger, "caption") is True and judge(RealCaptioner(), "encoder") is False
+    with pytest.raises(InputError, match="offline_judge must be one of auto, caption, encoder, got 'vlm'"):
+        judge(None, "vlm")

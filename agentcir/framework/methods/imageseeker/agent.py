@@ -49,6 +49,7 @@ log = logging.getLogger("agentcir")
 #: LLM backends that cannot call tools (the offline planner drives the tools instead)
 NO_TOOL_CALLING = ("rules",)
 PLANNERS = ("auto", "llm", "offline")
+JUDGES = ("auto", "caption", "encoder")
 
 
 @dataclass
@@ -115,6 +116,7 @@ class ImageSeeker(Method):
         clue_vocab: list[str] = field(default_factory=lambda: ["articles", "objects"])
         clue_tags: int = 2
         verify_rank: int = 1
+        offline_judge: str = "auto"
         episode_top_k: int = 100
         target_top_k: int = 200
         verify_max: int = 100
@@ -130,6 +132,8 @@ class ImageSeeker(Method):
         if c.planner == "llm" and not self._llm_can_call_tools():
             raise InputError("method 'imageseeker': planner=llm needs an llm that can call tools (llm=openai or "
                              "transformers); the recipe has " + (f"llm={self.llm.registry_key}" if self.llm else "no llm"))
+        if c.offline_judge not in JUDGES:
+            raise InputError(f"method 'imageseeker': offline_judge must be one of {', '.join(JUDGES)}, got '{c.offline_judge}'")
         if c.max_steps < 1 or c.top_k < 1 or c.max_answer < 1:
             raise InputError(f"method 'imageseeker': max_steps, top_k and max_answer must be positive "
                              f"(got {c.max_steps}, {c.top_k}, {c.max_answer})")
@@ -141,6 +145,15 @@ class ImageSeeker(Method):
         self._users: dict[str | None, UserStore] = {}
         self._locks: dict[str | None, asyncio.Lock] = {}
         self._vocab: ClueVocabulary | None = None
+
+    def judge_by_caption(self) -> bool:
+        """Whether the offline checks read the captioner's captions (``offline_judge``): ``auto``
+        reads them unless the captioner is derived from the encoder itself (e.g. ``tagger``:
+        its caption is the encoder's zero-shot tags, thresholded, so it can only lose
+        information the direct encoder check has)."""
+        if self.captioner is None or self.cfg.offline_judge == "encoder":
+            return False
+        return self.cfg.offline_judge == "caption" or "encoder" not in getattr(self.captioner, "requires", ())
 
     def _llm_can_call_tools(self) -> bool:
         return self.llm is not None and getattr(self.llm, "registry_key", "") not in NO_TOOL_CALLING
@@ -231,10 +244,10 @@ class ImageSeeker(Method):
 
     async def _verify(self, ctx: RunContext, store: UserStore, photos: list[Photo], phrase: str, views: list[dict],
                       contrast: str = "") -> list[bool]:
-        """Offline "does the photo show ``phrase``?". With a captioner: its caption names the phrase
-        or a synonym. Without: the phrase ranks within ``verify_rank`` of the vocabulary terms, or
-        (given a ``contrast``, e.g. the question's other object) the photo is closer to the phrase
-        than to the contrast."""
+        """Offline "does the photo show ``phrase``?". Judged by caption (:meth:`judge_by_caption`):
+        the caption names the phrase or a synonym. Else: the phrase ranks within ``verify_rank`` of
+        the vocabulary terms, or (given a ``contrast``, e.g. the question's other object) the photo
+        is closer to the phrase than to the contrast."""
         vocab = await self._vocabulary(ctx)
         texts = [PROMPT.format(phrase), *([PROMPT.format(contrast)] if contrast else [])]
         te = l2_normalize(np.asarray(await ctx.call(self.encoder, "encode_texts", texts=texts), np.float32))
@@ -244,10 +257,11 @@ class ImageSeeker(Method):
         closer = (emb @ pe > emb @ te[1]) if contrast else np.zeros(len(photos), bool)
         groups = vocab.group_of(phrase)
         words = [w for w in re.findall(r"[a-z0-9-]+", phrase.lower()) if len(w) > 2]
+        by_caption = self.judge_by_caption()
         out = []
         for i, (r, v) in enumerate(zip(ranks, views)):
-            cap = str(v.get("caption") or "").lower()
-            if cap:  # a caption is a better judge than zero-shot similarity
+            cap = str(v.get("caption") or "").lower() if by_caption else ""
+            if cap:  # a (real) captioner's caption is a better judge than zero-shot similarity
                 out.append(bool(groups & vocab.group_of(cap)) or any(re.search(rf"\b{re.escape(w)}\b", cap) for w in words))
             else:
                 out.append(bool(r < self.cfg.verify_rank) or bool(closer[i]))
