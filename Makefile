@@ -1,12 +1,16 @@
 # make run   : create .venv (torch CPU first), install agentcir, run the default recipe on the bundled demo
-# make test  : install the dev extras and run the test suite
+# make test  : install the dev extras and run the test suite (then the open_clip tests in .venv-clip)
 # make bench : run the pytest-benchmark suites (results saved as JSON under benchmarks/results/)
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip --disable-pip-version-check
 TORCH  ?= torch==2.13.0
+# open_clip needs the torchvision built for $(TORCH); beside transformers it breaks `import transformers`,
+# so the open_clip backend is tested in its own environment
+TORCHVISION ?= torchvision==0.28.0
+VENV_CLIP   ?= .venv-clip
 
-.PHONY: run test bench venv clean
+.PHONY: run test test-clip bench venv clean
 
 $(VENV)/.torch:
 	python3 -m venv $(VENV)
@@ -29,6 +33,17 @@ run: $(VENV)/.run-deps
 
 test: $(VENV)/.dev-deps
 	$(PY) -m pytest -q $(PYTEST_ARGS)
+	$(MAKE) --no-print-directory test-clip
+
+$(VENV_CLIP)/.deps: setup.py
+	python3 -m venv $(VENV_CLIP)
+	$(VENV_CLIP)/bin/python -m pip install -q --disable-pip-version-check $(TORCH)
+	$(VENV_CLIP)/bin/python -m pip install -q --disable-pip-version-check open_clip_torch $(TORCHVISION)
+	$(VENV_CLIP)/bin/python -m pip install -q --disable-pip-version-check -e . pytest pytest-timeout
+	touch $@
+
+test-clip: $(VENV_CLIP)/.deps
+	AGENTCIR_REQUIRE_OPEN_CLIP=1 $(VENV_CLIP)/bin/python -m pytest -q tests/components/encoders/test_open_clip.py
 
 bench: $(VENV)/.dev-deps
 	mkdir -p benchmarks/results
@@ -36,4 +51,4 @@ bench: $(VENV)/.dev-deps
 	$(PY) benchmarks/report.py benchmarks/results/latest.json
 
 clean:
-	rm -rf runs .pytest_cache build *.egg-info
+	rm -rf runs .pytest_cache build *.egg-info $(VENV_CLIP)
