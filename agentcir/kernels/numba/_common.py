@@ -153,6 +153,36 @@ def select_row(vals, start, hs, hi, n):
     return n
 
 
+# -- software prefetch ------------------------------------------------------------------
+@intrinsic
+def prefetch(typingctx, row, j):
+    """Ask the CPU to start loading the cache line holding ``row[j]`` (``row`` 1-d): LLVM
+    ``llvm.prefetch`` (read, keep in all cache levels). A hint only: no effect on results."""
+    if not isinstance(row, types.Array) or row.ndim != 1 or not isinstance(j, types.Integer):
+        return None
+
+    def codegen(context, builder, signature, args):
+        data = context.make_array(signature.args[0])(context, builder, args[0]).data
+        i8p, i32 = _ir.IntType(8).as_pointer(), _ir.IntType(32)
+        fn = builder.module.declare_intrinsic(
+            "llvm.prefetch", (), _ir.FunctionType(_ir.VoidType(), [i8p, i32, i32, i32]))
+        builder.call(fn, [builder.bitcast(builder.gep(data, [args[1]]), i8p), i32(0), i32(3), i32(1)])
+        return context.get_dummy_value()
+    return types.void(row, j), codegen
+
+
+@njit(inline="always", cache=True)
+def prefetch_row(G, r):
+    """Prefetch every 64-byte line of row ``r`` of ``G``.
+
+    The few-query scan reads rows in order, yet the hardware prefetchers alone left it at
+    about half the machine's bandwidth (measured here: a bf16 1M x 512 scan 102 ms without,
+    52 ms with rows requested 8 KB ahead; fp32 105 -> 89 ms)."""
+    row = G[r]
+    for j in range(0, row.shape[0], max(1, 64 // G.itemsize)):
+        prefetch(row, j)
+
+
 # -- half precision ---------------------------------------------------------------------
 @intrinsic
 def _f16_to_f32_hw(typingctx, h):
