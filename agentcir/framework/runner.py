@@ -340,6 +340,33 @@ def prepare_run_dir(run_dir: Path, recipe: dict[str, Any]) -> None:
     tmp.replace(rfile)
 
 
+def check_run_inputs(run_dir: Path, inputs: dict[str, str]) -> None:
+    """Finished stages are only reused when they were computed from the same inputs.
+
+    The run directory is named by the recipe, but the same recipe can meet other inputs:
+    new encoder weights at the same path, edited prompt files, a rebuilt dataset. ``inputs``
+    holds the identities that decide the outputs (the method's, which covers every injected
+    component's weights, config and prompts; the gallery; the queries). When they differ
+    from those stored in ``inputs.json``, or a run has stages but no such file, the stages
+    are discarded and recomputed; unchanged model calls still come from the call cache.
+    """
+    import shutil
+
+    path = run_dir / "inputs.json"
+    stages = run_dir / "stages"
+    old = json.loads(path.read_text()) if path.is_file() else None
+    if old != inputs and stages.is_dir() and any(stages.iterdir()):
+        changed = sorted(k for k in set(inputs) | set(old or {}) if (old or {}).get(k) != inputs.get(k))
+        why = f"{', '.join(changed)} changed" if old is not None else "they were not recorded"
+        log.warning("run '%s' was computed from other inputs (%s); its stages are recomputed "
+                    "(unchanged model calls come from the call cache)", run_dir, why)
+        shutil.rmtree(stages)
+    if old != inputs:
+        tmp = path.with_suffix(".json.tmp")
+        tmp.write_text(json.dumps(inputs, indent=1))
+        tmp.replace(path)
+
+
 def gallery_dir(root: Path, dataset_key: str, items_hash: str, encoder_identity: str, dtype: str) -> Path:
     return root / "_galleries" / f"{dataset_key}-{stable_hash(items_hash, encoder_identity, dtype, n=12)}"
 
@@ -368,6 +395,11 @@ def run_recipe(recipe: dict[str, Any], *, pool=None, progress: bool | None = Non
     queries = dataset.queries()
     if not queries:
         raise InputError(f"dataset '{recipe['dataset']['name']}' has no queries")
+    inputs = {"method": method.identity, "gallery": gdir.name, "queries": stable_hash(queries)}
+    if method.needs_captions and (run["gallery_captions"] == "captioner"
+                                  or (run["gallery_captions"] == "auto" and gallery.captions("dataset") is None)):
+        inputs["captioner"] = pool.get("captioner").identity
+    check_run_inputs(run_dir, inputs)
     cache = open_call_cache(pool, run)
     ctx = RunContext(cache=cache, run_dir=run_dir, concurrency=run["concurrency"], progress=show_progress,
                      kernels=recipe["kernels"]["backend"])

@@ -81,6 +81,32 @@ class Flaky(Method):
         return [Stage("work", per_query)]
 
 
+def test_same_recipe_with_changed_inputs_recomputes_its_stages(plugin_path, tmp_path, monkeypatch, caplog):
+    """New encoder weights at the same path (or an edited prompt file) leave the recipe, hence
+    the run directory, unchanged: the finished stages must not be reused, the call cache must."""
+    import agentcir_testplugin.components as tp
+
+    counter = tmp_path / "calls.txt"
+    r = toy_recipe(tmp_path, f"llm.counter={counter}")
+    res = run_recipe(r)
+    calls = len(counter.read_text().splitlines())
+    assert set(json.loads((res.dir / "inputs.json").read_text())) == {"method", "gallery", "queries"}
+    res_again = run_recipe(r)  # same inputs: loaded, not recomputed
+    assert res_again.stats["rank"].resumed_queries == 40
+    monkeypatch.setattr(tp.ToyEncoder, "model_identity", lambda self: "other weights")
+    with caplog.at_level("WARNING", logger="agentcir"):
+        res2 = run_recipe(r)
+    assert res2.dir == res.dir
+    assert f"run '{res.dir}' was computed from other inputs (gallery, method changed)" in caplog.text
+    assert res2.stats["rank"].resumed_queries == 0 and res2.stats["rewrite"].resumed_queries == 0
+    # the LLM's calls did not change, so they all come from the call cache
+    assert len(counter.read_text().splitlines()) == calls and res2.stats["rewrite"].cache_hits == 40
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="agentcir"):
+        res3 = run_recipe(r)  # and now that run resumes again
+    assert "other inputs" not in caplog.text and res3.stats["rank"].resumed_queries == 40
+
+
 def test_failed_queries_are_retried_alone(tmp_path):
     queries = [Query(id=f"q{i}", text="t") for i in range(6)]
     Flaky.bad, Flaky.calls = {"q1", "q4"}, []

@@ -72,6 +72,9 @@ class TrainConfig:
         widths, blocks, stem: image tower shape (channels and basic blocks per stage).
         min_scale: smallest side fraction of the random crop (1 = no crop augmentation).
         temperature: initial softmax temperature (learned).
+        full_weight: weight of a second InfoNCE term, against each product's full description
+            (name + attributes), added every step to the term on a randomly drawn phrasing
+            (text embeddings are precomputed, so the extra term costs almost nothing).
         bf16: bfloat16 autocast for the forward pass.
         channels_last: channels-last memory layout (faster convolutions on CPU).
         seed: seed of initialisation, batch order, phrasings and augmentation.
@@ -104,6 +107,7 @@ class TrainConfig:
     stem: int = 32
     min_scale: float = 0.7
     temperature: float = 0.07
+    full_weight: float = 0.0
     bf16: bool = True
     channels_last: bool = True
     seed: int = 0
@@ -350,6 +354,17 @@ def _schedule(step: int, total: int, warmup: int, lr: float) -> float:
     return lr * (0.01 + 0.99 * 0.5 * (1 + math.cos(math.pi * min(1.0, t))))
 
 
+def _info_nce(scale, f, tids, text_emb):
+    """Symmetric InfoNCE of image features ``f`` [B, d] against the texts ``tids``; rows whose
+    texts are identical are all positives of each other."""
+    import torch.nn.functional as F
+
+    logits = scale * f @ text_emb[tids].T
+    same = (tids[:, None] == tids[None, :]).float()
+    target = same / same.sum(1, keepdim=True)
+    return (F.cross_entropy(logits, target) + F.cross_entropy(logits.T, target)) / 2
+
+
 def augment(x, gen, min_scale: float):
     """Random crop-and-resize (zoom in to ``min_scale`` of the side, small aspect change,
     shift) and horizontal flip of a batch ``[B, 3, S, S]``, as one affine resampling.
@@ -375,9 +390,11 @@ def augment(x, gen, min_scale: float):
 
 def _check_resume(saved: dict[str, Any], cfg: TrainConfig, path: Path) -> None:
     now = _config_dict(cfg)
-    diff = sorted(k for k in now if k not in RESUMABLE_CHANGES and saved.get(k) != now[k])
+    defaults = _config_dict(TrainConfig())  # fields newer than the saved run keep their default
+    was = {k: saved.get(k, defaults[k]) for k in now}
+    diff = sorted(k for k in now if k not in RESUMABLE_CHANGES and was[k] != now[k])
     if diff:
-        shown = ", ".join(f"{k}: {saved.get(k)!r} -> {now[k]!r}" for k in diff)
+        shown = ", ".join(f"{k}: {was[k]!r} -> {now[k]!r}" for k in diff)
         raise InputError(f"train-encoder: '{path}' is a run with other settings ({shown}); "
                          f"rerun with the same settings to resume it, or use fresh=true or another out=")
 
@@ -398,6 +415,8 @@ def train(cfg: TrainConfig, *, on_epoch: Callable[[int], None] | None = None) ->
     if cfg.epochs < 1 or cfg.batch_size < 2 or cfg.image_size < 16:
         raise InputError(f"train-encoder: need epochs >= 1, batch_size >= 2 and image_size >= 16 "
                          f"(got {cfg.epochs}, {cfg.batch_size}, {cfg.image_size})")
+    if cfg.full_weight < 0:
+        raise InputError(f"train-encoder: full_weight must be >= 0, got {cfg.full_weight}")
     if not 0 < cfg.min_scale <= 1:
         raise InputError(f"train-encoder: min_scale must be in (0, 1], got {cfg.min_scale}")
     if cfg.num_threads > 0:
@@ -421,6 +440,7 @@ def train(cfg: TrainConfig, *, on_epoch: Callable[[int], None] | None = None) ->
     tid = {t: j for j, t in enumerate(texts)}
     k = max(len(d) for d in per_item)
     table = np.array([[tid[d[j % len(d)]] for j in range(k)] for d in per_item], np.int64)
+    full_ids = torch.tensor([tid[full_description(products[i])] for i in train_idx])
     text_emb = torch.from_numpy(cached_text_embeddings(texts, cache, cfg.progress).astype(np.float32))
     val_products = [products[i] for i in val_idx]
     val_texts = sorted({full_description(p) for p in val_products}
@@ -489,16 +509,16 @@ def train(cfg: TrainConfig, *, on_epoch: Callable[[int], None] | None = None) ->
             x = augment(images(train_idx[rows]), gen, cfg.min_scale).contiguous(memory_format=fmt)
             choice = torch.randint(0, k, (len(rows),), generator=gen).numpy()
             tids = torch.from_numpy(table[rows, choice])
-            t = text_emb[tids]
             for g in opt.param_groups:
                 g["lr"] = _schedule(epoch * steps + s, total, warmup, cfg.lr)
             with torch.autocast("cpu", dtype=torch.bfloat16, enabled=cfg.bf16):
                 f = model(x)
             f = F.normalize(f.float(), dim=-1)
-            logits = logit_scale.exp().clamp(max=100) * f @ t.T
-            same = (tids[:, None] == tids[None, :]).float()
-            target = same / same.sum(1, keepdim=True)
-            loss = (F.cross_entropy(logits, target) + F.cross_entropy(logits.T, target)) / 2
+            scale = logit_scale.exp().clamp(max=100)
+            loss = _info_nce(scale, f, tids, text_emb)
+            if cfg.full_weight:
+                fids = full_ids[rows]
+                loss = (loss + cfg.full_weight * _info_nce(scale, f, fids, text_emb)) / (1 + cfg.full_weight)
             opt.zero_grad(set_to_none=True)
             loss.backward()
             opt.step()

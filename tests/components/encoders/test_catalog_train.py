@@ -119,6 +119,30 @@ def test_resume_with_other_settings_is_refused(catalog_dir, tmp_path):
     assert [h["epoch"] for h in T.train(more)["history"]] == [1, 2]  # more epochs: continues
 
 
+def test_full_description_term_is_trained_and_old_runs_still_resume(catalog_dir, tmp_path):
+    import torch
+
+    def weights(out, **kw):
+        T.train(T.TrainConfig(data=str(catalog_dir), out=str(tmp_path / out), **{**TINY, "epochs": 1, **kw}))
+        return torch.load(tmp_path / out / "catalog.pt", weights_only=True)["state_dict"]
+
+    a, b = weights("w0", full_weight=0.0), weights("w1", full_weight=1.0)
+    assert any(not torch.equal(a[k], b[k]) for k in a)  # the extra InfoNCE term changes the gradients
+    # a run written before the field existed resumes with its old behaviour (full_weight 0)
+    last = tmp_path / "w0" / "last.pt"
+    st = torch.load(last, weights_only=True)
+    st["config"].pop("full_weight")
+    torch.save(st, last)
+    more = T.TrainConfig(data=str(catalog_dir), out=str(tmp_path / "w0"), **{**TINY, "epochs": 2})
+    assert [h["epoch"] for h in T.train(more)["history"]] == [1, 2]
+    st = torch.load(last, weights_only=True)
+    st["config"].pop("full_weight")
+    torch.save(st, last)
+    with pytest.raises(InputError, match=r"other settings \(full_weight: 0.0 -> 1.0\)"):
+        T.train(T.TrainConfig(data=str(catalog_dir), out=str(tmp_path / "w0"),
+                              **{**TINY, "epochs": 3, "full_weight": 1.0}))
+
+
 def test_bad_inputs_are_named(tmp_path, catalog_dir):
     with pytest.raises(InputError, match=r"data folder '.*nowhere' not found"):
         T.train(T.TrainConfig(data=str(tmp_path / "nowhere"), out=str(tmp_path / "o")))
@@ -126,6 +150,8 @@ def test_bad_inputs_are_named(tmp_path, catalog_dir):
         T.read_products(T.TrainConfig(data=str(catalog_dir), extra_columns=["material"]))
     with pytest.raises(InputError, match="min_scale must be in"):
         T.train(T.TrainConfig(data=str(catalog_dir), out=str(tmp_path / "o"), min_scale=0))
+    with pytest.raises(InputError, match="full_weight must be >= 0, got -1"):
+        T.train(T.TrainConfig(data=str(catalog_dir), out=str(tmp_path / "o"), full_weight=-1))
     (tmp_path / "empty" / "images").mkdir(parents=True)
     (tmp_path / "empty" / "products.csv").write_text((catalog_dir / "products.csv").read_text())
     with pytest.raises(InputError, match="has a photo in"):
