@@ -361,6 +361,8 @@ def check_run_inputs(run_dir: Path, inputs: dict[str, str]) -> None:
         log.warning("run '%s' was computed from other inputs (%s); its stages are recomputed "
                     "(unchanged model calls come from the call cache)", run_dir, why)
         shutil.rmtree(stages)
+        for stale in ("metrics.json", "report.md", "rankings.jsonl"):
+            (run_dir / stale).unlink(missing_ok=True)
     if old != inputs:
         tmp = path.with_suffix(".json.tmp")
         tmp.write_text(json.dumps(inputs, indent=1))

@@ -94,8 +94,14 @@ def test_same_recipe_with_changed_inputs_recomputes_its_stages(plugin_path, tmp_
     res_again = run_recipe(r)  # same inputs: loaded, not recomputed
     assert res_again.stats["rank"].resumed_queries == 40
     monkeypatch.setattr(tp.ToyEncoder, "model_identity", lambda self: "other weights")
+    from agentcir.framework.runner import check_run_inputs
+
+    seen = []
+    monkeypatch.setattr("agentcir.framework.runner.check_run_inputs",
+                        lambda d, i: (check_run_inputs(d, i), seen.append(sorted(p.name for p in d.iterdir()))))
     with caplog.at_level("WARNING", logger="agentcir"):
         res2 = run_recipe(r)
+    assert seen == [["inputs.json", "recipe.yaml"]]  # no stale stages, metrics or report left behind
     assert res2.dir == res.dir
     assert f"run '{res.dir}' was computed from other inputs (gallery, method changed)" in caplog.text
     assert res2.stats["rank"].resumed_queries == 0 and res2.stats["rewrite"].resumed_queries == 0
