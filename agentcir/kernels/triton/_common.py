@@ -51,6 +51,21 @@ def block_n(k: int) -> tuple[int, int]:
 
 
 @triton.jit
+def tile_products(X, rows, row_ok, G, cols, col_ok, D, BR: tl.constexpr, BN: tl.constexpr, BD: tl.constexpr):
+    """``[BR, BN]`` exact float32 products of rows ``rows`` of ``X`` ``[*, D]`` with gallery rows
+    ``cols`` of ``G`` (half-precision tiles widened on load); masked rows and columns give 0."""
+    acc = tl.zeros((BR, BN), dtype=tl.float32)
+    for d0 in range(0, D, BD):
+        ds = d0 + tl.arange(0, BD)
+        d_ok = ds < D
+        x = tl.load(X + rows[:, None] * D + ds[None, :], mask=row_ok[:, None] & d_ok[None, :], other=0.0)
+        g = tl.load(G + cols.to(tl.int64)[:, None] * D + ds[None, :], mask=col_ok[:, None] & d_ok[None, :],
+                    other=0.0).to(tl.float32)
+        acc += tl.dot(x, tl.trans(g), input_precision="ieee")
+    return acc
+
+
+@triton.jit
 def pack_keys(scores, cols):
     """int64 keys of float32 ``scores`` at gallery ids ``cols``; ``-inf`` -> INT64_MIN."""
     s = scores + 0.0

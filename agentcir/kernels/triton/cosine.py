@@ -8,7 +8,8 @@ import triton
 import triton.language as tl
 
 from .._inputs import Gallery
-from ._common import MAX_DEVICE_K, block_n, exclude_arg, exclusion_mask, merge, next_pow2, on_device, pack_keys
+from ._common import (MAX_DEVICE_K, block_n, exclude_arg, exclusion_mask, merge, next_pow2, on_device, pack_keys,
+                      tile_products)
 
 BLOCK_Q, BLOCK_D = 16, 32
 
@@ -22,14 +23,7 @@ def _cosine_kernel(X, G, excl, part, Q, N, D, ex_value, HAS_EXCL: tl.constexpr, 
     cols = pid_n * BN + tl.arange(0, BN)
     row_ok = rows < Q
     col_ok = cols < N
-    acc = tl.zeros((BQ, BN), dtype=tl.float32)
-    for d0 in range(0, D, BD):
-        ds = d0 + tl.arange(0, BD)
-        d_ok = ds < D
-        x = tl.load(X + rows[:, None] * D + ds[None, :], mask=row_ok[:, None] & d_ok[None, :], other=0.0)
-        g = tl.load(G + cols.to(tl.int64)[:, None] * D + ds[None, :], mask=col_ok[:, None] & d_ok[None, :],
-                    other=0.0).to(tl.float32)
-        acc += tl.dot(x, tl.trans(g), input_precision="ieee")
+    acc = tile_products(X, rows, row_ok, G, cols, col_ok, D, BQ, BN, BD)
     if HAS_EXCL:
         acc = tl.where(exclusion_mask(excl, rows, row_ok, cols, M, MP), ex_value, acc)
     acc = tl.where(col_ok[None, :], acc, float("-inf"))

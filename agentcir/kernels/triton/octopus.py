@@ -9,7 +9,8 @@ import triton
 import triton.language as tl
 
 from .._inputs import Gallery
-from ._common import MAX_DEVICE_K, block_n, exclude_arg, exclusion_mask, merge, next_pow2, on_device, pack_keys
+from ._common import (MAX_DEVICE_K, block_n, exclude_arg, exclusion_mask, merge, next_pow2, on_device, pack_keys,
+                      tile_products)
 from .weights import octopus_weights
 
 BLOCK_Q, BLOCK_D = 16, 32
@@ -25,21 +26,10 @@ def _octopus_kernel(T, V, I, C, excl, part, ent, Q, N, D, lam, inv_tau, ex_value
     cols = pid_n * BN + tl.arange(0, BN)
     row_ok = rows < Q
     col_ok = cols < N
-    st = tl.zeros((BQ, BN), dtype=tl.float32)
-    sv = tl.zeros((BQ, BN), dtype=tl.float32)
-    for d0 in range(0, D, BD):
-        ds = d0 + tl.arange(0, BD)
-        d_ok = ds < D
-        xm = row_ok[:, None] & d_ok[None, :]
-        gm = col_ok[:, None] & d_ok[None, :]
-        goff = cols.to(tl.int64)[:, None] * D + ds[None, :]
-        t = tl.load(T + rows[:, None] * D + ds[None, :], mask=xm, other=0.0)
-        st += tl.dot(t, tl.trans(tl.load(I + goff, mask=gm, other=0.0).to(tl.float32)), input_precision="ieee")
-        if HAS_V:
-            v = tl.load(V + rows[:, None] * D + ds[None, :], mask=xm, other=0.0)
-            sv += tl.dot(v, tl.trans(tl.load(C + goff, mask=gm, other=0.0).to(tl.float32)), input_precision="ieee")
+    st = tile_products(T, rows, row_ok, I, cols, col_ok, D, BQ, BN, BD)
     s = st
     if HAS_V:
+        sv = tile_products(V, rows, row_ok, C, cols, col_ok, D, BQ, BN, BD)
         s = lam * st + (1.0 - lam) * (sv * st)
     if HAS_EXCL:
         s = tl.where(exclusion_mask(excl, rows, row_ok, cols, M, MP), ex_value, s)

@@ -8,7 +8,7 @@ import triton
 import triton.language as tl
 
 from .._inputs import Gallery
-from ._common import MAX_DEVICE_K, block_n, exclude_arg, merge, next_pow2, on_device, pack_keys
+from ._common import MAX_DEVICE_K, block_n, exclude_arg, merge, next_pow2, on_device, pack_keys, tile_products
 from .cosine import cosine_topk
 from .weights import octopus_weights
 
@@ -26,14 +26,7 @@ def _proxy_kernel(P, G, excl, part, K, N, D, ex_value, tau, AGG: tl.constexpr, H
     cols = pid_n * BN + tl.arange(0, BN)
     k_ok = ks < K
     col_ok = cols < N
-    acc = tl.zeros((BK, BN), dtype=tl.float32)
-    for d0 in range(0, D, BD):
-        ds = d0 + tl.arange(0, BD)
-        d_ok = ds < D
-        x = tl.load(P + (q * K + ks)[:, None] * D + ds[None, :], mask=k_ok[:, None] & d_ok[None, :], other=0.0)
-        g = tl.load(G + cols.to(tl.int64)[:, None] * D + ds[None, :], mask=col_ok[:, None] & d_ok[None, :],
-                    other=0.0).to(tl.float32)
-        acc += tl.dot(x, tl.trans(g), input_precision="ieee")
+    acc = tile_products(P, q * K + ks, k_ok, G, cols, col_ok, D, BK, BN, BD)
     if AGG == 0:
         s = tl.sum(tl.where(k_ok[:, None], acc, 0.0), axis=0) / K
     else:

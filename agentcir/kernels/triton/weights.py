@@ -8,7 +8,7 @@ import triton
 import triton.language as tl
 
 from .._inputs import Gallery
-from ._common import BLOCK_N, next_pow2, on_device
+from ._common import BLOCK_N, next_pow2, on_device, tile_products
 
 BLOCK_D = 32
 
@@ -21,14 +21,7 @@ def _gap_kernel(Dm, G, part, K, N, D, BK: tl.constexpr, BN: tl.constexpr, BD: tl
     cols = pid_n * BN + tl.arange(0, BN)
     k_ok = ks < K
     col_ok = cols < N
-    acc = tl.zeros((BK, BN), dtype=tl.float32)
-    for d0 in range(0, D, BD):
-        ds = d0 + tl.arange(0, BD)
-        d_ok = ds < D
-        x = tl.load(Dm + (q * K + ks)[:, None] * D + ds[None, :], mask=k_ok[:, None] & d_ok[None, :], other=0.0)
-        g = tl.load(G + cols.to(tl.int64)[:, None] * D + ds[None, :], mask=col_ok[:, None] & d_ok[None, :],
-                    other=0.0).to(tl.float32)
-        acc += tl.dot(x, tl.trans(g), input_precision="ieee")
+    acc = tile_products(Dm, q * K + ks, k_ok, G, cols, col_ok, D, BK, BN, BD)
     gaps = tl.sum(tl.where(col_ok[None, :], tl.maximum(acc, 0.0), 0.0), axis=1)
     tl.store(part + (q * tl.num_programs(1) + pid_n) * K + ks, gaps, mask=k_ok)
 
