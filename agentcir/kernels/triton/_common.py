@@ -106,8 +106,21 @@ def merge(partial: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
     return decode(top)
 
 
-def exclude_arg(exclude: torch.Tensor | None, device: torch.device) -> tuple[torch.Tensor, int]:
-    """(int32 ``[Q, M]`` contiguous on device, M) with a 1-column dummy when there is none."""
+def topk_launch(Q: int, N: int, k: int, exclude: torch.Tensor | None, exclude_score: float | None,
+                device: torch.device) -> tuple[int, torch.Tensor, torch.Tensor, float, dict]:
+    """What every top-k kernel launch shares: ``(n_tiles, part, excl, ex_value, meta)``.
+
+    ``part`` is the ``[Q, n_tiles, KP]`` key buffer :func:`merge` reads; ``excl`` the int32
+    ``[Q, M]`` exclude ids on the device (a 1-column dummy when there are none); ``meta`` the
+    constexpr arguments ``HAS_EXCL, M, MP, BN, KP``.
+    """
+    BN, KP = block_n(k)
+    n_tiles = triton.cdiv(N, BN)
+    part = torch.empty((Q, n_tiles, KP), dtype=torch.int64, device=device)
     if exclude is None:
-        return torch.full((1, 1), -1, dtype=torch.int32, device=device), 0
-    return exclude.to(device=device, dtype=torch.int32).contiguous(), int(exclude.shape[1])
+        excl, M = torch.full((1, 1), -1, dtype=torch.int32, device=device), 0
+    else:
+        excl, M = exclude.to(device=device, dtype=torch.int32).contiguous(), int(exclude.shape[1])
+    ex_value = float("-inf") if exclude_score is None else float(exclude_score)
+    meta = {"HAS_EXCL": M > 0, "M": max(M, 1), "MP": next_pow2(max(M, 1)), "BN": BN, "KP": KP}
+    return n_tiles, part, excl, ex_value, meta

@@ -8,8 +8,8 @@ import triton
 import triton.language as tl
 
 from .._inputs import Gallery
-from ._common import (MAX_DEVICE_K, block_n, exclude_arg, exclusion_mask, merge, next_pow2, on_device, pack_keys,
-                      tile_products)
+from ._common import (MAX_DEVICE_K, exclusion_mask, merge, next_pow2, on_device, pack_keys,
+                      tile_products, topk_launch)
 
 BLOCK_Q, BLOCK_D = 16, 32
 
@@ -46,12 +46,7 @@ def cosine_topk(queries: torch.Tensor, gallery: Gallery, k: int, exclude: torch.
     X = queries.to(device=dev, dtype=torch.float32).contiguous()
     Q, D = X.shape
     N = G.shape[0]
-    BN, KP = block_n(k)
-    n_tiles = triton.cdiv(N, BN)
-    part = torch.empty((Q, n_tiles, KP), dtype=torch.int64, device=dev)
-    excl, M = exclude_arg(exclude, dev)
-    ex_value = float("-inf") if exclude_score is None else float(exclude_score)
-    _cosine_kernel[(triton.cdiv(Q, BLOCK_Q), n_tiles)](
-        X, G, excl, part, Q, N, D, ex_value, HAS_EXCL=M > 0, M=max(M, 1), MP=next_pow2(max(M, 1)),
-        BQ=BLOCK_Q, BN=BN, BD=BLOCK_D, KP=KP)
+    n_tiles, part, excl, ex_value, meta = topk_launch(Q, N, k, exclude, exclude_score, dev)
+    _cosine_kernel[(triton.cdiv(Q, BLOCK_Q), n_tiles)](X, G, excl, part, Q, N, D, ex_value, BQ=BLOCK_Q, BD=BLOCK_D,
+                                                        **meta)
     return merge(part, k)

@@ -9,8 +9,8 @@ import triton
 import triton.language as tl
 
 from .._inputs import Gallery
-from ._common import (MAX_DEVICE_K, block_n, exclude_arg, exclusion_mask, merge, next_pow2, on_device, pack_keys,
-                      tile_products)
+from ._common import (MAX_DEVICE_K, exclusion_mask, merge, next_pow2, on_device, pack_keys,
+                      tile_products, topk_launch)
 from .weights import octopus_weights
 
 BLOCK_Q, BLOCK_D = 16, 32
@@ -84,14 +84,10 @@ def octopus_topk(reference, proxies, target, visual, images: Gallery, captions: 
     t = ((octopus_query(P, w).double() + target.to(dev).double()) / 2.0).float().contiguous()
     v = t if visual is None else visual.to(device=dev, dtype=torch.float32).contiguous()
     C = I if captions is None else captions.data
-    BN, KP = block_n(k)
-    n_tiles = triton.cdiv(N, BN)
-    part = torch.empty((Q, n_tiles, KP), dtype=torch.int64, device=dev)
+    n_tiles, part, excl, ex_value, meta = topk_launch(Q, N, k, exclude, exclude_score, dev)
     ent = torch.empty((Q, n_tiles, 3), dtype=torch.float32, device=dev)
-    excl, M = exclude_arg(exclude, dev)
-    ex_value = float("-inf") if exclude_score is None else float(exclude_score)
     _octopus_kernel[(triton.cdiv(Q, BLOCK_Q), n_tiles)](
         t, v, I, C, excl, part, ent, Q, N, D, float(lam), 1.0 / entropy_tau, ex_value, HAS_V=visual is not None,
-        HAS_EXCL=M > 0, M=max(M, 1), MP=next_pow2(max(M, 1)), BQ=BLOCK_Q, BN=BN, BD=BLOCK_D, KP=KP)
+        BQ=BLOCK_Q, BD=BLOCK_D, **meta)
     scores, ids = merge(part, k)
     return scores, ids, w, _merge_entropy(ent)

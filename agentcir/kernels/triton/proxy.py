@@ -8,7 +8,7 @@ import triton
 import triton.language as tl
 
 from .._inputs import Gallery
-from ._common import MAX_DEVICE_K, block_n, exclude_arg, merge, next_pow2, on_device, pack_keys, tile_products
+from ._common import MAX_DEVICE_K, merge, next_pow2, on_device, pack_keys, tile_products, topk_launch
 from .cosine import cosine_topk
 from .weights import octopus_weights
 
@@ -62,12 +62,7 @@ def proxy_scores_topk(proxies: torch.Tensor, gallery: Gallery, k: int, agg: str,
         return torch_proxy(proxies, gallery, k, agg, tau, reference, exclude, exclude_score)
     Q, K, D = P.shape
     N = G.shape[0]
-    BN, KP = block_n(k)
-    n_tiles = triton.cdiv(N, BN)
-    part = torch.empty((Q, n_tiles, KP), dtype=torch.int64, device=dev)
-    excl, M = exclude_arg(exclude, dev)
-    ex_value = float("-inf") if exclude_score is None else float(exclude_score)
+    n_tiles, part, excl, ex_value, meta = topk_launch(Q, N, k, exclude, exclude_score, dev)
     _proxy_kernel[(Q, n_tiles)](P, G, excl, part, K, N, D, ex_value, float(tau), AGG=AGG_CODES[agg],
-                                HAS_EXCL=M > 0, M=max(M, 1), MP=next_pow2(max(M, 1)), BK=max(16, next_pow2(K)),
-                                BN=BN, BD=BLOCK_D, KP=KP)
+                                BK=max(16, next_pow2(K)), BD=BLOCK_D, **meta)
     return merge(part, k)
