@@ -204,3 +204,27 @@ def test_zero_queries(backend):
     assert K.octopus_weights(np.zeros((0, 3)), np.zeros((0, 4, 3)), G, backend=backend).shape == (0, 4)
     out = K.octopus_topk(np.zeros((0, 3)), np.zeros((0, 4, 3)), np.zeros((0, 3)), G, 2, backend=backend)
     assert out.ids.shape == (0, 2) and out.weights.shape == (0, 4) and out.entropy.shape == (0,)
+
+
+def test_triton_k_beyond_the_device_limit_runs_the_torch_topk():
+    """k above MAX_DEVICE_K (tiles would exceed the GPU's shared memory) is served by the torch
+    backend's running top-k on the same device, with the same results."""
+    pytest.importorskip("triton")
+    from kernel_checks import BACKENDS
+
+    if "triton" not in BACKENDS:
+        pytest.skip("triton backend unavailable")
+    from agentcir.kernels.triton._common import MAX_DEVICE_K
+
+    rng = np.random.default_rng(7)
+    Q, N, d, k = 2, MAX_DEVICE_K + 40, 5, MAX_DEVICE_K + 1
+    G, X, P, R = unit_rows(rng, N, d), unit_rows(rng, Q, d), unit_rows(rng, Q, 3, d), unit_rows(rng, Q, d)
+    ex = np.array([[3, -1], [0, 5]])
+    check_topk(K.cosine_topk(X, G, k, exclude=ex, backend="triton"),
+               K.cosine_topk(X, G, N, exclude=ex, backend="reference"), k, TOL["float32"])
+    check_topk(K.proxy_scores_topk(P, G, k, agg="max", backend="triton"),
+               K.proxy_scores_topk(P, G, N, agg="max", backend="reference"), k, TOL["float32"])
+    kw = dict(visual=X, captions=G, lam=0.3, tau=0.05, entropy_tau=0.05, exclude=ex)
+    got, ref = K.octopus_topk(R, P, X, G, k, backend="triton", **kw), K.octopus_topk(R, P, X, G, N, backend="reference", **kw)
+    check_topk(got[:2], ref[:2], k, TOL["float32"])
+    np.testing.assert_allclose(np.asarray(got.entropy), ref.entropy, atol=1e-4)

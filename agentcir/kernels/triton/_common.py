@@ -26,7 +26,7 @@ INT64_MIN = torch.iinfo(torch.int64).min
 #: gallery rows per program and the largest k done on the device (beyond it the torch
 #: backend's running top-k is used instead; see README "Triton")
 BLOCK_N = 128
-MAX_DEVICE_K = 1024
+MAX_DEVICE_K = 256
 
 
 def on_device(gallery: Gallery | None) -> Gallery | None:
