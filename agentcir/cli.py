@@ -268,7 +268,8 @@ def cmd_train_encoder(args) -> int:
     m = train(cfg)
     v = m["val"]
     figures = "  ".join(f"{k}={v[k]:.3f}" for k in ("type_top1", "colour_top1", "R@1", "R@5", "R@10") if k in v)
-    print(f"trained {m['epochs']} epoch(s) on {m['train_images']} photos in {m['train_s']:.0f} s "
+    towers = f"{m['members']} towers x " if m.get("members", 1) > 1 else ""
+    print(f"trained {towers}{m['epochs']} epoch(s) on {m['train_images']} photos in {m['train_s']:.0f} s "
           f"({m['images_per_s']:.0f} images/s); val ({m['val_images']} photos): {figures or 'no val ids'}")
     print(f"checkpoint: {Path(cfg.out) / 'catalog.pt'}  (use it: encoder=catalog encoder.checkpoint={Path(cfg.out) / 'catalog.pt'})")
     return 0

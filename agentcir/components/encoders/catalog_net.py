@@ -58,8 +58,23 @@ class ImageTower(nn.Module):
         return self.proj(torch.flatten(self.pool(self.features(x)), 1))
 
 
-def build_tower(arch: dict[str, Any]) -> ImageTower:
-    """The network described by a checkpoint's ``arch`` dict (``widths``, ``blocks``, ``dim``, ``stem``)."""
+class TowerEnsemble(nn.Module):
+    """Several towers trained apart (``train-encoder members=N``); the embedding is the mean
+    of their unit-length outputs, so one module serves (and exports to ONNX) as one tower."""
+
+    def __init__(self, members: Sequence[nn.Module]):
+        super().__init__()
+        self.members = nn.ModuleList(members)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.stack([nn.functional.normalize(m(x).float(), dim=-1) for m in self.members]).mean(0)
+
+
+def build_tower(arch: dict[str, Any]) -> nn.Module:
+    """The network described by a checkpoint's ``arch`` dict: a ResNet-style tower (``widths``,
+    ``blocks``, ``dim``, ``stem``) or ``{"name": "ensemble", "members": [arch, ...]}``."""
+    if arch.get("name") == "ensemble":
+        return TowerEnsemble([build_tower(a) for a in arch["members"]])
     return ImageTower(tuple(arch["widths"]), tuple(arch["blocks"]), int(arch["dim"]), int(arch.get("stem", 32)))
 
 

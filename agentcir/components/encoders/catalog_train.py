@@ -14,8 +14,9 @@ text->image Recall@1/5/10 for product descriptions and zero-shot top-1 accuracy 
 type and colour prompts. A run writes to ``out``::
 
     cache/          decoded pixels and text embeddings (reused by later runs)
-    last.pt         full training state, saved after every epoch (a rerun resumes from it)
-    catalog.pt      the trained image tower (fp16) + its metadata: load it with
+    last.pt         full training state, saved after every epoch (a rerun resumes from it);
+                    with ``members=N``: ``member-<m>/last.pt``, one per tower
+    catalog.pt      the trained image tower (fp16; the ensemble of the members) + its metadata: load it with
                     ``encoder=catalog encoder.checkpoint=<out>/catalog.pt``
     metrics.json    final figures, throughput and per-epoch history
 """
@@ -70,6 +71,9 @@ class TrainConfig:
         warmup_epochs: linear warm-up length.
         image_size: input resolution of the image tower.
         widths, blocks, stem: image tower shape (channels and basic blocks per stage).
+        members: towers trained one after the other with seeds ``seed``, ``seed + 1``, ...
+            (each resumable in ``out/member-<m>``); the checkpoint is their ensemble, whose
+            embedding is the mean of the members' unit-length embeddings (1 = a single tower).
         min_scale: smallest side fraction of the random crop (1 = no crop augmentation).
         temperature: initial softmax temperature (learned).
         full_weight: weight of a second InfoNCE term, against each product's full description
@@ -105,6 +109,7 @@ class TrainConfig:
     widths: list[int] = field(default_factory=lambda: [32, 64, 128, 256])
     blocks: list[int] = field(default_factory=lambda: [1, 1, 1, 1])
     stem: int = 32
+    members: int = 1
     min_scale: float = 0.7
     temperature: float = 0.07
     full_weight: float = 0.0
@@ -415,6 +420,8 @@ def train(cfg: TrainConfig, *, on_epoch: Callable[[int], None] | None = None) ->
     if cfg.epochs < 1 or cfg.batch_size < 2 or cfg.image_size < 16:
         raise InputError(f"train-encoder: need epochs >= 1, batch_size >= 2 and image_size >= 16 "
                          f"(got {cfg.epochs}, {cfg.batch_size}, {cfg.image_size})")
+    if cfg.members < 1:
+        raise InputError(f"train-encoder: members must be >= 1, got {cfg.members}")
     if cfg.full_weight < 0:
         raise InputError(f"train-encoder: full_weight must be >= 0, got {cfg.full_weight}")
     if not 0 < cfg.min_scale <= 1:
@@ -452,104 +459,122 @@ def train(cfg: TrainConfig, *, on_epoch: Callable[[int], None] | None = None) ->
     def encode_val_texts(ts: list[str]) -> np.ndarray:
         return l2_normalize(val_emb[[val_lookup[t] for t in ts]])
 
-    torch.manual_seed(cfg.seed)
-    arch = {"name": "resnet", "widths": list(cfg.widths), "blocks": list(cfg.blocks), "stem": cfg.stem, "dim": C.TEXT_DIM}
-    model = build_tower(arch)
-    logit_scale = torch.nn.Parameter(torch.tensor(math.log(1 / cfg.temperature)))
-    decay = [p for n, p in model.named_parameters() if p.ndim > 1]
-    no_decay = [p for n, p in model.named_parameters() if p.ndim <= 1] + [logit_scale]
-    opt = torch.optim.AdamW([{"params": decay, "weight_decay": cfg.weight_decay},
-                             {"params": no_decay, "weight_decay": 0.0}], lr=cfg.lr)
     mean = torch.tensor(MEAN).view(1, 3, 1, 1)
     std = torch.tensor(STD).view(1, 3, 1, 1)
     fmt = torch.channels_last if cfg.channels_last else torch.contiguous_format
-    model = model.to(memory_format=fmt)
-
     steps = len(train_idx) // batch
     total = steps * cfg.epochs
     warmup = max(1, int(cfg.warmup_epochs * steps))
-    start_epoch, history, train_s, seen = 0, [], 0.0, 0
-    last = out / "last.pt"
-    if last.is_file() and not cfg.fresh:
-        st = torch.load(last, map_location="cpu", weights_only=True)
-        _check_resume(st["config"], cfg, last)
-        model.load_state_dict(st["model"])
-        logit_scale.data.copy_(st["logit_scale"])
-        opt.load_state_dict(st["opt"])
-        start_epoch, history, train_s, seen = st["epoch"], json.loads(st["history"]), st["train_s"], st["seen"]
-        log.info("train-encoder: resuming '%s' after epoch %d of %d", last, start_epoch, cfg.epochs)
+    arch = {"name": "resnet", "widths": list(cfg.widths), "blocks": list(cfg.blocks), "stem": cfg.stem, "dim": C.TEXT_DIM}
 
     def images(idx: np.ndarray) -> "torch.Tensor":
         x = torch.from_numpy(pixels[idx]).permute(0, 3, 1, 2).float().div_(255)
         return (x - mean) / std
 
-    def embed_val() -> np.ndarray:
-        model.eval()
-        outs = []
-        with torch.inference_mode():
-            for s in range(0, len(val_idx), 512):
-                outs.append(model(images(val_idx[s:s + 512]).contiguous(memory_format=fmt)).float().numpy())
+    def fit(mcfg: TrainConfig, mdir: Path, bar) -> dict[str, Any]:
+        """Train (or resume) one tower with ``mcfg`` (its own seed), checkpointing to ``mdir/last.pt``."""
+        torch.manual_seed(mcfg.seed)
+        model = build_tower(arch)
+        logit_scale = torch.nn.Parameter(torch.tensor(math.log(1 / mcfg.temperature)))
+        decay = [p for n, p in model.named_parameters() if p.ndim > 1]
+        no_decay = [p for n, p in model.named_parameters() if p.ndim <= 1] + [logit_scale]
+        opt = torch.optim.AdamW([{"params": decay, "weight_decay": mcfg.weight_decay},
+                                 {"params": no_decay, "weight_decay": 0.0}], lr=mcfg.lr)
+        model = model.to(memory_format=fmt)
+        start_epoch, history, train_s, seen = 0, [], 0.0, 0
+        last = mdir / "last.pt"
+        if last.is_file() and not mcfg.fresh:
+            st = torch.load(last, map_location="cpu", weights_only=True)
+            _check_resume(st["config"], mcfg, last)
+            model.load_state_dict(st["model"])
+            logit_scale.data.copy_(st["logit_scale"])
+            opt.load_state_dict(st["opt"])
+            start_epoch, history, train_s, seen = st["epoch"], json.loads(st["history"]), st["train_s"], st["seen"]
+            log.info("train-encoder: resuming '%s' after epoch %d of %d", last, start_epoch, mcfg.epochs)
+        bar.update(start_epoch * steps)
+
+        def evaluate() -> dict[str, float]:
+            if not len(val_idx):
+                return {}
+            model.eval()
+            with torch.inference_mode():
+                emb = np.concatenate([model(images(val_idx[s:s + 512]).contiguous(memory_format=fmt)).float().numpy()
+                                      for s in range(0, len(val_idx), 512)])
+            model.train()
+            return retrieval_metrics(emb, val_products, encode_val_texts)
+
         model.train()
-        return np.concatenate(outs)
+        for epoch in range(start_epoch, mcfg.epochs):
+            gen = torch.Generator().manual_seed(mcfg.seed * 100_003 + epoch)
+            order = torch.randperm(len(train_idx), generator=gen).numpy()
+            t0 = time.perf_counter()
+            losses = []
+            for s in range(steps):
+                rows = order[s * batch:(s + 1) * batch]
+                x = augment(images(train_idx[rows]), gen, mcfg.min_scale).contiguous(memory_format=fmt)
+                choice = torch.randint(0, k, (len(rows),), generator=gen).numpy()
+                tids = torch.from_numpy(table[rows, choice])
+                for g in opt.param_groups:
+                    g["lr"] = _schedule(epoch * steps + s, total, warmup, mcfg.lr)
+                with torch.autocast("cpu", dtype=torch.bfloat16, enabled=mcfg.bf16):
+                    f = model(x)
+                f = F.normalize(f.float(), dim=-1)
+                scale = logit_scale.exp().clamp(max=100)
+                loss = _info_nce(scale, f, tids, text_emb)
+                if mcfg.full_weight:
+                    fids = full_ids[rows]
+                    loss = (loss + mcfg.full_weight * _info_nce(scale, f, fids, text_emb)) / (1 + mcfg.full_weight)
+                opt.zero_grad(set_to_none=True)
+                loss.backward()
+                opt.step()
+                losses.append(loss.item())
+                bar.update(1)
+                bar.set_postfix(epoch=epoch + 1, loss=f"{losses[-1]:.3f}", T=f"{1 / logit_scale.detach().exp().item():.3f}")
+            dt = time.perf_counter() - t0
+            train_s += dt
+            seen += steps * batch
+            rec: dict[str, Any] = {"epoch": epoch + 1, "loss": float(np.mean(losses)), "images_per_s": steps * batch / dt}
+            if mcfg.eval_every and (epoch + 1) % mcfg.eval_every == 0 and epoch + 1 < mcfg.epochs:
+                rec.update(evaluate())
+                bar.set_postfix(epoch=epoch + 1, loss=f"{rec['loss']:.3f}", type=f"{rec.get('type_top1', 0):.3f}",
+                                colour=f"{rec.get('colour_top1', 0):.3f}", R10=f"{rec.get('R@10', 0):.3f}")
+            history.append(rec)
+            tmp = mdir / "last.pt.tmp"
+            torch.save({"config": _config_dict(mcfg), "epoch": epoch + 1, "model": model.state_dict(),
+                        "logit_scale": logit_scale.detach().clone(), "opt": opt.state_dict(),
+                        "history": json.dumps(history), "train_s": train_s, "seen": seen}, tmp)
+            tmp.replace(last)
+            if on_epoch is not None:
+                on_epoch(epoch + 1)
+        return {"state": model.state_dict(), "temperature": 1 / logit_scale.detach().exp().item(),
+                "history": history, "train_s": train_s, "seen": seen}
 
-    def evaluate() -> dict[str, float]:
-        return retrieval_metrics(embed_val(), val_products, encode_val_texts) if len(val_idx) else {}
-
-    log.info("train-encoder: %d train / %d val photos, %d phrasings (%d unique texts), %d-param image tower, "
-             "%d steps of %d", len(train_idx), len(val_idx), k, len(texts), n_params(model), total, batch)
-    bar = tqdm(total=total, initial=start_epoch * steps, desc="train-encoder", unit="step", disable=not cfg.progress)
-    model.train()
-    for epoch in range(start_epoch, cfg.epochs):
-        gen = torch.Generator().manual_seed(cfg.seed * 100_003 + epoch)
-        order = torch.randperm(len(train_idx), generator=gen).numpy()
-        t0 = time.perf_counter()
-        losses = []
-        for s in range(steps):
-            rows = order[s * batch:(s + 1) * batch]
-            x = augment(images(train_idx[rows]), gen, cfg.min_scale).contiguous(memory_format=fmt)
-            choice = torch.randint(0, k, (len(rows),), generator=gen).numpy()
-            tids = torch.from_numpy(table[rows, choice])
-            for g in opt.param_groups:
-                g["lr"] = _schedule(epoch * steps + s, total, warmup, cfg.lr)
-            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=cfg.bf16):
-                f = model(x)
-            f = F.normalize(f.float(), dim=-1)
-            scale = logit_scale.exp().clamp(max=100)
-            loss = _info_nce(scale, f, tids, text_emb)
-            if cfg.full_weight:
-                fids = full_ids[rows]
-                loss = (loss + cfg.full_weight * _info_nce(scale, f, fids, text_emb)) / (1 + cfg.full_weight)
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            opt.step()
-            losses.append(loss.item())
-            bar.update(1)
-            bar.set_postfix(epoch=epoch + 1, loss=f"{losses[-1]:.3f}", T=f"{1 / logit_scale.detach().exp().item():.3f}")
-        dt = time.perf_counter() - t0
-        train_s += dt
-        seen += steps * batch
-        rec: dict[str, Any] = {"epoch": epoch + 1, "loss": float(np.mean(losses)), "images_per_s": steps * batch / dt}
-        if cfg.eval_every and (epoch + 1) % cfg.eval_every == 0 and epoch + 1 < cfg.epochs:
-            rec.update(evaluate())
-            bar.set_postfix(epoch=epoch + 1, loss=f"{rec['loss']:.3f}", type=f"{rec.get('type_top1', 0):.3f}",
-                            colour=f"{rec.get('colour_top1', 0):.3f}", R10=f"{rec.get('R@10', 0):.3f}")
-        history.append(rec)
-        tmp = out / "last.pt.tmp"
-        torch.save({"config": _config_dict(cfg), "epoch": epoch + 1, "model": model.state_dict(),
-                    "logit_scale": logit_scale.detach().clone(), "opt": opt.state_dict(),
-                    "history": json.dumps(history), "train_s": train_s, "seen": seen}, tmp)
-        tmp.replace(last)
-        if on_epoch is not None:
-            on_epoch(epoch + 1)
+    log.info("train-encoder: %d train / %d val photos, %d phrasings (%d unique texts), %d tower(s) of %d "
+             "parameters, %d steps of %d each", len(train_idx), len(val_idx), k, len(texts), cfg.members,
+             n_params(build_tower(arch)), total, batch)
+    bar = tqdm(total=total * cfg.members, desc="train-encoder", unit="step", disable=not cfg.progress)
+    towers = []
+    for m in range(cfg.members):
+        # member m: its own seed and folder (one tower: out itself), resumable on its own
+        mdir = out if cfg.members == 1 else out / f"member-{m}"
+        mdir.mkdir(parents=True, exist_ok=True)
+        towers.append(fit(dataclasses.replace(cfg, seed=cfg.seed + m, members=1), mdir, bar))
     bar.close()
 
     # the shipped form: fp16 weights. The figures are then measured through the catalog encoder
     # loading exactly that file (its own decoding, preprocessing and fp32 text embeddings).
-    half = {n: v.detach().to(torch.float16) if v.is_floating_point() else v.detach().clone()
-            for n, v in model.state_dict().items()}
+    if cfg.members > 1:
+        arch = {"name": "ensemble", "members": [arch] * cfg.members}
+    state = towers[0]["state"] if cfg.members == 1 else \
+        {f"members.{m}.{n}": v for m, t in enumerate(towers) for n, v in t["state"].items()}
+    half = {n: v.detach().to(torch.float16) if v.is_floating_point() else v.detach().clone() for n, v in state.items()}
+    train_s, seen = sum(t["train_s"] for t in towers), sum(t["seen"] for t in towers)
+    history = towers[0]["history"] if cfg.members == 1 else \
+        [{"member": m, **h} for m, t in enumerate(towers) for h in t["history"]]
     metrics = {"val": {}, "train_images": int(len(train_idx)), "val_images": int(len(val_idx)),
-               "params": n_params(model), "epochs": cfg.epochs, "train_s": train_s,
-               "images_per_s": seen / train_s if train_s else 0.0, "temperature": 1 / logit_scale.detach().exp().item(),
+               "params": n_params(build_tower(arch)), "epochs": cfg.epochs, "members": cfg.members, "train_s": train_s,
+               "images_per_s": seen / train_s if train_s else 0.0,
+               "temperature": float(np.mean([t["temperature"] for t in towers])),
                "torch_threads": torch.get_num_threads(), "history": history}
     ck = {"format": C.CHECKPOINT_FORMAT, "arch": arch, "image_size": cfg.image_size, "mean": list(MEAN),
           "std": list(STD), "text_tower": C.text_tower_identity(), "state_dict": half,
@@ -578,7 +603,7 @@ def model_card(cfg: TrainConfig, m: dict[str, Any]) -> str:
     v = m.get("val") or {}
     pct = lambda k: f"{100 * v[k]:.1f}%" if k in v else "n/a"  # noqa: E731
     num = lambda k: f"{v[k]:.3f}" if k in v else "n/a"  # noqa: E731
-    default = _config_dict(TrainConfig())
+    default = _config_dict(compose_train_config())  # the recipe's values: the card lists what differs
 
     def show(val):
         if isinstance(val, list):
@@ -587,13 +612,18 @@ def model_card(cfg: TrainConfig, m: dict[str, Any]) -> str:
 
     recipe = " ".join(f"{k}={show(val)}" for k, val in _config_dict(cfg).items()
                       if k not in ("progress", "fresh", "out", "data") and val != default[k])
+    members = m.get("members", 1)
+    tower = (f"ResNet-style CNN, widths {cfg.widths}, blocks {cfg.blocks}, {m['params']:,} parameters" if members == 1
+             else f"an ensemble of {members} ResNet-style CNNs (seeds {cfg.seed}..{cfg.seed + members - 1}; each widths "
+                  f"{cfg.widths}, blocks {cfg.blocks}), {m['params']:,} parameters in all; the embedding is the "
+                  f"mean of the members' unit-length embeddings")
     return f"""# catalog encoder checkpoint
 
-- image tower: ResNet-style CNN, widths {cfg.widths}, blocks {cfg.blocks}, {m['params']:,} parameters,
+- image tower: {tower},
   {cfg.image_size} px input, fp16 weights; text tower: MiniLM (`{C.text_tower_identity()}`), locked
 - data: `{cfg.data}`, {m['train_images']} training photos (ids with `split_of(id) == "train"`),
   {m['val_images']} validation photos (`"val"`: never trained on)
-- training: {m['epochs']} epochs in {m['train_s'] / 60:.1f} min ({m['images_per_s']:.0f} images/s,
+- training: {f"{members} x " if members > 1 else ""}{m['epochs']} epochs in {m['train_s'] / 60:.1f} min ({m['images_per_s']:.0f} images/s,
   {m['torch_threads']} torch thread(s)), final temperature {m['temperature']:.4f}
 
 ## Figures on the validation photos

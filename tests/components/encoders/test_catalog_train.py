@@ -3,6 +3,7 @@ refused resumption with other settings, bad inputs, and the `train-encoder` comm
 
 from __future__ import annotations
 
+import importlib.util
 import json
 
 import numpy as np
@@ -143,6 +144,51 @@ def test_full_description_term_is_trained_and_old_runs_still_resume(catalog_dir,
                               **{**TINY, "epochs": 3, "full_weight": 1.0}))
 
 
+def test_members_train_apart_resume_apart_and_serve_their_mean(catalog_dir, tmp_path):
+    """members=N: N towers with seeds seed..seed+N-1, each resumable in out/member-<m>; the
+    checkpoint is their ensemble (mean of unit embeddings), served and exported as one tower."""
+    import torch
+
+    from agentcir.components.encoders.catalog_net import build_tower
+    from agentcir.registry import ENCODERS
+
+    cfg = T.TrainConfig(data=str(catalog_dir), out=str(tmp_path / "ens"), members=2, **TINY)
+    m = T.train(cfg)
+    assert m["members"] == 2 and [h["member"] for h in m["history"]] == [0, 0, 0, 1, 1, 1]
+    ck = torch.load(tmp_path / "ens" / "catalog.pt", weights_only=True)
+    assert ck["arch"]["name"] == "ensemble" and len(ck["arch"]["members"]) == 2
+    net = build_tower(ck["arch"]).eval()
+    net.load_state_dict({k: v.float() for k, v in ck["state_dict"].items()})
+    # member 0 is exactly the single-tower run with the same seed
+    single = T.train(T.TrainConfig(data=str(catalog_dir), out=str(tmp_path / "one"), **TINY))
+    one = torch.load(tmp_path / "one" / "catalog.pt", weights_only=True)["state_dict"]
+    for k, v in one.items():
+        assert torch.equal(ck["state_dict"][f"members.0.{k}"], v), k
+    assert any(not torch.equal(ck["state_dict"][f"members.1.{k}"], v) for k, v in one.items())  # own seed
+    x = torch.randn(3, 3, 32, 32)
+    with torch.no_grad():
+        a, b = (torch.nn.functional.normalize(mod(x), dim=-1) for mod in net.members)
+        torch.testing.assert_close(net(x), (a + b) / 2)
+    assert m["params"] == 2 * single["params"] and m["train_s"] > 0
+    assert "an ensemble of 2 ResNet-style CNNs (seeds 0..1" in (tmp_path / "ens" / "CARD.md").read_text()
+    enc = ENCODERS.build("catalog", {"checkpoint": str(tmp_path / "ens" / "catalog.pt")})
+    photos = sorted((catalog_dir / "images").glob("*.jpg"))[:5]
+    emb = enc.encode_images(photos)
+    np.testing.assert_allclose(np.linalg.norm(emb, axis=1), 1, atol=1e-5)
+    if importlib.util.find_spec("onnxruntime") and importlib.util.find_spec("onnx"):
+        from agentcir.components.encoders.onnx import export_onnx
+
+        onnx = ENCODERS.build("onnx", {"path": str(export_onnx(enc, tmp_path / "onnx"))})
+        assert np.abs(onnx.encode_images(photos) - emb).max() <= 1e-4
+    # one more member: the finished two are not trained again
+    done: list[int] = []
+    more = T.train(T.TrainConfig(data=str(catalog_dir), out=str(tmp_path / "ens"), **{**TINY, "members": 3}),
+                   on_epoch=done.append)
+    assert done == [1, 2, 3] and more["members"] == 3
+    again = torch.load(tmp_path / "ens" / "catalog.pt", weights_only=True)["state_dict"]
+    assert all(torch.equal(again[k], v) for k, v in ck["state_dict"].items())
+
+
 def test_bad_inputs_are_named(tmp_path, catalog_dir):
     with pytest.raises(InputError, match=r"data folder '.*nowhere' not found"):
         T.train(T.TrainConfig(data=str(tmp_path / "nowhere"), out=str(tmp_path / "o")))
@@ -150,6 +196,8 @@ def test_bad_inputs_are_named(tmp_path, catalog_dir):
         T.read_products(T.TrainConfig(data=str(catalog_dir), extra_columns=["material"]))
     with pytest.raises(InputError, match="min_scale must be in"):
         T.train(T.TrainConfig(data=str(catalog_dir), out=str(tmp_path / "o"), min_scale=0))
+    with pytest.raises(InputError, match="members must be >= 1, got 0"):
+        T.train(T.TrainConfig(data=str(catalog_dir), out=str(tmp_path / "o"), members=0))
     with pytest.raises(InputError, match="full_weight must be >= 0, got -1"):
         T.train(T.TrainConfig(data=str(catalog_dir), out=str(tmp_path / "o"), full_weight=-1))
     (tmp_path / "empty" / "images").mkdir(parents=True)
@@ -165,7 +213,7 @@ def test_cli_train_encoder_takes_overrides(catalog_dir, tmp_path, capsys):
             "widths=[8]", "blocks=[1]", "stem=8", "num_threads=1"]
     assert main(["train-encoder", "-q", *args]) == 0
     out = capsys.readouterr().out
-    assert "trained 1 epoch(s) on 14 photos" in out and f"encoder.checkpoint={tmp_path / 'cli' / 'catalog.pt'}" in out
+    assert "trained 4 towers x 1 epoch(s) on 14 photos" in out and f"encoder.checkpoint={tmp_path / 'cli' / 'catalog.pt'}" in out
     assert main(["train-encoder", "-q", f"data={catalog_dir}", "epochs=lots"]) == 2
     assert "field 'epochs'" in capsys.readouterr().err
     assert main(["train-encoder", "-q", "colour=red"]) == 2
