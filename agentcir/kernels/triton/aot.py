@@ -9,7 +9,8 @@ memory beyond the device limit show up without a GPU. What it cannot show is the
 those are checked by the interpreter tests and, on a GPU, by ``benchmarks/gpu_check.py``.
 
 Prints one JSON object: per architecture, the compiled kernels with their constexpr
-values, shared memory and PTX size. Must run without ``TRITON_INTERPRET=1``.
+values, shared memory and PTX size; exits 1 when a kernel needs more shared memory than the
+device allows (limits known for sm_80/86/89/90). Must run without ``TRITON_INTERPRET=1``.
 """
 
 from __future__ import annotations
@@ -63,8 +64,6 @@ class CompileOnlyKernel:
 #: (module, kernel attribute) of every Triton kernel of the backend
 KERNELS = (("cosine", "_cosine_kernel"), ("proxy", "_proxy_kernel"), ("octopus", "_octopus_kernel"),
            ("weights", "_gap_kernel"))
-
-
 KINDS = ("float32", "float16", "bfloat16")
 
 
@@ -77,6 +76,7 @@ def _launches(kinds: tuple[str, ...] = KINDS) -> None:
 
     from .. import triton as T
     from .._inputs import to_backend_gallery
+    from ._common import MAX_DEVICE_K
 
     rng = np.random.default_rng(0)
     Q, K, N, D = 4, 3, 300, 384
@@ -94,7 +94,7 @@ def _launches(kinds: tuple[str, ...] = KINDS) -> None:
         T.octopus_topk(f(Q, D), f(Q, K, D), f(Q, D), None, g, None, 10, 0.5, 0.04, 1.0, excl, -10.0)
         T.proxy_scores_topk(f(Q, K, D), g, 10, "octopus", 0.04, f(Q, D), None, None)
     g = to_backend_gallery(f(N, D), "torch")
-    big = 1 << (T.cosine.MAX_DEVICE_K.bit_length() - 1)  # the largest k done on the device
+    big = MAX_DEVICE_K  # the largest k done on the device (a power of two: KP = k)
     T.cosine_topk(f(Q, D), g, big, excl, None)
     T.proxy_scores_topk(f(Q, K, D), g, big, "mean", 0.04, None, excl, None)
     T.octopus_topk(f(Q, D), f(Q, K, D), f(Q, D), f(Q, D), g, g, big, 0.5, 0.04, 1.0, excl, -10.0)
@@ -113,7 +113,7 @@ def compile_all(archs: list[int], kinds: tuple[str, ...] = KINDS) -> dict[str, A
 
     mods = {m: importlib.import_module(f"{__package__}.{m}") for m, _ in KERNELS}
     saved = {(m, a): getattr(mods[m], a) for m, a in KERNELS}
-    saved_on_device = {m: getattr(mod, "on_device") for m, mod in mods.items()}
+    saved_on_device = {m: mod.on_device for m, mod in mods.items()}
     out: dict[str, Any] = {}
     previous = driver._active  # None until something asked for the real driver
     try:
@@ -142,11 +142,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--arch", type=int, action="append", help="compute capability x10, e.g. 90 (H100/H200), 80 (A100)")
     ap.add_argument("--kinds", default=",".join(KINDS), help="gallery dtypes, comma-separated (default: all)")
     args = ap.parse_args(argv)
-    res = compile_all(args.arch or [90], tuple(k for k in args.kinds.split(",") if k))
+    try:
+        res = compile_all(args.arch or [90], tuple(k for k in args.kinds.split(",") if k))
+    except (ValueError, RuntimeError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     json.dump(res, sys.stdout, indent=1)
     print()
-    over = [(a, r["kernel"]) for a, v in res.items() for r in v["kernels"]
+    over = [(a, r["kernel"], r["constexprs"], r["shared_bytes"]) for a, v in res.items() for r in v["kernels"]
             if v["shared_limit"] and r["shared_bytes"] > v["shared_limit"]]
+    for a, name, const, used in over:
+        print(f"error: {a} {name} {const} needs {used} bytes of shared memory, over the device's "
+              f"{res[a]['shared_limit']}", file=sys.stderr)
     return 1 if over else 0
 
 
