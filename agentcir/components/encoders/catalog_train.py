@@ -466,6 +466,7 @@ def train(cfg: TrainConfig, *, on_epoch: Callable[[int], None] | None = None) ->
     total = steps * cfg.epochs
     warmup = max(1, int(cfg.warmup_epochs * steps))
     arch = {"name": "resnet", "widths": list(cfg.widths), "blocks": list(cfg.blocks), "stem": cfg.stem, "dim": C.TEXT_DIM}
+    tower_params = n_params(build_tower(arch))
 
     def images(idx: np.ndarray) -> "torch.Tensor":
         x = torch.from_numpy(pixels[idx]).permute(0, 3, 1, 2).float().div_(255)
@@ -551,7 +552,7 @@ def train(cfg: TrainConfig, *, on_epoch: Callable[[int], None] | None = None) ->
 
     log.info("train-encoder: %d train / %d val photos, %d phrasings (%d unique texts), %d tower(s) of %d "
              "parameters, %d steps of %d each", len(train_idx), len(val_idx), k, len(texts), cfg.members,
-             n_params(build_tower(arch)), total, batch)
+             tower_params, total, batch)
     bar = tqdm(total=total * cfg.members, desc="train-encoder", unit="step", disable=not cfg.progress)
     towers = []
     for m in range(cfg.members):
@@ -572,7 +573,7 @@ def train(cfg: TrainConfig, *, on_epoch: Callable[[int], None] | None = None) ->
     history = towers[0]["history"] if cfg.members == 1 else \
         [{"member": m, **h} for m, t in enumerate(towers) for h in t["history"]]
     metrics = {"val": {}, "train_images": int(len(train_idx)), "val_images": int(len(val_idx)),
-               "params": n_params(build_tower(arch)), "epochs": cfg.epochs, "members": cfg.members, "train_s": train_s,
+               "params": tower_params * cfg.members, "epochs": cfg.epochs, "members": cfg.members, "train_s": train_s,
                "images_per_s": seen / train_s if train_s else 0.0,
                "temperature": float(np.mean([t["temperature"] for t in towers])),
                "torch_threads": torch.get_num_threads(), "history": history}
