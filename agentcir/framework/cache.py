@@ -116,3 +116,13 @@ class CallCache:
         with self._lock:
             rows = self._conn().execute("SELECT component, COUNT(*) FROM calls GROUP BY component").fetchall()
         return dict(rows)
+
+
+def open_call_cache(pool: Any, run: dict) -> CallCache:
+    """The run's call cache: ``run.cache`` if set, else the recipe's call_cache memory."""
+    default = Path(run["root"]) / "cache.sqlite"
+    if run.get("cache"):
+        return CallCache(Path(run["cache"]).expanduser())
+    if pool.has("memory") and pool.recipe["memory"]["name"] == "call_cache":
+        return pool.get("memory").open(default)
+    return CallCache(Path(os.environ.get("AGENTCIR_CACHE") or default))

@@ -375,7 +375,7 @@ def gallery_dir(root: Path, dataset_key: str, items_hash: str, encoder_identity:
 
 def run_recipe(recipe: dict[str, Any], *, pool=None, progress: bool | None = None) -> RunResult:
     """Run a resolved recipe end to end (resuming its run directory) and write its report."""
-    from ..components.memory.call_cache import open_call_cache
+    from .cache import open_call_cache
     from .recipe import ComponentPool
     from .report import write_report
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..components.memory.call_cache import open_call_cache
+from .cache import open_call_cache
 from .errors import InputError
 from .gallery import Gallery
 from .images import load_rgb

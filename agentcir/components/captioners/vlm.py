@@ -8,7 +8,7 @@ from typing import ClassVar
 
 from ...framework.interfaces import Captioner
 from ...registry import CAPTIONERS
-from ..llms.parsing import clean_caption
+from ...framework.parsing import clean_caption
 
 
 @CAPTIONERS.register("vlm")
@@ -16,7 +16,7 @@ class VLMCaptioner(Captioner):
     """Asks the injected LLM (a VLM) for a one-sentence caption of the image.
 
     Calls ``llm.run_task("caption", {}, images=[image], prompt=cfg.prompt)`` and keeps the
-    reply's first line, cleaned (:func:`~agentcir.components.llms.parsing.clean_caption`). The
+    reply's first line, cleaned (:func:`~agentcir.framework.parsing.clean_caption`). The
     offline ``rules`` LLM cannot see (it raises ``NeedsVisionError``): offline, use
     ``captioner=tagger``.
 

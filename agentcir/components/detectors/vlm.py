@@ -10,7 +10,7 @@ from typing import ClassVar
 
 from ...framework.interfaces import Detector
 from ...registry import DETECTORS
-from ..llms.parsing import parse_task_reply
+from ...framework.parsing import parse_task_reply
 
 _ARTICLE = re.compile(r"^(?:a|an|the|some)\s+")
 

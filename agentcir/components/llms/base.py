@@ -12,8 +12,8 @@ from typing import Any, ClassVar, Coroutine, Sequence
 from ...framework.errors import InputError
 from ...framework.interfaces import LLM, ChatReply, user_message
 from ...framework.prompts import load_prompt
-from .parsing import ReplyParseError, parse_task_reply
-from .tasks import TASKS, TaskSpec, check_variables
+from ...framework.parsing import ReplyParseError, parse_task_reply
+from ...framework.tasks import TASKS, TaskSpec, check_variables
 
 _AGAIN = {"json": "Reply again with only the JSON object, no other text.",
           "yes_no": "Reply again with only one word: yes or no.",
@@ -34,7 +34,7 @@ def run_sync(coro: Coroutine) -> Any:
 class PromptedLLM(LLM):
     """An LLM that renders ``tasks/<task>`` (or ``prompt``) and chats.
 
-    For the tasks of :data:`agentcir.components.llms.tasks.TASKS` the variables are checked
+    For the tasks of :data:`agentcir.framework.tasks.TASKS` the variables are checked
     first, JSON tasks are sent in JSON mode, and a reply that :func:`parse_task_reply` cannot
     read is answered with a short correction, up to ``cfg.parse_retries`` times; if it still
     does not parse, :class:`ReplyParseError` is raised (nothing unusable reaches the cache).

@@ -19,7 +19,7 @@ from ...framework.interfaces import ChatReply, ToolCall
 from ...registry import LLMS
 from .base import PromptedLLM
 from .http import ENDPOINT_VOLATILE, Endpoint, EndpointError, HttpClient, image_data_url, public_url
-from .parsing import ReplyParseError, extract_json
+from ...framework.parsing import ReplyParseError, extract_json
 
 _ROLES = ("system", "user", "assistant", "tool", "developer")
 

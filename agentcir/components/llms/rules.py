@@ -1,7 +1,7 @@
 """The offline ``rules`` LLM: deterministic caption edits over the attribute vocabularies.
 
 Honest and limited. It implements the text tasks of the task table
-(:mod:`agentcir.components.llms.tasks`) directly with the rules of
+(:mod:`agentcir.framework.tasks`) directly with the rules of
 :mod:`agentcir.components.llms.edits` — it reads no prompt file and knows nothing beyond
 the vocabularies of ``agentcir/data/vocab`` (colours, articles, genders, usages, patterns,
 objects). It handles the common phrasings of attribute edits (``make it blue``, ``in red
@@ -33,7 +33,7 @@ from ...framework.vocab import VOCAB_DIR
 from ...registry import LLMS
 from .edits import (ATTRIBUTES, GENDER_FORMS, MASS_NOUNS, PATTERN_ADJ, SLOT_VOCAB, USAGE_ADJ, Lexicon, Modification,
                     ParsedCaption, apply_edits, object_phrase, strip_photo_prefix, tidy, with_article)
-from .tasks import TASKS, check_variables
+from ...framework.tasks import TASKS, check_variables
 
 #: bump when the rules change what they output (part of the identity, so caches refresh)
 RULES_VERSION = "2"

@@ -25,7 +25,7 @@ from ...framework.hashing import stable_hash
 from ...framework.interfaces import ChatReply, ToolCall
 from ...registry import LLMS
 from .base import PromptedLLM
-from .parsing import ReplyParseError, extract_json
+from ...framework.parsing import ReplyParseError, extract_json
 
 _TOOL_BLOCK = re.compile(r"<tool_call>\s*(.*?)\s*</tool_call>", re.S)
 _WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".gguf")

@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from ...framework.cache import CallCache
 from ...framework.interfaces import Memory
@@ -27,13 +26,3 @@ class CallCacheMemory(Memory):
     def open(self, default_path: str | os.PathLike) -> CallCache:
         path = self.cfg.path or os.environ.get("AGENTCIR_CACHE") or default_path
         return CallCache(Path(path).expanduser())
-
-
-def open_call_cache(pool: Any, run: dict) -> CallCache:
-    """The run's call cache: ``run.cache`` if set, else the recipe's call_cache memory."""
-    default = Path(run["root"]) / "cache.sqlite"
-    if run.get("cache"):
-        return CallCache(Path(run["cache"]).expanduser())
-    if pool.has("memory") and pool.recipe["memory"]["name"] == "call_cache":
-        return pool.get("memory").open(default)
-    return CallCache(Path(os.environ.get("AGENTCIR_CACHE") or default))

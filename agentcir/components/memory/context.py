@@ -356,7 +356,7 @@ class ContextMemory(Memory):
         """Run the configured summariser."""
         if self.cfg.summarizer == "offline":
             return offline_summary(goal, findings, session_memory, history, max_chars=self.cfg.summary_chars)
-        from ..llms.parsing import parse_task_reply
+        from ...framework.parsing import parse_task_reply
 
         variables = {"goal": goal, "findings": findings or ["(none yet)"], "session_memory": session_memory or "(empty)",
                      "history": "\n".join(history)}

@@ -1,7 +1,7 @@
 """How the LLM verifiers read yes/no and true/false replies.
 
 Parsing is strict and shared with every LLM caller
-(:func:`agentcir.components.llms.parsing.parse_bool_reply`): the answer is the reply's
+(:func:`agentcir.framework.parsing.parse_bool_reply`): the answer is the reply's
 first word (after markdown, quotes and an ``Answer:`` label), a JSON ``{"answer": ...}``,
 or a closing ``Answer: <yes|no>``; ``"No, ..."`` is no, ``"not"``/``"know"``/``"Nothing"``
 are never no, and no string is turned into a bool with ``bool()``. What a verifier does
@@ -15,7 +15,7 @@ import logging
 from typing import Any, Callable
 
 from ...framework.errors import InputError
-from ..llms.parsing import ReplyParseError, parse_bool_reply
+from ...framework.parsing import ReplyParseError, parse_bool_reply
 
 log = logging.getLogger("agentcir")
 
@@ -34,7 +34,7 @@ def ask(run: Callable[[], Any], policy: str, *, what: str) -> bool:
     """Run ``run()`` (an LLM call) and read its reply strictly as yes/no (true/false).
 
     A reply that states no answer, whether the backend raised
-    :class:`~agentcir.components.llms.parsing.ReplyParseError` itself (prompted backends ask
+    :class:`~agentcir.framework.parsing.ReplyParseError` itself (prompted backends ask
     again first) or returned it, counts as ``policy`` says: ``no`` / ``yes`` (logged with
     ``what``), or ``error`` (raise).
     """

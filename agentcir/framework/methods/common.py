@@ -121,7 +121,7 @@ async def embed_texts(ctx: RunContext, encoder, texts: Sequence[str]) -> np.ndar
 
 async def task(ctx: RunContext, llm, name: str, **variables: Any) -> Any:
     """Run LLM task ``name`` through the cache and parse its reply as the task table promises."""
-    from ...components.llms.parsing import parse_task_reply
+    from ..parsing import parse_task_reply
 
     reply = await ctx.call(llm, "run_task", task=name, variables=variables)
     return parse_task_reply(name, reply, variables)

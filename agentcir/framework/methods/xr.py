@@ -31,7 +31,7 @@ Stages (each that ranks leaves a snapshot, so the report shows recall after ever
    all ``alpha`` and moves every yes to the front in order; DESIGN.md §5 specifies the first
    yes, which also stops the calls there.)
 
-Answer parsing: correct by default (``llms.parsing``: the expected answer of a statement is a
+Answer parsing: correct by default (``framework.parsing``: the expected answer of a statement is a
 real boolean, a reply's first word decides). ``upstream_compat=true`` reproduces the two
 bugs of the released text-QA path (``_run_caption_path``): the expected answer is
 ``bool(raw)``, so ``"False"`` counts as true, and a reply is yes when it contains "yes" (or
@@ -52,7 +52,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from ...components.llms.parsing import extract_json, parse_task_reply, parse_true_false
+from ..parsing import extract_json, parse_task_reply, parse_true_false
 from ...kernels import cosine_topk, promote_first_accepted, rrf, xr_rerank
 from ...registry import METHODS
 from ..errors import InputError

@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from agentcir.components.llms.parsing import ReplyParseError
+from agentcir.framework.parsing import ReplyParseError
 from agentcir.framework.errors import InputError
 from agentcir.registry import CAPTIONERS
 

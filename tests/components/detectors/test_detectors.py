@@ -4,7 +4,7 @@ import pytest
 
 from agentcir.components.detectors.crop_tagger import grid_boxes
 from agentcir.components.detectors.vlm import normalize_labels
-from agentcir.components.llms.parsing import ReplyParseError
+from agentcir.framework.parsing import ReplyParseError
 from agentcir.framework.errors import InputError
 from agentcir.registry import DETECTORS
 

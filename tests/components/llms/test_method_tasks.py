@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from agentcir.components.llms.parsing import parse_task_reply
-from agentcir.components.llms.tasks import check_variables, task_spec
+from agentcir.framework.parsing import parse_task_reply
+from agentcir.framework.tasks import check_variables, task_spec
 from agentcir.framework.errors import InputError
 from agentcir.framework.prompts import load_prompt
 from agentcir.registry import LLMS

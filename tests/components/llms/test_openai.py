@@ -11,7 +11,7 @@ import pytest
 from PIL import Image
 
 from agentcir.components.llms.http import EndpointError, backoff_delay, image_data_url, retry_after_seconds
-from agentcir.components.llms.parsing import ReplyParseError
+from agentcir.framework.parsing import ReplyParseError
 from agentcir.components.llms.scripted_server import ScriptedServer, Step, chat_completion, error_body
 from agentcir.framework.cache import CallCache
 from agentcir.framework.errors import InputError

@@ -2,9 +2,9 @@
 
 import pytest
 
-from agentcir.components.llms.parsing import (ReplyParseError, clean_caption, extract_json, parse_task_reply,
+from agentcir.framework.parsing import (ReplyParseError, clean_caption, extract_json, parse_task_reply,
                                               parse_true_false, parse_yes_no)
-from agentcir.components.llms.tasks import TASKS, check_variables, task_spec
+from agentcir.framework.tasks import TASKS, check_variables, task_spec
 from agentcir.framework.errors import InputError
 from agentcir.framework.prompts import load_prompt
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from agentcir.components.llms.parsing import parse_task_reply
+from agentcir.framework.parsing import parse_task_reply
 from agentcir.components.llms.rules import NeedsVisionError
 from agentcir.framework.datasets.builder import TEMPLATES, article_phrase, phrase_edit
 from agentcir.framework.errors import InputError

@@ -5,7 +5,7 @@ import pytest
 pytest.importorskip("transformers")
 pytest.importorskip("tokenizers")
 
-from agentcir.components.llms.parsing import ReplyParseError  # noqa: E402
+from agentcir.framework.parsing import ReplyParseError  # noqa: E402
 from agentcir.components.llms.transformers import TransformersLLM  # noqa: E402
 from agentcir.framework.errors import InputError  # noqa: E402
 from agentcir.framework.interfaces import user_message  # noqa: E402

@@ -1,12 +1,12 @@
 """How the LLM verifiers read answers: strictly (the shared parser of
-agentcir/components/llms/parsing.py, tested in depth in tests/components/llms/test_parsing.py)
+agentcir/framework/parsing.py, tested in depth in tests/components/llms/test_parsing.py)
 under the verifier's ``unclear`` policy (agentcir/components/verifiers/answers.py)."""
 
 import logging
 
 import pytest
 
-from agentcir.components.llms.parsing import ReplyParseError
+from agentcir.framework.parsing import ReplyParseError
 from agentcir.components.verifiers.answers import check_policy, decide
 from agentcir.framework.errors import InputError
 

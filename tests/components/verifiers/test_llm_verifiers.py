@@ -3,7 +3,7 @@ scripted LLM: prompts rendered from the real prompt files, replies parsed strict
 
 import pytest
 
-from agentcir.components.llms.parsing import ReplyParseError
+from agentcir.framework.parsing import ReplyParseError
 from agentcir.framework.errors import InputError
 from agentcir.registry import VERIFIERS
 
@@ -94,7 +94,7 @@ def test_entailment_with_the_offline_rules_llm(images):
 
 def test_a_backend_that_gives_up_on_an_unclear_reply_follows_the_policy(scripted, images):
     """Prompted backends ask again and then raise ReplyParseError themselves: same policy."""
-    from agentcir.components.llms.parsing import ReplyParseError as RPE
+    from agentcir.framework.parsing import ReplyParseError as RPE
 
     llm = scripted()
     llm.run_task = lambda *a, **k: (_ for _ in ()).throw(RPE("could not read a yes/no answer from the reply: 'hm'"))

@@ -323,7 +323,7 @@ class ImageSeeker(Method):
             loop = asyncio.get_running_loop()
 
             def cached_summary(goal: str, findings: list[str], session_memory: str, history: list[str]) -> dict:
-                from ....components.llms.parsing import parse_task_reply
+                from ...parsing import parse_task_reply
 
                 variables = {"goal": goal, "findings": findings or ["(none yet)"], "session_memory": session_memory or "(empty)",
                              "history": "\n".join(history)}
@@ -353,7 +353,7 @@ class ImageSeeker(Method):
         return ChatReply(str(raw.get("text") or ""), calls)
 
     async def _llm_session(self, ctx: RunContext, tb: Toolbox, q: Query) -> dict:
-        from ....components.llms.parsing import ReplyParseError, extract_json
+        from ...parsing import ReplyParseError, extract_json
 
         context = self._context(ctx, q.text, self._system(tb))
         await context.aadd(user_message(f"Question: {q.text}"))

@@ -13,7 +13,7 @@ Used by every LLM backend, by the vision components and by the methods:
   never read as no; a reply that states no answer raises (or returns ``default``).
   Strings are never turned into booleans with ``bool()``.
 - :func:`parse_task_reply` returns the value the task table promises
-  (:mod:`agentcir.components.llms.tasks`), checking field names and types.
+  (:mod:`agentcir.framework.tasks`), checking field names and types.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ import json
 import re
 from typing import Any, Mapping
 
-from ...framework.errors import AgentcirError
+from .errors import AgentcirError
 from .tasks import task_spec
 
 

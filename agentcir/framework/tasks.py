@@ -3,7 +3,7 @@
 Methods call ``llm.run_task(task, variables, images=..., prompt=None)``. The default
 prompt of a task is ``recipes/prompts/tasks/<task>.txt``; prompt-reading backends
 (``openai``, ``transformers``) render it, the offline ``rules`` backend implements the
-task directly. :func:`agentcir.components.llms.parsing.parse_task_reply` turns a reply
+task directly. :func:`agentcir.framework.parsing.parse_task_reply` turns a reply
 into the Python value the table below promises.
 """
 
@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-from ...framework.errors import InputError
+from .errors import InputError
 
 
 @dataclass(frozen=True)
