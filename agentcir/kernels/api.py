@@ -391,17 +391,23 @@ def promote_first_accepted(ids: Any, scores: Any, accepted: Any, *, bonus: float
 
 
 def uncertainty(scores: Any, *, tau: float = 0.02, entropy: Any = None, backend: str = "auto") -> np.ndarray:
-    """OCTOPUS uncertainty gate: ``u = 0.5 * minmax_Q(H) + 0.5 * minmax_Q(top2 / top1)``.
+    """OCTOPUS uncertainty gate, as released (``compute_uncertainty`` of the authors' code):
+    ``u = 0.5 * mm(H) + 0.5 * mm(clip(top2 / (top1 + 1e-8), 0, 1))`` with the min-max over
+    queries ``mm(x) = (x - min) / (max - min + 1e-8)``.
 
     Args:
         scores: float ``[Q, L]`` score rows (any order; ``-inf`` = padding): their two
-            largest entries give the margin ratio (``1`` when top1 is 0; ``0`` with fewer
-            than two candidates).
+            largest entries give the margin (clipped to [0, 1], so a row whose best score
+            is <= 0 has margin 0 or 1 as upstream; ``0`` with fewer than two candidates,
+            a case the released code never meets).
         tau: softmax temperature of the entropy (0.02).
         entropy: optional float ``[Q]`` precomputed entropies (e.g. ``octopus_topk(...).entropy``,
             streamed over the whole gallery); otherwise ``H(softmax(row / tau))`` of ``scores``.
+            The entropy is exact, ``-sum p log p``; upstream's ``-sum p log(p + 1e-8)`` is lower
+            by at most ``N * 1e-8`` nats for N candidates (each term differs by
+            ``p log(1 + 1e-8 / p) <= 1e-8``), the one difference kept: the exact form streams.
     Returns:
-        float32 ``[Q]`` in [0, 1]; min-max over queries (a constant column gives ones).
+        float32 ``[Q]`` in [0, 1); a constant column contributes zeros (upstream's ``+ 1e-8``).
     """
     a = to_numpy_out(scores)
     if a.ndim != 2 or not np.issubdtype(a.dtype, np.floating):

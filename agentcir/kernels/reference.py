@@ -281,8 +281,19 @@ def promote_first_accepted(ids: np.ndarray, scores: np.ndarray, accepted: np.nda
 
 
 # -- uncertainty gate ------------------------------------------------------------------
+GATE_EPS = 1e-8  # the released code's epsilon in the margin ratio and the min-max denominators
+
+
+def gate_minmax(x: np.ndarray) -> np.ndarray:
+    """The gate's min-max over queries, as released: ``(x - min) / (max - min + 1e-8)`` (a
+    constant column gives zeros, unlike the general :func:`minmax`)."""
+    x = np.asarray(x, dtype=np.float64)
+    return (x - x.min()) / (x.max() - x.min() + GATE_EPS)
+
+
 def uncertainty(scores: np.ndarray, tau: float, entropy: np.ndarray | None) -> np.ndarray:
-    """``u = 0.5 * minmax_Q(H(softmax(S / tau))) + 0.5 * minmax_Q(top2 / top1)``.
+    """``u = 0.5 * gate_minmax_Q(H(softmax(S / tau))) + 0.5 * gate_minmax_Q(margin)`` with
+    ``margin = clip(top2 / (top1 + 1e-8), 0, 1)`` (0 with fewer than two candidates).
 
     Non-finite entries of ``scores`` are padding. ``entropy`` (e.g. streamed over the
     whole gallery by :func:`octopus_topk`) replaces the entropy of the given rows.
@@ -293,5 +304,5 @@ def uncertainty(scores: np.ndarray, tau: float, entropy: np.ndarray | None) -> n
     for q, row in enumerate(S):
         v = np.sort(row[~np.isnan(row)])[::-1]
         if v.size >= 2:
-            ratio[q] = 1.0 if v[0] == 0 else v[1] / v[0]
-    return (0.5 * minmax(H) + 0.5 * minmax(ratio)).astype(np.float32)
+            ratio[q] = min(max(v[1] / (v[0] + GATE_EPS), 0.0), 1.0)
+    return (0.5 * gate_minmax(H) + 0.5 * gate_minmax(ratio)).astype(np.float32)

@@ -191,11 +191,24 @@ def test_uncertainty_gate(any_backend):
     ent = lambda row: -sum(p * math.log(p) for p in np.exp(row) / np.exp(row).sum())  # noqa: E731  (tau = 1)
     H = np.array([ent(np.array(r, dtype=float)) for r in S])   # H[1] = log 2 is the largest
     ratio = np.array([0.5, 1.0, 0.0])                           # top2 / top1
-    mm = lambda x: (x - x.min()) / (x.max() - x.min())          # noqa: E731
+    mm = lambda x: (x - x.min()) / (x.max() - x.min() + 1e-8)   # noqa: E731  (the released min-max)
     u = K.uncertainty(S, tau=1.0, backend=any_backend)
     np.testing.assert_allclose(u, 0.5 * mm(H) + 0.5 * mm(ratio), atol=1e-6)
     u = K.uncertainty(S, tau=1.0, entropy=[0.0, 2.0, 1.0], backend=any_backend)
     np.testing.assert_allclose(u, 0.5 * np.array([0, 1, 0.5]) + 0.5 * mm(ratio), atol=1e-6)
-    u = K.uncertainty(f32([[0.0, -1.0], [5, -np.inf]]), tau=1.0, entropy=[1.0, 1.0], backend=any_backend)
-    # top1 = 0 -> ratio 1; one candidate -> ratio 0; constant entropy -> min-max gives ones
-    np.testing.assert_allclose(u, [0.5 + 0.5, 0.5 + 0.0], atol=1e-6)
+
+
+def test_uncertainty_gate_clips_the_margin_and_zeroes_constant_columns_as_released(any_backend):
+    # OCTOPUS src/compute_results.py compute_uncertainty: margin = clamp(top2 / (top1 + 1e-8), 0, 1),
+    # each column normalised by (x - min) / (max - min + 1e-8)
+    S = f32([[0.0, -1.0], [-0.5, -0.2], [0.9, 0.3], [5, -np.inf]])
+    # row 0: -1 / 1e-8 -> clipped to 0; row 1: top1 = -0.2, top2 = -0.5 -> 2.5 -> clipped to 1;
+    # row 2: 1/3; row 3: one candidate -> 0
+    margin = np.array([0.0, 1.0, 0.3 / (0.9 + 1e-8), 0.0])
+    H = np.array([0.3, 0.1, 0.7, 0.2])
+    mm = lambda x: (x - x.min()) / (x.max() - x.min() + 1e-8)   # noqa: E731
+    u = K.uncertainty(S, tau=1.0, entropy=H, backend=any_backend)
+    np.testing.assert_allclose(u, 0.5 * mm(H) + 0.5 * mm(margin), atol=1e-6)
+    # constant columns contribute zeros, not ones
+    u = K.uncertainty(f32([[0.9, 0.3], [0.9, 0.3]]), tau=1.0, entropy=[1.0, 1.0], backend=any_backend)
+    np.testing.assert_allclose(u, [0.0, 0.0], atol=1e-7)

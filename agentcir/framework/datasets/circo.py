@@ -133,7 +133,8 @@ class CIRCO(Dataset):
         self.check_depth(candidates, max(KS), "mAP@50")
         self.check_targets_indexed([t for q in queries for t in q.targets], gallery, "ground-truth")
         rankings = self.rankings(candidates, queries, gallery)
-        out = circo_metrics(rankings, [q.targets for q in queries], [q.meta["target_img_id"] for q in queries], KS)
+        out = circo_metrics(rankings, [q.targets for q in queries], [q.meta["target_img_id"] for q in queries], KS,
+                           query_ids=[q.id for q in queries])
         per_aspect: dict[str, list[float]] = defaultdict(list)
         for r, q in zip(rankings, queries):
             ap = average_precision_at_k(r, q.targets, 10)

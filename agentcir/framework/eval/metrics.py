@@ -131,12 +131,14 @@ def map_at_k(rankings: Sequence[Sequence[str]], gts: Sequence[Sequence[str]], ks
 
 
 def circo_metrics(rankings: Sequence[Sequence[str]], gts: Sequence[Sequence[str]], target_ids: Sequence[str],
-                  ks: Sequence[int] = (5, 10, 25, 50)) -> dict[str, float]:
+                  ks: Sequence[int] = (5, 10, 25, 50), query_ids: Sequence[str] | None = None) -> dict[str, float]:
     """CIRCO: ``mAP@k`` over all ground truths and ``R@k`` of ``target_img_id`` alone (the
-    official evaluation; no reference removal). Duplicates in a ranking are an error."""
+    official evaluation; no reference removal). As the official evaluator, a duplicate
+    anywhere in a query's prediction list is an error (naming the query), not only in the
+    scored top ``max(ks)``."""
     _check_lengths(rankings, gts, target_ids, fn="circo_metrics")
-    for r in rankings:
-        check_no_duplicates(r[: max(ks)], f"ranking (top {max(ks)})")
+    for i, r in enumerate(rankings):
+        check_no_duplicates(r, f"prediction list of query {query_ids[i] if query_ids is not None else i}")
     return {**map_at_k(rankings, gts, ks), **recall_at_k(rankings, list(target_ids), ks)}
 
 

@@ -17,9 +17,10 @@ Stages (each leaves a ranking snapshot, so the report shows recall after every a
    ``w = softmax(s / tau)``, ``s_i = mean_j relu(S_r[j] - S_E[i, j])``, ``e = norm(sum_i w_i P_i)``;
    ``S_t2v = ((e + q_t) / 2) . I^T``; ``S_v2t = q_v . C^T``;
    ``S = lam S_t2v + (1 - lam) (S_v2t * S_t2v)``; the reference item masked to -10.
-4. ``verify`` (candidate verification): uncertainty ``u = 0.5 minmax(H(softmax(S / 0.02))) +
-   0.5 minmax(top2 / top1)`` over the queries (the entropy over the whole gallery, streamed
-   by the kernel); the queries with ``u >= gate`` (the ``max_verified`` most uncertain) have
+4. ``verify`` (candidate verification): uncertainty ``u = 0.5 mm(H(softmax(S / 0.02))) +
+   0.5 mm(clip(top2 / (top1 + 1e-8), 0, 1))`` over the queries, ``mm(x) = (x - min) / (max -
+   min + 1e-8)``, as released (the entropy over the whole gallery, streamed by the kernel,
+   exact where upstream adds 1e-8 inside the log: :func:`agentcir.kernels.uncertainty`); the queries with ``u >= gate`` (the ``max_verified`` most uncertain) have
    their top ``alpha`` candidates judged by the verifier in rank order; the first accepted
    one gets ``max(S) + 100`` (it moves to the front). The released code leaves this step a
    stub (``qwen2vl_text_rerank`` returns its input); it is implemented from its parameters

@@ -1,11 +1,11 @@
-"""uncertainty, numba: per-query entropy and top-2/top-1 margin, then min-max over queries."""
+"""uncertainty, numba: per-query entropy and clipped top-2/top-1 margin, then the gate's min-max over queries."""
 
 from __future__ import annotations
 
 import numpy as np
 from numba import prange
 
-from ..reference import minmax
+from ..reference import GATE_EPS, gate_minmax
 from ._common import dual
 
 
@@ -27,7 +27,7 @@ def _gate_rows(S, tau, want_entropy, H, ratio):
             elif x > top2:
                 top2 = x
         if count >= 2:
-            ratio[q] = 1.0 if top1 == 0 else np.float64(top2) / np.float64(top1)
+            ratio[q] = min(max(np.float64(top2) / (np.float64(top1) + GATE_EPS), 0.0), 1.0)
         if want_entropy and count > 0:
             m = np.float64(top1) / tau
             z = 0.0
@@ -49,4 +49,4 @@ def uncertainty(scores: np.ndarray, tau: float, entropy: np.ndarray | None) -> n
     _gate_rows(scores, float(tau), entropy is None, H, ratio, work=scores.size)
     if entropy is not None:
         H = entropy.astype(np.float64)
-    return (0.5 * minmax(H) + 0.5 * minmax(ratio)).astype(np.float32)
+    return (0.5 * gate_minmax(H) + 0.5 * gate_minmax(ratio)).astype(np.float32)

@@ -5,7 +5,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from ._common import minmax, to_t
+from ..reference import GATE_EPS
+from ._common import to_t
 
 
 def uncertainty(scores: np.ndarray, tau: float, entropy: np.ndarray | None) -> torch.Tensor:
@@ -16,7 +17,7 @@ def uncertainty(scores: np.ndarray, tau: float, entropy: np.ndarray | None) -> t
     count = valid.sum(dim=1)
     top = S.topk(min(2, L), dim=1).values
     if L >= 2:
-        ratio = torch.where(top[:, 0] == 0, torch.ones(Q, dtype=torch.float64), top[:, 1] / top[:, 0])
+        ratio = (top[:, 1] / (top[:, 0] + GATE_EPS)).clamp(0.0, 1.0)
         ratio = torch.where(count >= 2, ratio, torch.zeros_like(ratio))
     else:
         ratio = torch.zeros(Q, dtype=torch.float64)
@@ -28,4 +29,8 @@ def uncertainty(scores: np.ndarray, tau: float, entropy: np.ndarray | None) -> t
                         torch.zeros_like(z))
     else:
         H = to_t(entropy).double()
-    return (0.5 * minmax(H) + 0.5 * minmax(ratio)).float()
+    return (0.5 * _gate_minmax(H) + 0.5 * _gate_minmax(ratio)).float()
+
+
+def _gate_minmax(x: torch.Tensor) -> torch.Tensor:
+    return (x - x.min()) / (x.max() - x.min() + GATE_EPS)

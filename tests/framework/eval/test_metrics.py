@@ -83,6 +83,15 @@ def test_map_and_circo_recall_uses_target_only():
         circo_metrics([["x", "x"]], [["t"]], ["t"], ks=(2,))
 
 
+def test_circo_rejects_a_duplicate_anywhere_in_the_list_like_the_official_evaluator():
+    # miccunifi/CIRCO src/evaluation.py checks len(set(predictions)) over the whole list,
+    # not only the scored top 50: a duplicate at rank 60 is an error naming the query
+    ranking = [f"g{i}" for i in range(59)] + ["g3"]
+    with pytest.raises(InputError, match="prediction list of query q7 has duplicate prediction 'g3'"):
+        circo_metrics([ranking], [["g0"]], ["g0"], ks=(5, 10, 25, 50), query_ids=["q7"])
+    assert circo_metrics([ranking[:-1]], [["g0"]], ["g0"], ks=(50,))["R@50"] == 100.0
+
+
 def test_covr_masks_the_reference_and_means():
     rankings = [["r1", "t1", "a"], ["a", "b", "t2"], ["t3", "r3"]]
     out = covr_metrics(rankings, ["r1", "r2", "r3"], ["t1", "t2", "t3"], ks=(1, 5, 10, 50))

@@ -145,8 +145,8 @@ def test_uncertainty_gate_and_limits(world, tmp_path):
         p = np.exp(x - x.max()) / np.exp(x - x.max()).sum()
         H.append(-(p * np.log(p)).sum())
     H = np.array(H)
-    ratio = scores[:, 1] / scores[:, 0]
-    mm = lambda v: (v - v.min()) / (v.max() - v.min())  # noqa: E731
+    ratio = np.clip(scores[:, 1] / (scores[:, 0] + 1e-8), 0, 1)
+    mm = lambda v: (v - v.min()) / (v.max() - v.min() + 1e-8)  # noqa: E731
     u = 0.5 * mm(H) + 0.5 * mm(ratio)
     np.testing.assert_allclose(state.arrays["uncertainty"], u, atol=1e-5)
     chosen = [i for i in np.argsort(-u, kind="stable") if u[i] >= 0.5][:1]
