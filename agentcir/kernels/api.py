@@ -350,7 +350,11 @@ def xr_rerank(ids: Any, sims: Any, qa: Any, cap: Any, *, qa_weight: float = 0.5,
 
     ``score = (qa_weight * qa + (1 - qa_weight) * cap) * minmax(sims over the head)``; the
     head (the first ``H = qa.shape[1]`` candidates) is re-sorted by score (ties keep their
-    previous order), the tail keeps its order and its stage-1 sims.
+    previous order), the tail keeps its order and its stage-1 sims. As in the released code
+    (``XR/xr.py`` ``_take_head``), a head of equal sims min-maxes to zeros (so its order is
+    kept), unlike the general min-max's ones. The released re-sort is numpy's unstable
+    ``argsort``, whose order among tied scores depends on the numpy build and CPU: tie order
+    is the one thing not reproduced (here: stable, stage-1 order).
 
     Args:
         ids: int ``[Q, L]`` stage-1 ranking (``-1`` padding at the end).

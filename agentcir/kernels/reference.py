@@ -33,12 +33,12 @@ def _normalize(x: np.ndarray) -> np.ndarray:
     return x / np.maximum(np.linalg.norm(x, axis=-1, keepdims=True), 1e-12)
 
 
-def minmax(x: np.ndarray, axis: int = -1) -> np.ndarray:
-    """Min-max normalise along ``axis``; constant slices become ones."""
+def minmax(x: np.ndarray, axis: int = -1, constant: float = 1.0) -> np.ndarray:
+    """Min-max normalise along ``axis``; constant slices become ``constant`` (ones)."""
     x = np.asarray(x, dtype=np.float64)
     lo = x.min(axis=axis, keepdims=True)
     span = x.max(axis=axis, keepdims=True) - lo
-    return np.where(span > 0, (x - lo) / np.where(span > 0, span, 1.0), 1.0)
+    return np.where(span > 0, (x - lo) / np.where(span > 0, span, 1.0), constant)
 
 
 def zscore(x: np.ndarray, axis: int = -1) -> np.ndarray:
@@ -245,7 +245,8 @@ def fuse_lists(ids: np.ndarray, scores: np.ndarray, k: int, weights: np.ndarray,
 # -- re-ranks -------------------------------------------------------------------------
 def xr_rerank(ids: np.ndarray, sims: np.ndarray, qa: np.ndarray, cap: np.ndarray,
               qa_weight: float) -> tuple[np.ndarray, np.ndarray]:
-    """XR stage 2: head score ``(w*qa + (1-w)*cap) * minmax(head sims)``; head re-sorted (stable), tail kept."""
+    """XR stage 2: head score ``(w*qa + (1-w)*cap) * minmax(head sims)`` (a constant head gives
+    zeros, as released); head re-sorted (stable), tail kept."""
     Q, L = ids.shape
     H = qa.shape[1]
     out_ids = ids.copy()
@@ -254,7 +255,7 @@ def xr_rerank(ids: np.ndarray, sims: np.ndarray, qa: np.ndarray, cap: np.ndarray
         n = int((ids[q, :H] >= 0).sum())  # padding is trailing (checked by the API)
         if n == 0:
             continue
-        score = (qa_weight * qa[q, :n].astype(np.float64) + (1 - qa_weight) * cap[q, :n]) * minmax(sims[q, :n])
+        score = (qa_weight * qa[q, :n].astype(np.float64) + (1 - qa_weight) * cap[q, :n]) * minmax(sims[q, :n], constant=0.0)
         order = np.argsort(-score, kind="stable")
         out_ids[q, :n] = ids[q, :n][order]
         out_s[q, :n] = score[order]

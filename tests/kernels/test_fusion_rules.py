@@ -171,9 +171,20 @@ def test_xr_rerank(any_backend):
     # head sims [0.9, 0.8, 0.7] -> min-max [1, 0.5, 0]; (qa + cap) / 2 = [0, 1, 0.5] -> [0, 0.5, 0]
     assert i[0].tolist() == [6, 5, 7, 8, 9]       # 5 and 7 tie at 0: stage-1 order kept; tail unchanged
     np.testing.assert_allclose(s[0], [0.5, 0, 0, 0.6, 0.5], atol=1e-6)
-    assert i[1].tolist() == [4, -1, -1, -1, -1]   # one candidate: min-max of a constant -> 1
-    np.testing.assert_allclose(s[1, 0], 0.5)
+    assert i[1].tolist() == [4, -1, -1, -1, -1]   # one candidate: min-max of a constant head -> 0 (as released)
+    np.testing.assert_allclose(s[1, 0], 0.0)
     assert np.isneginf(s[1, 1:]).all()
+
+
+def test_xr_rerank_constant_head_scores_zero_and_keeps_its_order_as_released(any_backend):
+    # XR/xr.py _take_head: hi == lo -> head sims all 0, so every head score is 0: the QA
+    # answers cannot reorder a head whose stage-1 similarities are all equal
+    ids = np.array([[3, 1, 2, 0]])
+    sims = f32([[0.4, 0.4, 0.4, 0.1]])
+    qa, cap = f32([[0, 1, 1]]), f32([[0, 1, 0]])
+    s, i = K.xr_rerank(ids, sims, qa, cap, backend=any_backend)
+    assert i[0].tolist() == [3, 1, 2, 0]
+    np.testing.assert_allclose(s[0], [0, 0, 0, 0.1], atol=1e-7)
 
 
 def test_promote_first_accepted(any_backend):

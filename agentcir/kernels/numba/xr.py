@@ -28,7 +28,7 @@ def _xr_rerank(ids, sims, qa, cap, wq, out_s, out_i):
             hi = max(hi, np.float64(sims[q, j]))
         score = np.empty(n, dtype=np.float64)
         for j in range(n):
-            mm = (np.float64(sims[q, j]) - lo) / (hi - lo) if hi > lo else 1.0
+            mm = (np.float64(sims[q, j]) - lo) / (hi - lo) if hi > lo else 0.0  # constant head: zeros
             score[j] = (wq * np.float64(qa[q, j]) + (1.0 - wq) * np.float64(cap[q, j])) * mm
         order = np.argsort(-score, kind="mergesort")  # stable: ties keep the stage-1 order
         for j in range(n):

@@ -17,7 +17,7 @@ def xr_rerank(ids: np.ndarray, sims: np.ndarray, qa: np.ndarray, cap: np.ndarray
     inf = torch.tensor(float("inf"), dtype=torch.float64)
     lo = torch.where(valid, sh, inf).amin(dim=1, keepdim=True)
     span = torch.where(valid, sh, -inf).amax(dim=1, keepdim=True) - lo
-    mm = torch.where(span > 0, (sh - lo) / torch.where(span > 0, span, 1.0), torch.ones_like(sh))
+    mm = torch.where(span > 0, (sh - lo) / torch.where(span > 0, span, 1.0), torch.zeros_like(sh))
     score = (qa_weight * to_t(qa).double() + (1.0 - qa_weight) * to_t(cap).double()) * mm
     score = torch.where(valid, score, -inf)
     order = torch.sort(score, dim=1, descending=True, stable=True).indices
