@@ -292,6 +292,9 @@ def rrf(rankings: Any, k: int, *, z: float = 60.0, weights: Any = None, backend:
             repeated in a list counts at its first position; absent items contribute
             nothing), or dense score matrices, float ``[V, Q, N]`` (column = item id;
             every row ranks all N items, ties by lower id). ``[Q, L]`` means V = 1.
+            Tied fused scores keep the items' first-appearance order, reading list 0 first
+            (for matrices: list 0's ranking), as XR's released fusion does (a dict filled
+            list by list, then a stable sort); not the lower-id rule of the other ops.
         k: how many fused items to return per query.
         z: the RRF constant (60). weights: optional per-list weights ``[V]`` (default 1).
     """

@@ -7,8 +7,8 @@ with float32 data or the uint16 bits of a half type, ids int32 with ``-1`` paddi
 
 Shared rules (README.md "Conventions"):
 
-* ranking: score descending, ties broken by the lower id; padding slots are
-  ``(-inf, -1)`` when fewer than ``k`` items are left;
+* ranking: score descending, ties broken by the lower id (rrf: by first appearance, as
+  XR's code); padding slots are ``(-inf, -1)`` when fewer than ``k`` items are left;
 * ``exclude``: per-query ids removed from the ranking (``exclude_score=None``) or given
   the score ``exclude_score`` (OCTOPUS masks the reference item to -10);
 * ``minmax(x) = (x - min) / (max - min)``; a constant vector min-max normalises to ones;
@@ -176,8 +176,12 @@ def _first_occurrence(ids: np.ndarray) -> np.ndarray:
     return (first.reshape(V * Q, L) & valid).reshape(V, Q, L)
 
 
-def _sum_by_query_id(ids: np.ndarray, values: np.ndarray, keep: np.ndarray, Q: int, k: int):
-    """Sum ``values`` per (query, id) over the kept entries of ``[V, Q, L]`` lists; top-k per query."""
+def _sum_by_query_id(ids: np.ndarray, values: np.ndarray, keep: np.ndarray, Q: int, k: int,
+                     first_appearance: bool = False):
+    """Sum ``values`` per (query, id) over the kept entries of ``[V, Q, L]`` lists; top-k per
+    query, ties by the lower id or (``first_appearance``) by the item's first appearance when
+    the lists are read in order, list 0 first (its smallest ``v * L + position``)."""
+    V, _, L = ids.shape
     q_of = np.broadcast_to(np.arange(Q)[None, :, None], ids.shape)[keep].astype(np.int64)
     i_of = ids[keep].astype(np.int64)
     v_of = values[keep]
@@ -185,7 +189,12 @@ def _sum_by_query_id(ids: np.ndarray, values: np.ndarray, keep: np.ndarray, Q: i
     uniq, inv = np.unique(q_of * width + i_of, return_inverse=True)
     total = np.bincount(inv.ravel(), weights=v_of, minlength=len(uniq))
     uq, ui = uniq // width, uniq % width
-    order = np.lexsort((ui, -total, uq))
+    tie = ui
+    if first_appearance:
+        where = (np.arange(V)[:, None, None] * L + np.arange(L)[None, None, :]) + np.zeros(ids.shape, dtype=np.int64)
+        tie = np.full(len(uniq), np.iinfo(np.int64).max, dtype=np.int64)
+        np.minimum.at(tie, inv.ravel(), where[keep])
+    order = np.lexsort((tie, -total, uq))
     uq, ui, total = uq[order], ui[order], total[order]
     starts = np.searchsorted(uq, np.arange(Q))
     pos = np.arange(len(uq)) - starts[uq]
@@ -198,20 +207,24 @@ def _sum_by_query_id(ids: np.ndarray, values: np.ndarray, keep: np.ndarray, Q: i
 
 
 def rrf_lists(ids: np.ndarray, k: int, z: float, weights: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Reciprocal rank fusion of ranked id lists ``[V, Q, L]``: ``sum_v w_v / (z + rank_v)``, ranks from 1."""
+    """Reciprocal rank fusion of ranked id lists ``[V, Q, L]``: ``sum_v w_v / (z + rank_v)``, ranks
+    from 1; tied fused scores keep the items' first-appearance order (list 0 first, as XR's code)."""
     V, Q, L = ids.shape
     contrib = weights[:, None, None] / (z + np.arange(1, L + 1, dtype=np.float64))[None, None, :]
-    return _sum_by_query_id(ids, np.broadcast_to(contrib, ids.shape), _first_occurrence(ids), Q, k)
+    return _sum_by_query_id(ids, np.broadcast_to(contrib, ids.shape), _first_occurrence(ids), Q, k,
+                            first_appearance=True)
 
 
 def rrf_scores(scores: np.ndarray, k: int, z: float, weights: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """RRF of dense score matrices ``[V, Q, N]``: each row ranks all N items (ties: lower id first)."""
+    """RRF of dense score matrices ``[V, Q, N]``: each row ranks all N items (ties: lower id
+    first); tied fused scores keep the order of list 0 (every item's first appearance)."""
     V, Q, N = scores.shape
     order = np.argsort(-scores.astype(np.float64), axis=-1, kind="stable")
     ranks = np.empty_like(order)
     np.put_along_axis(ranks, order, np.arange(1, N + 1)[None, None, :], axis=-1)
     fused = (weights[:, None, None] / (z + ranks)).sum(axis=0)
-    return topk_rows(fused, k)
+    s, pos = topk_rows(np.take_along_axis(fused, order[0], axis=-1), k)   # columns in list-0 order
+    return s, np.where(pos >= 0, np.take_along_axis(order[0], np.maximum(pos, 0), axis=-1), -1).astype(np.int32)
 
 
 def _norm(x: np.ndarray, norm: str, axis: int = -1) -> np.ndarray:

@@ -115,14 +115,37 @@ def test_rrf_lists(any_backend):
     s, i = K.rrf(lists, 5, z=60, backend=any_backend)
     assert i.tolist() == [[1, 3, 5, 2, -1]]
     np.testing.assert_allclose(s[0, :4], [1 / 62 + 1 / 61, 1 / 61, 1 / 62, 1 / 63], rtol=1e-6)
-    s, i = K.rrf(np.array([[[1, 2]], [[2, 1]]]), 2, backend=any_backend)   # exact tie -> lower id
-    assert i.tolist() == [[1, 2]] and s[0, 0] == s[0, 1]
+    s, i = K.rrf(np.array([[[2, 1]], [[1, 2]]]), 2, backend=any_backend)   # exact tie -> first appearance
+    assert i.tolist() == [[2, 1]] and s[0, 0] == s[0, 1]
     s, i = K.rrf(np.array([[[4, 4, 7]]]), 3, backend=any_backend)         # repeated id: first position
     assert i.tolist() == [[4, 7, -1]]
     np.testing.assert_allclose(s[0, :2], [1 / 61, 1 / 63], rtol=1e-6)
     s, i = K.rrf(lists, 2, weights=[2.0, 1.0], z=1, backend=any_backend)   # weighted, z = 1
     np.testing.assert_allclose(s[0], [2 / 3 + 1 / 2, 2 / 2], rtol=1e-6)    # item 1: 2/(1+2) + 1/(1+1); item 3: 2/(1+1)
     assert i.tolist() == [[1, 3]]
+
+
+def _released_rrf(lists, z):
+    """XR's fusion restated: scores summed into a dict filled list by list, then a stable sort
+    by score, descending (so tied items keep the order in which they first appeared)."""
+    score = {}
+    for names in lists:
+        for r, name in enumerate(names, start=1):
+            score[name] = score.get(name, 0.0) + 1.0 / (z + r)
+    return sorted(score, key=lambda n: score[n], reverse=True)
+
+
+def test_rrf_ties_match_the_released_fusion_order(any_backend):
+    rng = np.random.default_rng(0)
+    for trial in range(40):
+        V, L, N = rng.integers(2, 4), rng.integers(3, 12), 15
+        lists = np.stack([rng.permutation(N)[:L] for _ in range(V)])[:, None, :]   # many exact ties
+        expect = _released_rrf([list(x) for x in lists[:, 0]], 60)
+        _, i = K.rrf(lists, len(expect), z=60, backend=any_backend)
+        assert i[0].tolist() == expect, trial
+    S = f32([[[0.1, 0.5, 0.9]], [[0.9, 0.5, 0.1]]])   # items 0 and 2 tie; list 0 ranks 2 first
+    _, i = K.rrf(S, 3, backend=any_backend)
+    assert i.tolist() == [[2, 0, 1]]
 
 
 def test_rrf_score_matrices(any_backend):

@@ -6,9 +6,11 @@ of floats), and a numba pass per query walks the sorted keys, fuses and keeps th
 
 * Id lists ``[V, Q, L]``: key ``(id * V + list) * L + position`` (padding sorts last), so
   an item's entries are adjacent, in list order, first occurrence first; its fused score
-  is summed in list order (float64, the reference's order) into a float64 heap.
+  is summed in list order (float64, the reference's order) into a float64 heap whose tie
+  key is the item's first appearance ``list * L + position`` (mapped back to the id after).
 * Score matrices ``[V, Q, N]``: key ``(~monotone_int32(score) << 32) | id`` sorts by score
-  descending, ties by lower id; the position in the sorted row is the rank.
+  descending, ties by lower id; the position in the sorted row is the rank, and an item's
+  rank in list 0 is its tie key.
 """
 
 from __future__ import annotations
@@ -50,17 +52,31 @@ def sorted_list_keys(ids: np.ndarray) -> np.ndarray:
     return keys
 
 
+@njit(inline="always", cache=True)
+def _emit_from(hs, hi, n, out_s, out_i, id_at):
+    """Emit the heap, whose ids are positions, as the ids ``id_at[position]``."""
+    _emit(hs, hi, n, out_s, out_i)
+    for j in range(out_i.shape[0]):
+        if out_i[j] >= 0:
+            out_i[j] = id_at[out_i[j]]
+
+
 @dual()
-def _rrf_lists(keys, V, L, z, w, k, out_s, out_i):
+def _rrf_lists(ids, keys, V, L, z, w, k, out_s, out_i):
     Q, n = keys.shape
     VL = np.int64(V) * L
     for q in prange(Q):
         hs = np.full(k, -np.inf, dtype=np.float64)
         hi = np.full(k, -1, dtype=np.int32)
+        flat = np.empty(V * L, dtype=np.int32)
+        for v in range(V):
+            for p in range(L):
+                flat[v * L + p] = ids[v, q, p]
         cnt = 0
         j = 0
         while j < n and keys[q, j] != INT64_MAX:
             item = keys[q, j] // VL
+            first = keys[q, j] % VL  # the smallest list * L + position of the item: its first appearance
             total = 0.0
             last_v = -1
             while j < n and keys[q, j] != INT64_MAX and keys[q, j] // VL == item:
@@ -69,8 +85,8 @@ def _rrf_lists(keys, V, L, z, w, k, out_s, out_i):
                     total += w[v] / (z + (keys[q, j] % L) + 1)
                     last_v = v
                 j += 1
-            cnt = heap_push(hs, hi, cnt, total, np.int32(item))
-        _emit(hs, hi, cnt, out_s[q], out_i[q])
+            cnt = heap_push(hs, hi, cnt, total, np.int32(first))
+        _emit_from(hs, hi, cnt, out_s[q], out_i[q], flat)
 
 
 @njit(inline="always", cache=True)
@@ -99,12 +115,15 @@ def _rrf_ranked(keys, z, w, k, out_s, out_i):
         for v in range(V):
             for p in range(N):
                 acc[keys[v, q, p] & np.int64(0xFFFFFFFF)] += w[v] / (z + p + 1)
+        order0 = np.empty(N, dtype=np.int32)  # list 0's ranking: the first appearance of every item
+        for p in range(N):
+            order0[p] = np.int32(keys[0, q, p] & np.int64(0xFFFFFFFF))
         hs = np.full(k, -np.inf, dtype=np.float64)
         hi = np.full(k, -1, dtype=np.int32)
         cnt = 0
-        for i in range(N):
-            cnt = heap_push(hs, hi, cnt, acc[i], np.int32(i))
-        _emit(hs, hi, cnt, out_s[q], out_i[q])
+        for p in range(N):
+            cnt = heap_push(hs, hi, cnt, acc[order0[p]], np.int32(p))
+        _emit_from(hs, hi, cnt, out_s[q], out_i[q], order0)
 
 
 def _out(Q: int, k: int):
@@ -115,7 +134,7 @@ def rrf_lists(ids: np.ndarray, k: int, z: float, weights: np.ndarray):
     """See :func:`agentcir.kernels.rrf` (integer rank lists ``[V, Q, L]``)."""
     V, Q, L = ids.shape
     out_s, out_i = _out(Q, k)
-    _rrf_lists(sorted_list_keys(ids), V, L, float(z), weights, k, out_s, out_i, work=ids.size)
+    _rrf_lists(ids, sorted_list_keys(ids), V, L, float(z), weights, k, out_s, out_i, work=ids.size)
     return out_s, out_i
 
 

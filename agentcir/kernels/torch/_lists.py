@@ -27,7 +27,9 @@ class ListEntries:
         pair = key // (V * L)
         self.first = torch.ones_like(key, dtype=torch.bool)
         self.first[1:] = (key[1:] // L) != (key[:-1] // L)
-        uniq, self.group = torch.unique_consecutive(pair, return_inverse=True)
+        uniq, self.group, counts = torch.unique_consecutive(pair, return_inverse=True, return_counts=True)
+        # the first entry of a pair has its smallest list * L + position: its first appearance
+        self.pair_first = (key % (V * L))[torch.cumsum(counts, 0) - counts]
         self.pair_q = uniq // width
         self.pair_item = uniq % width
         self.Q = Q
@@ -37,10 +39,12 @@ class ListEntries:
         vals = torch.where(self.first, values.double(), torch.zeros_like(values, dtype=torch.float64))
         return torch.zeros(len(self.pair_q), dtype=torch.float64).index_add_(0, self.group, vals)
 
-    def topk(self, totals: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """Top-k (query, item) pairs per query by total (ties: lower item), padded."""
-        o1 = torch.sort(totals, descending=True, stable=True).indices     # ties keep item order
-        o2 = o1[torch.sort(self.pair_q[o1], stable=True).indices]          # group by query
+    def topk(self, totals: torch.Tensor, k: int, first_appearance: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+        """Top-k (query, item) pairs per query by total (ties: lower item, or the item's first
+        appearance in the lists read in order), padded."""
+        o0 = torch.sort(self.pair_first, stable=True).indices if first_appearance else torch.arange(len(totals))
+        o1 = o0[torch.sort(totals[o0], descending=True, stable=True).indices]  # ties keep o0's order
+        o2 = o1[torch.sort(self.pair_q[o1], stable=True).indices]              # group by query
         q = self.pair_q[o2]
         starts = torch.searchsorted(q, torch.arange(self.Q))
         rank = torch.arange(len(q)) - starts[q]

@@ -13,7 +13,7 @@ def rrf_lists(ids: np.ndarray, k: int, z: float, weights: np.ndarray):
     """See :func:`agentcir.kernels.rrf` (integer rank lists)."""
     e = ListEntries(to_t(ids))
     w = to_t(weights)
-    return e.topk(e.sum_per_pair(w[e.v] / (z + e.pos.double() + 1.0)), k)
+    return e.topk(e.sum_per_pair(w[e.v] / (z + e.pos.double() + 1.0)), k, first_appearance=True)
 
 
 def rrf_scores(scores: np.ndarray, k: int, z: float, weights: np.ndarray):
@@ -27,4 +27,5 @@ def rrf_scores(scores: np.ndarray, k: int, z: float, weights: np.ndarray):
     fused = contrib[0].clone()
     for v in range(1, V):  # list order, as the reference sums
         fused += contrib[v]
-    return topk_sorted_f64(fused, k)
+    s, pos = topk_sorted_f64(fused.gather(-1, order[0]), k)  # columns in list-0 order: ties keep it
+    return s, torch.where(pos >= 0, order[0].gather(-1, pos.clamp_min(0).long()), -1).to(torch.int32)
