@@ -13,6 +13,10 @@ from ...registry import VERIFIERS
 from .answers import ask, check_policy
 
 
+#: how ``check`` reads a reply (config field ``reading``)
+READINGS = ("strict", "released")
+
+
 @VERIFIERS.register("vlm")
 class VLMVerifier(Verifier):
     """Asks the injected VLM; replies are parsed strictly (:mod:`.answers`).
@@ -29,6 +33,9 @@ class VLMVerifier(Verifier):
         verify_caption_prompt: prompt of ``verify`` with only the reference's caption.
         answer_prompt: prompt of ``check`` (task ``answer``).
         unclear: what an unclear reply counts as: ``no``, ``yes`` (both logged) or ``error``.
+        reading: how ``check`` reads a reply: ``strict`` (the shared parser, under ``unclear``)
+            or ``released`` (XR's released image path: yes when the reply contains "yes",
+            unchecked; pair it with ``answer_prompt=xr/answer_released``).
     """
 
     requires: ClassVar[tuple[str, ...]] = ("llm",)
@@ -40,10 +47,14 @@ class VLMVerifier(Verifier):
         verify_caption_prompt: str = "verifier/verify_caption"
         answer_prompt: str = "tasks/answer"
         unclear: str = "no"
+        reading: str = "strict"
 
     def __init__(self, cfg=None, **deps):
         super().__init__(cfg, **deps)
         check_policy(self.cfg.unclear, "verifier 'vlm'")
+        if self.cfg.reading not in READINGS:
+            raise InputError(f"verifier 'vlm': field 'reading' must be one of {', '.join(READINGS)}, "
+                             f"got {self.cfg.reading!r}")
 
     def verify(self, candidate: Path, instruction: str, *, reference: Path | None = None,
                caption: str | None = None, reference_caption: str | None = None) -> bool:
@@ -65,6 +76,10 @@ class VLMVerifier(Verifier):
         if candidate is None:
             raise InputError("verifier 'vlm': check needs the candidate image (candidate=); "
                              "to judge a caption use verifier=entailment")
+        if self.cfg.reading == "released":   # an unchecked task name: the reply is read as XR released it
+            reply = self.llm.run_task("xr_answer_released", {"statement": statement}, images=[Path(candidate)],
+                                      prompt=self.cfg.answer_prompt)
+            return "yes" in (reply or "").strip().lower()
         return ask(lambda: self.llm.run_task("answer", {"statement": statement}, images=[Path(candidate)],
                                              prompt=self.cfg.answer_prompt),
                    self.cfg.unclear, what=f"true/false answer of verifier 'vlm' for '{candidate}'")

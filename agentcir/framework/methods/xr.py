@@ -32,11 +32,19 @@ Stages (each that ranks leaves a snapshot, so the report shows recall after ever
    yes, which also stops the calls there.)
 
 Answer parsing: correct by default (``framework.parsing``: the expected answer of a statement is a
-real boolean, a reply's first word decides). ``upstream_compat=true`` reproduces the two
-bugs of the released text-QA path (``_run_caption_path``): the expected answer is
-``bool(raw)``, so ``"False"`` counts as true, and a reply is yes when it contains "yes" (or
-"true", the word this task's prompt asks for) and does not contain "no" anywhere, so "not",
-"know", "cannot" make it no. The image path compares parsed verdicts in both modes.
+real boolean, a reply's first word decides). ``upstream_compat=true`` reads replies exactly as
+the released code (``XR/xr.py``), with its two bugs: the statements are read as released
+(``{"step2": [[question, answer], ...]}`` pairs or this project's ``{"questions": [...]}``,
+all of them, no cut at ``num_questions``), unchecked; the caption path
+(``_run_caption_path``) asks ``compat_entail_prompt`` (the released Yes/No judge wording),
+takes a reply as yes when it contains "yes" and contains "no" nowhere ("not", "know",
+"cannot" make it no; "true" is not yes), and expects ``bool(raw answer)``, so ``"False"``
+counts as true; the image path (``_run_qa_path``) compares the verdict as the string
+``"True"``/``"False"`` with the raw answer, so only string answers ``"True"``/``"False"``
+(the released prompt's) can ever match: a JSON boolean never does. For the released image
+reading too, use ``verifier=vlm verifier.reading=released`` (a reply containing "yes" is
+yes); ``+experiment=xr_upstream_compat`` sets all of it. Not reproduced: the released
+re-sort is numpy's unstable ``argsort`` (tie order; see :func:`agentcir.kernels.xr_rerank`).
 
 The released code keeps the reference in the stage-1 lists (CIRR removes it at evaluation);
 ``exclude_reference`` (default true, like every method here) removes it before the head is
@@ -69,26 +77,38 @@ S2_MODES = ("both", "qa", "caption", "none")
 
 
 def upstream_is_yes(text: str) -> bool:
-    """The released text-QA reading of a reply (``upstream_compat``): "yes"/"true" found and
+    """The released caption-path reading of a reply (``upstream_compat``): "yes" found and
     "no" found nowhere, by substring ("not", "know", "cannot" all count as no)."""
     t = (text or "").strip().lower()
-    return ("yes" in t or "true" in t) and "no" not in t
+    return "yes" in t and "no" not in t
 
 
-def upstream_questions(reply: str, n: int) -> list[dict[str, Any]]:
-    """The statements of a ``questions`` reply as the released code reads them: for the
-    caption path ``bool(raw)`` (the string ``"False"`` is true: ``caption_answer``); the
-    image path compared the answer's text, so its ``answer`` is read correctly (None when
-    it is neither true nor false: it then never matches)."""
-    data = extract_json(reply, what="reply to LLM task 'questions'")
-    items = data.get("questions", []) if isinstance(data, dict) else data
+def upstream_image_match(verdict: bool, raw: Any) -> bool:
+    """The released image-path comparison: the verdict as the string ``"True"``/``"False"``
+    equals the raw expected answer (a JSON boolean, or ``"true"``, never does)."""
+    return ("True" if verdict else "False") == raw
+
+
+def upstream_questions(reply: str) -> list[dict[str, Any]]:
+    """The statements of a questions reply as the released code reads them, all of them:
+    ``{"step2": [[statement, answer], ...]}`` (the released format; entries that are not
+    pairs are skipped) or ``{"questions": [{"statement", "answer"}, ...]}``. ``raw`` is the
+    answer as written (compared by :func:`upstream_image_match`), ``caption_answer`` is
+    ``bool(raw)`` (the string ``"False"`` is true), ``answer`` the correct reading (for the
+    trace; None when it is neither true nor false)."""
+    data = extract_json(reply, what="reply to XR's statements (upstream_compat)")
+    if isinstance(data, dict) and isinstance(data.get("step2"), list):
+        pairs = [(x[0], x[1]) for x in data["step2"] if isinstance(x, list) and len(x) == 2]
+    else:
+        items = data.get("questions", []) if isinstance(data, dict) else data
+        pairs = [(q.get("statement"), q.get("answer")) for q in (items if isinstance(items, list) else [])
+                 if isinstance(q, dict)]
     out = []
-    for q in items if isinstance(items, list) else []:
-        if isinstance(q, dict) and isinstance(q.get("statement"), str) and q["statement"].strip():
-            raw = q.get("answer")
+    for statement, raw in pairs:
+        if isinstance(statement, str) and statement.strip():
             strict = raw if isinstance(raw, bool) else parse_true_false(raw, default=None)
-            out.append({"statement": q["statement"].strip(), "answer": strict, "caption_answer": bool(raw)})
-    return out[:n]
+            out.append({"statement": statement.strip(), "answer": strict, "raw": raw, "caption_answer": bool(raw)})
+    return out
 
 
 @METHODS.register("xr")
@@ -113,7 +133,10 @@ class XR(Method):
         qa_weight: weight of the image answers in the fusion (0.5).
         stage3: run the yes/no verification of the top ``alpha``.
         alpha: candidates judged by stage 3 (100).
-        upstream_compat: reproduce the released answer-parsing bugs (see the module docstring).
+        upstream_compat: read replies exactly as the released code, bugs included (module docstring).
+        compat_questions_prompt: the statements prompt under ``upstream_compat`` (reply unchecked).
+        compat_entail_prompt: the caption-path judge prompt under ``upstream_compat`` (the released
+            Yes/No wording; reply unchecked).
         exclude_reference: remove the reference item from the stage-1 lists.
         verify_instruction: what stage 3 asks the verifier about: ``modification`` or ``target``.
     """
@@ -121,6 +144,7 @@ class XR(Method):
     requires: ClassVar[tuple[str, ...]] = ("encoder", "llm", "captioner")
     optional: ClassVar[tuple[str, ...]] = ("verifier",)
     needs_captions: ClassVar[bool] = True
+    prompt_fields: ClassVar[tuple[str, ...]] = ("compat_questions_prompt", "compat_entail_prompt")
 
     @dataclass
     class Config:
@@ -139,6 +163,8 @@ class XR(Method):
         stage3: bool = False
         alpha: int = 100
         upstream_compat: bool = False
+        compat_questions_prompt: str = "tasks/questions"
+        compat_entail_prompt: str = "xr/entail_released"
         exclude_reference: bool = True
         verify_instruction: str = "modification"
 
@@ -255,10 +281,12 @@ class XR(Method):
             target = rec["rewritten"] or (rec["descriptions"] or [rec["reference_caption"]])[0]
             variables = {"reference_caption": rec["reference_caption"], "modification": q.text,
                          "target_caption": target, "n": c.num_questions}
-            reply = await ctx.call(self.llm, "run_task", task="questions", variables=variables)
-            if c.upstream_compat:
-                qs = upstream_questions(reply, c.num_questions)
+            if c.upstream_compat:   # an unchecked task name: the reply is read as released
+                reply = await ctx.call(self.llm, "run_task", task="xr_statements_released", variables=variables,
+                                       prompt=c.compat_questions_prompt)
+                qs = upstream_questions(reply)
             else:
+                reply = await ctx.call(self.llm, "run_task", task="questions", variables=variables)
                 qs = [{**x, "caption_answer": x["answer"]}
                       for x in parse_task_reply("questions", reply, variables)["questions"][:c.num_questions]]
             return {"target_caption": target, "questions": qs}
@@ -267,8 +295,13 @@ class XR(Method):
 
     # -- 4. fine filter --------------------------------------------------------------------------
     async def _entails(self, ctx: RunContext, statement: str, caption: str) -> bool:
-        reply = await ctx.call(self.llm, "run_task", task="entail", variables={"statement": statement, "caption": caption})
-        return upstream_is_yes(reply) if self.cfg.upstream_compat else parse_true_false(reply)
+        variables = {"statement": statement, "caption": caption}
+        if self.cfg.upstream_compat:
+            reply = await ctx.call(self.llm, "run_task", task="xr_entail_released", variables=variables,
+                                   prompt=self.cfg.compat_entail_prompt)
+            return upstream_is_yes(reply)
+        reply = await ctx.call(self.llm, "run_task", task="entail", variables=variables)
+        return parse_true_false(reply)
 
     async def _fine(self, ctx: RunContext, state: RunState) -> None:
         c = self.cfg
@@ -286,8 +319,9 @@ class XR(Method):
             async def judge(row: int, st: dict) -> tuple[int, int]:
                 img = cap = 0
                 if on_image:
-                    img = int(bool(await ctx.call(self.verifier, "check", statement=st["statement"],
-                                                  candidate=g.path_of(row))) == st["answer"])
+                    verdict = bool(await ctx.call(self.verifier, "check", statement=st["statement"],
+                                                  candidate=g.path_of(row)))
+                    img = int(upstream_image_match(verdict, st["raw"]) if c.upstream_compat else verdict == st["answer"])
                 if on_caption:
                     cap = int((await self._entails(ctx, st["statement"], caps[row])) == st["caption_answer"])
                 return img, cap

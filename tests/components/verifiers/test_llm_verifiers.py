@@ -43,6 +43,18 @@ def test_vlm_check_answers_true_false(scripted, images):
         v.check("The shirt is red", caption="a red shirt")
 
 
+def test_vlm_check_released_reading_is_xr_s_yes_substring(scripted, images):
+    # XR's released image path: 'True' if 'yes' in reply.lower() else 'False' (no parse, no retry)
+    llm = scripted(["Yes.", "No", "I cannot say; eyes closed", "It is unclear"])
+    v = VERIFIERS.build("vlm", {"reading": "released", "answer_prompt": "xr/answer_released"}, llm=llm)
+    got = [v.check("Is the shirt red?", candidate=images["red_tshirt"]) for _ in range(4)]
+    assert got == [True, False, True, False]
+    assert llm.calls[0]["text"].strip() == "Answer the question with Yes or No. Is the shirt red?"
+    assert len(llm.calls) == 4   # an unclear reply is not asked again
+    with pytest.raises(InputError, match="field 'reading' must be one of strict, released, got 'loose'"):
+        VERIFIERS.build("vlm", {"reading": "loose"}, llm=scripted())
+
+
 def test_unclear_policy(scripted, images):
     v = VERIFIERS.build("vlm", {"unclear": "error"}, llm=scripted(["It depends on the lighting"]))
     with pytest.raises(ReplyParseError, match="true/false answer of verifier 'vlm' for .*'It depends on the lighting'"):

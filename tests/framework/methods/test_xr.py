@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from agentcir.framework.errors import InputError
-from agentcir.framework.methods.xr import upstream_is_yes, upstream_questions
+from agentcir.framework.methods.xr import upstream_image_match, upstream_is_yes, upstream_questions
 from agentcir.framework.recipe import compose
 from agentcir.registry import METHODS
 
@@ -138,31 +138,62 @@ def test_stage3_moves_the_first_yes_to_the_front(world):
 
 
 def test_upstream_compat_reproduces_the_released_parsing(world):
-    world.llm.replies["questions"] = ('{"questions": [{"statement": "it is g3", "answer": "True"}, '
-                                      '{"statement": "it is g5", "answer": "False"}, '
-                                      '{"statement": "it is g7", "answer": "True"}]}')
-    world.llm.replies["entail"] = lambda v: ("Yes, it is not wrong" if v["statement"].split()[-1] in v["caption"].split()
-                                             else "No.")
+    statements = ('{"questions": [{"statement": "it is g3", "answer": "True"}, '
+                  '{"statement": "it is g5", "answer": "False"}, '
+                  '{"statement": "it is g7", "answer": "True"}]}')
+    judge = lambda v: ("Yes, it is not wrong" if v["statement"].split()[-1] in v["caption"].split()  # noqa: E731
+                       else "No.")
+    world.llm.replies.update({"questions": statements, "entail": judge})
     strict, _ = build(world)
     state, _ = world.run(strict, name="strict")
     ids, s = topk_desc(variant_sims(world)["aug"], 10)
     assert_ranking(state.candidates, *fine(world, ids, s))                 # "Yes, ..." is yes; "False" is false
+    # compat asks with the released prompts, unchecked task names: the replies are read as released
+    world.llm.replies.update({"xr_statements_released": statements, "xr_entail_released": judge})
     compat, _ = build(world, upstream_compat=True)
     state, _ = world.run(compat, name="compat")
     qs = state.record(world.queries[0], "questions")["questions"]
     assert [x["caption_answer"] for x in qs] == [True, True, True]       # bool("False") is True
-    assert [x["answer"] for x in qs] == [True, False, True]               # the image path read the text
+    assert [x["raw"] for x in qs] == ["True", "False", "True"]            # the image path compares the text
     assert_ranking(state.candidates, *fine(world, ids, s, compat=True))
 
 
+def test_upstream_compat_image_path_never_matches_json_booleans(world):
+    # the released QA path compares "True"/"False" strings with the raw answer: JSON booleans
+    # (this project's statements prompt) never match, so every image score is 0
+    world.llm.replies["xr_statements_released"] = ('{"questions": [{"statement": "it is g3", "answer": true}, '
+                                                   '{"statement": "it is g5", "answer": false}]}')
+    world.llm.replies["xr_entail_released"] = "No"
+    compat, _ = build(world, upstream_compat=True)
+    state, _ = world.run(compat, name="compat-bool")
+    for q in world.queries:
+        assert state.record(q, "fine")["image_correct"] == [0] * 6
+        # caption path: "No" is no and bool(False) is False, so the false statement counts
+        assert state.record(q, "fine")["caption_correct"] == [1] * 6
+
+
 def test_upstream_readers():
-    assert upstream_is_yes("Yes") and upstream_is_yes("true")
-    for reply in ("Yes, but I do not know", "yes - cannot tell", "No", "false", "Yes, nothing else"):
-        assert not upstream_is_yes(reply)
+    assert upstream_is_yes("Yes") and upstream_is_yes("yes.")
+    for reply in ("Yes, but I do not know", "yes - cannot tell", "No", "false", "Yes, nothing else", "true", "True"):
+        assert not upstream_is_yes(reply)   # the released caption path counts only "yes" (and no "no")
     qs = upstream_questions('{"questions": [{"statement": "a", "answer": "False"}, {"statement": "b", "answer": false},'
-                            ' {"statement": "c", "answer": "maybe"}, {"statement": " "}]}', 5)
+                            ' {"statement": "c", "answer": "maybe"}, {"statement": " "}]}')
     assert [(x["statement"], x["answer"], x["caption_answer"]) for x in qs] == [
         ("a", False, True), ("b", False, False), ("c", None, True)]
+    # the released format: step2 pairs, every one of them (no cut), malformed entries skipped
+    qs = upstream_questions('{"step1": "x", "step2": [["Is it red?", "True"], ["Is it big?", "False"], ["bad"], '
+                            '["Is it round?", "True"], ["Is it old?", "False"]]}')
+    assert [(x["statement"], x["raw"], x["caption_answer"]) for x in qs] == [
+        ("Is it red?", "True", True), ("Is it big?", "False", True), ("Is it round?", "True", True),
+        ("Is it old?", "False", True)]
+    assert upstream_image_match(True, "True") and upstream_image_match(False, "False")
+    assert not upstream_image_match(True, True) and not upstream_image_match(False, "false")
+
+
+def test_upstream_compat_experiment_composes():
+    recipe = compose(["+experiment=xr_upstream_compat"])
+    assert recipe["method"]["upstream_compat"] is True
+    assert recipe["verifier"]["name"] == "vlm" and recipe["verifier"]["reading"] == "released"
 
 
 @pytest.mark.parametrize("name,tau,stages", [("xr_visual_sim", 0.0, ["coarse"]), ("xr_text_sim", 0.15, ["coarse"]),
