@@ -1,12 +1,18 @@
-"""``llm=transformers``: a local causal language model (Hugging Face ``transformers``).
+"""``llm=transformers``: a local language or vision-language model (Hugging Face ``transformers``).
 
 For users with weights on disk (or in the local Hugging Face cache): nothing is downloaded
-at run time. Text only (use ``llm=openai`` against a local vLLM / Ollama server for a VLM).
-The model loads on first use; the prompt is the tokenizer's chat template (with ``tools``
-when given), or a plain ``Role: text`` transcript when the tokenizer has none. Decoding is
-greedy unless ``temperature > 0``. Tool calls are read from ``<tool_call>{...}</tool_call>``
-blocks (the Hermes / Qwen convention) or from a reply that is one JSON object with
-``name`` and ``arguments``.
+at run time. A model whose config has a ``vision_config`` (Qwen2.5-VL, InternVL3 in its
+transformers format, SmolVLM / Idefics3, LLaVA-OneVision, ...) is an image-text-to-text
+model: it loads with ``AutoProcessor`` + ``AutoModelForImageTextToText``, its messages keep
+their image parts (in order) through the processor's chat template, and the images are
+decoded by the project's loader (:func:`agentcir.framework.images.load_rgb`), so
+``captioner=vlm``, ``verifier=vlm`` and ``detector=vlm`` run on one GPU without a server.
+Any other model is a causal LM (``AutoTokenizer`` + ``AutoModelForCausalLM``), text only.
+The model loads on first use; the prompt is the chat template (with ``tools`` when given),
+or a plain ``Role: text`` transcript when the tokenizer has none. Decoding is greedy unless
+``temperature > 0``. Tool calls are read from ``<tool_call>{...}</tool_call>`` blocks (the
+Hermes / Qwen convention) or from a reply that is one JSON object with ``name`` and
+``arguments``.
 
 Needs the ``hf`` extra (``torch``, ``transformers``).
 """
@@ -74,7 +80,6 @@ class TransformersLLM(PromptedLLM):
         parse_retries: times a task reply that does not parse is answered with a correction.
     """
 
-    vision: ClassVar[bool] = False
     volatile_fields: ClassVar[tuple[str, ...]] = ("device", "parse_retries", "local_files_only", "progress")
     DTYPES: ClassVar[tuple[str, ...]] = ("auto", "float32", "bfloat16", "float16")
 
@@ -101,7 +106,25 @@ class TransformersLLM(PromptedLLM):
             raise InputError(f"llm 'transformers': max_new_tokens must be at least 1, got {self.cfg.max_new_tokens}")
         self._model = None
         self._tokenizer = None
+        self._processor = None  # image-text-to-text models only
+        self._vision: bool | None = None
         self._lock = threading.Lock()
+
+    @property
+    def vision(self) -> bool:  # type: ignore[override]
+        """Whether the model reads images: its config has a ``vision_config`` (read from the
+        config file alone; no weights load). A config that cannot be read counts as text-only;
+        loading then fails with its own clear error."""
+        if self._vision is None:
+            transformers = require("transformers", "hf", feature="llm 'transformers'")
+            c = self.cfg
+            try:
+                conf = transformers.AutoConfig.from_pretrained(c.model, revision=c.revision, local_files_only=c.local_files_only,
+                                                               trust_remote_code=c.trust_remote_code)
+                self._vision = getattr(conf, "vision_config", None) is not None
+            except (OSError, ValueError):
+                self._vision = False
+        return self._vision
 
     # -- identity and loading ------------------------------------------------------------
     def _local_folder(self) -> Path | None:
@@ -134,59 +157,91 @@ class TransformersLLM(PromptedLLM):
             c = self.cfg
             kw = {"revision": c.revision, "local_files_only": c.local_files_only, "trust_remote_code": c.trust_remote_code}
             try:
-                tok = transformers.AutoTokenizer.from_pretrained(c.model, **kw)
                 dtype = "auto" if c.dtype == "auto" else getattr(torch, c.dtype)
-                model = transformers.AutoModelForCausalLM.from_pretrained(c.model, dtype=dtype, **kw)
+                if self.vision:
+                    self._processor = transformers.AutoProcessor.from_pretrained(c.model, **kw)
+                    tok = self._processor.tokenizer
+                    model = transformers.AutoModelForImageTextToText.from_pretrained(c.model, dtype=dtype, **kw)
+                else:
+                    tok = transformers.AutoTokenizer.from_pretrained(c.model, **kw)
+                    model = transformers.AutoModelForCausalLM.from_pretrained(c.model, dtype=dtype, **kw)
             except OSError as e:
                 raise InputError(f"llm 'transformers': cannot load model '{c.model}' ({_first_line(e)}); point llm.model "
                                  "at a folder holding the weights and tokenizer (nothing is downloaded at run time)") from None
             model.to(c.device).eval()
             if c.chat_template:
-                tok.chat_template = c.chat_template
+                (self._processor or tok).chat_template = c.chat_template
             self._model, self._tokenizer = model, tok
             return model, tok
 
     # -- prompting -----------------------------------------------------------------------
-    @staticmethod
-    def _text_messages(messages: list[dict]) -> list[dict]:
-        out = []
+    def _messages(self, messages: list[dict]) -> tuple[list[dict], list[str]]:
+        """The messages as the chat template takes them, and the image paths in order: a
+        VLM's image parts become ``{"type": "image"}`` placeholders, a text model refuses them."""
+        out, images = [], []
         for i, m in enumerate(messages):
             content = m.get("content")
             if isinstance(content, list):
-                if any(isinstance(p, dict) and p.get("type") != "text" for p in content):
+                has_image = any(isinstance(p, dict) and p.get("type") != "text" for p in content)
+                if has_image and self._processor is None:
                     raise InputError(f"llm 'transformers' is text-only: message {i} holds an image")
-                content = "\n".join(str(p.get("text", "")) for p in content)
+                if has_image:
+                    parts = []
+                    for p in content:
+                        if p.get("type") == "text":
+                            parts.append({"type": "text", "text": str(p.get("text", ""))})
+                        else:
+                            images.append(str(p.get("image") or p.get("path") or p.get("url")))
+                            parts.append({"type": "image"})
+                    content = parts
+                else:
+                    content = "\n".join(str(p.get("text", "")) for p in content)
             msg = {"role": m.get("role", "user"), "content": content or ""}
             if m.get("tool_calls"):
                 msg["tool_calls"] = [{"type": "function", "function": {"name": tc.get("name") or tc["function"]["name"],
                                                                        "arguments": tc.get("arguments") or tc["function"]["arguments"]}}
                                      for tc in m["tool_calls"]]
             out.append(msg)
-        return out
+        return out, images
 
     def render(self, messages: list[dict], tools: list[dict] | None = None) -> str:
-        """The prompt text the model sees for these messages."""
+        """The prompt text the model sees for these messages (image parts as the template's
+        image tokens)."""
+        return self._render(messages, tools)[0]
+
+    def _render(self, messages: list[dict], tools: list[dict] | None = None) -> tuple[str, list[str]]:
         _, tok = self._load()
-        msgs = self._text_messages(messages)
-        if getattr(tok, "chat_template", None):
+        msgs, images = self._messages(messages)
+        templater = self._processor if getattr(self._processor, "chat_template", None) else tok
+        if getattr(templater, "chat_template", None):
             kw = {"tools": tools} if tools else {}
-            return tok.apply_chat_template(msgs, tokenize=False, add_generation_prompt=True, **kw)
+            return templater.apply_chat_template(msgs, tokenize=False, add_generation_prompt=True, **kw), images
+        if images:
+            raise InputError(f"llm 'transformers': model '{self.cfg.model}' has no chat template to place its "
+                             f"{len(images)} image(s); set llm.chat_template")
         if len(msgs) == 1 and msgs[0]["role"] == "user" and not tools:
-            return msgs[0]["content"]
+            return msgs[0]["content"], images
         lines = []
         if tools:
             lines.append("System: You can call these tools by replying <tool_call>{\"name\": ..., \"arguments\": {...}}</tool_call>:\n"
                          + json.dumps(tools, ensure_ascii=False))
         lines += [f"{m['role'].capitalize()}: {m['content']}" for m in msgs]
-        return "\n".join(lines) + "\nAssistant:"
+        return "\n".join(lines) + "\nAssistant:", images
 
-    def generate(self, prompt: str) -> str:
-        """Decode a reply to ``prompt`` (greedy at temperature 0)."""
+    def generate(self, prompt: str, images: list[str] | tuple = ()) -> str:
+        """Decode a reply to ``prompt`` (greedy at temperature 0); ``images`` (paths, in the
+        order of the prompt's image tokens) go through the VLM's processor."""
         model, tok = self._load()
         torch = require("torch", "hf")
         c = self.cfg
-        has_template = bool(getattr(tok, "chat_template", None))
-        enc = tok(prompt, return_tensors="pt", add_special_tokens=not has_template).to(model.device)
+        if images:
+            from ...framework.images import load_rgb
+
+            enc = self._processor(text=prompt, images=[load_rgb(p) for p in images], return_tensors="pt").to(model.device)
+            enc["pixel_values"] = enc["pixel_values"].to(model.dtype)
+        else:
+            has_template = bool(getattr(self._processor or tok, "chat_template", None))
+            enc = tok(prompt, return_tensors="pt", add_special_tokens=not has_template).to(model.device)
         pad = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
         kw: dict[str, Any] = {"max_new_tokens": c.max_new_tokens, "pad_token_id": pad}
         if c.temperature > 0:
@@ -227,7 +282,7 @@ class TransformersLLM(PromptedLLM):
 
     def chat(self, messages: list[dict], *, tools: list[dict] | None = None, json_mode: bool = False) -> ChatReply:
         """One reply (blocking; the model loads on the first call)."""
-        text = self.generate(self.render(messages, tools))
+        text = self.generate(*self._render(messages, tools))
         if tools:
             text, calls = self._tool_calls(text)
             return ChatReply(text=text, tool_calls=calls)
