@@ -1,6 +1,7 @@
 """The ``agentcir`` command.
 
     agentcir run [OVERRIDES...]            run a recipe (e.g. method=xr encoder=catalog llm=rules dataset=demo)
+    agentcir run -m OVERRIDES...           a sweep (method.lam=0.1,0.2 method=xr,octopus +experiment=a,b range(...))
     agentcir list [KIND]                   registered keys per component kind
     agentcir index FOLDER --out DIR        embed a folder of images into a gallery directory
     agentcir search --gallery DIR ...      reference image + text against an indexed gallery
@@ -52,8 +53,10 @@ def _add_recipe_args(p: argparse.ArgumentParser) -> None:
 def cmd_run(args) -> int:
     from .framework.runner import run_recipe
 
+    if args.multirun:
+        return _run_multirun(args)
     recipe = _compose(args)
-    if args.print_recipe:
+    if args.print_recipe or args.cfg:
         import yaml
 
         print(yaml.safe_dump(recipe, sort_keys=False))
@@ -73,6 +76,31 @@ def cmd_run(args) -> int:
     line = "  ".join(f"{k}={v:.2f}" for k, v in m.items() if isinstance(v, (int, float)))
     print(f"\nmetrics ({len(result.queries)} queries, gallery {len(g)}): {line}")
     print(f"run directory: {result.dir}  (report.md, metrics.json, rankings.jsonl)")
+    return 0
+
+
+def _run_multirun(args) -> int:
+    from .framework.sweep import compose_jobs, run_sweep
+
+    if args.print_recipe or args.cfg:
+        import yaml
+
+        jobs, recipes = compose_jobs(args.overrides, config_name=args.config, extra_dirs=args.recipes or ())
+        for job, recipe in zip(jobs, recipes):
+            print(f"# job {job.index}: {job.label}  (overrides: {' '.join(job.overrides) or '-'})")
+            print(yaml.safe_dump(recipe, sort_keys=False), end="---\n" if job.index < len(jobs) - 1 else "")
+        return 0
+
+    def told(rec: dict) -> None:
+        m = rec.get("metrics") or {}
+        figures = "  ".join(f"{k}={v:.2f}" for k, v in list(m.items())[:4] if isinstance(v, (int, float)))
+        print(f"job {rec['index']} [{rec['status']}] {rec['label']}: {figures or rec.get('error', '')}", flush=True)
+
+    result = run_sweep(args.overrides, config_name=args.config, extra_dirs=args.recipes or (), name=args.sweep_name,
+                       progress=False if args.quiet else None, on_job=told)
+    print(f"\n{(result.dir / 'summary.md').read_text()}")
+    print(f"sweep directory: {result.dir}  (manifest.json, summary.md/.csv/.json"
+          + "".join(f", {p.name}" for p in result.plots) + ")")
     return 0
 
 
@@ -299,6 +327,12 @@ def build_parser() -> argparse.ArgumentParser:
                                    "Re-running the same recipe resumes its run directory.")
     _add_recipe_args(p)
     p.add_argument("--print-recipe", action="store_true", help="print the resolved recipe and exit")
+    p.add_argument("-m", "--multirun", action="store_true",
+                   help="sweep: run every combination of the swept overrides (key=a,b,c, key=range(start,stop,step), "
+                        "group=a,b, +experiment=a,b) in one process, into runs/sweeps/NAME/ (rerun to resume)")
+    p.add_argument("--cfg", nargs="?", const="job", choices=["job"],
+                   help="print the resolved recipe of the job (of every job with -m) and exit")
+    p.add_argument("--sweep-name", metavar="NAME", help="sweep directory name under run.root/sweeps (default: swept keys + hash)")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bars")
 
     p = sub.add_parser("list", help="registered keys per component kind")
