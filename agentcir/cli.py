@@ -80,21 +80,26 @@ def cmd_run(args) -> int:
 
 
 def _run_multirun(args) -> int:
-    from .framework.sweep import compose_jobs, run_sweep
+    from .framework.sweep import compose_jobs, default_name, plan, run_sweep
 
     if args.print_recipe or args.cfg:
         import yaml
 
         jobs, recipes = compose_jobs(args.overrides, config_name=args.config, extra_dirs=args.recipes or ())
-        for job, recipe in zip(jobs, recipes):
-            print(f"# job {job.index}: {job.label}  (overrides: {' '.join(job.overrides) or '-'})")
-            print(yaml.safe_dump(recipe, sort_keys=False), end="---\n" if job.index < len(jobs) - 1 else "")
+        name = args.sweep_name or default_name(args.overrides, args.config, args.recipes or ())
+        for job, recipe, rec in zip(jobs, recipes, plan(jobs, recipes, name)):
+            print(f"# job {job.index}: {job.label}  (run directory {rec['dir']})")
+            if args.cfg == "sweep":
+                print(f"#   overrides: {' '.join(job.overrides) or '-'}")
+            else:
+                print(yaml.safe_dump(recipe, sort_keys=False), end="---\n" if job.index < len(jobs) - 1 else "")
         return 0
 
-    def told(rec: dict) -> None:
+    def told(rec: dict, earlier: bool) -> None:
         m = rec.get("metrics") or {}
         figures = "  ".join(f"{k}={v:.2f}" for k, v in list(m.items())[:4] if isinstance(v, (int, float)))
-        print(f"job {rec['index']} [{rec['status']}] {rec['label']}: {figures or rec.get('error', '')}", flush=True)
+        state = "finished earlier" if earlier else rec["status"]
+        print(f"job {rec['index']} [{state}] {rec['label']}: {figures or rec.get('error', '')}", flush=True)
 
     result = run_sweep(args.overrides, config_name=args.config, extra_dirs=args.recipes or (), name=args.sweep_name,
                        progress=False if args.quiet else None, on_job=told)
@@ -183,7 +188,8 @@ def cmd_serve(args) -> int:
 # -- eval ---------------------------------------------------------------------------------
 @_command("eval")
 def cmd_eval(args) -> int:
-    from .framework.report import comparison_rows, fashioniq_groups, load_run, metrics_table, plot_comparison, run_labels
+    from .framework.report import (comparison_rows, fashioniq_groups, load_run, metrics_table, override_labels,
+                                   plot_comparison, run_labels)
 
     runs = [load_run(d) for d in args.runs]
     if args.submit:
@@ -192,9 +198,11 @@ def cmd_eval(args) -> int:
         return _eval_best_of(runs)
     if args.compare:
         rows = comparison_rows(runs)
-        for label, r in zip(run_labels(runs), runs):
-            if r.metrics.get("subset"):
-                print(f"- {label}: {r.metrics['subset']}")
+        subsets = {r.metrics.get("subset", "") for r in runs}
+        for label, r in zip(override_labels(runs), runs):
+            print(f"- {label}: {r.dir}" + (f" ({r.metrics['subset']})" if len(subsets) > 1 and r.metrics.get("subset") else ""))
+        if len(subsets) == 1 and next(iter(subsets)):
+            print(f"\n{next(iter(subsets))}")
         print()
         print(metrics_table(rows))
         if args.plot != "none":
@@ -330,8 +338,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-m", "--multirun", action="store_true",
                    help="sweep: run every combination of the swept overrides (key=a,b,c, key=range(start,stop,step), "
                         "group=a,b, +experiment=a,b) in one process, into runs/sweeps/NAME/ (rerun to resume)")
-    p.add_argument("--cfg", nargs="?", const="job", choices=["job"],
-                   help="print the resolved recipe of the job (of every job with -m) and exit")
+    p.add_argument("--cfg", choices=["job", "sweep"],
+                   help="print and exit: job = the resolved recipe (of every job with -m), sweep = the jobs of -m "
+                        "(swept values, overrides, run directories)")
     p.add_argument("--sweep-name", metavar="NAME", help="sweep directory name under run.root/sweeps (default: swept keys + hash)")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bars")
 

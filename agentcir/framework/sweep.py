@@ -236,15 +236,22 @@ def compose_jobs(overrides: Sequence[str], *, config_name: str = "config",
     return jobs, recipes
 
 
+def plan(jobs: list[Job], recipes: list[dict[str, Any]], name: str) -> list[dict[str, Any]]:
+    """What each job is: index, swept values, overrides and run directory."""
+    root = Path(recipes[0]["run"]["root"]) if recipes else Path("runs")
+    return [{"index": j.index, "label": j.label, "swept": j.swept, "overrides": j.overrides,
+             "dir": str(root / "sweeps" / name / f"{j.index:03d}")} for j in jobs]
+
+
 def run_sweep(overrides: Sequence[str], *, config_name: str = "config", extra_dirs: Sequence[str] = (),
               name: str | None = None, progress: bool | None = None,
               extra: Callable[[Any], dict[str, Any]] | None = None,
-              on_job: Callable[[dict[str, Any]], None] | None = None) -> SweepResult:
+              on_job: Callable[[dict[str, Any], bool], None] | None = None) -> SweepResult:
     """Run (or resume) the sweep of ``overrides`` and write its summary and plots.
 
     ``extra(result)`` adds a finished job's own figures (stored in the manifest, so a
-    resumed sweep has them without rerunning the job); ``on_job(record)`` is told of every
-    job as it finishes or is found finished. Failed jobs are recorded and the others go on;
+    resumed sweep has them without rerunning the job); ``on_job(record, earlier)`` is told of
+    every job as it finishes (``earlier``: found finished by a previous invocation). Failed jobs are recorded and the others go on;
     a :class:`SweepError` at the end names them (the summary is written first).
     """
     from .runner import run_recipe
@@ -271,12 +278,10 @@ def run_sweep(overrides: Sequence[str], *, config_name: str = "config", extra_di
                          f"or pass run.fresh=true to start it over")
     sdir.mkdir(parents=True, exist_ok=True)
     records = []
-    for job, recipe in zip(jobs, recipes):
+    for job, recipe, rec in zip(jobs, recipes, plan(jobs, recipes, name)):
         prev = old["jobs"][job.index] if old else {}
-        rel = f"sweeps/{name}/{job.index:03d}"
-        recipe["run"]["name"] = rel
-        records.append({"index": job.index, "label": job.label, "swept": job.swept, "overrides": job.overrides,
-                        "dir": str(root / rel), "status": prev.get("status", "pending"),
+        recipe["run"]["name"] = f"sweeps/{name}/{job.index:03d}"
+        records.append({**rec, "status": prev.get("status", "pending"),
                         **{k: prev[k] for k in ("metrics", "stages", "wall_s", "calls", "cache_hits", "error", "extra")
                            if k in prev}})
     manifest = {"name": name, "config": config_name, "extra_dirs": [str(d) for d in extra_dirs],
@@ -290,7 +295,7 @@ def run_sweep(overrides: Sequence[str], *, config_name: str = "config", extra_di
             if finished and (extra is None or "extra" in rec):
                 log.info("sweep job %d (%s): finished earlier, read from %s", rec["index"], rec["label"], rec["dir"])
                 if on_job:
-                    on_job(rec)
+                    on_job(rec, True)
                 continue
             rec.update(status="running")
             rec.pop("error", None)
@@ -310,7 +315,7 @@ def run_sweep(overrides: Sequence[str], *, config_name: str = "config", extra_di
                 log.warning("sweep job %d (%s) failed: %s", rec["index"], rec["label"], e)
             _write_json(mfile, manifest)
             if on_job:
-                on_job(rec)
+                on_job(rec, False)
     finally:
         shared.close()
     result = SweepResult(sdir, records, axes)
