@@ -78,8 +78,8 @@ def _hydra_compose(overrides: Sequence[str], config_name: str, recipes_dir: Path
     from hydra.errors import HydraException
     from omegaconf.errors import OmegaConfBaseException
 
-    overrides = list(overrides)
     dirs = [*extra_dirs, *plugin_recipe_dirs()]
+    overrides = project_overrides(overrides, recipe_groups([recipes_dir, *dirs]))
     if dirs:
         paths = ",".join(f"file://{Path(d).resolve()}" for d in dirs)
         overrides.append(f"hydra.searchpath=[{paths}]")
@@ -207,9 +207,7 @@ def compose(overrides: Sequence[str] = (), *, config_name: str = "config", recip
     """
     from omegaconf import OmegaConf
 
-    recipes_dir = Path(recipes_dir or RECIPES_DIR)
-    overrides = project_overrides(overrides, recipe_groups([recipes_dir, *extra_dirs, *plugin_recipe_dirs()]))
-    cfg = _hydra_compose(overrides, config_name, recipes_dir, extra_dirs)
+    cfg = _hydra_compose(overrides, config_name, Path(recipes_dir or RECIPES_DIR), extra_dirs)
     raw = OmegaConf.to_container(cfg, resolve=True)
     raw.pop("hydra", None)
     return validate(raw)
