@@ -246,12 +246,15 @@ def plan(jobs: list[Job], recipes: list[dict[str, Any]], name: str) -> list[dict
 def run_sweep(overrides: Sequence[str], *, config_name: str = "config", extra_dirs: Sequence[str] = (),
               name: str | None = None, progress: bool | None = None,
               extra: Callable[[Any], dict[str, Any]] | None = None,
-              on_job: Callable[[dict[str, Any], bool], None] | None = None) -> SweepResult:
+              on_job: Callable[[dict[str, Any], bool], None] | None = None,
+              shared: SharedComponents | None = None) -> SweepResult:
     """Run (or resume) the sweep of ``overrides`` and write its summary and plots.
 
     ``extra(result)`` adds a finished job's own figures (stored in the manifest, so a
     resumed sweep has them without rerunning the job); ``on_job(record, earlier)`` is told of
-    every job as it finishes (``earlier``: found finished by a previous invocation). Failed jobs are recorded and the others go on;
+    every job as it finishes (``earlier``: found finished by a previous invocation).
+    ``shared`` lends components to (and takes them from) other sweeps of the caller; by
+    default the sweep has its own, closed at its end. Failed jobs are recorded and the others go on;
     a :class:`SweepError` at the end names them (the summary is written first).
     """
     from .runner import run_recipe
@@ -288,7 +291,8 @@ def run_sweep(overrides: Sequence[str], *, config_name: str = "config", extra_di
                 "overrides": list(overrides), "axes": [{"key": a.key, "override": a.override, "values": a.values} for a in axes],
                 "jobs": records}
     _write_json(mfile, manifest)
-    shared = SharedComponents()
+    own = shared is None
+    shared = shared or SharedComponents()
     try:
         for rec, recipe in zip(records, recipes):
             finished = rec["status"] == "done" and (Path(rec["dir"]) / "metrics.json").is_file() and not fresh
@@ -317,7 +321,8 @@ def run_sweep(overrides: Sequence[str], *, config_name: str = "config", extra_di
             if on_job:
                 on_job(rec, False)
     finally:
-        shared.close()
+        if own:
+            shared.close()
     result = SweepResult(sdir, records, axes)
     write_summary(result)
     try:
