@@ -55,6 +55,10 @@ def cmd_run(args) -> int:
 
     if args.multirun:
         return _run_multirun(args)
+    if args.cfg == "sweep":
+        from .framework.errors import InputError
+
+        raise InputError("--cfg sweep prints the jobs of a sweep: add -m (--multirun)")
     recipe = _compose(args)
     if args.print_recipe or args.cfg:
         import yaml

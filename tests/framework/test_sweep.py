@@ -95,6 +95,12 @@ def test_cfg_prints_every_job_of_a_sweep(capsys, tmp_path):
     assert f"run directory {tmp_path}/sweeps/method.num_captions-" in out and not (tmp_path / "sweeps").exists()
     assert main(["run", "--cfg", "job", "method=ldre"]) == 0
     assert capsys.readouterr().out.startswith("encoder:\n  name: catalog")
+    assert main(["run", "-m", "--cfg", "sweep", "method=ldre,cirevl", "method.top_k=range(50,150,50)", "--sweep-name", "s"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == "# job 0: method=ldre method.top_k=50  (run directory runs/sweeps/s/000)"
+    assert out[-1] == "#   overrides: method=cirevl method.top_k=100" and len(out) == 8
+    assert main(["run", "--cfg", "sweep", "method=ldre"]) == 2
+    assert "add -m" in capsys.readouterr().err
 
 
 def test_shared_components_are_built_once_per_identical_config(tmp_path):
@@ -160,7 +166,7 @@ def llm_overrides(srv, cache):
             f"run.cache={cache}", "run.progress=false"]
 
 
-def test_2x2_sweep_calls_each_distinct_model_call_once(demo_root, tmp_path):
+def test_2x2_sweep_calls_each_distinct_model_call_once(demo_root, tmp_path, capsys):
     ep = Endpoint()
     with ScriptedServer() as srv:
         srv.script(CHAT, ep)
@@ -203,7 +209,11 @@ def test_2x2_sweep_calls_each_distinct_model_call_once(demo_root, tmp_path):
         assert seen == [True] * 4 and len(srv.requests) == n_requests
         assert [(Path(j["dir"]) / "metrics.json").stat().st_mtime_ns for j in again.jobs] == mtimes
         # eval --compare labels the runs by what differs
+        capsys.readouterr()
         assert main(["eval", "--compare", *(j["dir"] for j in res.jobs), "--plot", "none"]) == 0
+        out = capsys.readouterr().out
+        assert f"- method.num_captions=2 method.temperature=0.5: {res.jobs[1]['dir']}" in out
+        assert f"| method.num_captions=3 method.temperature=0.04 | {res.jobs[2]['metrics']['mAP@5']:.2f} |" in out
 
 
 def test_resume_after_a_kill_mid_sweep_repeats_no_finished_job(demo_root, tmp_path):
