@@ -24,7 +24,7 @@ from agentcir.registry import ConfigError
 
 ROOT = Path(__file__).resolve().parents[2]
 CHAT = "/chat/completions"
-SWEEP = ["method=ldre", "method.num_captions=2,3", "method.temperature=0.04,0.5"]
+SWEEP = ["method=ldre", "method.num_captions=2,3", "method.temperature=0.04,0.5", "dataset.limit=12"]
 
 
 # -- expansion and errors ---------------------------------------------------------------------
