@@ -1,6 +1,7 @@
 """The ``agentcir`` command.
 
     agentcir run [OVERRIDES...]            run a recipe (e.g. method=xr encoder=catalog llm=rules dataset=demo)
+    agentcir run -m OVERRIDES...           a sweep (method.lam=0.1,0.2 method=xr,octopus +experiment=a,b range(...))
     agentcir list [KIND]                   registered keys per component kind
     agentcir index FOLDER --out DIR        embed a folder of images into a gallery directory
     agentcir search --gallery DIR ...      reference image + text against an indexed gallery
@@ -52,8 +53,14 @@ def _add_recipe_args(p: argparse.ArgumentParser) -> None:
 def cmd_run(args) -> int:
     from .framework.runner import run_recipe
 
+    if args.multirun:
+        return _run_multirun(args)
+    if args.cfg == "sweep":
+        from .framework.errors import InputError
+
+        raise InputError("--cfg sweep prints the jobs of a sweep: add -m (--multirun)")
     recipe = _compose(args)
-    if args.print_recipe:
+    if args.print_recipe or args.cfg:
         import yaml
 
         print(yaml.safe_dump(recipe, sort_keys=False))
@@ -73,6 +80,36 @@ def cmd_run(args) -> int:
     line = "  ".join(f"{k}={v:.2f}" for k, v in m.items() if isinstance(v, (int, float)))
     print(f"\nmetrics ({len(result.queries)} queries, gallery {len(g)}): {line}")
     print(f"run directory: {result.dir}  (report.md, metrics.json, rankings.jsonl)")
+    return 0
+
+
+def _run_multirun(args) -> int:
+    from .framework.sweep import compose_jobs, default_name, plan, run_sweep
+
+    if args.print_recipe or args.cfg:
+        import yaml
+
+        jobs, recipes = compose_jobs(args.overrides, config_name=args.config, extra_dirs=args.recipes or ())
+        name = args.sweep_name or default_name(args.overrides, args.config, args.recipes or ())
+        for job, recipe, rec in zip(jobs, recipes, plan(jobs, recipes, name)):
+            print(f"# job {job.index}: {job.label}  (run directory {rec['dir']})")
+            if args.cfg == "sweep":
+                print(f"#   overrides: {' '.join(job.overrides) or '-'}")
+            else:
+                print(yaml.safe_dump(recipe, sort_keys=False), end="---\n" if job.index < len(jobs) - 1 else "")
+        return 0
+
+    def told(rec: dict, earlier: bool) -> None:
+        m = rec.get("metrics") or {}
+        figures = "  ".join(f"{k}={v:.2f}" for k, v in list(m.items())[:4] if isinstance(v, (int, float)))
+        state = "finished earlier" if earlier else rec["status"]
+        print(f"job {rec['index']} [{state}] {rec['label']}: {figures or rec.get('error', '')}", flush=True)
+
+    result = run_sweep(args.overrides, config_name=args.config, extra_dirs=args.recipes or (), name=args.sweep_name,
+                       progress=False if args.quiet else None, on_job=told)
+    print(f"\n{(result.dir / 'summary.md').read_text()}")
+    print(f"sweep directory: {result.dir}  (manifest.json, summary.md/.csv/.json"
+          + "".join(f", {p.name}" for p in result.plots) + ")")
     return 0
 
 
@@ -155,7 +192,8 @@ def cmd_serve(args) -> int:
 # -- eval ---------------------------------------------------------------------------------
 @_command("eval")
 def cmd_eval(args) -> int:
-    from .framework.report import comparison_rows, fashioniq_groups, load_run, metrics_table, plot_comparison, run_labels
+    from .framework.report import (comparison_rows, fashioniq_groups, load_run, metrics_table, override_labels,
+                                   plot_comparison, run_labels)
 
     runs = [load_run(d) for d in args.runs]
     if args.submit:
@@ -164,9 +202,11 @@ def cmd_eval(args) -> int:
         return _eval_best_of(runs)
     if args.compare:
         rows = comparison_rows(runs)
-        for label, r in zip(run_labels(runs), runs):
-            if r.metrics.get("subset"):
-                print(f"- {label}: {r.metrics['subset']}")
+        subsets = {r.metrics.get("subset", "") for r in runs}
+        for label, r in zip(override_labels(runs), runs):
+            print(f"- {label}: {r.dir}" + (f" ({r.metrics['subset']})" if len(subsets) > 1 and r.metrics.get("subset") else ""))
+        if len(subsets) == 1 and next(iter(subsets)):
+            print(f"\n{next(iter(subsets))}")
         print()
         print(metrics_table(rows))
         if args.plot != "none":
@@ -299,6 +339,13 @@ def build_parser() -> argparse.ArgumentParser:
                                    "Re-running the same recipe resumes its run directory.")
     _add_recipe_args(p)
     p.add_argument("--print-recipe", action="store_true", help="print the resolved recipe and exit")
+    p.add_argument("-m", "--multirun", action="store_true",
+                   help="sweep: run every combination of the swept overrides (key=a,b,c, key=range(start,stop,step), "
+                        "group=a,b, +experiment=a,b) in one process, into runs/sweeps/NAME/ (rerun to resume)")
+    p.add_argument("--cfg", choices=["job", "sweep"],
+                   help="print and exit: job = the resolved recipe (of every job with -m), sweep = the jobs of -m "
+                        "(swept values, overrides, run directories)")
+    p.add_argument("--sweep-name", metavar="NAME", help="sweep directory name under run.root/sweeps (default: swept keys + hash)")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bars")
 
     p = sub.add_parser("list", help="registered keys per component kind")

@@ -1,11 +1,19 @@
-"""The composed-retrieval table: every method and every ablation row, one command.
+"""The composed-retrieval table: every method and every ablation row, as two sweeps.
 
-Runs (or resumes) each row as an ordinary run (``runs/<method>-<dataset>-<hash>``, the same
-directory ``agentcir run`` would use), with the recipe's components (by default the offline
-ones: encoder=catalog, llm=rules, captioner=tagger, generator=retrieval, detector=crop_tagger,
-verifier=contrast), then prints one markdown table (mAP@10, R@10, R@50, wall time, model
-calls) and, for every agentic run, the metrics after each of its stages (where the gains and
-losses come from). Writes ``<out>/table.md``, ``<out>/table.json`` and ``<out>/table.png``.
+The rows are two sweeps (``agentcir run -m``, :mod:`agentcir.framework.sweep`) over the method
+group and the experiment group, run in this process with shared components, galleries,
+captions and call cache::
+
+    agentcir run -m method=image_only,text_only,image_text_sum,cirevl,ldre,octopus,xr dataset=fashion_cir
+    agentcir run -m +experiment=octopus_no_reasoning,...,xr_visual_qa dataset=fashion_cir
+
+with the recipe's components (by default the offline ones: encoder=catalog, llm=rules,
+captioner=tagger, generator=retrieval, detector=crop_tagger, verifier=contrast). Each row is a
+run directory of its sweep (``runs/sweeps/<name>/NNN``, with the sweep's own summary.md); this
+script then prints one markdown table (mAP@10, R@10, mAP@50, R@50, model calls, wall time) and,
+for every agentic run, the metrics after each of its stages and mAP@10 by edit kind after each
+ranking stage (where the gains and losses come from). Writes ``<out>/table.md``,
+``<out>/table.json`` and ``<out>/table.png``.
 
 Usage (build the benchmark first, see ``agentcir/recipes/dataset/fashion_cir.yaml``)::
 
@@ -13,8 +21,8 @@ Usage (build the benchmark first, see ``agentcir/recipes/dataset/fashion_cir.yam
     python benchmarks/methods_table.py --rows cirevl octopus --set run.concurrency=4
     python benchmarks/methods_table.py --set dataset=demo --out runs/methods_table_demo
 
-Model calls and gallery captions/embeddings are cached across runs and runs resume, so a
-second invocation only reads the finished run directories.
+The sweeps resume as a whole: a second invocation reads the finished jobs from their sweep
+directories (their figures, by-edit-kind ones included, are in each sweep's manifest).
 """
 
 from __future__ import annotations
@@ -27,21 +35,15 @@ import sys
 import time
 from pathlib import Path
 
-#: (row name, recipe overrides); the agentic rows' ablations are the experiment bundles
-ROWS: list[tuple[str, list[str]]] = [
-    ("image_only", ["method=image_only"]),
-    ("text_only", ["method=text_only"]),
-    ("image_text_sum", ["method=image_text_sum"]),
-    ("cirevl", ["method=cirevl"]),
-    ("ldre", ["method=ldre"]),
-    ("octopus", ["method=octopus"]),
-    *[(f"octopus_{r}", [f"+experiment=octopus_{r}"]) for r in
-      ("no_reasoning", "no_refinement", "no_textual_proxies", "no_visual_proxy", "no_creator", "v2v", "no_verification")],
-    ("xr", ["method=xr"]),
-    *[(f"xr_{r}", [f"+experiment=xr_{r}"]) for r in ("visual_sim", "text_sim", "text_qa", "visual_qa")],
-]
-#: the component groups built once and shared by the rows (and listed in the table)
-SHARED = COMPONENTS = ("encoder", "llm", "captioner", "generator", "detector", "verifier")
+#: the sweeps: (group override key, its options); the agentic rows' ablations are the experiment bundles
+METHODS = ["image_only", "text_only", "image_text_sum", "cirevl", "ldre", "octopus", "xr"]
+EXPERIMENTS = [*(f"octopus_{r}" for r in ("no_reasoning", "no_refinement", "no_textual_proxies", "no_visual_proxy",
+                                         "no_creator", "v2v", "no_verification")),
+               *(f"xr_{r}" for r in ("visual_sim", "text_sim", "text_qa", "visual_qa"))]
+#: the table's row order: each method, then its ablation rows
+ROWS = [*METHODS[:6], *EXPERIMENTS[:7], METHODS[6], *EXPERIMENTS[7:]]
+#: the component groups listed in the table
+COMPONENTS = ("encoder", "llm", "captioner", "generator", "detector", "verifier")
 
 
 def by_edit_kind(res) -> dict[str, dict[str, float]]:
@@ -66,7 +68,7 @@ def by_edit_kind(res) -> dict[str, dict[str, float]]:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--rows", nargs="*", help=f"rows to run (default all): {', '.join(n for n, _ in ROWS)}")
+    ap.add_argument("--rows", nargs="*", help=f"rows to run (default all): {', '.join(ROWS)}")
     ap.add_argument("--set", nargs="*", default=[], metavar="OVERRIDE",
                     help="recipe overrides for every row (default: dataset=fashion_cir)")
     ap.add_argument("--out", default="runs/methods_table", help="folder of table.md / table.json / table.png")
@@ -74,51 +76,60 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("TQDM_DISABLE", "1")  # the rows' own progress bars (encoders) would flood the table
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
 
-    from agentcir.framework.recipe import ComponentPool, compose
-    from agentcir.framework.runner import run_recipe
+    from agentcir.framework.hashing import stable_hash
+    from agentcir.framework.sweep import SharedComponents, run_sweep
 
-    known = dict(ROWS)
-    names = args.rows or [n for n, _ in ROWS]
-    unknown = [n for n in names if n not in known]
+    names = args.rows or ROWS
+    unknown = [n for n in names if n not in ROWS]
     if unknown:
-        ap.error(f"unknown row(s) {', '.join(unknown)}; rows: {', '.join(known)}")
+        ap.error(f"unknown row(s) {', '.join(unknown)}; rows: {', '.join(ROWS)}")
     common = ["dataset=fashion_cir", "run.progress=false", *args.set]
-    t_all = time.perf_counter()
-    # the components are built once and shared by every row whose recipe selects them identically
-    base = compose(common)
-    base_pool = ComponentPool(base)
-    shared = {k: (base[k], base_pool.get(k)) for k in SHARED if base_pool.has(k)}
-    results: dict[str, dict] = {}
-    for name in names:
-        recipe = compose([*common, *known[name]])
-        prebuilt = {k: comp for k, (node, comp) in shared.items() if recipe.get(k) == node}
-        t0 = time.perf_counter()
-        res = run_recipe(recipe, pool=ComponentPool(recipe, prebuilt=prebuilt), progress=False)
-        wall = time.perf_counter() - t0
-        cost = {s: {"calls": st.calls, "cache_hits": st.cache_hits, "wall_s": round(st.wall_s, 2)}
-                for s, st in res.stats.items()}
-        results[name] = {"run": str(res.dir), "overrides": known[name], "metrics": res.metrics["final"],
-                         "stages": res.metrics["stages"], "by_edit": by_edit_kind(res), "wall_s": round(wall, 1), "cost": cost,
-                         "components": {k: recipe[k]["name"] for k in COMPONENTS if k in recipe},
-                         "method": recipe["method"]}
-        m = res.metrics["final"]
-        print(f"{name:28s} mAP@10={m['mAP@10']:6.2f}  R@10={m['R@10']:6.2f}  ({wall:6.1f} s, {res.dir.name})",
-              file=sys.stderr, flush=True)
-    total = time.perf_counter() - t_all
+    sweeps = [(key, [n for n in options if n in names]) for key, options in (("method", METHODS), ("+experiment", EXPERIMENTS))]
 
-    comps = next(iter(results.values()))["components"] if results else {}
-    lines = [f"# Composed retrieval: every method and ablation row ({common[0].split('=')[1]})", "",
+    def extra(res) -> dict:
+        return {"by_edit": by_edit_kind(res), "components": {k: res.recipe[k]["name"] for k in COMPONENTS if k in res.recipe},
+                "method": res.recipe["method"], "dataset": res.recipe["dataset"]["name"]}
+
+    def told(rec: dict, earlier: bool) -> None:
+        m = rec.get("metrics") or {}
+        if m:
+            print(f"{rec['label']:40s} mAP@10={m['mAP@10']:6.2f}  R@10={m['R@10']:6.2f}  ({rec['wall_s']:6.1f} s"
+                  f"{', finished earlier' if earlier else ''}, {rec['dir']})", file=sys.stderr, flush=True)
+
+    t_all = time.perf_counter()
+    shared = SharedComponents()  # one encoder, captioner, ... for both sweeps where their configs agree
+    jobs: dict[str, dict] = {}
+    try:
+        for key, options in sweeps:
+            if options:
+                overrides = [f"{key}={','.join(options)}", *common]
+                name = f"methods_table-{key.lstrip('+')}-{stable_hash(overrides, n=8)}"  # the same command resumes it
+                res = run_sweep(overrides, name=name, extra=extra, on_job=told, shared=shared)
+                jobs.update(zip(options, res.jobs))  # one job per option, in order
+    finally:
+        shared.close()
+    total = time.perf_counter() - t_all
+    results = {}
+    for name in (n for n in ROWS if n in jobs):
+        j = jobs[name]
+        results[name] = {"run": j["dir"], "overrides": j["overrides"], "metrics": j["metrics"], "stages": j["stages"],
+                         "by_edit": j["extra"]["by_edit"], "wall_s": j["wall_s"], "calls": j["calls"],
+                         "cache_hits": j["cache_hits"], "components": j["extra"]["components"], "method": j["extra"]["method"],
+                         "dataset": j["extra"].get("dataset", "?")}
+
+    first = next(iter(results.values()), {})
+    comps = first.get("components", {})
+    lines = [f"# Composed retrieval: every method and ablation row ({first.get('dataset', '?')})", "",
              "Components: " + ", ".join(f"{k}={v}" for k, v in comps.items()) + ".", "",
              "| row | mAP@10 | R@10 | mAP@50 | R@50 | model calls | cache hits | wall s | run |",
              "|---|---|---|---|---|---|---|---|---|"]
     for name, r in results.items():
         m = r["metrics"]
-        calls = sum(c["calls"] for c in r["cost"].values())
-        hits = sum(c["cache_hits"] for c in r["cost"].values())
+        run = Path(r["run"])
         lines.append(f"| {name} | {m['mAP@10']:.2f} | {m['R@10']:.2f} | {m['mAP@50']:.2f} | {m['R@50']:.2f} | "
-                     f"{calls} | {hits} | {r['wall_s']:.1f} | `{Path(r['run']).name}` |")
-    lines += ["", "Model calls and cache hits are those recorded when each run's stages ran (a run resumed from its "
-              "directory reports them again; its wall time is this invocation's).",
+                     f"{r['calls']} | {r['cache_hits']} | {r['wall_s']:.1f} | `{run.parent.name}/{run.name}` |")
+    lines += ["", "Model calls, cache hits and wall time are those of the invocation that ran each job (a job "
+              "finished earlier is read from its sweep directory).",
               f"Total wall time of this invocation: {total:.1f} s.", "", "## After each stage (mAP@10 / R@10)", ""]
     for name, r in results.items():
         if len(r["stages"]) > 1:

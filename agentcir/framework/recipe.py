@@ -5,7 +5,10 @@ A recipe has one group per component kind (``encoder``, ``llm``, ``captioner``,
 ``kernels`` and the ``run`` settings. Each component group holds ``name`` (a registry
 key, never an import path) and that component's config fields. Composition checks
 every field against the registered ``Config`` dataclass, so a wrong type or an
-unknown field fails at once, naming the field.
+unknown field fails at once, naming the field, the valid fields of its node and the
+closest match (a field override needs no ``+``: ``method.lam=0.3`` is checked by the
+project, not by Hydra's struct mode). A sweep value (``a,b``, ``range(...)``) is only
+accepted by ``agentcir run -m`` (:mod:`agentcir.framework.sweep`).
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from typing import Any, Sequence
 
 from ..kernels.dispatch import BACKENDS as KERNEL_BACKENDS
 from ..registry import REGISTRIES, ConfigError, make_config
+from ..registry.config import closest_hint
 from .errors import InputError
 
 RECIPES_DIR = Path(__file__).resolve().parent.parent / "recipes"
@@ -74,8 +78,8 @@ def _hydra_compose(overrides: Sequence[str], config_name: str, recipes_dir: Path
     from hydra.errors import HydraException
     from omegaconf.errors import OmegaConfBaseException
 
-    overrides = list(overrides)
     dirs = [*extra_dirs, *plugin_recipe_dirs()]
+    overrides = project_overrides(overrides, recipe_groups([recipes_dir, *dirs]))
     if dirs:
         paths = ",".join(f"file://{Path(d).resolve()}" for d in dirs)
         overrides.append(f"hydra.searchpath=[{paths}]")
@@ -114,7 +118,8 @@ def validate(raw: dict[str, Any]) -> dict[str, Any]:
     known = {*GROUPS, "kernels", "run"}
     unknown = sorted(set(raw) - known)
     if unknown:
-        raise ConfigError(f"recipe: unknown top-level key(s) {', '.join(unknown)}; valid: {', '.join(sorted(known))}")
+        raise ConfigError(f"recipe: unknown top-level key(s) {', '.join(unknown)}; valid: {', '.join(sorted(known))}"
+                          f"{closest_hint(unknown[0], known)}")
     out: dict[str, Any] = {}
     for group in GROUPS:
         node = raw.get(group)
@@ -125,6 +130,8 @@ def validate(raw: dict[str, Any]) -> dict[str, Any]:
         node = dict(node)
         name = node.pop("name")
         if name == NONE_KEY:
+            if node:
+                raise ConfigError(f"{group} 'none': selects no {group} and takes no fields, got {', '.join(map(repr, sorted(node)))}")
             out[group] = {"name": NONE_KEY}
             continue
         cls = REGISTRIES[group].config_class(str(name))
@@ -141,6 +148,54 @@ def validate(raw: dict[str, Any]) -> dict[str, Any]:
         raise ConfigError(f"run: field 'gallery_captions': must be auto, dataset or captioner, got '{out['run']['gallery_captions']}'")
     if out["run"]["concurrency"] < 1:
         raise ConfigError(f"run: field 'concurrency': must be at least 1, got {out['run']['concurrency']}")
+    return out
+
+
+def parse_override(text: str):
+    """One Hydra override parsed by Hydra's grammar (an ``Override``); bad syntax is an
+    :class:`InputError` naming the override."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.errors import HydraException
+
+    try:
+        (o,) = OverridesParser.create().parse_overrides([text])
+    except HydraException as e:
+        raise InputError(f"override '{text}': {str(e).splitlines()[0]} (syntax: group=option, group.field=value, "
+                         f"+experiment=NAME; sweeps with -m: a,b,c or range(start,stop,step))") from None
+    if not o.key_or_group:
+        raise InputError(f"override '{text}': no key before '='")
+    return o
+
+
+def recipe_groups(dirs: Sequence[str | os.PathLike]) -> set[str]:
+    """Names of the recipe groups (sub-folders) of the recipe folders ``dirs``."""
+    return {p.name for d in dirs if Path(d).is_dir() for p in Path(d).iterdir() if p.is_dir()}
+
+
+def project_overrides(overrides: Sequence[str], groups: set[str]) -> list[str]:
+    """The overrides as Hydra should apply them so that the project checks them.
+
+    A field override (``method.lam=0.3``, ``run.speed=1``, a mistyped group ``methd=xr``) is
+    force-added (``++``): :func:`validate` then rejects an unknown field with the valid fields
+    and the closest match, instead of Hydra's struct-mode hint to add ``+``. ``experiment=X``
+    applies the bundle (``+experiment=X``). A sweep value is refused (it needs ``-m``).
+    """
+    from hydra.core.override_parser.types import OverrideType
+
+    out = []
+    for text in overrides:
+        o = parse_override(text)
+        if o.is_sweep_override():
+            raise InputError(f"override '{text}' sweeps over several values; run the sweep with "
+                             f"`agentcir run -m {text}` (--multirun), write a list as key=[a,b], "
+                             f"or quote a string holding commas: key='a,b'")
+        key = o.key_or_group
+        if o.type == OverrideType.CHANGE and o.package is None and not key.startswith("hydra."):
+            if key == "experiment":
+                text = "+" + text
+            elif "." in key or key not in groups:
+                text = "++" + text
+        out.append(text)
     return out
 
 

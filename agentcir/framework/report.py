@@ -130,6 +130,56 @@ def run_labels(runs: list[RunInfo]) -> list[str]:
     return [f"{r.dir.parent.name}/{r.name}" if names.count(r.name) > 1 else r.name for r in runs]
 
 
+def _flat(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for k, v in d.items():
+        if isinstance(v, dict) and v:
+            out.update(_flat(v, f"{prefix}{k}."))
+        else:
+            out[f"{prefix}{k}"] = v
+    return out
+
+
+def override_labels(runs: list[RunInfo]) -> list[str]:
+    """Row names by what differs between the runs' recipes, written as overrides
+    (``method=ldre method.num_captions=3``); settings that cannot change results (run.name,
+    concurrency, ...) are left out, and so are the fields of a group whose option differs
+    unless they also differ between runs of one option. Runs of one recipe get their
+    :func:`run_labels` name appended; without recipes, the labels are those names."""
+    from .recipe import VOLATILE_RUN_FIELDS
+
+    fallback = run_labels(runs)
+    if len(runs) < 2 or not all(r.recipe for r in runs):
+        return fallback
+    flats = [{k: v for k, v in _flat(r.recipe).items() if not (k.startswith("run.") and k[4:] in VOLATILE_RUN_FIELDS)}
+             for r in runs]
+    keys = sorted({k for f in flats for k in f}, key=lambda k: (k.split(".")[0], k.partition(".")[2] != "name", k))
+    missing = object()
+    differ = [k for k in keys if len({json.dumps(f.get(k, missing), default=str, sort_keys=True) for f in flats}) > 1]
+    groups = {k.split(".")[0] for k in differ if k.endswith(".name") and k.count(".") == 1}
+    keep = []
+    for k in differ:
+        g, _, rest = k.partition(".")
+        if rest == "name":
+            keep.append(k)
+        elif g in groups:  # a field of a group whose option differs: kept when it differs within one option
+            by_option: dict[Any, set[str]] = {}
+            for f in flats:
+                by_option.setdefault(str(f.get(f"{g}.name")), set()).add(json.dumps(f.get(k, None), default=str))
+            if any(len(v) > 1 for v in by_option.values()):
+                keep.append(k)
+        else:
+            keep.append(k)
+
+    def show(k: str, v: Any) -> str:
+        key = k[:-len(".name")] if k.endswith(".name") and k.count(".") == 1 else k
+        return f"{key}={json.dumps(v) if isinstance(v, (list, dict)) else v}"
+
+    labels = [" ".join(show(k, f[k]) for k in keep if k in f) for f in flats]
+    # a run with nothing of its own, or runs of one recipe: their directory names tell them apart
+    return [f"{lab} ({fb})" if lab and labels.count(lab) > 1 else lab or fb for lab, fb in zip(labels, fallback)]
+
+
 def fashioniq_groups(runs: list[RunInfo]) -> dict[str, dict[str, dict[str, Any]]]:
     """FashionIQ average rows: runs whose recipes differ only in ``dataset.category`` and
     cover dress, shirt and toptee give one row (plain mean of the three categories)."""
@@ -161,8 +211,9 @@ def fashioniq_groups(runs: list[RunInfo]) -> dict[str, dict[str, dict[str, Any]]
 
 
 def comparison_rows(runs: list[RunInfo]) -> dict[str, dict[str, Any]]:
-    """One row per run (its final metrics) plus the FashionIQ average rows."""
-    rows = {label: r.metrics.get("final", {}) for label, r in zip(run_labels(runs), runs)}
+    """One row per run (its final metrics, labelled by :func:`override_labels`) plus the
+    FashionIQ average rows."""
+    rows = {label: r.metrics.get("final", {}) for label, r in zip(override_labels(runs), runs)}
     for name, g in fashioniq_groups(runs).items():
         rows[name] = g["metrics"]
     return rows

@@ -33,7 +33,7 @@ def make_config(cls: type, values: Mapping[str, Any] | Any, *, where: str) -> An
     if unknown:
         raise ConfigError(
             f"{where}: unknown field {', '.join(repr(u) for u in unknown)}; "
-            f"valid fields: {', '.join(sorted(names)) or '(none)'}"
+            f"valid fields: {', '.join(sorted(names)) or '(none)'}{closest_hint(unknown[0], names)}"
         )
     try:
         node = OmegaConf.merge(OmegaConf.structured(cls), dict(values))
@@ -44,6 +44,14 @@ def make_config(cls: type, values: Mapping[str, Any] | Any, *, where: str) -> An
         field = getattr(e, "full_key", None) or getattr(e, "key", None) or "?"
         msg = str(getattr(e, "msg", e)).splitlines()[0]
         raise ConfigError(f"{where}: field '{field}': {msg}") from None
+
+
+def closest_hint(word: str, options) -> str:
+    """``"; did you mean 'lam'?"`` for the option closest to a mistyped ``word``, or ``""``."""
+    import difflib
+
+    match = difflib.get_close_matches(str(word), sorted(map(str, options)), n=1, cutoff=0.6)
+    return f"; did you mean '{match[0]}'?" if match else ""
 
 
 def config_dict(cfg: Any) -> dict[str, Any]:

@@ -217,4 +217,4 @@ def test_cli_train_encoder_takes_overrides(catalog_dir, tmp_path, capsys):
     assert main(["train-encoder", "-q", f"data={catalog_dir}", "epochs=lots"]) == 2
     assert "field 'epochs'" in capsys.readouterr().err
     assert main(["train-encoder", "-q", "colour=red"]) == 2
-    assert "Could not override 'colour'" in capsys.readouterr().err
+    assert "train-encoder: unknown field 'colour'; valid fields: " in capsys.readouterr().err

@@ -29,8 +29,9 @@ def test_compare_prints_one_table_and_writes_a_png(tmp_path, capsys):
     png = tmp_path / "out" / "cmp.png"
     assert main(["eval", "--compare", str(a), str(b), "--plot", str(png)]) == 0
     out = capsys.readouterr().out
-    assert "| | mAP@10 | R@1 | mAP@10/negation |" in out and "| runA | 30.00 | 20.00 | 5.00 |" in out
-    assert "| runB | 45.50 | 25.00 |  |" in out and "- runA: subset of runA" in out and f"plot: {png}" in out
+    assert "| | mAP@10 | R@1 | mAP@10/negation |" in out and "| method=image_only | 30.00 | 20.00 | 5.00 |" in out
+    assert "| method=text_only | 45.50 | 25.00 |  |" in out and f"- method=image_only: {a} (subset of runA)" in out
+    assert f"plot: {png}" in out  # rows are labelled by what differs between the runs
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     arr = np.asarray(Image.open(png).convert("L"), np.float32)
     assert arr.shape[0] > 200 and arr.shape[1] > 300 and arr.std() > 5  # a drawn chart, not a blank image
