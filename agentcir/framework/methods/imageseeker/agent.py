@@ -37,6 +37,7 @@ from ...prompts import load_prompt
 from ...runner import RunContext
 from ...types import Candidates, Query
 from .dates import format_timestamp
+from .conditions import Facts
 from .graph import GraphConfig, MemoryGraph, build_graph
 from .planner import OfflinePlanner, PlanConfig, decompose
 from .store import METADATA_FIELDS, Photo, PhotoCollection
@@ -59,6 +60,7 @@ class UserStore:
     collection: PhotoCollection
     tags: list[list[tuple[str, float]]]
     graph: MemoryGraph | None
+    facts: Facts | None = None
 
 
 @METHODS.register("imageseeker")
@@ -88,7 +90,11 @@ class ImageSeeker(Method):
         episode_top_k: offline planner: candidates searched for the episode clue.
         target_top_k: offline planner: candidates searched for the target.
         verify_max: offline planner: most candidates viewed per verification.
-        keep_top: offline planner: best-ranked target candidates always in the answer.
+        keep_top: offline planner: best-ranked target candidates always in the answer (0: only those
+            that pass the visual check).
+        visual_z: offline planner: a candidate passes the visual check when its similarity to the
+            phrase is this many standard deviations above the mean over all the user's photos (or
+            when the vocabulary check confirms it).
         web_search: web_search backend, ``none`` (offline) or ``searxng``.
         web_search_url: the SearXNG base URL for ``web_search=searxng``.
     """
@@ -120,7 +126,8 @@ class ImageSeeker(Method):
         episode_top_k: int = 100
         target_top_k: int = 200
         verify_max: int = 100
-        keep_top: int = 1
+        keep_top: int = 0
+        visual_z: float = 2.0
         web_search: str = "none"
         web_search_url: str = ""
 
@@ -192,7 +199,7 @@ class ImageSeeker(Method):
             if self.cfg.graph:
                 gcfg = GraphConfig(similarity=self.cfg.graph_similarity, similar_k=self.cfg.graph_similar_k)
                 graph = await asyncio.to_thread(build_graph, coll, [[t for t, _ in ts] for ts in tags], gcfg)
-            self._users[user] = UserStore(coll, tags, graph)
+            self._users[user] = UserStore(coll, tags, graph, Facts.of(coll.photos))
         return self._users[user]
 
     async def _collections(self, ctx: RunContext, state: RunState) -> None:
@@ -276,7 +283,9 @@ class ImageSeeker(Method):
                 rec = await self._llm_session(ctx, tb, q)
             else:
                 rec = await self._offline_session(ctx, store, tb, q)
-            rec["ids"] = rec["ids"][: self.cfg.max_answer]
+            if len(rec["ids"]) > self.cfg.max_answer:
+                rec["truncated_from"] = len(rec["ids"])
+                rec["ids"] = rec["ids"][: self.cfg.max_answer]
             rec["steps"] = [o.to_json() for o in tb.log]
             rec["subsets"] = tb.subsets.list()
             return rec
@@ -308,13 +317,23 @@ class ImageSeeker(Method):
         return [f"{s.name}({len(s)})" for s in tb.subsets.lineage(subset)]
 
     async def _offline_session(self, ctx: RunContext, store: UserStore, tb: Toolbox, q: Query) -> dict:
-        d = decompose(q.text, store.collection.gazetteer)
+        coll = store.collection
+        d = decompose(q.text, coll.gazetteer, facts=store.facts)
+
+        async def score(phrase: str) -> dict[str, float]:  # the calibration population: all the user's photos
+            te = l2_normalize(np.asarray(await ctx.call(self.encoder, "encode_texts", texts=[PROMPT.format(phrase)]), np.float32))[0]
+            return dict(zip(coll.ids, (coll.embeddings @ te).tolist()))
+
         planner = OfflinePlanner(tb, lambda photos, phrase, views, contrast: self._verify(ctx, store, photos, phrase, views, contrast),
                                  PlanConfig(self.cfg.episode_top_k, self.cfg.target_top_k, self.cfg.verify_max,
-                                            keep_top=self.cfg.keep_top))
+                                            keep_top=self.cfg.keep_top, visual_z=self.cfg.visual_z), scorer=score)
         res = await planner.run(d)
-        return {"planner": "offline", "ids": res.ids, "reasoning": res.reasoning, "subset_chain": self._chain(tb, res.subset, res.ids),
-                "decomposition": d.to_json(), "stopped": "answered"}
+        rec = {"planner": "offline", "ids": res.ids, "answer_size": len(res.ids), "reasoning": res.reasoning,
+               "subset_chain": self._chain(tb, res.subset, res.ids), "decomposition": d.to_json(), "filters": res.filters,
+               "visual_check": res.visual, "unparsed": d.unparsed, "stopped": "answered"}
+        if d.count:
+            rec["count"] = len(res.ids)
+        return rec
 
     # -- the LLM agent --------------------------------------------------------------------------
     def _context(self, ctx: RunContext, goal: str, system: str) -> CompressedContext:
