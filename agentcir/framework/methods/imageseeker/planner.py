@@ -58,7 +58,7 @@ _FILLER = re.compile(r"\b(?:the|a|an|some|my|our|all|every|each|those|these|that
 #: words that carry no visual content once the metadata conditions are read
 _NOT_VISUAL = re.compile(r"\b(?:from|in|on|at|by|to|near|during|taken|shot|captured|how|many|did|do|does|have|has|had|take|"
                          r"are|is|am|be|been|there|show|list|count|number|and|or|but|any|photographs?|pics?|camera|phone|"
-                         r"what|who|whose|them|it|total|made|snapped|all|only|just|either|both|nor|while|then|than)\b", re.I)
+                         r"what|who|whose|them|it|total|made|snapped|all|only|just|either|both|nor|while|then|than|everything|anything|stuff)\b", re.I)
 #: the order in which conditions are applied and written (places and dates first)
 _KIND_ORDER = {"place": 0, "date": 1, "time": 2, "weekday": 3}
 
@@ -112,7 +112,7 @@ def decompose(query: str, gazetteer: Gazetteer, *, facts: Facts | None = None, m
     ``facts`` (:meth:`Facts.of` a collection) lets the names of its people, albums, cameras,
     keywords and titles, and dates relative to its newest photo, be read."""
     parsed = parse_conditions(query, gazetteer, facts, min_population=min_population)
-    conds = sorted(parsed.conditions, key=lambda c: _KIND_ORDER.get(c.kind, 9))
+    conds = sorted(parsed.conditions, key=lambda c: (_KIND_ORDER.get(c.kind, 9), c.negated))
     text = parsed.rest
     m = _SPLIT.search(text)
     if m:
