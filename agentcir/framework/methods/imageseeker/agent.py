@@ -18,6 +18,7 @@ candidates are each query's answered photo rows, in answer order, padded with -1
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import logging
 import re
@@ -27,9 +28,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from ....components.memory.context import CompressedContext, ContextMemory
-from ....components.memory.subsets import NamedSubsets
-from ....registry import METHODS
+from ....registry import MEMORIES, METHODS
 from ...errors import InputError
 from ...interfaces import ChatReply, ToolCall, assistant_message, l2_normalize, tool_message, user_message
 from ...method import Method, RunState, Stage
@@ -99,8 +98,10 @@ class ImageSeeker(Method):
         web_search_url: the SearXNG base URL for ``web_search=searxng``.
     """
 
-    optional: ClassVar[tuple[str, ...]] = ("llm", "captioner")
+    optional: ClassVar[tuple[str, ...]] = ("llm", "captioner", "context_memory", "subset_memory")
     requires: ClassVar[tuple[str, ...]] = ("encoder",)
+    #: injected by the recipe pool (memory registry keys), configured from this method's fields
+    memories: ClassVar[dict[str, str]] = {"context_memory": "context", "subset_memory": "subsets"}
     prompt_fields: ClassVar[tuple[str, ...]] = ("prompt",)
 
     @dataclass
@@ -144,14 +145,27 @@ class ImageSeeker(Method):
         if c.max_steps < 1 or c.top_k < 1 or c.max_answer < 1:
             raise InputError(f"method 'imageseeker': max_steps, top_k and max_answer must be positive "
                              f"(got {c.max_steps}, {c.top_k}, {c.max_answer})")
-        # the context memory's settings live in this config; it is built here (no model inside)
-        self.context_memory = ContextMemory(ContextMemory.Config(budget=c.context_budget, keep_last=c.context_keep_last,
-                                                                 token_counter=c.token_counter, summarizer=c.summarizer),
-                                            llm=self.llm if c.summarizer == "llm" else None)
+        # the memories come from the recipe pool; built directly (e.g. METHODS.build in a script), the
+        # method makes them by registry key from its own fields
+        if self.context_memory is None:
+            self.context_memory = MEMORIES.build("context", self.memory_config("context_memory", vars(c)),
+                                                 **({"llm": self.llm} if self.llm is not None else {}))
+        if self.subset_memory is None:
+            self.subset_memory = MEMORIES.build("subsets", {})
         self.web = make_web_search(c.web_search, c.web_search_url)
         self._users: dict[str | None, UserStore] = {}
         self._locks: dict[str | None, asyncio.Lock] = {}
         self._vocab: ClueVocabulary | None = None
+
+    @classmethod
+    def memory_config(cls, dependency: str, node: dict[str, Any]) -> dict[str, Any]:
+        """The context memory's settings are this method's ``context_*``, ``token_counter`` and
+        ``summarizer`` fields; the subsets memory keeps each session's subsets in the run directory."""
+        c = cls.Config(**{f.name: node[f.name] for f in dataclasses.fields(cls.Config) if f.name in node})
+        if dependency == "context_memory":
+            return {"budget": c.context_budget, "keep_last": c.context_keep_last, "token_counter": c.token_counter,
+                    "summarizer": c.summarizer}
+        return {}
 
     def judge_by_caption(self) -> bool:
         """Whether the offline checks read the captioner's captions (``offline_judge``): ``auto``
@@ -221,8 +235,7 @@ class ImageSeeker(Method):
     # -- tools for one session ----------------------------------------------------------------
     def _toolbox(self, ctx: RunContext, store: UserStore, query: Query) -> Toolbox:
         folder = ctx.run_dir / "subsets" if ctx.run_dir is not None else None
-        path = folder / f"{re.sub(r'[^A-Za-z0-9_.-]+', '_', query.id)}.json" if folder else None
-        subsets = NamedSubsets(path)
+        subsets = self.subset_memory.session(query.id, dir=folder)
         subsets.clear()  # a rerun replays the session from its cached model calls
         coll = store.collection
 
@@ -336,7 +349,7 @@ class ImageSeeker(Method):
         return rec
 
     # -- the LLM agent --------------------------------------------------------------------------
-    def _context(self, ctx: RunContext, goal: str, system: str) -> CompressedContext:
+    def _context(self, ctx: RunContext, goal: str, system: str):
         summarize = self.context_memory.summarize
         if self.cfg.summarizer == "llm":  # the summariser's LLM call goes through the run's cache too
             loop = asyncio.get_running_loop()
@@ -353,9 +366,9 @@ class ImageSeeker(Method):
 
             summarize = cached_summary
 
-        return CompressedContext(goal, budget=self.cfg.context_budget, keep_last=self.cfg.context_keep_last,
-                                 summarizer=summarize, counter=self.context_memory.counter,
-                                 system=[{"role": "system", "content": system}])
+        context = self.context_memory.new(goal, system=[{"role": "system", "content": system}])
+        context.summarizer = summarize
+        return context
 
     def _system(self, tb: Toolbox) -> str:
         whens = [p.when for p in tb.c.photos if p.when is not None]

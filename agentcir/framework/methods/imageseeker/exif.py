@@ -194,8 +194,12 @@ def read_exif(path: str | os.PathLike) -> dict[str, Any]:
     if not any(v is not None for k, v in out.items() if k != "warnings"):
         # exifread found no field at all (it misses the EXIF of some files, e.g. WebP, or JPEGs with an
         # empty GPS block, that Pillow reads): try Pillow before concluding there is none
+        import warnings
+
         try:
-            out.update({k: v for k, v in _exif_pillow(Path(path)).items() if v is not None})
+            with warnings.catch_warnings():  # Pillow warns about the corrupt EXIF of broken files: they stay partial records
+                warnings.simplefilter("ignore")
+                out.update({k: v for k, v in _exif_pillow(Path(path)).items() if v is not None})
         except Exception:  # a file Pillow cannot read either: keep exifread's (empty) answer
             pass
     return out
