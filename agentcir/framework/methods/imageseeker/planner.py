@@ -6,27 +6,36 @@ so its trace (tool calls, subsets, subset chain) has the same form.
 
 **Decomposition** (DeepImageSearch's Episode / Episode breakdown / Target), by rules:
 
-- dates (``in 2023``, ``June 2023``, ``summer 2022``, ``2023-06-14``, ``on June 14, 2023``) and
-  places (city, country or alias names of the bundled gazetteer, capitalised in the text)
-  are parsed out of the question;
-- the question is split into a *target* and an *episode* at a connector such as ``from the
+- the question's *metadata conditions* are read first (:mod:`.conditions`): dates (years,
+  months, days, ranges, before/after, seasons, weekdays, times of day, dates relative to the
+  newest photo such as "last summer"), places (gazetteer cities, regions and countries, aliases,
+  demonyms; a region or country contains its cities), people, albums, cameras, keywords, titles,
+  ratings, each possibly negated ("not in Rome"), and whether it asks "how many"; their words
+  are removed from the text, and what could not be read is listed (``unparsed``) and left in
+  the text for the visual search;
+- the rest is split into a *target* and an *episode* at a connector such as ``from the
   day``, ``on the trips``, ``during the weekend``, ``where``, ``when``: "the shoes photos
   **from the day** I photographed a hat in Rome" -> target ``shoes``, episode "the day I
   photographed a hat in Rome";
 - the episode's *visual clue* is what follows a verb such as photographed / saw / took a
   photo of (``hat``); plural episode words (days, trips, times) or ``every``/``all the``
-  mark an inter-event question (every matching event counts).
+  mark an inter-event question (every matching event counts);
+- a target of nothing but filler ("photos", "pictures taken") means nothing visual is asked.
 
-**Plan**: (1) episode: ``filter_metadata`` by place/date (metadata is exact), ``image_search``
-for the clue within it, ``view_photos`` to verify the clue, rank the events (photosets) of the
-candidates by verified photos, then by their best-ranked photo, keep the best one - or every
-event with a verified photo for an inter-event question - and ``filter_metadata`` to their
-photos; (2) target: ``image_search`` for the target within the episode photos,
-``view_photos`` to verify that a photo shows the target rather than the episode's clue (plus
-the ``keep_top`` best-ranked candidates: a question always has an answer),
-``filter_metadata`` (``id in [...]``) to save the answer; (3) ``answer``.
-It understands questions of these shapes and nothing subtler (no relative dates such as
-"last summer", no negations, no counting).
+**Plan**: (0) each condition is one ``filter_metadata`` call within the previous one's result,
+and the trace records what each kept of how many (``filters``); (1) episode: ``image_search``
+for the clue within the filtered photos, ``view_photos`` to verify the clue, rank the events
+(photosets) of the candidates by verified photos, then by their best-ranked photo, keep the best
+one - or every event with a verified photo for an inter-event question - and ``filter_metadata``
+to their photos; (2) target: with nothing visual asked, the answer is every photo kept (every
+photo of the user when the question names no condition either); otherwise ``image_search`` for
+the target within them and a visual check: a candidate passes when ``view_photos``' offline eyes
+confirm it shows the target (rather than the episode's clue) or when its similarity to the
+target lies ``visual_z`` standard deviations above the mean over all the user's photos (the
+calibrated threshold; ``keep_top`` best-ranked candidates may be added, default none); when no
+candidate passes, the best-ranked one is the answer and the trace says so; ``filter_metadata``
+(``id in [...]``) saves the answer; (3) ``answer``, whose reasoning starts with the count for a
+"how many" question.
 """
 
 from __future__ import annotations
