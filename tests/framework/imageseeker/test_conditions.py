@@ -153,3 +153,15 @@ def test_visual_check_runs_over_the_filtered_photos_with_a_calibrated_threshold(
     assert sorted(res.ids) == ["p1", "p2"]
     res, _ = run("photos of a tower in Italy", scores={k: 0.1 for k in scores} | {"p4": 0.2})
     assert len(res.ids) == 1 and "no photo passed the visual check" in res.reasoning
+
+
+def test_odd_inputs():
+    gaz = load_gazetteer()
+    p = parse_conditions("photos from last summer", gaz, Facts())  # no dated photo to count from
+    assert not p.conditions and "no photo has a date to count from" in p.unparsed[0]
+    p = parse_conditions("photos between 2005 and 2001", gaz, FACTS)
+    assert [c.expression() for c in p.conditions] == ["(date >= 2001-01-01 and date < 2006-01-01)"] and p.notes
+    p = parse_conditions("", gaz, FACTS)
+    assert not p.conditions and p.rest == ""
+    d = decompose("photos", gaz, facts=FACTS)
+    assert d.target == "" and not d.conditions and d.breakdown == ["answer with every photo kept"]

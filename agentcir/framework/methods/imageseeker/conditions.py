@@ -219,9 +219,8 @@ class _Reader:
         return [Condition(kind, period_expression(*p), text, period=(_fmt(p[0]), _fmt(p[1])))]
 
     def _relative(self, m: re.Match) -> list[Condition] | None:
-        ref = self.facts.newest
+        ref, _ = self._reference(m)
         if ref is None:
-            self.unparsed.append(f"'{m.group(0).strip()}': no photo has a date to count from")
             return None
         which, unit = m.group("which").lower(), m.group("unit").lower()
         if unit in SEASONS:
@@ -242,12 +241,18 @@ class _Reader:
             p = (day, day + timedelta(days=7)) if which == "this" else (day - timedelta(days=7), day)
         return self._date("date", p)
 
-    def _ago(self, m: re.Match) -> list[Condition] | None:
-        ref = self.facts.newest
-        if ref is None:
+    def _reference(self, m: re.Match) -> tuple[datetime | None, int]:
+        """The newest photo's time (relative dates count from it; said when there is none) and
+        the match's number (``n`` group: digits or a word), 0 without one."""
+        if self.facts.newest is None:
             self.unparsed.append(f"'{m.group(0).strip()}': no photo has a date to count from")
+        n = m.groupdict().get("n") or "0"
+        return self.facts.newest, int(n) if n.isdigit() else _WORDS[n.lower()]
+
+    def _ago(self, m: re.Match) -> list[Condition] | None:
+        ref, n = self._reference(m)
+        if ref is None:
             return None
-        n = int(m.group("n")) if m.group("n").isdigit() else _WORDS[m.group("n").lower()]
         unit = m.group("unit").lower().rstrip("s")
         if unit == "year":
             return self._date("date", (datetime(ref.year - n, 1, 1), datetime(ref.year - n + 1, 1, 1)))
@@ -257,18 +262,19 @@ class _Reader:
         return self._date("date", month_period(start.year, start.month))
 
     def _past(self, m: re.Match) -> list[Condition] | None:
-        ref = self.facts.newest
+        ref, n = self._reference(m)
         if ref is None:
-            self.unparsed.append(f"'{m.group(0).strip()}': no photo has a date to count from")
             return None
-        n = int(m.group("n")) if m.group("n").isdigit() else _WORDS[m.group("n").lower()]
         days = {"year": 365.25, "month": 30.44, "week": 7, "day": 1}[m.group("unit").lower().rstrip("s")] * n
         return self._date("date", (ref - timedelta(days=days), ref + timedelta(minutes=1)))
 
     def _range(self, m: re.Match) -> list[Condition] | None:
         a, b = date_value(m.group("a")), date_value(m.group("b"))
-        if a is None or b is None or b[1] <= a[0]:
+        if a is None or b is None:
             return None
+        if b[1] <= a[0]:  # written backwards ("between 2005 and 2001"): the same span
+            a, b = b, a
+            self.notes.append(f"read '{' '.join(m.group(0).split())}' as the span from {_fmt(a[0])} to {_fmt(b[1])}")
         return self._date("date", (a[0], b[1]))
 
     def _bound(self, m: re.Match) -> list[Condition] | None:
@@ -308,7 +314,7 @@ class _Reader:
         self.sub(rf"(?:\b(?:taken|shot)\s+)?\b(?:in|during)\s+(?:the\s+month\s+of\s+)?(?P<m>{_MONTH_RX})\b(?!\.?\s*\d)", month)
         self.sub(rf"{PREP}\b(?P<m>January|February|March|April|June|July|August|September|October|November|December)\b(?!\.?\s*\d)",
                  month, flags=0)
-        self.sub(rf"{PREP}\b(?P<s>{_SEASON_RX})s?\b(?:\s+(?:photos|pictures|shots))?",
+        self.sub(rf"{PREP}\b(?<!last )(?<!this )(?<!past )(?<!previous )(?P<s>{_SEASON_RX})s?\b(?:\s+(?:photos|pictures|shots))?",
                  lambda m: [Condition("date", "month in {}..{}".format(*SEASONS[m.group("s").lower()]), "")],
                  guard_clause=True)
         self.sub(r"(?:\bon\s+(?:a\s+)?)?\b(?P<d>monday|tuesday|wednesday|thursday|friday|saturday|sunday)s?\b",
