@@ -296,6 +296,7 @@ class ImageSeeker(Method):
                 rec = await self._llm_session(ctx, tb, q)
             else:
                 rec = await self._offline_session(ctx, store, tb, q)
+            rec["answer_size"] = len(rec["ids"])   # the answer is a set: these ids, in answer order, lead the candidates
             if len(rec["ids"]) > self.cfg.max_answer:
                 rec["truncated_from"] = len(rec["ids"])
                 rec["ids"] = rec["ids"][: self.cfg.max_answer]
@@ -341,7 +342,7 @@ class ImageSeeker(Method):
                                  PlanConfig(self.cfg.episode_top_k, self.cfg.target_top_k, self.cfg.verify_max,
                                             keep_top=self.cfg.keep_top, visual_z=self.cfg.visual_z), scorer=score)
         res = await planner.run(d)
-        rec = {"planner": "offline", "ids": res.ids, "answer_size": len(res.ids), "reasoning": res.reasoning,
+        rec = {"planner": "offline", "ids": res.ids, "reasoning": res.reasoning,
                "subset_chain": self._chain(tb, res.subset, res.ids), "decomposition": d.to_json(), "filters": res.filters,
                "visual_check": res.visual, "unparsed": d.unparsed, "stopped": "answered"}
         if d.count:
