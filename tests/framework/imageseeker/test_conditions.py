@@ -165,3 +165,16 @@ def test_odd_inputs():
     assert not p.conditions and p.rest == ""
     d = decompose("photos", gaz, facts=FACTS)
     assert d.target == "" and not d.conditions and d.breakdown == ["answer with every photo kept"]
+
+
+@pytest.mark.parametrize("query,expected", [
+    ("photos from 2008 or 2009", "((date >= 2008-01-01 and date < 2009-01-01) or (date >= 2009-01-01 and date < 2010-01-01))"),
+    ("photos on Saturdays or Sundays", "(weekday = saturday or weekday = sunday)"),
+    ("photos from May or June", "(month = 6 or month = 5)"),
+    ("photos before 2000 or after 2020", "(date < 2000-01-01 or date >= 2021-01-01)"),
+    ("photos after 2000 and before 2005", "date >= 2001-01-01 and date < 2005-01-01"),      # a span, not alternatives
+    ("photos from 2008 in October", "(date >= 2008-01-01 and date < 2009-01-01) and month = 10"),
+])
+def test_alternatives_of_one_shape_are_either(query, expected):
+    d = decompose(query, load_gazetteer(), facts=FACTS)
+    assert d.filter_expression() == expected and d.target == ""

@@ -314,6 +314,7 @@ class _Reader:
         self.sub(rf"(?:\b(?:taken|shot)\s+)?\b(?:in|during)\s+(?:the\s+month\s+of\s+)?(?P<m>{_MONTH_RX})\b(?!\.?\s*\d)", month)
         self.sub(rf"{PREP}\b(?P<m>January|February|March|April|June|July|August|September|October|November|December)\b(?!\.?\s*\d)",
                  month, flags=0)
+        self.sub(r"(?:\b(?:taken|shot)\s+)?\b(?:from|of|since|or|and)\s+(?P<m>May)\b(?!\.?\s*\d)", month, flags=0)
         self.sub(rf"{PREP}\b(?<!last )(?<!this )(?<!past )(?<!previous )(?P<s>{_SEASON_RX})s?\b(?:\s+(?:photos|pictures|shots))?",
                  lambda m: [Condition("date", "month in {}..{}".format(*SEASONS[m.group("s").lower()]), "")],
                  guard_clause=True)

@@ -65,7 +65,7 @@ _FILLER = re.compile(r"\b(?:the|a|an|some|my|our|all|every|each|those|these|that
                      r"with|were|was|taken|took|"
                      + "|".join(_EPISODE_WORDS) + r")\b", re.I)
 #: words that carry no visual content once the metadata conditions are read
-_NOT_VISUAL = re.compile(r"\b(?:from|in|on|at|by|to|near|during|taken|shot|captured|how|many|did|do|does|have|has|had|take|"
+_NOT_VISUAL = re.compile(r"\b(?:from|in|on|at|by|to|near|during|taken|shot|shoot|snap|captured|see|view|look|let|may|can|could|would|how|many|did|do|does|have|has|had|take|"
                          r"are|is|am|be|been|there|show|list|count|number|and|or|but|any|photographs?|pics?|camera|phone|"
                          r"what|who|whose|them|it|total|made|snapped|all|only|just|either|both|nor|while|then|than|everything|anything|stuff)\b", re.I)
 #: the order in which conditions are applied and written (places and dates first)
@@ -115,13 +115,45 @@ def _clean(text: str) -> str:
     return " ".join(t.split())
 
 
+def _shape(c: Condition) -> str | None:
+    """Conditions of one shape are alternatives ("in 2008 or 2009", "on Saturdays and Sundays"):
+    periods, months, weekdays, hours, date bounds; others (place lists are read as one) none."""
+    if c.negated or c.kind not in ("date", "weekday", "time"):
+        return None
+    if c.period:
+        return "period"
+    return "bound" if c.expr.startswith("date ") else c.expr.split()[0].strip("(")
+
+
+def _alternatives(conds: list[Condition], query: str) -> list[Condition]:
+    """Merge positive conditions of one shape into one disjunction (a photo has one date): "photos
+    from 2008 or 2009" is either year; date bounds only when the question says "or" ("before 2000
+    or after 2020"; "after 2000 and before 2005" is a span)."""
+    groups: dict[str, list[Condition]] = {}
+    for c in conds:
+        shape = _shape(c)
+        if shape and (shape != "bound" or re.search(r"\bor\b", query, re.I)):
+            groups.setdefault(shape, []).append(c)
+    out, done = [], set()
+    for c in conds:
+        shape = _shape(c)
+        group = groups.get(shape or "", [])
+        if len(group) < 2 or c not in group:
+            out.append(c)
+        elif shape not in done:
+            done.add(shape)
+            out.append(Condition(c.kind, "(" + " or ".join(_wrap(g.expr) for g in group) + ")", " / ".join(g.text for g in group)))
+    return out
+
+
 def decompose(query: str, gazetteer: Gazetteer, *, facts: Facts | None = None, min_population: int = 15000) -> Decomposition:
     """Split ``query`` into metadata conditions, target, episode and clue (see the module docstring).
 
     ``facts`` (:meth:`Facts.of` a collection) lets the names of its people, albums, cameras,
     keywords and titles, and dates relative to its newest photo, be read."""
     parsed = parse_conditions(query, gazetteer, facts, min_population=min_population)
-    conds = sorted(parsed.conditions, key=lambda c: (_KIND_ORDER.get(c.kind, 9), c.negated))
+    periods = [c.period for c in parsed.conditions if c.kind == "date" and c.period and not c.negated]
+    conds = sorted(_alternatives(parsed.conditions, query), key=lambda c: (_KIND_ORDER.get(c.kind, 9), c.negated))
     text = parsed.rest
     m = _SPLIT.search(text)
     if m:
@@ -134,11 +166,10 @@ def decompose(query: str, gazetteer: Gazetteer, *, facts: Facts | None = None, m
     if episode_text:
         v = _VERB.search(episode_text)
         clue = _clean(episode_text[v.end():] if v else episode_text)
-    target = _clean(target_text)
+    target = re.sub(r"^(?:(?:or|and|but|nor)\s+)+|(?:\s+(?:or|and|but|nor))+$", "", _clean(target_text))
     if not _clean(_NOT_VISUAL.sub(" ", target)):
         target = ""   # nothing visual is asked: the answer is every photo the conditions keep
     places = [p.strip('"') for c in conds if c.kind == "place" and not c.negated for p in re.findall(r'"([^"]*)"', c.expr)]
-    periods = [c.period for c in conds if c.kind == "date" and c.period and not c.negated]
     d = Decomposition(query=str(query), target=target, episode=episode_text.strip(), clue=clue, places=places,
                       periods=[tuple(p) for p in periods], multi=multi, conditions=conds, count=parsed.count,
                       unparsed=parsed.unparsed, notes=parsed.notes)
