@@ -45,6 +45,8 @@ def exprs(q: str) -> list[str]:
     ("photos from two years ago", ["(date >= 2022-01-01 and date < 2023-01-01)"]),
     ("photos from Tuscany", ['place ~ "Tuscany"']),
     ("Italian photos", ['place ~ "Italy"']),
+    ("photos from italy", ['place ~ "italy"']),            # lower case: countries, regions, cities of 100,000+
+    ("photos from the beach", []),
     ("photos from Rome or Florence", ['(place ~ "Rome" or place ~ "Florence")']),
     ("photos not in Rome", ['not (place ~ "Rome")']),
     ("photos of Marie Curie", ['person ~ "Marie Curie"']),

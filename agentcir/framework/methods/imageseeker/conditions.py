@@ -60,6 +60,8 @@ _CAMERA_GENERIC = {"company", "digital", "camera", "zoom", "co", "ltd", "electri
                    "and", "of", "computer", "eastman", "techwin", "imaging", "mp3", "v05", "00"}
 _MODEL_WORDS = {"coolpix", "powershot", "ixus", "eos", "finepix", "cybershot", "cyber", "dimage", "caplio", "exilim",
                 "iphone", "galaxy", "pixel", "alpha", "lumix", "digimax", "hyperfire"}
+#: a place written in lower case is read only when it is a country, a region or a city this large
+LOWERCASE_PLACE_POPULATION = 100_000
 _TAG_STOP = {"place", "places", "events", "event", "tag", "tags", "photo", "photos", "image", "images", "picture", "xmp",
              "test", "file", "jpg", "jpeg", "photoshop"}
 
@@ -461,6 +463,14 @@ class _Reader:
     # -- places -----------------------------------------------------------------------------------
     def places(self) -> None:
         found = self.gaz.find_places(self.t, min_population=self.min_population)
+        # written in lower case after a place preposition: countries, regions and cities of 100,000+ people
+        for m in re.finditer(r"\b(?:in|at|from|near|around)\s+(?:the\s+)?([a-z][a-z'-]+(?:\s+[a-z][a-z'-]+){0,2})", self.t):
+            words = m.group(1).split()
+            for j in range(len(words), 0, -1):
+                cand = " ".join(words[:j])
+                if cand not in found and self.gaz.find_places(cand.title(), min_population=LOWERCASE_PLACE_POPULATION) == [cand.title()]:
+                    found.append(cand)
+                    break
         positive: list[tuple[str, str]] = []
         for p in found:
             m = re.search(NEG + r"(?:\b(?:taken|shot|photographed)\s+)?(?:\b(?:in|at|from|to|near|around|of)\s+(?:the\s+)?)?\b"
