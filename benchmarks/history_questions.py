@@ -181,9 +181,9 @@ def set_scores(pred: list[str], gold: list[str]) -> tuple[float, bool]:
     return f1, p == g
 
 
-def ask_all(folder: Path, work: Path, overrides: list[str] = ()) -> dict[str, dict]:
-    """Index ``folder`` into ``work``/gallery (offline default recipe) and ask every question with
-    ``method=imageseeker``: question id -> {"ids", "trace"}."""
+def ask_all(folder: Path, work: Path, overrides: list[str] = (), method_overrides: list[str] = ()) -> dict[str, dict]:
+    """Index ``folder`` into ``work``/gallery (offline default recipe and ``overrides``) and ask every
+    question with ``method=imageseeker`` (and ``method_overrides``): question id -> {"ids", "trace"}."""
     from agentcir.cli import main as cli
     from agentcir.framework.recipe import compose
     from agentcir.framework.search import Searcher
@@ -192,7 +192,8 @@ def ask_all(folder: Path, work: Path, overrides: list[str] = ()) -> dict[str, di
     if not (gallery / "gallery.json").is_file():
         if cli(["index", str(folder), "--out", str(gallery), "-q", *overrides]) != 0:
             raise SystemExit(f"indexing {folder} failed")
-    searcher = Searcher(compose(["method=imageseeker", f"run.root={work / 'runs'}", "run.progress=false", *overrides]), gallery)
+    searcher = Searcher(compose(["method=imageseeker", f"run.root={work / 'runs'}", "run.progress=false", *overrides,
+                                 *method_overrides]), gallery)
     out = {}
     for q in json.loads(QUESTIONS.read_text(encoding="utf-8"))["questions"]:
         res = searcher.search(text=q["question"], k=100000)

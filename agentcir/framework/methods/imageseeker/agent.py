@@ -71,7 +71,8 @@ class ImageSeeker(Method):
             planner), ``llm`` or ``offline``.
         max_steps: LLM turns before the agent must stop (the step budget).
         top_k: image_search's default ``top_k``.
-        max_answer: most photo ids kept in an answer.
+        max_answer: most photo ids kept in an answer (not applied to the offline planner's
+            metadata-only answers, which are exact: every matching photo).
         prompt: system prompt file of the LLM agent.
         view_images: view_photos sends the images to the LLM (a vision-language model).
         context_budget: tokens of the conversation before older turns are compressed.
@@ -297,7 +298,8 @@ class ImageSeeker(Method):
             else:
                 rec = await self._offline_session(ctx, store, tb, q)
             rec["answer_size"] = len(rec["ids"])   # the answer is a set: these ids, in answer order, lead the candidates
-            if len(rec["ids"]) > self.cfg.max_answer:
+            exact = rec["planner"] == "offline" and rec.get("visual_check") is None and not rec["decomposition"].get("clue")
+            if len(rec["ids"]) > self.cfg.max_answer and not exact:  # a metadata-only answer is exact: never cut
                 rec["truncated_from"] = len(rec["ids"])
                 rec["ids"] = rec["ids"][: self.cfg.max_answer]
             rec["steps"] = [o.to_json() for o in tb.log]
