@@ -159,6 +159,11 @@ def cmd_index(args) -> int:
           f"(dim {g.dim}, {g.info['dtype']}); skipped {len(g.skipped)} unreadable image(s) and {len(others)} non-image file(s)")
     if scan is not None:
         print(scan.line() + (f"; user '{args.user}'" if args.user else ""))
+    from .framework.domain import domain_check  # photos far from the encoder's domain: say so, measured
+
+    check = domain_check(encoder, g.image_emb, name=recipe["encoder"]["name"])
+    if check is not None:
+        print(check.line())
     return 0
 
 

@@ -62,6 +62,14 @@ class Method(Component):
     kind: ClassVar[str] = "method"
     #: whether the gallery must have captions (dataset-provided or made by the captioner)
     needs_captions: ClassVar[bool] = False
+    #: memory components the recipe pool injects: dependency name -> ``memory`` registry key (list
+    #: the dependency in ``optional`` too); each is configured by :meth:`memory_config`
+    memories: ClassVar[dict[str, str]] = {}
+
+    @classmethod
+    def memory_config(cls, dependency: str, node: dict[str, Any]) -> dict[str, Any]:
+        """The config of memory ``dependency`` from this method's recipe ``node`` (default: none)."""
+        return {}
 
     def stages(self) -> list[Stage]:  # pragma: no cover - abstract
         raise NotImplementedError

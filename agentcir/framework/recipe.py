@@ -243,10 +243,23 @@ class ComponentPool:
         try:
             deps = {k: self.get(k) for k in getattr(cls, "requires", ())}
             deps.update({k: self.get(k) for k in getattr(cls, "optional", ()) if self.has(k)})
+            deps.update(self._memories(cls, node))
         finally:
             self._building.pop()
         self._built[kind] = reg.build(name, node, **deps)
         return self._built[kind]
+
+    def _memories(self, cls: type, node: dict[str, Any]) -> dict[str, Any]:
+        """The memory components a method names in ``memories`` (dependency -> memory registry key),
+        each built with ``cls.memory_config(dependency, node)`` and its own dependencies from this pool."""
+        out = {}
+        reg = REGISTRIES["memory"]
+        for dep, key in getattr(cls, "memories", {}).items():
+            mcls = reg.get(key).obj
+            mdeps = {k: self.get(k) for k in getattr(mcls, "requires", ())}
+            mdeps.update({k: self.get(k) for k in getattr(mcls, "optional", ()) if self.has(k)})
+            out[dep] = reg.build(key, cls.memory_config(dep, node), **mdeps)
+        return out
 
     def close(self) -> None:
         for comp in self._built.values():

@@ -30,6 +30,8 @@ from .common import preprocess, torchvision_guard
 
 #: the checkpoint shipped with agentcir (loaded by its package-relative path)
 BUNDLED_CHECKPOINT = Path(__file__).resolve().parents[2] / "data" / "catalog" / "catalog.pt"
+#: photos of the bundled checkpoint's own domain (catalogue product photos): the reference of `agentcir index`'s domain check
+DOMAIN_SAMPLE = Path(__file__).resolve().parents[2] / "data" / "demo" / "images"
 TEXT_DIM = 384
 CHECKPOINT_FORMAT = 1
 _LOCK = threading.Lock()
@@ -138,6 +140,13 @@ class CatalogEncoder(Encoder):
                              + ("" if self.cfg.checkpoint else " (the bundled checkpoint is missing: reinstall agentcir)"))
         self._ck: dict[str, Any] | None = None
         self._model = None
+
+    @property
+    def domain_sample(self) -> Path | None:
+        """Photos of the domain this encoder was trained on, for ``agentcir index``'s domain check
+        (:mod:`agentcir.framework.domain`): the bundled demo's product photos for the bundled
+        checkpoint; ``None`` (no check) for a checkpoint of the user's own."""
+        return DOMAIN_SAMPLE if self.checkpoint_path == BUNDLED_CHECKPOINT else None
 
     def model_identity(self) -> str:
         return f"catalog image:{file_digest(self.checkpoint_path)[:16]} text:{text_tower_identity()}"

@@ -231,3 +231,19 @@ def test_offline_judge_reads_captions_only_when_they_add_information(plugin_path
     assert judge(tagger, "caption") is True and judge(RealCaptioner(), "encoder") is False
     with pytest.raises(InputError, match="offline_judge must be one of auto, caption, encoder, got 'vlm'"):
         judge(None, "vlm")
+
+
+def test_memories_are_injected_by_the_recipe_pool():
+    """The method receives its context and subsets memories from the pool (framework never imports
+    components), configured from its own fields."""
+    from agentcir.framework.recipe import ComponentPool, compose
+
+    pool = ComponentPool(compose(["method=imageseeker", "method.context_budget=1234", "method.context_keep_last=3"]))
+    m = pool.get("method")
+    assert m.context_memory.registry_key == "context" and m.subset_memory.registry_key == "subsets"
+    assert (m.context_memory.cfg.budget, m.context_memory.cfg.keep_last) == (1234, 3)
+    ctx = m.context_memory.new("goal")
+    assert ctx.budget == 1234
+    store = m.subset_memory.session("q1")
+    store.save("a", ["x"])
+    assert m.subset_memory.session("q1").ids("a") == ["x"]

@@ -18,6 +18,7 @@ candidates are each query's answered photo rows, in answer order, padded with -1
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import logging
 import re
@@ -27,9 +28,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from ....components.memory.context import CompressedContext, ContextMemory
-from ....components.memory.subsets import NamedSubsets
-from ....registry import METHODS
+from ....registry import MEMORIES, METHODS
 from ...errors import InputError
 from ...interfaces import ChatReply, ToolCall, assistant_message, l2_normalize, tool_message, user_message
 from ...method import Method, RunState, Stage
@@ -37,6 +36,7 @@ from ...prompts import load_prompt
 from ...runner import RunContext
 from ...types import Candidates, Query
 from .dates import format_timestamp
+from .conditions import Facts
 from .graph import GraphConfig, MemoryGraph, build_graph
 from .planner import OfflinePlanner, PlanConfig, decompose
 from .store import METADATA_FIELDS, Photo, PhotoCollection
@@ -59,6 +59,7 @@ class UserStore:
     collection: PhotoCollection
     tags: list[list[tuple[str, float]]]
     graph: MemoryGraph | None
+    facts: Facts | None = None
 
 
 @METHODS.register("imageseeker")
@@ -70,7 +71,8 @@ class ImageSeeker(Method):
             planner), ``llm`` or ``offline``.
         max_steps: LLM turns before the agent must stop (the step budget).
         top_k: image_search's default ``top_k``.
-        max_answer: most photo ids kept in an answer.
+        max_answer: most photo ids kept in an answer (not applied to the offline planner's
+            metadata-only answers, which are exact: every matching photo).
         prompt: system prompt file of the LLM agent.
         view_images: view_photos sends the images to the LLM (a vision-language model).
         context_budget: tokens of the conversation before older turns are compressed.
@@ -88,13 +90,19 @@ class ImageSeeker(Method):
         episode_top_k: offline planner: candidates searched for the episode clue.
         target_top_k: offline planner: candidates searched for the target.
         verify_max: offline planner: most candidates viewed per verification.
-        keep_top: offline planner: best-ranked target candidates always in the answer.
+        keep_top: offline planner: best-ranked target candidates always in the answer (0: only those
+            that pass the visual check).
+        visual_z: offline planner: a candidate passes the visual check when its similarity to the
+            phrase is this many standard deviations above the mean over all the user's photos (or
+            when the vocabulary check confirms it).
         web_search: web_search backend, ``none`` (offline) or ``searxng``.
         web_search_url: the SearXNG base URL for ``web_search=searxng``.
     """
 
-    optional: ClassVar[tuple[str, ...]] = ("llm", "captioner")
+    optional: ClassVar[tuple[str, ...]] = ("llm", "captioner", "context_memory", "subset_memory")
     requires: ClassVar[tuple[str, ...]] = ("encoder",)
+    #: injected by the recipe pool (memory registry keys), configured from this method's fields
+    memories: ClassVar[dict[str, str]] = {"context_memory": "context", "subset_memory": "subsets"}
     prompt_fields: ClassVar[tuple[str, ...]] = ("prompt",)
 
     @dataclass
@@ -120,7 +128,8 @@ class ImageSeeker(Method):
         episode_top_k: int = 100
         target_top_k: int = 200
         verify_max: int = 100
-        keep_top: int = 1
+        keep_top: int = 0
+        visual_z: float = 2.0
         web_search: str = "none"
         web_search_url: str = ""
 
@@ -137,14 +146,27 @@ class ImageSeeker(Method):
         if c.max_steps < 1 or c.top_k < 1 or c.max_answer < 1:
             raise InputError(f"method 'imageseeker': max_steps, top_k and max_answer must be positive "
                              f"(got {c.max_steps}, {c.top_k}, {c.max_answer})")
-        # the context memory's settings live in this config; it is built here (no model inside)
-        self.context_memory = ContextMemory(ContextMemory.Config(budget=c.context_budget, keep_last=c.context_keep_last,
-                                                                 token_counter=c.token_counter, summarizer=c.summarizer),
-                                            llm=self.llm if c.summarizer == "llm" else None)
+        # the memories come from the recipe pool; built directly (e.g. METHODS.build in a script), the
+        # method makes them by registry key from its own fields
+        if self.context_memory is None:
+            self.context_memory = MEMORIES.build("context", self.memory_config("context_memory", vars(c)),
+                                                 **({"llm": self.llm} if self.llm is not None else {}))
+        if self.subset_memory is None:
+            self.subset_memory = MEMORIES.build("subsets", {})
         self.web = make_web_search(c.web_search, c.web_search_url)
         self._users: dict[str | None, UserStore] = {}
         self._locks: dict[str | None, asyncio.Lock] = {}
         self._vocab: ClueVocabulary | None = None
+
+    @classmethod
+    def memory_config(cls, dependency: str, node: dict[str, Any]) -> dict[str, Any]:
+        """The context memory's settings are this method's ``context_*``, ``token_counter`` and
+        ``summarizer`` fields; the subsets memory keeps each session's subsets in the run directory."""
+        c = cls.Config(**{f.name: node[f.name] for f in dataclasses.fields(cls.Config) if f.name in node})
+        if dependency == "context_memory":
+            return {"budget": c.context_budget, "keep_last": c.context_keep_last, "token_counter": c.token_counter,
+                    "summarizer": c.summarizer}
+        return {}
 
     def judge_by_caption(self) -> bool:
         """Whether the offline checks read the captioner's captions (``offline_judge``): ``auto``
@@ -192,7 +214,7 @@ class ImageSeeker(Method):
             if self.cfg.graph:
                 gcfg = GraphConfig(similarity=self.cfg.graph_similarity, similar_k=self.cfg.graph_similar_k)
                 graph = await asyncio.to_thread(build_graph, coll, [[t for t, _ in ts] for ts in tags], gcfg)
-            self._users[user] = UserStore(coll, tags, graph)
+            self._users[user] = UserStore(coll, tags, graph, Facts.of(coll.photos))
         return self._users[user]
 
     async def _collections(self, ctx: RunContext, state: RunState) -> None:
@@ -214,8 +236,7 @@ class ImageSeeker(Method):
     # -- tools for one session ----------------------------------------------------------------
     def _toolbox(self, ctx: RunContext, store: UserStore, query: Query) -> Toolbox:
         folder = ctx.run_dir / "subsets" if ctx.run_dir is not None else None
-        path = folder / f"{re.sub(r'[^A-Za-z0-9_.-]+', '_', query.id)}.json" if folder else None
-        subsets = NamedSubsets(path)
+        subsets = self.subset_memory.session(query.id, dir=folder)
         subsets.clear()  # a rerun replays the session from its cached model calls
         coll = store.collection
 
@@ -276,7 +297,11 @@ class ImageSeeker(Method):
                 rec = await self._llm_session(ctx, tb, q)
             else:
                 rec = await self._offline_session(ctx, store, tb, q)
-            rec["ids"] = rec["ids"][: self.cfg.max_answer]
+            rec["answer_size"] = len(rec["ids"])   # the answer is a set: these ids, in answer order, lead the candidates
+            exact = rec["planner"] == "offline" and rec.get("visual_check") is None and not rec["decomposition"].get("clue")
+            if len(rec["ids"]) > self.cfg.max_answer and not exact:  # a metadata-only answer is exact: never cut
+                rec["truncated_from"] = len(rec["ids"])
+                rec["ids"] = rec["ids"][: self.cfg.max_answer]
             rec["steps"] = [o.to_json() for o in tb.log]
             rec["subsets"] = tb.subsets.list()
             return rec
@@ -308,16 +333,26 @@ class ImageSeeker(Method):
         return [f"{s.name}({len(s)})" for s in tb.subsets.lineage(subset)]
 
     async def _offline_session(self, ctx: RunContext, store: UserStore, tb: Toolbox, q: Query) -> dict:
-        d = decompose(q.text, store.collection.gazetteer)
+        coll = store.collection
+        d = decompose(q.text, coll.gazetteer, facts=store.facts)
+
+        async def score(phrase: str) -> dict[str, float]:  # the calibration population: all the user's photos
+            te = l2_normalize(np.asarray(await ctx.call(self.encoder, "encode_texts", texts=[PROMPT.format(phrase)]), np.float32))[0]
+            return dict(zip(coll.ids, (coll.embeddings @ te).tolist()))
+
         planner = OfflinePlanner(tb, lambda photos, phrase, views, contrast: self._verify(ctx, store, photos, phrase, views, contrast),
                                  PlanConfig(self.cfg.episode_top_k, self.cfg.target_top_k, self.cfg.verify_max,
-                                            keep_top=self.cfg.keep_top))
+                                            keep_top=self.cfg.keep_top, visual_z=self.cfg.visual_z), scorer=score)
         res = await planner.run(d)
-        return {"planner": "offline", "ids": res.ids, "reasoning": res.reasoning, "subset_chain": self._chain(tb, res.subset, res.ids),
-                "decomposition": d.to_json(), "stopped": "answered"}
+        rec = {"planner": "offline", "ids": res.ids, "reasoning": res.reasoning,
+               "subset_chain": self._chain(tb, res.subset, res.ids), "decomposition": d.to_json(), "filters": res.filters,
+               "visual_check": res.visual, "unparsed": d.unparsed, "stopped": "answered"}
+        if d.count:
+            rec["count"] = len(res.ids)
+        return rec
 
     # -- the LLM agent --------------------------------------------------------------------------
-    def _context(self, ctx: RunContext, goal: str, system: str) -> CompressedContext:
+    def _context(self, ctx: RunContext, goal: str, system: str):
         summarize = self.context_memory.summarize
         if self.cfg.summarizer == "llm":  # the summariser's LLM call goes through the run's cache too
             loop = asyncio.get_running_loop()
@@ -334,9 +369,9 @@ class ImageSeeker(Method):
 
             summarize = cached_summary
 
-        return CompressedContext(goal, budget=self.cfg.context_budget, keep_last=self.cfg.context_keep_last,
-                                 summarizer=summarize, counter=self.context_memory.counter,
-                                 system=[{"role": "system", "content": system}])
+        context = self.context_memory.new(goal, system=[{"role": "system", "content": system}])
+        context.summarizer = summarize
+        return context
 
     def _system(self, tb: Toolbox) -> str:
         whens = [p.when for p in tb.c.photos if p.when is not None]

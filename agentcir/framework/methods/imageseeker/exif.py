@@ -26,7 +26,8 @@ rating          XMP ``xmp:Rating``
 ============== ============================================================================
 
 EXIF is read with ``exifread`` (the ``photos`` extra; it also reads HEIC/AVIF
-containers) and, without it, with Pillow. XMP is read from the file's XMP packet and from
+containers) and, without it or where it finds no field at all (WebP, some JPEGs with an
+empty GPS block), with Pillow. XMP is read from the file's XMP packet and from
 a sidecar ``NAME.xmp`` or ``NAME.EXT.xmp`` (UTF-8 or UTF-16), parsed as XML (with a
 tolerant fallback when the packet is not well-formed). Persons are only ever what the
 metadata names: no face is detected in the pixels.
@@ -189,7 +190,19 @@ def read_exif(path: str | os.PathLike) -> dict[str, Any]:
 
     if importlib.util.find_spec("exifread") is None:  # the photos extra; without it, Pillow
         return _exif_pillow(Path(path))
-    return _exif_exifread(Path(path))
+    out = _exif_exifread(Path(path))
+    if not any(v is not None for k, v in out.items() if k != "warnings"):
+        # exifread found no field at all (it misses the EXIF of some files, e.g. WebP, or JPEGs with an
+        # empty GPS block, that Pillow reads): try Pillow before concluding there is none
+        import warnings
+
+        try:
+            with warnings.catch_warnings():  # Pillow warns about the corrupt EXIF of broken files: they stay partial records
+                warnings.simplefilter("ignore")
+                out.update({k: v for k, v in _exif_pillow(Path(path)).items() if v is not None})
+        except Exception:  # a file Pillow cannot read either: keep exifread's (empty) answer
+            pass
+    return out
 
 
 # -- XMP -----------------------------------------------------------------------------------------

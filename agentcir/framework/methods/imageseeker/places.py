@@ -12,7 +12,9 @@ CC BY 4.0; see ``agentcir/data/gazetteer/README.md``).
   listed city within ``max_km``; farther away, only the nearest city's country).
 - :meth:`Gazetteer.normalize` maps a place name or alias to canonical names
   (``"NYC"`` -> ``{"new york city", "new york", ...}``) and :func:`place_match` decides
-  whether an address matches a place as a user wrote it.
+  whether an address matches a place as a user wrote it; a region contains its cities
+  (``"Arezzo, Italy"`` matches ``"Tuscany"``: :meth:`Gazetteer.enclosing`).
+- :meth:`Gazetteer.demonym` reads ``Italian`` as Italy.
 """
 
 from __future__ import annotations
@@ -60,12 +62,21 @@ class Gazetteer:
 
     def __init__(self, folder: str | Path = GAZETTEER_DIR):
         folder = Path(folder)
-        cities_file, meta_file = folder / "cities.tsv.gz", folder / "places.json"
+        cities_file, meta_file, names_file = folder / "cities.tsv.gz", folder / "places.json", folder / "names.json"
         if not cities_file.is_file() or not meta_file.is_file():
             raise InputError(f"gazetteer folder '{folder}' lacks cities.tsv.gz or places.json")
         meta = json.loads(meta_file.read_text(encoding="utf-8"))
         self.countries: dict[str, str] = meta["countries"]               # code -> name
         self.regions: dict[str, dict[str, str]] = meta.get("regions", {})  # country -> admin1 code -> name
+        extra = json.loads(names_file.read_text(encoding="utf-8")) if names_file.is_file() else {}
+        #: first-level divisions for containment (the regions above plus names.json's)
+        self.divisions: dict[str, dict[str, str]] = {cc: dict(v) for cc, v in self.regions.items()}
+        for cc, v in extra.get("regions", {}).items():
+            self.divisions.setdefault(cc, {}).update(v)
+        self._demonyms = {fold(k): v for k, v in extra.get("demonyms", {}).items()}
+        self._code = {fold(n): c for c, n in self.countries.items()}
+        #: (folded city name, country code) -> division name of the most populous such city
+        self._division_of: dict[tuple[str, str], str] = {}
         self.cities: list[City] = []
         #: folded name or alias -> canonical folded names it stands for
         self._names: dict[str, set[str]] = {}
@@ -77,6 +88,9 @@ class Gazetteer:
                 city = City(name, cc, self.regions.get(cc, {}).get(admin1, ""), float(lat), float(lon), int(pop))
                 self.cities.append(city)
                 canon = fold(name)
+                division = self.divisions.get(cc, {}).get(admin1)
+                if division:
+                    self._division_of.setdefault((canon, cc), division)
                 self._add(canon, canon)
                 self._pop[canon] = max(self._pop.get(canon, 0), city.population)
                 for a in filter(None, aliases.split("|")):
@@ -84,7 +98,11 @@ class Gazetteer:
         for code, name in self.countries.items():
             self._add(fold(name), fold(name))
             self._pop[fold(name)] = 10**10
-        for alias, target in meta.get("aliases", {}).items():
+        for divs in self.divisions.values():
+            for name in divs.values():
+                self._add(fold(name), fold(name))
+                self._pop[fold(name)] = max(self._pop.get(fold(name), 0), 10**9)
+        for alias, target in [*meta.get("aliases", {}).items(), *extra.get("region_aliases", {}).items()]:
             for t in ([target] if isinstance(target, str) else target):
                 self._add(fold(alias), fold(t))
                 for n in self._names.get(fold(t), {fold(t)}):
@@ -96,6 +114,23 @@ class Gazetteer:
     def _add(self, key: str, canon: str) -> None:
         if key:
             self._names.setdefault(key, set()).add(canon)
+
+    def enclosing(self, parts: Iterable[str]) -> set[str]:
+        """Folded names of the divisions (regions) enclosing the city of an address
+        (``["Arezzo, Italy"]`` -> ``{"tuscany"}``): containment for place filters."""
+        pieces = [fold(x) for p in parts for x in str(p).split(",") if x.strip()]
+        codes = [self._code[x] for x in pieces if x in self._code]
+        out = set()
+        for cc in codes:
+            for x in pieces:
+                d = self._division_of.get((x, cc))
+                if d:
+                    out.add(fold(d))
+        return out
+
+    def demonym(self, word: str) -> str | None:
+        """The place a demonym stands for (``"Italian"`` -> ``"Italy"``), else ``None``."""
+        return self._demonyms.get(fold(word))
 
     # -- reverse geocoding --------------------------------------------------------------------
     def nearest(self, lat: float, lon: float, *, prefer_within_km: float = 15.0) -> tuple[City, float]:
@@ -186,10 +221,16 @@ def place_match(address: str | Iterable[str], place: str, gazetteer: Gazetteer |
         for piece in str(p).split(","):
             if piece.strip():
                 have |= gaz.normalize(piece)
+    have |= _enclosing(gaz, tuple(parts))
     if want & have:
         return True
     padded = f" {text} "
     return any(w and f" {w} " in padded for w in want)
+
+
+@functools.lru_cache(maxsize=8192)
+def _enclosing(gaz: Gazetteer, parts: tuple[str, ...]) -> frozenset[str]:
+    return frozenset(gaz.enclosing(parts))
 
 
 # -- building the bundled data --------------------------------------------------------------------

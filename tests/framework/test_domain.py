@@ -1,0 +1,58 @@
+"""The domain check of `agentcir index`: photos far from an encoder's own domain are said to be, measured."""
+
+import numpy as np
+from PIL import Image
+
+from agentcir.framework.domain import FAR_FRACTION, domain_check
+
+
+class FakeEncoder:
+    """Embeds a reference photo near axis 0 (its domain); knows its domain folder."""
+
+    registry_key = "fake"
+
+    def __init__(self, folder):
+        self.domain_sample = folder
+
+    def encode_images(self, paths, progress=None):
+        rng = np.random.default_rng(len(paths))
+        e = np.zeros((len(paths), 16), np.float32)
+        e[:, 0] = 1.0
+        e += rng.normal(0, 0.15, e.shape).astype(np.float32)
+        return e / np.linalg.norm(e, axis=1, keepdims=True)
+
+
+def _photos(folder, n=20):
+    folder.mkdir()
+    for i in range(n):
+        Image.new("RGB", (4, 4), (i, i, i)).save(folder / f"r{i:02d}.jpg")
+    return folder
+
+
+def test_far_and_close_galleries(tmp_path):
+    enc = FakeEncoder(_photos(tmp_path / "domain"))
+    rng = np.random.default_rng(1)
+    close = enc.encode_images([str(i) for i in range(40)])[:, :] + rng.normal(0, 0.01, (40, 16)).astype(np.float32)
+    close /= np.linalg.norm(close, axis=1, keepdims=True)
+    far = np.zeros((40, 16), np.float32)
+    far[:, 1] = 1.0
+    far += rng.normal(0, 0.15, far.shape).astype(np.float32)
+    far /= np.linalg.norm(far, axis=1, keepdims=True)
+    c, f = domain_check(enc, close), domain_check(enc, far)
+    assert not c.far and c.far_fraction <= FAR_FRACTION and "close to its domain" in c.line()
+    assert f.far and f.far_fraction == 1.0 and f.median_nn < f.threshold
+    assert "far from the domain of encoder 'fake'" in f.line() and "encoder=open_clip" in f.line()
+
+
+def test_no_domain_no_check(tmp_path):
+    enc = FakeEncoder(None)
+    assert domain_check(enc, np.eye(8, 16, dtype=np.float32)) is None
+    enc = FakeEncoder(_photos(tmp_path / "d"))
+    assert domain_check(enc, np.eye(3, 16, dtype=np.float32)) is None   # too few photos to say
+
+
+def test_the_bundled_catalog_encoder_names_its_domain():
+    from agentcir.registry import ENCODERS
+
+    enc = ENCODERS.build("catalog", {})   # lazy: no weights are loaded here
+    assert enc.domain_sample.name == "images" and enc.domain_sample.parent.name == "demo"
