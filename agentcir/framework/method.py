@@ -62,6 +62,11 @@ class Method(Component):
     kind: ClassVar[str] = "method"
     #: whether the gallery must have captions (dataset-provided or made by the captioner)
     needs_captions: ClassVar[bool] = False
+    #: whether a query must have a reference image (composed retrieval); a text-only search
+    #: (``agentcir search`` / ``serve``) then runs text retrieval instead
+    needs_reference: ClassVar[bool] = True
+    #: whether the method answers a set of items (its ranking's order and scores are not scores)
+    answers_set: ClassVar[bool] = False
 
     def stages(self) -> list[Stage]:  # pragma: no cover - abstract
         raise NotImplementedError

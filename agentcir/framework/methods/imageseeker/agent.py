@@ -96,6 +96,8 @@ class ImageSeeker(Method):
     optional: ClassVar[tuple[str, ...]] = ("llm", "captioner")
     requires: ClassVar[tuple[str, ...]] = ("encoder",)
     prompt_fields: ClassVar[tuple[str, ...]] = ("prompt",)
+    needs_reference: ClassVar[bool] = False
+    answers_set: ClassVar[bool] = True
 
     @dataclass
     class Config:
