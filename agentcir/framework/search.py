@@ -15,8 +15,10 @@ three answer one shape, :meth:`SearchResult.to_json`::
   (``Method.needs_reference``) is replaced by text retrieval (the ``text_only`` baseline over
   the same encoder and gallery); ``trace.search.mode`` says which ran and why.
 - The reference itself never comes back as a hit: a gallery image used as the reference is
-  excluded by the method (its ``reference_id``), and any hit whose file has the same bytes as
-  the reference (an upload of a gallery photo) is dropped (``trace.search.excluded``).
+  excluded by the method (its ``reference_id``), and a hit whose file has the same bytes as the
+  reference (an upload of a gallery photo), or whose image embedding is the reference's
+  (cosine >= ``DUPLICATE_COS``: the same picture re-encoded, another format), is dropped
+  (``trace.search.excluded``).
 - ``trace.search.stages``: model calls, cache hits and wall time of each stage of the query.
 
 The method runs through the same runner as a benchmark run (no run directory): every model
@@ -49,6 +51,9 @@ Progress = Callable[[str, int, int], None]
 
 #: the ``mode`` of a search (trace.search.mode)
 MODES = ("composed", "text", "image", "answer")
+#: a hit this close to the reference (cosine of the image embeddings) is the reference itself in
+#: another file (a re-encoded copy, another format) and is dropped
+DUPLICATE_COS = 0.999
 
 
 @dataclass
@@ -97,6 +102,13 @@ def _same_bytes(path: str, digest: tuple[int, str]) -> bool:
     except OSError:
         return False
     return _file_digest(path) == digest
+
+
+def _cosine(a, b) -> float:
+    import numpy as np
+
+    a, b = np.asarray(a, np.float32), np.asarray(b, np.float32)
+    return float(a @ b / max(float(np.linalg.norm(a) * np.linalg.norm(b)), 1e-12))
 
 
 class Searcher:
@@ -201,9 +213,10 @@ class Searcher:
         with self._lock:
             asyncio.run(Runner(method, ctx, state, prepare=prepare).execute())
             self._prepared = self._prepared or bool(prepare)
+        ref_vec = self._reference_vector(ctx, state, ref) if ref else None
         wall = time.perf_counter() - t0
         trace = dict(state.traces.get(q.id, {}))
-        hits, excluded, verification = self._hits(state, method, k, ref_digest, ref_id)
+        hits, excluded, verification = self._hits(state, method, k, ref_digest, ref_id, ref_vec)
         trace["search"] = {
             "mode": mode, "method": method.registry_key or type(method).__name__, "recipe_method": self.method_name,
             "note": why, "reference": ({"path": ref[0], "gallery_id": ref_id} if ref else None), "text": text,
@@ -212,7 +225,14 @@ class Searcher:
                               "by_component": dict(s.by_component)} for name, s in ctx.stats.items()}}
         return SearchResult(hits, trace)
 
-    def _hits(self, state: RunState, method, k: int, ref_digest, ref_id) -> tuple[list[Hit], list[str], list[dict]]:
+    def _reference_vector(self, ctx: RunContext, state: RunState, ref: list[str]):
+        """The reference's normalised image embedding (a gallery row's, else through the call cache)."""
+        from .methods.common import image_embeddings
+
+        with self._lock:
+            return asyncio.run(image_embeddings(ctx, state, self.pool.get("encoder"), [[Path(ref[0])]]))[0]
+
+    def _hits(self, state: RunState, method, k: int, ref_digest, ref_id, ref_vec=None) -> tuple[list[Hit], list[str], list[dict]]:
         """The hits; the ids excluded as the reference; the verdicts of the verified candidates."""
         g = self.gallery
         c = state.candidates
@@ -238,7 +258,8 @@ class Searcher:
         hits: list[Hit] = []
         excluded: list[str] = []
         for row in rows:
-            if g.ids[row] == ref_id or (ref_digest is not None and _same_bytes(g.paths[row], ref_digest)):
+            if g.ids[row] == ref_id or (ref_digest is not None and _same_bytes(g.paths[row], ref_digest)) \
+                    or (ref_vec is not None and _cosine(g.image_emb[row], ref_vec) >= DUPLICATE_COS):
                 excluded.append(g.ids[row])
                 continue
             if not set_answer and len(hits) >= k:

@@ -174,7 +174,7 @@ function renderTrace(trace) {
     if (stage === "search" || !rec || typeof rec !== "object" || !Object.keys(rec).length) continue;
     const rows = [];
     for (const [k, v] of Object.entries(rec)) {
-      if (k === "verdicts" && s.verification && s.verification.length) continue;  // shown with the candidates below
+      if ((k === "verdicts" || k === "accepted") && s.verification && s.verification.length) continue;  // shown with the candidates below
       let node = valueNode(v);
       if (k === "visual_proxy" && v && s.visual_proxy) {
         node = el("img", { cls: "proxy", attrs: { src: `${s.visual_proxy.url}${s.visual_proxy.url.includes("?") ? "&" : "?"}size=128`, alt: "visual proxy" } });
@@ -265,6 +265,7 @@ function summarize(result) {
   if (!result || typeof result !== "object") return result === undefined || result === null ? "" : String(result);
   const parts = [];
   for (const [k, v] of Object.entries(result)) {
+    if (v === "" || v === null || k === "saved_as") continue;
     if (Array.isArray(v)) parts.push(`${k}: ${v.length}`);
     else if (v !== null && typeof v === "object") parts.push(`${k}: {…}`);
     else parts.push(`${k}: ${String(v).slice(0, 80)}`);
