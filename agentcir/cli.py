@@ -3,8 +3,8 @@
     agentcir run [OVERRIDES...]            run a recipe (e.g. method=xr encoder=catalog llm=rules dataset=demo)
     agentcir list [KIND]                   registered keys per component kind
     agentcir index FOLDER --out DIR        embed a folder of images into a gallery directory
-    agentcir search --gallery DIR ...      reference image + text against an indexed gallery
-    agentcir serve --gallery DIR           the same as a web page + JSON API (agentcir[serve])
+    agentcir search --gallery DIR ...      reference image and/or text against an indexed gallery (--json)
+    agentcir serve --gallery DIR           a web app + JSON API: search, refine, history questions (agentcir[serve])
     agentcir eval RUN_DIR... [--compare]   metrics of finished runs, side by side (+ PNG plot, submissions)
     agentcir build-benchmark ...           composed benchmark from photos + an attributes CSV
     agentcir build-disbench ...            DISBench-format photo-history benchmark (multi-hop questions)

@@ -187,33 +187,32 @@ class Searcher:
             raise InputError("a search needs a reference image, a text, or both")
         if k < 1:
             raise InputError(f"k must be at least 1, got {k}")
-        ref: list[str] = []
-        ref_id = None
-        ref_digest = None
-        if image is not None:
-            if not Path(image).is_file():
-                raise InputError(f"reference image '{image}' not found")
-            load_rgb(image)  # a clear error now rather than deep inside a stage
-            ref = [str(Path(image).resolve())]
-            row = self.row_of(ref[0])
-            ref_id = self.gallery.ids[row] if row >= 0 else None
-            ref_digest = _file_digest(ref[0])
-        method, mode, why = self.method, "composed" if ref and text else ("image" if ref else "text"), ""
-        if getattr(method, "answers_set", False):
-            mode = "answer"
-        elif not ref and getattr(method, "needs_reference", True):
-            method = self.text_method()
-            why = (f"no reference image: method '{self.method_name}' needs one, so this is text retrieval "
-                   f"(the text_only baseline with the same encoder)")
-        q = Query(id="query", text=text, reference=ref, reference_id=ref_id)
-        state = RunState(queries=[q], gallery=self.gallery)
-        ctx = self._context(progress)
-        prepare = [self._caption_stage()] if method.needs_captions else []
-        t0 = time.perf_counter()
-        with self._lock:
+        with self._lock:  # one query at a time, its decodes included (bounded memory)
+            t0 = time.perf_counter()
+            ref: list[str] = []
+            ref_id = ref_digest = None
+            if image is not None:
+                if not Path(image).is_file():
+                    raise InputError(f"reference image '{image}' not found")
+                load_rgb(image)  # a clear error now rather than deep inside a stage
+                ref = [str(Path(image).resolve())]
+                row = self.row_of(ref[0])
+                ref_id = self.gallery.ids[row] if row >= 0 else None
+                ref_digest = _file_digest(ref[0])
+            method, mode, why = self.method, "composed" if ref and text else ("image" if ref else "text"), ""
+            if getattr(method, "answers_set", False):
+                mode = "answer"
+            elif not ref and getattr(method, "needs_reference", True):
+                method = self.text_method()
+                why = (f"no reference image: method '{self.method_name}' needs one, so this is text retrieval "
+                       f"(the text_only baseline with the same encoder)")
+            q = Query(id="query", text=text, reference=ref, reference_id=ref_id)
+            state = RunState(queries=[q], gallery=self.gallery)
+            ctx = self._context(progress)
+            prepare = [self._caption_stage()] if method.needs_captions else []
             asyncio.run(Runner(method, ctx, state, prepare=prepare).execute())
             self._prepared = self._prepared or bool(prepare)
-        ref_vec = self._reference_vector(ctx, state, ref) if ref else None
+            ref_vec = self._reference_vector(ctx, state, ref) if ref else None
         wall = time.perf_counter() - t0
         trace = dict(state.traces.get(q.id, {}))
         hits, excluded, verification = self._hits(state, method, k, ref_digest, ref_id, ref_vec)
@@ -229,8 +228,8 @@ class Searcher:
         """The reference's normalised image embedding (a gallery row's, else through the call cache)."""
         from .methods.common import image_embeddings
 
-        with self._lock:
-            return asyncio.run(image_embeddings(ctx, state, self.pool.get("encoder"), [[Path(ref[0])]]))[0]
+        ctx.stage = "exclude_reference"
+        return asyncio.run(image_embeddings(ctx, state, self.pool.get("encoder"), [[Path(ref[0])]]))[0]
 
     def _hits(self, state: RunState, method, k: int, ref_digest, ref_id, ref_vec=None) -> tuple[list[Hit], list[str], list[dict]]:
         """The hits; the ids excluded as the reference; the verdicts of the verified candidates."""

@@ -13,6 +13,7 @@ they are stored, server-side thumbnails, and bounded on-disk stores for both.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import io
 import os
@@ -111,19 +112,25 @@ class Decoder:
                            f"{self.max_pixels / 1e6:.1f}")
         return im
 
-    def check_upload(self, data: bytes, name: str) -> str:
-        """Decode ``data`` fully (under the limits); return the file suffix of its real format."""
+    @contextlib.contextmanager
+    def _decoding(self, src, name: str):
+        """An opened image under the limits, in a decode slot; decode errors named by ``name``."""
         with self._slots:
-            im = self._open(io.BytesIO(data), name)
+            im = self._open(src, name)
             try:
-                fmt = im.format or ""
-                im.load()
+                yield im
             except TooLarge:
                 raise
             except Exception as e:
                 raise InputError(f"image '{name}': cannot decode ({type(e).__name__}: {e})") from None
             finally:
                 im.close()
+
+    def check_upload(self, data: bytes, name: str) -> str:
+        """Decode ``data`` fully (under the limits); return the file suffix of its real format."""
+        with self._decoding(io.BytesIO(data), name) as im:
+            fmt = im.format or ""
+            im.load()
         if fmt not in _FORMAT_SUFFIX:
             raise InputError(f"image '{name}': format '{fmt or 'unknown'}' is not accepted "
                              f"({', '.join(sorted(set(_FORMAT_SUFFIX.values())))})")
@@ -133,23 +140,14 @@ class Decoder:
         """A JPEG of at most ``size`` x ``size`` pixels (EXIF orientation applied)."""
         from PIL import ImageOps
 
-        with self._slots:
-            im = self._open(path, Path(path).name)
-            try:
-                if im.format == "JPEG":
-                    im.draft("RGB", (size, size))  # decode at a reduced scale: much faster for big JPEGs
-                im = ImageOps.exif_transpose(im)
-                im.thumbnail((size, size))
-                im = im.convert("RGB")
-                out = io.BytesIO()
-                im.save(out, "JPEG", quality=82, optimize=True)
-                return out.getvalue()
-            except TooLarge:
-                raise
-            except Exception as e:
-                raise InputError(f"image '{Path(path).name}': cannot decode ({type(e).__name__}: {e})") from None
-            finally:
-                im.close()
+        with self._decoding(path, Path(path).name) as im:
+            if im.format == "JPEG":
+                im.draft("RGB", (size, size))  # decode at a reduced scale: much faster for big JPEGs
+            out_im = ImageOps.exif_transpose(im)
+            out_im.thumbnail((size, size))
+            out = io.BytesIO()
+            out_im.convert("RGB").save(out, "JPEG", quality=82, optimize=True)
+            return out.getvalue()
 
 
 class GalleryFiles:

@@ -220,6 +220,23 @@ function renderCrumbs() {
   }));
 }
 
+// -- submitting ------------------------------------------------------------------------------
+// POST the form to `path` with the button disabled and the progress polled into `status`; `show(data)` renders
+async function submit(path, fd, button, status, err, busyText, show) {
+  state.busy = true; button.disabled = true;
+  status.textContent = busyText;
+  const stop = poll(status);
+  try {
+    const data = await api(path, { method: "POST", body: fd });
+    stop();
+    show(data);
+  } catch (e) {
+    stop(); status.textContent = ""; err.textContent = e.message;
+  } finally {
+    state.busy = false; button.disabled = false;
+  }
+}
+
 // -- search ----------------------------------------------------------------------------------
 async function runSearch() {
   if (state.busy) return;
@@ -232,12 +249,7 @@ async function runSearch() {
   if (state.ref && state.ref.kind === "row") fd.append("reference_row", state.ref.row);
   fd.append("text", text);
   fd.append("k", $("k").value || "20");
-  state.busy = true; $("go").disabled = true;
-  status.textContent = "searching…";
-  const stop = poll(status);
-  try {
-    const data = await api("/api/search", { method: "POST", body: fd });
-    stop();
+  await submit("/api/search", fd, $("go"), status, err, "searching…", (data) => {
     const s = data.trace.search;
     status.textContent = `${data.hits.length} results in ${s.wall_s.toFixed(2)} s (${s.method})`;
     const note = $("note"); note.textContent = modeNote(s); note.hidden = !note.textContent;
@@ -253,11 +265,7 @@ async function runSearch() {
       $("status").textContent = `${h.id} is the new reference: say how the target differs, then search.`;
     }, "use as reference");
     renderTrace(data.trace);
-  } catch (e) {
-    stop(); status.textContent = ""; err.textContent = e.message;
-  } finally {
-    state.busy = false; $("go").disabled = false;
-  }
+  });
 }
 
 // -- history questions -------------------------------------------------------------------------
@@ -298,12 +306,7 @@ async function runAsk() {
   if (!q) { err.textContent = "Type a question."; return; }
   const fd = new FormData();
   fd.append("question", q);
-  state.busy = true; $("ask-go").disabled = true;
-  status.textContent = "thinking…";
-  const stop = poll(status);
-  try {
-    const data = await api("/api/ask", { method: "POST", body: fd });
-    stop();
+  await submit("/api/ask", fd, $("ask-go"), status, err, "thinking…", (data) => {
     const s = data.trace.search;
     const rec = data.trace.seek || {};
     status.textContent = `${data.hits.length} photo(s) in ${s.wall_s.toFixed(2)} s (${s.method})`;
@@ -312,11 +315,7 @@ async function runAsk() {
     line.hidden = false;
     renderHits($("answer"), data.hits, null, "");
     renderSteps(rec);
-  } catch (e) {
-    stop(); status.textContent = ""; err.textContent = e.message;
-  } finally {
-    state.busy = false; $("ask-go").disabled = false;
-  }
+  });
 }
 
 // -- wiring ----------------------------------------------------------------------------------
