@@ -144,16 +144,25 @@ def create_app(searcher: Searcher, *, uploads: str | Path | None = None, thumbs:
                 return await _plain(send, 413, f"request body larger than the upload limit of {cfg.max_upload_mb:g} MB")
             seen = [0]
             started = [False]
+            refused = [False]
 
             async def limited():
+                if refused[0]:
+                    return {"type": "http.disconnect"}
                 msg = await receive()
                 if msg["type"] == "http.request":
                     seen[0] += len(msg.get("body", b""))
-                    if seen[0] > max_upload + 65536:
-                        raise _BodyTooLarge()
+                    if seen[0] > max_upload + 65536:  # answer 413 now; the app sees the client gone
+                        refused[0] = True
+                        if not started[0]:
+                            started[0] = True
+                            await _plain(send, 413, f"upload larger than the limit of {cfg.max_upload_mb:g} MB")
+                        return {"type": "http.disconnect"}
                 return msg
 
             async def tracking(msg):
+                if refused[0]:
+                    return  # the 413 is sent: whatever the app answers to the disconnect is dropped
                 if msg["type"] == "http.response.start":
                     started[0] = True
                     if token and _query_token(scope) and not _cookie_token(headers):  # the page opened with ?token=
@@ -161,11 +170,7 @@ def create_app(searcher: Searcher, *, uploads: str | Path | None = None, thumbs:
                                                                                       f"SameSite=Strict; Path=/".encode())])
                 await send(msg)
 
-            try:
-                await self.inner(scope, limited, tracking)
-            except _BodyTooLarge:
-                if not started[0]:
-                    await _plain(send, 413, f"upload larger than the limit of {cfg.max_upload_mb:g} MB")
+            await self.inner(scope, limited, tracking)
 
     def _query_token(scope) -> str:
         from urllib.parse import parse_qs
@@ -393,6 +398,19 @@ def create_app(searcher: Searcher, *, uploads: str | Path | None = None, thumbs:
                 s = ask_state["searcher"]
         return await asyncio.to_thread(_run, s, image_path=None, text=question, k=1000, shown="", upload=None, ref_row=None)
 
+    if token:  # the spec says so: Swagger UI's "Authorize" sends the header
+        def openapi_with_bearer():
+            if app.openapi_schema is None:
+                from fastapi.openapi.utils import get_openapi
+
+                spec = get_openapi(title=app.title, version=app.version, description=app.description, routes=app.routes)
+                spec.setdefault("components", {}).setdefault("securitySchemes", {})["bearer"] = {"type": "http", "scheme": "bearer"}
+                spec["security"] = [{"bearer": []}]
+                app.openapi_schema = spec
+            return app.openapi_schema
+
+        app.openapi = openapi_with_bearer
+
     if cfg.prepare and not searcher.prepared:
         def prep():
             progress.begin(preparing=True)
@@ -406,10 +424,6 @@ def create_app(searcher: Searcher, *, uploads: str | Path | None = None, thumbs:
         threading.Thread(target=prep, name="agentcir-prepare", daemon=True).start()
 
     return app
-
-
-class _BodyTooLarge(Exception):
-    pass
 
 
 #: the page runs only its own files: no inline scripts, no other origins

@@ -156,6 +156,13 @@ def test_uploads_are_checked_before_they_are_stored(searcher, ask_factory, tmp_p
     assert len(png.getvalue()) < 2**20
     r = c.post("/api/search", files={"image": ("huge.png", png.getvalue(), "image/png")}, data={"text": "x"})
     assert r.status_code == 413 and "36.0 megapixels" in r.json()["detail"]
+    def chunks():  # no Content-Length: counted as it streams, refused at the limit
+        yield b"--b\r\nContent-Disposition: form-data; name=\"image\"; filename=\"s.jpg\"\r\n\r\n"
+        for _ in range(64):
+            yield os.urandom(64 * 1024)
+
+    r = c.post("/api/search", content=chunks(), headers={"content-type": "multipart/form-data; boundary=b"})
+    assert r.status_code == 413 and "limit of 1 MB" in r.json()["detail"]
     r = c.post("/api/search", files={"image": ("bad.jpg", b"\xff\xd8\xff garbage", "image/jpeg")}, data={"text": "x"})
     assert r.status_code == 400
     assert not (tmp_path / "up").exists() or not any((tmp_path / "up").iterdir())  # nothing rejected was stored
@@ -219,6 +226,8 @@ def test_bearer_token_on_every_route(searcher, ask_factory, tmp_path):
     assert c.post("/api/search", data={"text": "x"}).status_code == 401
     assert c.get("/api/info", headers={"Authorization": "Bearer wrong"}).status_code == 401
     assert c.get("/api/info", headers={"Authorization": "Bearer s3cret"}).status_code == 200
+    spec = c.get("/openapi.json", headers={"Authorization": "Bearer s3cret"}).json()
+    assert spec["security"] == [{"bearer": []}] and spec["components"]["securitySchemes"]["bearer"]["scheme"] == "bearer"
     page = c.get("/?token=s3cret")  # the page opened once with the token sets a cookie for its files
     assert page.status_code == 200 and "agentcir_token" in page.headers["set-cookie"]
     assert c.get("/static/app.js").status_code == 200 and c.get("/thumb/0").status_code == 200
