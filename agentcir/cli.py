@@ -143,7 +143,7 @@ def cmd_search(args) -> int:
         score = "-" if h.score is None else f"{h.score:9.4f}"
         print(f"{h.rank:>4}  {h.id:<24} {score:>9}{' *' if h.verified else '  '}  {h.path}")
     if any(h.verified for h in result.hits):
-        print("(* verified: the verification stage accepted it)")
+        print("(* verified: the verification stage accepted it)", file=sys.stderr)
     return 0
 
 

@@ -36,6 +36,8 @@ class ServeConfig:
         uploads_mb, uploads_files: the stored uploads are kept under both (oldest evicted).
         thumbs_mb: the thumbnail cache is kept under this.
         prepare: make the gallery captions in the background at start (shown on the page).
+        warm_up: then load the models and compile the kernels a search uses (one throw-away
+            search), so that the first person's search does not wait for them.
     """
 
     token: str = ""
@@ -46,6 +48,7 @@ class ServeConfig:
     uploads_files: int = 500
     thumbs_mb: float = 256.0
     prepare: bool = True
+    warm_up: bool = True
 
 
 class Progress:
@@ -411,11 +414,15 @@ def create_app(searcher: Searcher, *, uploads: str | Path | None = None, thumbs:
 
         app.openapi = openapi_with_bearer
 
-    if cfg.prepare and not searcher.prepared:
+    if (cfg.prepare and not searcher.prepared) or cfg.warm_up:
         def prep():
             progress.begin(preparing=True)
             try:
-                searcher.prepare(progress.hook)
+                if cfg.prepare:
+                    searcher.prepare(progress.hook)
+                if cfg.warm_up:
+                    took = searcher.warm_up(progress.hook)
+                    log.info("warmed up in %.1f s (models loaded, kernels compiled)", took)
                 progress.end(prepared=True)
             except Exception as e:  # shown on the page; a search retries it
                 log.warning("gallery preparation failed: %s", e)

@@ -123,6 +123,7 @@ def make_client(searcher, ask_factory, tmp_path, **cfg):
 
     from agentcir.serve import ServeConfig, create_app
 
+    cfg.setdefault("warm_up", False)  # the package's searcher is warm already
     app = create_app(searcher, uploads=tmp_path / "up", thumbs=tmp_path / "thumbs", config=ServeConfig(**cfg),
                      ask=ask_factory)
     return TestClient(app)

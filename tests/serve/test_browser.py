@@ -60,7 +60,7 @@ def server(searcher, ask_factory, tmp_path_factory):
     from agentcir.serve import ServeConfig, create_app
 
     tmp = tmp_path_factory.mktemp("browser")
-    app = create_app(searcher, uploads=tmp / "up", thumbs=tmp / "thumbs", config=ServeConfig(), ask=ask_factory)
+    app = create_app(searcher, uploads=tmp / "up", thumbs=tmp / "thumbs", config=ServeConfig(warm_up=False), ask=ask_factory)
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]

@@ -36,7 +36,7 @@ function poll(target) {
     while (!stop) {
       try {
         const p = await api("/api/progress");
-        if (!stop && p.busy) target.textContent = (p.preparing ? "preparing the gallery captions (once): " : "searching: ") + progressText(p);
+        if (!stop && p.busy) target.textContent = (p.preparing ? "waiting for the start-up preparation: " : "searching: ") + progressText(p);
       } catch (_) { /* the search's own reply reports errors */ }
       await new Promise((res) => setTimeout(res, 250));
     }
@@ -55,7 +55,9 @@ async function watchPreparation() {
       return;
     }
     banner.hidden = false;
-    banner.textContent = `Preparing the gallery for this method (once per gallery): ${p.stage || "captions"} ${p.done} / ${p.total || "?"} · ${p.elapsed_s.toFixed(0)} s`;
+    banner.textContent = p.stage === "gallery_captions" && p.total
+      ? `Preparing the gallery captions for this method (once per gallery): ${p.done} / ${p.total} · ${p.elapsed_s.toFixed(0)} s`
+      : `Loading the models (once per start): ${p.stage || "starting"} · ${p.elapsed_s.toFixed(0)} s`;
     await new Promise((res) => setTimeout(res, 500));
   }
 }
