@@ -34,9 +34,9 @@ EXTRAS = {
     # agentcir/framework/methods/imageseeker/exif.py (EXIF of JPEG/TIFF/HEIC/AVIF; Pillow is the fallback)
     # and HEIC/AVIF decoding (agentcir/framework/images.py): photo collections, `agentcir index`
     "photos": ["exifread>=3.0", "pillow-heif>=0.16"],
-    # agentcir/serve/ (`agentcir serve`): the web app and JSON API (multipart uploads; Swagger UI files
-    # bundled for an offline /docs; pillow-heif: HEIC/AVIF thumbnails)
-    "serve": ["fastapi>=0.110", "uvicorn>=0.29", "python-multipart>=0.0.9", "swagger-ui-bundle>=1.1", "pillow-heif>=0.16"],
+    # agentcir/serve/ (`agentcir serve`): the web app and JSON API (multipart uploads; fastapi-offline for
+    # its bundled Swagger UI 5 files, an offline /docs; pillow-heif: HEIC/AVIF thumbnails)
+    "serve": ["fastapi>=0.110", "uvicorn>=0.29", "python-multipart>=0.0.9", "fastapi-offline>=1.7", "pillow-heif>=0.16"],
     # faiss: benchmarks/bench_cosine_topk.py compares the scoring core with faiss IndexFlatIP; sharded
     # faiss indexes for galleries past a few million items (DESIGN.md §10) are not implemented yet
     "scale": ["faiss-cpu>=1.8"],

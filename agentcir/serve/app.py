@@ -225,14 +225,14 @@ def create_app(searcher: Searcher, *, uploads: str | Path | None = None, thumbs:
         return get_swagger_ui_html(openapi_url="/openapi.json", title="agentcir API",
                                    swagger_js_url="/docs-assets/swagger-ui-bundle.js",
                                    swagger_css_url="/docs-assets/swagger-ui.css",
-                                   swagger_favicon_url="/docs-assets/favicon-32x32.png")
+                                   swagger_favicon_url="/docs-assets/favicon.png")
 
-    try:
-        import swagger_ui_bundle  # the Swagger UI files, bundled: /docs works offline
+    try:  # the Swagger UI 5 files (OpenAPI 3.1), bundled by fastapi-offline: /docs works offline
+        import fastapi_offline
 
-        app.mount("/docs-assets", StaticFiles(directory=swagger_ui_bundle.swagger_ui_path), name="docs-assets")
+        app.mount("/docs-assets", StaticFiles(directory=Path(fastapi_offline.__file__).with_name("static")), name="docs-assets")
     except ImportError:  # pragma: no cover - part of the serve extra
-        log.warning("swagger-ui-bundle is not installed: /docs has no assets (pip install 'agentcir[serve]')")
+        log.warning("fastapi-offline is not installed: /docs has no Swagger UI files (pip install 'agentcir[serve]')")
 
     # -- API -----------------------------------------------------------------------------------
     def _info() -> "M.Info":

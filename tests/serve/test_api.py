@@ -267,3 +267,8 @@ def test_serve_command_warns_on_a_public_bind_without_token(gallery, monkeypatch
     assert "without a token" in capsys.readouterr().err and calls[-1]["host"] == "0.0.0.0"
     assert main(["serve", "--gallery", str(gdir), f"run.root={root}", "--token", "t"]) == 0
     assert "without a token" not in capsys.readouterr().err and calls[-1]["host"] == "127.0.0.1"
+
+
+def test_warm_up_runs_a_composed_and_a_text_search(searcher):
+    took = searcher.warm_up()
+    assert took > 0 and searcher.prepared

@@ -200,3 +200,11 @@ def test_history_question_answer_and_steps(page, server, artifacts):
     assert "in the answer" in page.text_content("#answer")  # no invented score
     _shot(page, artifacts, "07-history-question")
     assert not page.problems, page.problems
+
+
+def test_api_docs_render_offline(page, server, artifacts):
+    page.goto(server + "/docs")  # the Swagger UI files come from the server (fastapi-offline), not a CDN
+    _expect(page.locator(".swagger-ui .info .title")).to_contain_text("agentcir")
+    _expect(page.locator(".opblock-summary-path", has_text="/api/search")).to_have_count(1)
+    _shot(page, artifacts, "08-api-docs")
+    assert not page.problems, page.problems
