@@ -272,3 +272,29 @@ def test_serve_command_warns_on_a_public_bind_without_token(gallery, monkeypatch
 def test_warm_up_runs_a_composed_and_a_text_search(searcher):
     took = searcher.warm_up()
     assert took > 0 and searcher.prepared
+
+
+def test_gallery_preparation_is_shown_once_with_counts(gallery, tmp_path):
+    import shutil
+    import time
+
+    from fastapi.testclient import TestClient
+
+    from agentcir.framework.recipe import compose
+    from agentcir.framework.search import Searcher
+    from agentcir.serve import ServeConfig, create_app
+
+    _, gdir, _, _ = gallery
+    g2 = tmp_path / "g"
+    shutil.copytree(gdir, g2)
+    shutil.rmtree(g2 / "captions", ignore_errors=True)
+    s = Searcher(compose([f"run.root={tmp_path}", "run.progress=false"]), g2)
+    c = TestClient(create_app(s, uploads=tmp_path / "up", thumbs=tmp_path / "t", config=ServeConfig(warm_up=False)))
+    deadline = time.time() + 120
+    while not c.get("/api/progress").json()["prepared"] and time.time() < deadline:
+        time.sleep(0.1)
+    p = c.get("/api/progress").json()
+    assert p["prepared"] and not p["preparing"] and not p["error"]
+    assert p["stages"] == ["gallery_captions"] and p["done"] == p["total"] == len(s.gallery)
+    r = c.post("/api/search", data={"reference_row": "0", "text": "in red", "k": "3"})
+    assert r.status_code == 200 and r.json()["trace"]["search"]["stages"]["gallery_captions"]["calls"] == 0  # not again
