@@ -176,7 +176,8 @@ def cmd_serve(args) -> int:
         def ask():  # the history-question agent over the same gallery, built on the first question
             from .framework.recipe import compose
 
-            return Searcher(compose([*args.overrides, "method=imageseeker"], config_name=args.config,
+            keep = [o for o in args.overrides if not o.lstrip("+~").startswith("method")]  # the search method's settings
+            return Searcher(compose([*keep, "method=imageseeker"], config_name=args.config,
                                     extra_dirs=args.recipes or ()), args.gallery)
     cfg = ServeConfig(token=token, max_upload_mb=args.max_upload_mb, max_pixels=args.max_pixels,
                       uploads_mb=args.uploads_mb, thumbs_mb=args.thumbs_mb)
