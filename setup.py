@@ -34,8 +34,9 @@ EXTRAS = {
     # agentcir/framework/methods/imageseeker/exif.py (EXIF of JPEG/TIFF/HEIC/AVIF; Pillow is the fallback)
     # and HEIC/AVIF decoding (agentcir/framework/images.py): photo collections, `agentcir index`
     "photos": ["exifread>=3.0", "pillow-heif>=0.16"],
-    # agentcir/serve.py (`agentcir serve`): the search web page and JSON API (multipart uploads)
-    "serve": ["fastapi>=0.110", "uvicorn>=0.29", "python-multipart>=0.0.9"],
+    # agentcir/serve/ (`agentcir serve`): the web app and JSON API (multipart uploads; fastapi-offline for
+    # its bundled Swagger UI 5 files, an offline /docs; pillow-heif: HEIC/AVIF thumbnails)
+    "serve": ["fastapi>=0.110", "uvicorn>=0.29", "python-multipart>=0.0.9", "fastapi-offline>=1.7", "pillow-heif>=0.16"],
     # faiss: benchmarks/bench_cosine_topk.py compares the scoring core with faiss IndexFlatIP; sharded
     # faiss indexes for galleries past a few million items (DESIGN.md §10) are not implemented yet
     "scale": ["faiss-cpu>=1.8"],
@@ -51,6 +52,8 @@ EXTRAS["dev"] = sorted({
     "pytest>=8", "pytest-benchmark>=4", "pytest-timeout>=2",
     # tests/kernels and benchmarks/: bfloat16 numpy galleries
     "ml_dtypes>=0.3",
+    # tests/serve: the API fuzzed from its OpenAPI schema; the page driven in Debian's chromium (.ci/run)
+    "schemathesis>=4.0", "playwright>=1.40",
 })
 EXTRAS["all"] = sorted({d for k, v in EXTRAS.items() if k != "dev" for d in v} | set(EXTRAS["dev"]))
 
@@ -63,7 +66,7 @@ setup(
     license="MIT",
     python_requires=">=3.10",
     packages=find_packages(include=["agentcir", "agentcir.*"]),
-    package_data={"agentcir": ["recipes/**/*", "data/**/*"]},
+    package_data={"agentcir": ["recipes/**/*", "data/**/*", "serve/static/*"]},
     include_package_data=True,
     install_requires=[
         "numpy>=1.24",

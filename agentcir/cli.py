@@ -4,8 +4,8 @@
     agentcir run -m OVERRIDES...           a sweep (method.lam=0.1,0.2 method=xr,octopus +experiment=a,b range(...))
     agentcir list [KIND]                   registered keys per component kind
     agentcir index FOLDER --out DIR        embed a folder of images into a gallery directory
-    agentcir search --gallery DIR ...      reference image + text against an indexed gallery
-    agentcir serve --gallery DIR           the same as a web page + JSON API (agentcir[serve])
+    agentcir search --gallery DIR ...      reference image and/or text against an indexed gallery (--json)
+    agentcir serve --gallery DIR           a web app + JSON API: search, refine, history questions (agentcir[serve])
     agentcir eval RUN_DIR... [--compare]   metrics of finished runs, side by side (+ PNG plot, submissions)
     agentcir build-benchmark ...           composed benchmark from photos + an attributes CSV
     agentcir build-disbench ...            DISBench-format photo-history benchmark (multi-hop questions)
@@ -172,24 +172,60 @@ def cmd_index(args) -> int:
 def cmd_search(args) -> int:
     from .framework.search import Searcher
 
-    searcher = Searcher(_compose(args), args.gallery, progress=not args.quiet)
+    searcher = Searcher(_compose(args), args.gallery, progress=not (args.quiet or args.json))
     result = searcher.search(image=args.image, text=args.text or "", k=args.k)
+    if args.json:  # the web API's shape: {"hits": [...], "trace": {...}}
+        print(json.dumps(result.to_json(), ensure_ascii=False, default=str))
+        return 0
+    note = result.trace["search"]["note"]
+    if note:
+        print(f"({note})", file=sys.stderr)
     print(f"{'rank':>4}  {'id':<24} {'score':>9}  path")
     for h in result.hits:
-        print(f"{h.rank:>4}  {h.id:<24} {h.score:9.4f}  {h.path}")
+        score = "-" if h.score is None else f"{h.score:9.4f}"
+        print(f"{h.rank:>4}  {h.id:<24} {score:>9}{' *' if h.verified else '  '}  {h.path}")
+    if any(h.verified for h in result.hits):
+        print("(* verified: the verification stage accepted it)", file=sys.stderr)
     return 0
 
 
 # -- serve --------------------------------------------------------------------------------
 @_command("serve")
 def cmd_serve(args) -> int:
-    from .framework.errors import require
+    import ipaddress
+    import os
+
+    from .framework.errors import InputError, require
     from .framework.search import Searcher
-    from .serve import create_app
+    from .serve import ServeConfig, create_app
+    from .serve.app import TOKEN_ENV
 
     uvicorn = require("uvicorn", "serve", feature="agentcir serve")
-    app = create_app(Searcher(_compose(args), args.gallery), uploads=args.uploads)
-    print(f"serving gallery '{args.gallery}' on http://{args.host}:{args.port}/  (Ctrl-C stops)")
+    token = args.token or os.environ.get(TOKEN_ENV, "")
+    try:
+        local = args.host == "localhost" or ipaddress.ip_address(args.host).is_loopback
+    except ValueError:
+        local = False
+    if not local and not token:
+        print(f"agentcir serve: warning: listening on {args.host} without a token: anyone who can reach this address can "
+              f"search the gallery and read its files; set --token or {TOKEN_ENV}", file=sys.stderr)
+    if args.max_upload_mb <= 0 or args.max_pixels <= 0:
+        raise InputError("--max-upload-mb and --max-pixels must be positive")
+    recipe = _compose(args)
+    searcher = Searcher(recipe, args.gallery)
+    ask = None
+    if not args.no_questions and not getattr(searcher.method, "answers_set", False):
+        def ask():  # the history-question agent over the same gallery, built on the first question
+            from .framework.recipe import compose
+
+            keep = [o for o in args.overrides if not o.lstrip("+~").startswith("method")]  # the search method's settings
+            return Searcher(compose([*keep, "method=imageseeker"], config_name=args.config,
+                                    extra_dirs=args.recipes or ()), args.gallery)
+    cfg = ServeConfig(token=token, max_upload_mb=args.max_upload_mb, max_pixels=args.max_pixels,
+                      uploads_mb=args.uploads_mb, thumbs_mb=args.thumbs_mb)
+    app = create_app(searcher, uploads=args.uploads, thumbs=args.thumbs, config=cfg, ask=ask)
+    print(f"serving gallery '{args.gallery}' on http://{args.host}:{args.port}/{'?token=...' if token else ''}  "
+          f"(API docs at /docs; Ctrl-C stops)")
     uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
     return 0
 
@@ -375,16 +411,29 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--image", help="reference image")
     p.add_argument("--text", help="modification text (or a plain text query)")
     p.add_argument("-k", type=int, default=10, help="results to print")
+    p.add_argument("--json", action="store_true",
+                   help='print one JSON object: {"hits": [{rank, id, score, path, row, meta, verified}], "trace": {...}} '
+                        "(the web API's shape; a set-answering method's hits are its answer set, score null)")
     p.add_argument("-q", "--quiet", action="store_true")
     _add_recipe_args(p)
 
     p = sub.add_parser("serve", help="a search web page (and JSON API) over an indexed gallery",
                        description="Serve a web page where you upload a reference image and/or type a text, ranked by the "
-                                   "recipe's method over an indexed gallery; JSON API at /api/search. Needs agentcir[serve].")
+                                   "recipe's method over an indexed gallery, and ask history questions (ImageSeeker); "
+                                   "JSON API at /api/search and /api/ask, docs at /docs. Binds 127.0.0.1 unless --host "
+                                   "says otherwise. Needs agentcir[serve].")
     p.add_argument("--gallery", required=True, help="gallery directory made by `agentcir index`")
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
     p.add_argument("--port", type=int, default=8000, help="port (default 8000)")
     p.add_argument("--uploads", help="folder for uploaded reference images (default <run.root>/_uploads)")
+    p.add_argument("--thumbs", help="thumbnail cache folder (default <run.root>/_thumbs)")
+    p.add_argument("--token", help="bearer token required on every route (default: $AGENTCIR_TOKEN; none = no auth)")
+    p.add_argument("--max-upload-mb", type=float, default=20.0, help="largest upload, refused while streaming (default 20)")
+    p.add_argument("--max-pixels", type=int, default=50_000_000, help="largest image decoded, in pixels (default 50M)")
+    p.add_argument("--uploads-mb", type=float, default=200.0, help="stored uploads kept under this (default 200)")
+    p.add_argument("--thumbs-mb", type=float, default=256.0, help="thumbnail cache kept under this (default 256)")
+    p.add_argument("--no-questions", action="store_true",
+                   help="no history questions (by default the page also asks an ImageSeeker agent about the gallery)")
     _add_recipe_args(p)
 
     p = sub.add_parser("eval", help="metrics of finished runs, compared, submitted",

@@ -65,6 +65,11 @@ class Method(Component):
     #: memory components the recipe pool injects: dependency name -> ``memory`` registry key (list
     #: the dependency in ``optional`` too); each is configured by :meth:`memory_config`
     memories: ClassVar[dict[str, str]] = {}
+    #: whether a query must have a reference image (composed retrieval); a text-only search
+    #: (``agentcir search`` / ``serve``) then runs text retrieval instead
+    needs_reference: ClassVar[bool] = True
+    #: whether the method answers a set of items (its ranking's order and scores are not scores)
+    answers_set: ClassVar[bool] = False
 
     @classmethod
     def memory_config(cls, dependency: str, node: dict[str, Any]) -> dict[str, Any]:

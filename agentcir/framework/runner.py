@@ -67,6 +67,9 @@ class RunContext:
         self.kernels = kernels
         self.stage = ""
         self.stats: dict[str, StageStats] = {}
+        #: ``on_progress(stage, done, total)`` (e.g. the web page's progress): a stage started
+        #: (0, 0), or ``done`` of ``total`` items of it (gallery captions)
+        self.on_progress: Callable[[str, int, int], None] | None = None
         self._inflight: dict[str, asyncio.Future] = {}
 
     # -- model calls ------------------------------------------------------------------
@@ -282,6 +285,8 @@ class Runner:
                         self.ctx.stats[stage.name].resumed_queries = len(self.state.queries)
                         continue
                 self.ctx.stage = stage.name
+                if self.ctx.on_progress is not None:
+                    self.ctx.on_progress(stage.name, 0, 0)
                 st = self.ctx.stats.setdefault(stage.name, StageStats())
                 arrays_before = {k: id(v) for k, v in self.state.arrays.items()}
                 cands_before = self.state.candidates
@@ -455,6 +460,7 @@ async def _captioner_captions(ctx: RunContext, state: RunState, captioner) -> No
 
         sem = asyncio.Semaphore(ctx.concurrency)
         bar = tqdm(total=len(g), desc="gallery captions", unit="img", disable=not ctx.progress, leave=False)
+        done = [0]
 
         async def one(row: int) -> str:
             async with sem:
@@ -462,6 +468,9 @@ async def _captioner_captions(ctx: RunContext, state: RunState, captioner) -> No
                     return await ctx.call(captioner, "caption", image=g.path_of(row))
                 finally:
                     bar.update(1)
+                    done[0] += 1
+                    if ctx.on_progress is not None:
+                        ctx.on_progress(ctx.stage, done[0], len(g))
 
         try:
             caps = await asyncio.gather(*(one(r) for r in range(len(g))))

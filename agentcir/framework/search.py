@@ -1,17 +1,41 @@
 """One query at a time against an indexed gallery, with a recipe's method.
 
-Used by ``agentcir search`` and by the web page (``agentcir serve``). The method runs
-through the same runner as a benchmark run (no run directory): every model call goes
-through the call cache, and gallery captions are computed once and stored in the gallery.
+Used by ``agentcir search`` (``--json``), the web page and its API (``agentcir serve``): all
+three answer one shape, :meth:`SearchResult.to_json`::
+
+    {"hits": [{"rank", "id", "score", "path", "row", "meta", "verified"}, ...],
+     "trace": {"<stage>": {...its record for the query...}, ..., "search": {...}}}
+
+- ``score`` is the method's raw score of the hit. Verification never shows through as a
+  score: the candidate that the verifier accepted (and the method moved to the front) keeps
+  the score it had before, and carries ``verified: true``. A method that answers a *set*
+  (``Method.answers_set``, e.g. ImageSeeker) gives its answer set, in its order, with
+  ``score: null``: there is no ranking to invent scores for.
+- A search with a text but no reference image works with any method: a composed method
+  (``Method.needs_reference``) is replaced by text retrieval (the ``text_only`` baseline over
+  the same encoder and gallery); ``trace.search.mode`` says which ran and why.
+- The reference itself never comes back as a hit: a gallery image used as the reference is
+  excluded by the method (its ``reference_id``), and a hit whose file has the same bytes as the
+  reference (an upload of a gallery photo), or whose image embedding is the reference's
+  (cosine >= ``DUPLICATE_COS``: the same picture re-encoded, another format), is dropped
+  (``trace.search.excluded``).
+- ``trace.search.stages``: model calls, cache hits and wall time of each stage of the query.
+
+The method runs through the same runner as a benchmark run (no run directory): every model
+call goes through the call cache, and gallery captions are computed once and stored in the
+gallery (:meth:`Searcher.prepare`; with a ``progress`` hook it reports their count as they go).
 """
 
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import os
 import threading
-from dataclasses import dataclass, field
+import time
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from .cache import open_call_cache
 from .errors import InputError
@@ -22,21 +46,69 @@ from .recipe import ComponentPool
 from .runner import RunContext, Runner, caption_stage
 from .types import Query
 
+#: ``progress(stage, done, total)``: a stage started (0, 0), or ``done`` of ``total`` items of it
+Progress = Callable[[str, int, int], None]
+
+#: the ``mode`` of a search (trace.search.mode)
+MODES = ("composed", "text", "image", "answer")
+#: a hit this close to the reference (cosine of the image embeddings) is the reference itself in
+#: another file (a re-encoded copy, another format) and is dropped
+DUPLICATE_COS = 0.999
+
 
 @dataclass
 class Hit:
     rank: int
     id: str
-    score: float
+    #: the method's raw score (``None`` for a set-answering method)
+    score: float | None
     path: str
     row: int
+    meta: dict[str, Any] = field(default_factory=dict)
+    #: the verification stage accepted this candidate
+    verified: bool = False
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
 
 
 @dataclass
 class SearchResult:
     hits: list[Hit]
-    #: what each stage recorded for the query (reference caption, target description, ...)
+    #: what each stage recorded for the query (reference caption, target description, ...), and
+    #: ``search``: the mode, the method that ran, excluded hits, per-stage calls and cache hits
     trace: dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"hits": [h.to_json() for h in self.hits], "trace": self.trace}
+
+
+def _file_digest(path: str | Path) -> tuple[int, str] | None:
+    try:
+        size = os.path.getsize(path)
+        h = hashlib.sha256()
+        with open(path, "rb") as f:
+            for block in iter(lambda: f.read(1 << 20), b""):
+                h.update(block)
+        return size, h.hexdigest()
+    except OSError:
+        return None
+
+
+def _same_bytes(path: str, digest: tuple[int, str]) -> bool:
+    try:
+        if os.path.getsize(path) != digest[0]:
+            return False
+    except OSError:
+        return False
+    return _file_digest(path) == digest
+
+
+def _cosine(a, b) -> float:
+    import numpy as np
+
+    a, b = np.asarray(a, np.float32), np.asarray(b, np.float32)
+    return float(a @ b / max(float(np.linalg.norm(a) * np.linalg.norm(b)), 1e-12))
 
 
 class Searcher:
@@ -56,29 +128,172 @@ class Searcher:
         self.cache = open_call_cache(self.pool, recipe["run"])
         self.progress = progress
         self._lock = threading.Lock()  # one query at a time: components need not be thread-safe
+        self._rows = {str(Path(p).resolve()): i for i, p in enumerate(self.gallery.paths)}
+        self._prepared = not self.method.needs_captions
+        self._text_method = None
 
-    def search(self, *, image: str | Path | None = None, text: str = "", k: int = 10) -> SearchResult:
-        """Rank the gallery for a reference ``image`` and/or a ``text``; the top ``k`` hits."""
+    @property
+    def prepared(self) -> bool:
+        """Whether the gallery captions the method needs are ready (or it needs none)."""
+        return self._prepared
+
+    def row_of(self, path: str | Path) -> int:
+        """The gallery row of an image file (symlinks resolved), -1 when it is not a gallery file."""
+        return self._rows.get(str(Path(path).resolve()), -1)
+
+    @property
+    def method_name(self) -> str:
+        return self.recipe["method"]["name"]
+
+    def _context(self, hook: Progress | None) -> RunContext:
+        run = self.recipe["run"]
+        ctx = RunContext(cache=self.cache, run_dir=None, concurrency=run["concurrency"], progress=self.progress,
+                         kernels=self.recipe["kernels"]["backend"])
+        ctx.on_progress = hook
+        return ctx
+
+    def _caption_stage(self):
+        return caption_stage(self.pool, self.recipe["run"]["gallery_captions"])
+
+    def prepare(self, progress: Progress | None = None) -> None:
+        """Make the gallery captions (and their embeddings) the method needs, once; a later
+        search finds them stored. Reports ``gallery_captions`` counts through ``progress``."""
+        with self._lock:
+            if self._prepared:
+                return
+            ctx = self._context(progress)
+            stage = self._caption_stage()
+            ctx.stage = stage.name
+            if progress:
+                progress(stage.name, 0, len(self.gallery))
+            asyncio.run(Runner(_NoStages(), ctx, RunState(queries=[], gallery=self.gallery), prepare=[stage]).execute())
+            self._prepared = True
+
+    def warm_up(self, progress: Progress | None = None) -> float:
+        """Load every model and compile every kernel a search uses, before the first person waits
+        for it: one composed search with a fresh reference (a gallery photo with one pixel changed,
+        so no call is a cache hit) and a fresh text, and one text-only search. Returns seconds."""
+        import tempfile
+        import uuid
+
+        import numpy as np
+
+        t0 = time.perf_counter()
+        self.prepare(progress)
+        word = uuid.uuid4().hex[:8]
+        with tempfile.TemporaryDirectory(prefix="agentcir-warm-") as d:
+            im = np.array(load_rgb(self.gallery.paths[0]))
+            im[0, 0] = np.random.default_rng().integers(0, 256, 3)
+            from PIL import Image
+
+            ref = Path(d) / "warm.png"
+            Image.fromarray(im).save(ref)
+            if not getattr(self.method, "answers_set", False):
+                self.search(image=ref, text=f"in red {word}", k=5, progress=progress)
+        self.search(text=f"a photo {word}", k=5, progress=progress)
+        return time.perf_counter() - t0
+
+    def text_method(self):
+        """The text retrieval used for a text-only search when the method needs a reference."""
+        if self._text_method is None:
+            from .methods.baselines import TextOnly
+
+            self._text_method = TextOnly(TextOnly.Config(top_k=max(self.method.top_k, 50)), encoder=self.pool.get("encoder"))
+            self._text_method.registry_key = "text_only"
+        return self._text_method
+
+    def search(self, *, image: str | Path | None = None, text: str = "", k: int = 10,
+               progress: Progress | None = None) -> SearchResult:
+        """Rank the gallery for a reference ``image`` and/or a ``text``; the top ``k`` hits (a
+        set-answering method: its whole answer set)."""
         text = (text or "").strip()
         if image is None and not text:
             raise InputError("a search needs a reference image, a text, or both")
         if k < 1:
             raise InputError(f"k must be at least 1, got {k}")
-        ref: list[str] = []
-        if image is not None:
-            if not Path(image).is_file():
-                raise InputError(f"reference image '{image}' not found")
-            load_rgb(image)  # a clear error now rather than deep inside a stage
-            ref = [str(Path(image).resolve())]
-        q = Query(id="query", text=text, reference=ref)
-        state = RunState(queries=[q], gallery=self.gallery)
-        run = self.recipe["run"]
-        ctx = RunContext(cache=self.cache, run_dir=None, concurrency=run["concurrency"], progress=self.progress,
-                         kernels=self.recipe["kernels"]["backend"])
-        prepare = [caption_stage(self.pool, run["gallery_captions"])] if self.method.needs_captions else []
-        with self._lock:
-            asyncio.run(Runner(self.method, ctx, state, prepare=prepare).execute())
+        with self._lock:  # one query at a time, its decodes included (bounded memory)
+            t0 = time.perf_counter()
+            ref: list[str] = []
+            ref_id = ref_digest = None
+            if image is not None:
+                if not Path(image).is_file():
+                    raise InputError(f"reference image '{image}' not found")
+                load_rgb(image)  # a clear error now rather than deep inside a stage
+                ref = [str(Path(image).resolve())]
+                row = self.row_of(ref[0])
+                ref_id = self.gallery.ids[row] if row >= 0 else None
+                ref_digest = _file_digest(ref[0])
+            method, mode, why = self.method, "composed" if ref and text else ("image" if ref else "text"), ""
+            if getattr(method, "answers_set", False):
+                mode = "answer"
+            elif not ref and getattr(method, "needs_reference", True):
+                method = self.text_method()
+                why = (f"no reference image: method '{self.method_name}' needs one, so this is text retrieval "
+                       f"(the text_only baseline with the same encoder)")
+            q = Query(id="query", text=text, reference=ref, reference_id=ref_id)
+            state = RunState(queries=[q], gallery=self.gallery)
+            ctx = self._context(progress)
+            prepare = [self._caption_stage()] if method.needs_captions else []
+            asyncio.run(Runner(method, ctx, state, prepare=prepare).execute())
+            self._prepared = self._prepared or bool(prepare)
+            ref_vec = self._reference_vector(ctx, state, ref) if ref else None
+        wall = time.perf_counter() - t0
+        trace = dict(state.traces.get(q.id, {}))
+        hits, excluded, verification = self._hits(state, method, k, ref_digest, ref_id, ref_vec)
+        trace["search"] = {
+            "mode": mode, "method": method.registry_key or type(method).__name__, "recipe_method": self.method_name,
+            "note": why, "reference": ({"path": ref[0], "gallery_id": ref_id} if ref else None), "text": text,
+            "excluded": excluded, "verification": verification, "wall_s": round(wall, 4),
+            "stages": {name: {"calls": s.calls, "cache_hits": s.cache_hits, "wall_s": round(s.wall_s, 4),
+                              "by_component": dict(s.by_component)} for name, s in ctx.stats.items()}}
+        return SearchResult(hits, trace)
+
+    def _reference_vector(self, ctx: RunContext, state: RunState, ref: list[str]):
+        """The reference's normalised image embedding (a gallery row's, else through the call cache)."""
+        from .methods.common import image_embeddings
+
+        ctx.stage = "exclude_reference"
+        return asyncio.run(image_embeddings(ctx, state, self.pool.get("encoder"), [[Path(ref[0])]]))[0]
+
+    def _hits(self, state: RunState, method, k: int, ref_digest, ref_id, ref_vec=None) -> tuple[list[Hit], list[str], list[dict]]:
+        """The hits; the ids excluded as the reference; the verdicts of the verified candidates."""
+        g = self.gallery
         c = state.candidates
-        hits = [Hit(r, self.gallery.ids[row], float(s), self.gallery.paths[row], int(row))
-                for r, (row, s) in enumerate(zip(c.ids[0][:k], c.scores[0][:k]), 1) if row >= 0]
-        return SearchResult(hits, state.traces.get(q.id, {}))
+        if c is None:
+            raise InputError(f"method '{self.method_name}' produced no ranking")
+        rows = [int(r) for r in c.ids[0] if r >= 0]
+        scores = {int(r): float(s) for r, s in zip(c.ids[0], c.scores[0]) if r >= 0}
+        verified = set()
+        verification: list[dict] = []
+        ver = state.traces.get("query", {}).get("verify")
+        names = list(state.stage_candidates)
+        if ver and "verify" in names and names.index("verify") > 0:
+            before = state.stage_candidates[names[names.index("verify") - 1]]
+            judged = [int(r) for r in before.ids[0] if r >= 0][:len(ver.get("verdicts") or [])]
+            verification = [{"rank": i + 1, "id": g.ids[r], "row": r, "accepted": bool(v)}
+                            for i, (r, v) in enumerate(zip(judged, ver.get("verdicts") or []))]
+            a = ver.get("accepted")
+            if a is not None and int(a) < len(judged):
+                row = judged[int(a)]
+                verified.add(row)
+                scores[row] = float(before.scores[0][int(a)])  # the raw score, not the promotion bonus
+        set_answer = bool(getattr(method, "answers_set", False))
+        hits: list[Hit] = []
+        excluded: list[str] = []
+        for row in rows:
+            if g.ids[row] == ref_id or (ref_digest is not None and _same_bytes(g.paths[row], ref_digest)) \
+                    or (ref_vec is not None and _cosine(g.image_emb[row], ref_vec) >= DUPLICATE_COS):
+                excluded.append(g.ids[row])
+                continue
+            if not set_answer and len(hits) >= k:
+                break
+            hits.append(Hit(len(hits) + 1, g.ids[row], None if set_answer else scores[row], g.paths[row], row,
+                            dict(g.items[row].meta), row in verified))
+        return hits, excluded, verification
+
+
+class _NoStages:
+    """A method with no stages (to run only the gallery-caption preparation)."""
+
+    def stages(self):
+        return []

@@ -80,6 +80,7 @@ class TextOnly(_Embedding):
     """Baseline: rank by similarity to the modification text alone."""
 
     use_image = False
+    needs_reference = False
 
 
 @METHODS.register("image_text_sum")

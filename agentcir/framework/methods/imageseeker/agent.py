@@ -104,6 +104,8 @@ class ImageSeeker(Method):
     #: injected by the recipe pool (memory registry keys), configured from this method's fields
     memories: ClassVar[dict[str, str]] = {"context_memory": "context", "subset_memory": "subsets"}
     prompt_fields: ClassVar[tuple[str, ...]] = ("prompt",)
+    needs_reference: ClassVar[bool] = False
+    answers_set: ClassVar[bool] = True
 
     @dataclass
     class Config:

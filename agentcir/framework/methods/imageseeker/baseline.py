@@ -29,6 +29,7 @@ class HistoryTopK(Method):
     """
 
     requires: ClassVar[tuple[str, ...]] = ("encoder",)
+    needs_reference: ClassVar[bool] = False
 
     @dataclass
     class Config:

@@ -1,0 +1,180 @@
+"""Files of the web app: gallery files confined to the gallery root, uploads checked before
+they are stored, server-side thumbnails, and bounded on-disk stores for both.
+
+- :class:`GalleryFiles`: a gallery row's file, only when its path, symlinks resolved, lies
+  inside the gallery root (the indexed folder; for a dataset gallery, the folder holding all
+  its items).
+- :class:`Decoder`: every decode (an upload's check, a thumbnail) holds one of ``concurrency``
+  slots and first reads only the header: an image over ``max_pixels`` is refused before its
+  pixels are decoded.
+- :class:`BoundedDir`: a folder of files kept under a byte and a file budget (oldest use
+  evicted first); uploads and thumbnails live in two of them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import io
+import os
+import re
+import threading
+from pathlib import Path
+
+from ..framework.errors import InputError
+from ..framework.images import IMAGE_SUFFIXES, _enable_heif
+
+#: thumbnail edge lengths served (a closed set, so the cache stays bounded by item count)
+THUMB_SIZES = (128, 256, 512)
+UPLOAD_NAME = re.compile(r"^[0-9a-f]{32}\.(jpg|png|webp|gif|bmp|tif|heic|avif)$")
+_FORMAT_SUFFIX = {"JPEG": "jpg", "MPO": "jpg", "PNG": "png", "WEBP": "webp", "GIF": "gif", "BMP": "bmp", "TIFF": "tif",
+                  "HEIF": "heic", "AVIF": "avif"}
+
+
+class TooLarge(InputError):
+    """An image over the pixel limit (or an upload over the byte limit)."""
+
+
+class BoundedDir:
+    """Files in ``root`` kept under ``max_bytes`` and ``max_files``: after each ``put`` the
+    least recently used files are deleted until both hold."""
+
+    def __init__(self, root: str | Path, *, max_bytes: int, max_files: int):
+        self.root = Path(root)
+        self.max_bytes, self.max_files = int(max_bytes), int(max_files)
+        self._lock = threading.Lock()
+
+    def path(self, name: str) -> Path:
+        return self.root / name
+
+    def get(self, name: str) -> Path | None:
+        p = self.root / name
+        if p.is_file():
+            try:
+                os.utime(p)  # recently used: evicted last
+            except OSError:
+                pass
+            return p
+        return None
+
+    def put(self, name: str, data: bytes) -> Path:
+        with self._lock:
+            self.root.mkdir(parents=True, exist_ok=True)
+            p = self.root / name
+            tmp = self.root / f".{name}.{threading.get_ident()}.tmp"
+            tmp.write_bytes(data)
+            tmp.replace(p)
+            self._evict(keep=p)
+            return p
+
+    def usage(self) -> tuple[int, int]:
+        files = [f for f in self.root.iterdir() if f.is_file() and not f.name.startswith(".")] if self.root.is_dir() else []
+        return len(files), sum(f.stat().st_size for f in files)
+
+    def _evict(self, keep: Path) -> None:
+        entries = []
+        for f in self.root.iterdir():
+            if f.is_file() and not f.name.startswith("."):
+                st = f.stat()
+                entries.append((st.st_mtime, st.st_size, f))
+        entries.sort()
+        total = sum(e[1] for e in entries)
+        count = len(entries)
+        for _, size, f in entries:
+            if total <= self.max_bytes and count <= self.max_files:
+                break
+            if f == keep:
+                continue
+            f.unlink(missing_ok=True)
+            total -= size
+            count -= 1
+
+
+class Decoder:
+    """Bounded, pixel-limited decoding (see the module docstring)."""
+
+    def __init__(self, *, max_pixels: int, concurrency: int):
+        self.max_pixels = int(max_pixels)
+        self._slots = threading.BoundedSemaphore(max(1, int(concurrency)))
+
+    def _open(self, src, name: str):
+        from PIL import Image
+
+        _enable_heif()
+        try:
+            im = Image.open(src)
+        except Exception as e:
+            raise InputError(f"image '{name}': cannot decode ({type(e).__name__}: {e})") from None
+        w, h = im.size
+        if w * h > self.max_pixels:
+            im.close()
+            raise TooLarge(f"image '{name}' has {w}x{h} = {w * h / 1e6:.1f} megapixels, more than the limit of "
+                           f"{self.max_pixels / 1e6:.1f}")
+        return im
+
+    @contextlib.contextmanager
+    def _decoding(self, src, name: str):
+        """An opened image under the limits, in a decode slot; decode errors named by ``name``."""
+        with self._slots:
+            im = self._open(src, name)
+            try:
+                yield im
+            except TooLarge:
+                raise
+            except Exception as e:
+                raise InputError(f"image '{name}': cannot decode ({type(e).__name__}: {e})") from None
+            finally:
+                im.close()
+
+    def check_upload(self, data: bytes, name: str) -> str:
+        """Decode ``data`` fully (under the limits); return the file suffix of its real format."""
+        with self._decoding(io.BytesIO(data), name) as im:
+            fmt = im.format or ""
+            im.load()
+        if fmt not in _FORMAT_SUFFIX:
+            raise InputError(f"image '{name}': format '{fmt or 'unknown'}' is not accepted "
+                             f"({', '.join(sorted(set(_FORMAT_SUFFIX.values())))})")
+        return _FORMAT_SUFFIX[fmt]
+
+    def thumbnail(self, path: str | Path, size: int) -> bytes:
+        """A JPEG of at most ``size`` x ``size`` pixels (EXIF orientation applied)."""
+        from PIL import ImageOps
+
+        with self._decoding(path, Path(path).name) as im:
+            if im.format == "JPEG":
+                im.draft("RGB", (size, size))  # decode at a reduced scale: much faster for big JPEGs
+            out_im = ImageOps.exif_transpose(im)
+            out_im.thumbnail((size, size))
+            out = io.BytesIO()
+            out_im.convert("RGB").save(out, "JPEG", quality=82, optimize=True)
+            return out.getvalue()
+
+
+class GalleryFiles:
+    """A gallery's files, confined to its root (see the module docstring)."""
+
+    def __init__(self, gallery):
+        self.gallery = gallery
+        src = Path(str(gallery.info.get("source") or ""))
+        if src.is_dir():
+            self.root = src.resolve()
+        else:
+            parents = [str(Path(p).parent) for p in gallery.paths]
+            self.root = Path(os.path.commonpath(parents)).resolve() if parents else Path("/nonexistent")
+
+    def path(self, row: int) -> Path:
+        """The resolved file of ``row``; :class:`InputError` when it is missing or outside the root."""
+        g = self.gallery
+        if not 0 <= row < len(g):
+            raise LookupError(f"no gallery row {row} (the gallery has {len(g)} items)")
+        p = Path(g.paths[row]).resolve()
+        if not p.is_relative_to(self.root) or not p.is_file():
+            raise LookupError(f"gallery row {row}: its file is missing or outside the gallery folder")
+        if p.suffix.lower() not in IMAGE_SUFFIXES:
+            raise LookupError(f"gallery row {row}: not an image file")
+        return p
+
+    def thumb_key(self, row: int, size: int) -> str:
+        p = self.path(row)
+        st = p.stat()
+        return hashlib.sha256(f"{p}|{st.st_mtime_ns}|{st.st_size}|{size}".encode()).hexdigest()[:32] + ".jpg"
