@@ -20,7 +20,9 @@ Stages (each leaves a ranking snapshot, so the report shows recall after every a
 4. ``verify`` (candidate verification): uncertainty ``u = 0.5 mm(H(softmax(S / 0.02))) +
    0.5 mm(clip(top2 / (top1 + 1e-8), 0, 1))`` over the queries, ``mm(x) = (x - min) / (max -
    min + 1e-8)``, as released (the entropy over the whole gallery, streamed by the kernel,
-   exact where upstream adds 1e-8 inside the log: :func:`agentcir.kernels.uncertainty`); the queries with ``u >= gate`` (the ``max_verified`` most uncertain) have
+   exact where upstream adds 1e-8 inside the log: :func:`agentcir.kernels.uncertainty`; a run
+   of a single query, where a min-max over queries is undefined, counts it as uncertain,
+   ``u = 1``); the queries with ``u >= gate`` (the ``max_verified`` most uncertain) have
    their top ``alpha`` candidates judged by the verifier in rank order; the first accepted
    one gets ``max(S) + 100`` (it moves to the front). The released code leaves this step a
    stub (``qwen2vl_text_rerank`` returns its input); it is implemented from its parameters
@@ -264,6 +266,10 @@ class Octopus(Method):
         """The uncertainty of every query and the indices of the queries to verify (most uncertain first)."""
         c = self.cfg
         u = np.asarray(uncertainty(scores, tau=c.entropy_tau, entropy=entropy, backend=backend), np.float32)
+        if len(u) == 1:
+            # min-max over one query says nothing (the released formula gives 0: never verified);
+            # a single search (agentcir search / serve) counts as uncertain, so it is verified
+            u = np.ones(1, np.float32)
         chosen = np.flatnonzero(u >= c.gate)
         chosen = chosen[np.argsort(-u[chosen], kind="stable")]
         if c.max_verified:

@@ -156,6 +156,17 @@ def test_uncertainty_gate_and_limits(world, tmp_path):
     assert_ranking(state.candidates, ids, scores)      # nothing accepted: ranking unchanged
 
 
+def test_a_single_query_counts_as_uncertain(world, tmp_path):
+    # the released min-max over queries gives 0 for one query (never verified); a single
+    # search (agentcir search / serve) is verified instead
+    method, _, _ = build(world, tmp_path, accept=(), verification=True, gate=0.8)
+    scores = np.array([[0.9, 0.5, 0.1]], np.float32)
+    u, chosen = method.gate_queries(scores, np.array([1.0], np.float32))
+    assert u.tolist() == [1.0] and chosen.tolist() == [0]
+    u, chosen = method.gate_queries(np.repeat(scores, 2, axis=0), np.array([1.0, 1.0], np.float32))
+    assert u.tolist() == [0.0, 0.0] and chosen.tolist() == []   # two equal queries: the released zeros
+
+
 def test_bad_configs_and_missing_verifier(world):
     deps = dict(encoder=world.encoder, llm=world.llm, captioner=world.captioner)
     with pytest.raises(InputError, match="field 'cross_modal' must be one of v2t, v2v, got 'v2x'"):
