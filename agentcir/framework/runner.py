@@ -40,6 +40,11 @@ from .types import Candidates, Query
 log = logging.getLogger("agentcir")
 
 
+#: scalar ``RunState`` fields a stage may set; saved in its ``.done`` marker and restored when a
+#: resumed run skips the finished stage (e.g. the captions key chosen by ``gallery_captions``)
+PERSISTED_STATE = ("captions_key",)
+
+
 class StageError(AgentcirError):
     """Some queries of a stage failed; the others' work is saved and a rerun retries the failed ones."""
 
@@ -265,7 +270,10 @@ class Runner:
         if p["cands"].is_file():
             self.state.candidates = Candidates.load(p["cands"])
             self.state.stage_candidates[stage.name] = self.state.candidates
-        return json.loads(p["done"].read_text())
+        done = json.loads(p["done"].read_text())
+        for k, v in (done.get("state") or {}).items():  # scalars a skipped stage would have set
+            setattr(self.state, k, v)
+        return done
 
     async def execute(self) -> None:
         persist = self.ctx.run_dir is not None
@@ -285,6 +293,7 @@ class Runner:
                 st = self.ctx.stats.setdefault(stage.name, StageStats())
                 arrays_before = {k: id(v) for k, v in self.state.arrays.items()}
                 cands_before = self.state.candidates
+                scalars_before = {k: getattr(self.state, k) for k in PERSISTED_STATE}
                 t0 = time.perf_counter()
                 await stage.fn(self.ctx, self.state)
                 st.wall_s += time.perf_counter() - t0
@@ -301,7 +310,9 @@ class Runner:
                         self.state.candidates.save(p["cands"])
                     stats = asdict(st)
                     stats.pop("resumed_queries", None)
-                    p["done"].write_text(json.dumps({"stage": stage.name, "stats": stats}))
+                    scalars = {k: getattr(self.state, k) for k in PERSISTED_STATE
+                               if getattr(self.state, k) != scalars_before[k]}
+                    p["done"].write_text(json.dumps({"stage": stage.name, "stats": stats, "state": scalars}))
         finally:
             executor.shutdown(wait=False, cancel_futures=True)
 
