@@ -58,7 +58,7 @@ def cmd_run(args) -> int:
 
         print(yaml.safe_dump(recipe, sort_keys=False))
         return 0
-    result = run_recipe(recipe, progress=False if args.quiet else None)
+    result = run_recipe(recipe, progress=False if args.quiet else None, wait=args.wait)
     show = recipe["run"]["show"]
     g = result.gallery
     for qi, q in enumerate(result.queries[:show]):
@@ -300,6 +300,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add_recipe_args(p)
     p.add_argument("--print-recipe", action="store_true", help="print the resolved recipe and exit")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bars")
+    p.add_argument("--wait", action="store_true",
+                   help="if another process is running in the same run directory, wait for it instead of failing")
 
     p = sub.add_parser("list", help="registered keys per component kind")
     p.add_argument("kind", nargs="?", help="one kind (encoder, llm, captioner, generator, detector, verifier, memory, method, dataset)")

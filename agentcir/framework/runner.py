@@ -31,6 +31,7 @@ import numpy as np
 
 from .cache import MISSING, CallCache, decode_value, encode_value
 from .errors import AgentcirError, InputError
+from .files import atomic_path, atomic_write_text
 from .gallery import Gallery
 from .hashing import stable_hash
 from .method import Method, RunState, Stage
@@ -303,16 +304,15 @@ class Runner:
                 if persist:
                     p = self._paths(stage.name)
                     if changed:
-                        tmp = p["arrays"].with_suffix(".tmp.npz")
-                        np.savez(tmp, **{k: np.asarray(v) for k, v in changed.items()})
-                        tmp.replace(p["arrays"])
+                        with atomic_path(p["arrays"]) as tmp:
+                            np.savez(tmp, **{k: np.asarray(v) for k, v in changed.items()})
                     if stage.name in self.state.stage_candidates:
                         self.state.candidates.save(p["cands"])
                     stats = asdict(st)
                     stats.pop("resumed_queries", None)
                     scalars = {k: getattr(self.state, k) for k in PERSISTED_STATE
                                if getattr(self.state, k) != scalars_before[k]}
-                    p["done"].write_text(json.dumps({"stage": stage.name, "stats": stats, "state": scalars}))
+                    atomic_write_text(p["done"], json.dumps({"stage": stage.name, "stats": stats, "state": scalars}))
         finally:
             executor.shutdown(wait=False, cancel_futures=True)
 
@@ -346,9 +346,7 @@ def prepare_run_dir(run_dir: Path, recipe: dict[str, Any]) -> None:
             raise InputError(f"run directory '{run_dir}' holds a run of a different recipe (differs in: {', '.join(diff)}); "
                              f"choose another run.name, or pass run.fresh=true to start over there")
     run_dir.mkdir(parents=True, exist_ok=True)
-    tmp = run_dir / "recipe.yaml.tmp"
-    tmp.write_text(yaml.safe_dump(recipe, sort_keys=False))
-    tmp.replace(rfile)
+    atomic_write_text(rfile, yaml.safe_dump(recipe, sort_keys=False))
 
 
 def check_run_inputs(run_dir: Path, inputs: dict[str, str]) -> None:
@@ -375,17 +373,58 @@ def check_run_inputs(run_dir: Path, inputs: dict[str, str]) -> None:
         for stale in ("metrics.json", "report.md", "rankings.jsonl"):
             (run_dir / stale).unlink(missing_ok=True)
     if old != inputs:
-        tmp = path.with_suffix(".json.tmp")
-        tmp.write_text(json.dumps(inputs, indent=1))
-        tmp.replace(path)
+        atomic_write_text(path, json.dumps(inputs, indent=1))
 
 
 def gallery_dir(root: Path, dataset_key: str, items_hash: str, encoder_identity: str, dtype: str) -> Path:
     return root / "_galleries" / f"{dataset_key}-{stable_hash(items_hash, encoder_identity, dtype, n=12)}"
 
 
-def run_recipe(recipe: dict[str, Any], *, pool=None, progress: bool | None = None) -> RunResult:
-    """Run a resolved recipe end to end (resuming its run directory) and write its report."""
+def run_lock_file(recipe: dict[str, Any], run_dir: Path) -> Path:
+    """The lock of a run directory: ``<run.root>/.locks/<name>.lock`` (outside the directory, which
+    ``run.fresh`` and the cleanup of a failed run remove)."""
+    try:
+        name = str(run_dir.relative_to(Path(recipe["run"]["root"])))
+    except ValueError:
+        name = run_dir.name
+    return Path(recipe["run"]["root"]) / ".locks" / (name.replace(os.sep, "+") + ".lock")
+
+
+def _holds_work(run_dir: Path) -> bool:
+    """Whether a run directory holds anything computed (a finished stage, a logged query, metrics)."""
+    stages = run_dir / "stages"
+    if (run_dir / "metrics.json").is_file():
+        return True
+    return stages.is_dir() and any(f.suffix == ".done" or (f.suffix == ".jsonl" and f.stat().st_size > 0)
+                                   for f in stages.iterdir())
+
+
+def run_recipe(recipe: dict[str, Any], *, pool=None, progress: bool | None = None, wait: bool = False) -> RunResult:
+    """Run a resolved recipe end to end (resuming its run directory) and write its report.
+
+    One process at a time works in a run directory: a second one fails with a
+    :class:`~agentcir.framework.locks.LockedError` naming the holder, or with ``wait`` waits for
+    it. A run that fails before computing anything leaves no directory behind. A full disk or a
+    read-only folder is a :class:`~agentcir.framework.files.StorageError` naming the path.
+    """
+    from .files import storage_errors
+    from .locks import hold_lock
+
+    run_dir = resolve_run_dir(recipe)
+    with storage_errors(run_dir, "the run directory"), \
+            hold_lock(run_lock_file(recipe, run_dir), f"run directory '{run_dir}'", wait=wait,
+                      hint=" (agentcir run --wait waits for it), or choose another run.name"):
+        try:
+            return _run_locked(recipe, run_dir, pool, progress)
+        except BaseException:
+            if run_dir.is_dir() and not _holds_work(run_dir):
+                import shutil
+
+                shutil.rmtree(run_dir, ignore_errors=True)
+            raise
+
+
+def _run_locked(recipe: dict[str, Any], run_dir: Path, pool, progress: bool | None) -> RunResult:
     from .cache import open_call_cache
     from .recipe import ComponentPool
     from .report import write_report
@@ -393,7 +432,6 @@ def run_recipe(recipe: dict[str, Any], *, pool=None, progress: bool | None = Non
     pool = pool or ComponentPool(recipe)
     run = recipe["run"]
     show_progress = run["progress"] if progress is None else progress
-    run_dir = resolve_run_dir(recipe)
     prepare_run_dir(run_dir, recipe)
     dataset = pool.get("dataset")
     encoder = pool.get("encoder")
