@@ -141,6 +141,9 @@ def validate(raw: dict[str, Any]) -> dict[str, Any]:
         raise ConfigError(f"run: field 'gallery_captions': must be auto, dataset or captioner, got '{out['run']['gallery_captions']}'")
     if out["run"]["concurrency"] < 1:
         raise ConfigError(f"run: field 'concurrency': must be at least 1, got {out['run']['concurrency']}")
+    from .recipe_checks import check_recipe
+
+    check_recipe(out, GROUPS)  # paths (run.name), ranges (method.gate), devices (encoder.device)
     return out
 
 
