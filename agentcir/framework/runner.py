@@ -319,11 +319,13 @@ class Runner:
 
 def resolve_run_dir(recipe: dict[str, Any]) -> Path:
     """``<root>/<name>``; the default name is ``<method>-<dataset>-<hash of the recipe>``."""
+    from .recipe import VOLATILE_RUN_FIELDS
+
     run = recipe["run"]
     if run.get("name"):
         return Path(run["root"]) / run["name"]
     identity = {k: v for k, v in recipe.items() if k != "run"}
-    identity["run"] = {k: v for k, v in run.items() if k not in ("concurrency", "progress", "show", "fresh", "name", "root", "cache")}
+    identity["run"] = {k: v for k, v in run.items() if k not in VOLATILE_RUN_FIELDS}
     h = stable_hash(identity, n=10)
     return Path(run["root"]) / f"{recipe['method']['name']}-{recipe['dataset']['name']}-{h}"
 

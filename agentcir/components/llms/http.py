@@ -349,7 +349,7 @@ class HttpClient:
 def _data_url(path: str, size: int, mtime_ns: int, max_side: int, quality: int) -> str:
     from ...framework.images import load_rgb
 
-    im = load_rgb(path)
+    im = load_rgb(path, min_side=max_side or None)  # a big JPEG is decoded at a reduced DCT scale
     if max_side and max(im.size) > max_side:
         from PIL import Image
 
