@@ -98,6 +98,7 @@ class ScriptedServer:
     def __init__(self, prefix: str = "/v1", *, delay: float = 0.0):
         self.prefix = prefix.rstrip("/")
         self.delay = delay  #: seconds added before every reply (a slow endpoint)
+        self.inflight = 0  #: requests received and not yet answered
         self.requests: list[Request] = []
         self._scripts: dict[str, list[Script]] = {}
         self._lock = threading.Lock()
@@ -154,7 +155,14 @@ class ScriptedServer:
                 req = Request(self.command, self.path, {k.lower(): v for k, v in self.headers.items()}, body, payload)
                 with server._lock:
                     server.requests.append(req)
-                step = server._next(req)
+                    server.inflight += 1
+                try:
+                    self._answer(server._next(req))
+                finally:
+                    with server._lock:
+                        server.inflight -= 1
+
+            def _answer(self, step: Step) -> None:
                 if step.delay or server.delay:
                     time.sleep(step.delay + server.delay)
                 data = step.body if step.body is not None else json.dumps(step.json if step.json is not None else {}).encode()
