@@ -53,7 +53,7 @@ from agentcir.components.llms.scripted_server import Request, ScriptedServer, St
 CHAT = "/chat/completions"
 METHODS: dict[str, list[str]] = {
     "octopus": ["method=octopus"],
-    "xr": ["method=xr", "method.stage3=true"],
+    "xr": ["method=xr", "method.stage3=true", "method.k_prime=10", "method.alpha=10"],
     "imageseeker": ["method=imageseeker", "method.max_steps=4"],
     "cirevl": ["method=cirevl"],
     "ldre": ["method=ldre"],
@@ -467,7 +467,7 @@ def summary(rows: list[dict], concurrency: int) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "fault_sweep"))
+    ap.add_argument("--out", default=str(ROOT / "runs" / "_fault_sweep"), help="results and work folder (resumable)")
     ap.add_argument("--only", default="kills,faults,locks,disk", help="comma-separated scenario groups")
     ap.add_argument("--methods", default=",".join(METHODS))
     ap.add_argument("--fault-method", default="octopus", help="method of the endpoint-fault, lock and disk scenarios")

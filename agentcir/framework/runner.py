@@ -23,7 +23,7 @@ import logging
 import os
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Awaitable, Callable, Sequence
 
@@ -34,8 +34,9 @@ from .errors import AgentcirError, InputError
 from .files import atomic_path, atomic_write_text
 from .gallery import Gallery
 from .hashing import stable_hash
-from .method import Method, RunState, Stage
+from .method import Method
 from .prompts import load_prompt
+from .state import RunResult, RunState, Stage, StageStats
 from .types import Candidates, Query
 
 log = logging.getLogger("agentcir")
@@ -48,16 +49,6 @@ PERSISTED_STATE = ("captions_key",)
 
 class StageError(AgentcirError):
     """Some queries of a stage failed; the others' work is saved and a rerun retries the failed ones."""
-
-
-@dataclass
-class StageStats:
-    calls: int = 0
-    cache_hits: int = 0
-    failures: int = 0
-    wall_s: float = 0.0
-    resumed_queries: int = 0
-    by_component: dict[str, int] = field(default_factory=dict)
 
 
 class RunContext:
@@ -228,18 +219,6 @@ def _read_jsonl_tolerant(path: Path) -> list[dict]:
                 break
             raise InputError(f"trace file '{path}' is corrupt at line {i + 1}") from None
     return good
-
-
-@dataclass
-class RunResult:
-    dir: Path | None
-    recipe: dict[str, Any]
-    queries: list[Query]
-    gallery: Gallery
-    candidates: Candidates
-    metrics: dict[str, Any]
-    stats: dict[str, StageStats]
-    state: RunState
 
 
 class Runner:
