@@ -14,8 +14,10 @@ server, not by the client under test. Each ``agentcir run`` is a separate proces
 
 Scenarios:
 
-- ``kill``: SIGKILL at every stage boundary (right after ``stages/<stage>.done`` appears) and at
-  seeded random moments inside stages, then the same command again until it exits 0.
+- ``kill``: SIGKILL at every stage boundary (right after ``stages/<stage>.done`` appears; for the
+  methods outside ``--full-methods`` the first ``--boundaries``) and at seeded random points inside
+  stages (after a random number of the run's model calls reached the endpoint), then the same
+  command again until it exits 0.
 - ``fault``: 429 with Retry-After, 500, 503, hangs (past the client timeout), connection resets,
   truncated bodies, prose (non-JSON 200), empty ``choices`` and huge (1 MB) replies, each at 10%
   and 30% of requests (seeded), with ``run.concurrency`` 4.
@@ -62,6 +64,7 @@ METHODS: dict[str, list[str]] = {
     "image_text_sum": ["method=image_text_sum"],
 }
 FAULTS = ("429", "500", "503", "hang", "reset", "truncate", "prose", "empty", "huge")
+BAD_200 = ("truncate", "prose", "empty")   # kind "bad200": one of these, drawn per faulted request
 HANG_S = 3.0          # a hung reply waits this long; the client's timeout is shorter
 CLIENT_TIMEOUT_S = 1.0
 
@@ -145,9 +148,12 @@ def faulty(good: Callable[[Request], Step], kind: str, rate: float, seed: int = 
         with lock:
             n = attempts.get(req.body, 0)
             attempts[req.body] = n + 1
-        r = random.Random(hashlib.sha256(req.body + f"|{n}|{seed}".encode()).digest()).random()
-        if r >= rate:
+        rnd = random.Random(hashlib.sha256(req.body + f"|{n}|{seed}".encode()).digest())
+        if rnd.random() >= rate:
             return good(req)
+        return bad(req, rnd.choice(BAD_200) if kind == "bad200" else kind)
+
+    def bad(req: Request, kind: str) -> Step:
         if kind == "429":
             return Step(status=429, json=error_body("rate limited", "rate_limit"), headers={"Retry-After": "0.2"})
         if kind in ("500", "503"):
@@ -194,8 +200,10 @@ class Row:
 
 
 class Sweep:
-    def __init__(self, out: Path, *, limit: int, concurrency: int, delay: float, seed: int):
+    def __init__(self, out: Path, *, limit: int, concurrency: int, delay: float, seed: int,
+                 extra: tuple[str, ...] = (), pythonpath: tuple[str, ...] = ()):
         self.out = out
+        self.extra, self.pythonpath = tuple(extra), tuple(pythonpath)  # e.g. the tests' toy encoder plugin
         self.work = out / "work"
         self.work.mkdir(parents=True, exist_ok=True)
         self.limit, self.concurrency, self.seed = limit, concurrency, seed
@@ -220,11 +228,11 @@ class Sweep:
                 "llm=openai", f"llm.base_url={self.server.base_url}", "llm.model=scripted", "llm.backoff=0.05",
                 "llm.backoff_max=0.5", f"llm.timeout={CLIENT_TIMEOUT_S}", f"run.root={root or self.work / 'root'}",
                 f"run.name={name}", f"run.cache={self.work / (name + '.sqlite')}", f"run.concurrency={self.concurrency}",
-                "run.progress=false", *extra]
+                "run.progress=false", *self.extra, *extra]
 
     def env(self) -> dict:
         env = dict(os.environ)
-        env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+        env["PYTHONPATH"] = os.pathsep.join([str(ROOT), *self.pythonpath, env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
         return env
 
     def run(self, cmd: list[str], *, kill_when: Callable[[float], bool] | None = None, timeout: float = 600) -> Outcome:
@@ -303,11 +311,18 @@ class Sweep:
         print(format_row(asdict(row)), flush=True)
 
     # -- scenarios ------------------------------------------------------------------------------
-    def kills(self, method: str, inside: int) -> None:
+    def kills(self, method: str, inside: int, boundaries: int | None = None) -> None:
+        """SIGKILL after each stage boundary (the first ``boundaries`` of them; None: all) and at
+        ``inside`` seeded points inside stages: after a random number of the run's model calls reached
+        the endpoint (methods that call no model: at a random moment of the reference's wall time)."""
         ref = self.reference(method)
         rng = random.Random(f"{self.seed}-{method}")
-        points = [("after", s) for s in ref["stages"]] + [("at", round(rng.uniform(0.15, 0.95) * ref["wall_s"], 2))
-                                                           for _ in range(inside)]
+        stages = ref["stages"] if boundaries is None else ref["stages"][:boundaries]
+        if ref["requests"] > 1:
+            inner = [("call", rng.randint(1, ref["requests"] - 1)) for _ in range(inside)]
+        else:
+            inner = [("at", round(rng.uniform(0.3, 0.95) * ref["wall_s"], 2)) for _ in range(inside)]
+        points = [("after", s) for s in stages] + inner
         for kind, where in points:
             sid = f"kill {method} {kind} {where}"
             row = Row(sid, f"kill {method}")
@@ -320,6 +335,8 @@ class Sweep:
             if kind == "after":
                 done_file = self.work / "root" / name / "stages" / f"{where}.done"
                 o = self.run(cmd, kill_when=lambda _el, f=done_file: f.is_file())
+            elif kind == "call":
+                o = self.run(cmd, kill_when=lambda _el, n=where: self.requests() - before >= n)
             else:
                 o = self.run(cmd, kill_when=lambda el, t=where: el >= t)
             row.tried = 1
@@ -335,9 +352,9 @@ class Sweep:
             self.record(row)
             self.clean(name)
 
-    def faults(self, method: str, rates: list[float]) -> None:
+    def faults(self, method: str, rates: list[float], kinds: tuple[str, ...] = FAULTS) -> None:
         ref = self.reference(method)
-        for kind in FAULTS:
+        for kind in kinds:
             for rate in rates:
                 sid = f"fault {kind} {rate:.0%} {method}"
                 if sid in self.done:
@@ -473,6 +490,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--fault-method", default="octopus", help="method of the endpoint-fault, lock and disk scenarios")
     ap.add_argument("--rates", default="0.1,0.3")
     ap.add_argument("--inside", type=int, default=2, help="seeded random kills inside stages per method")
+    ap.add_argument("--full-methods", default="octopus,xr", help="methods killed at every stage boundary")
+    ap.add_argument("--boundaries", type=int, default=2, help="stage boundaries killed for the other methods")
     ap.add_argument("--limit", type=int, default=8, help="demo queries per run")
     ap.add_argument("--concurrency", type=int, default=4)
     ap.add_argument("--delay", type=float, default=0.05, help="seconds the endpoint takes per reply")
@@ -486,16 +505,25 @@ def main(argv: list[str] | None = None) -> int:
     sw = Sweep(out, limit=a.limit, concurrency=a.concurrency, delay=a.delay, seed=a.seed)
     only = set(a.only.split(","))
     print(HEADER, flush=True)
-    try:
+    methods = a.methods.split(",")
+    full = [m for m in methods if m in a.full_methods.split(",")]
+    rates = [float(r) for r in a.rates.split(",")]
+    try:  # the headline methods and the 30% faults first: an interrupted sweep has the most telling rows
         if "kills" in only:
-            for m in a.methods.split(","):
+            for m in full:
                 sw.kills(m, a.inside)
         if "faults" in only:
-            sw.faults(a.fault_method, [float(r) for r in a.rates.split(",")])
+            sw.faults(a.fault_method, [max(rates)])
         if "locks" in only:
             sw.locks(a.fault_method)
         if "disk" in only:
             sw.disk(a.fault_method)
+        if "kills" in only:
+            for m in methods:
+                if m not in full:
+                    sw.kills(m, a.inside, boundaries=a.boundaries)
+        if "faults" in only and len(rates) > 1:
+            sw.faults(a.fault_method, [r for r in rates if r != max(rates)])
     finally:
         sw.close()
     rows = list(sw.done.values())
