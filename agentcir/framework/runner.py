@@ -65,6 +65,7 @@ class RunContext:
         self.stage = ""
         self.stats: dict[str, StageStats] = {}
         self._inflight: dict[str, asyncio.Future] = {}
+        self._call_slots: asyncio.Semaphore | None = None
 
     # -- model calls ------------------------------------------------------------------
     @staticmethod
@@ -97,13 +98,18 @@ class RunContext:
         fut = asyncio.get_running_loop().create_future()
         self._inflight[key] = fut
         try:
-            afn = getattr(component, f"a{op}", None)
-            if afn is not None and asyncio.iscoroutinefunction(afn):
-                out = await afn(**inputs)
-            else:
-                out = await asyncio.get_running_loop().run_in_executor(None, lambda: getattr(component, op)(**inputs))
-            name = f"{component.kind}:{getattr(component, 'registry_key', '')}"
-            self.cache.put(key, out, component=name, op=op)
+            if self._call_slots is None:
+                self._call_slots = asyncio.Semaphore(self.concurrency)
+            # at most `concurrency` model calls in flight, however stages nest their maps: a kill
+            # loses (and a resumed run repeats) at most that many calls
+            async with self._call_slots:
+                afn = getattr(component, f"a{op}", None)
+                if afn is not None and asyncio.iscoroutinefunction(afn):
+                    out = await afn(**inputs)
+                else:
+                    out = await asyncio.get_running_loop().run_in_executor(None, lambda: getattr(component, op)(**inputs))
+                name = f"{component.kind}:{getattr(component, 'registry_key', '')}"
+                self.cache.put(key, out, component=name, op=op)
             st.calls += 1
             st.by_component[name] = st.by_component.get(name, 0) + 1
             # hand back what a cache hit would return, so a resumed run sees identical values

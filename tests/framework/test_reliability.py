@@ -199,3 +199,38 @@ def test_a_run_that_fails_before_computing_anything_leaves_no_directory(plugin_p
         run_recipe(r)
     runs = tmp_path / "runs"
     assert not runs.exists() or [p.name for p in runs.iterdir() if not p.name.startswith(".")] == []
+
+
+# -- calls in flight -------------------------------------------------------------------------
+def test_model_calls_in_flight_never_exceed_run_concurrency():
+    """Issue 13 point 2: a kill loses (and a resumed run repeats) only the calls in flight, so they are
+    bounded by run.concurrency even when a stage gathers several calls per query (XR's fine stage)."""
+    import asyncio
+
+    from agentcir.framework.cache import CallCache
+    from agentcir.framework.runner import RunContext
+    from agentcir.framework.state import RunState
+    from agentcir.framework.types import Query
+
+    class Slow:
+        kind, registry_key, identity = "llm", "slow", "slow-1"
+        now = peak = 0
+
+        async def arun(self, x):
+            Slow.now += 1
+            Slow.peak = max(Slow.peak, Slow.now)
+            await asyncio.sleep(0.01)
+            Slow.now -= 1
+            return x
+
+    comp = Slow()
+    ctx = RunContext(cache=CallCache(), run_dir=None, concurrency=3, progress=False)
+    ctx.stage = "s"
+    state = RunState(queries=[Query(id=f"q{i}", text=str(i)) for i in range(6)], gallery=None)
+
+    async def fn(q):
+        await asyncio.gather(*(ctx.call(comp, "run", x=f"{q.id}-{j}") for j in range(5)))
+        return {}
+
+    asyncio.run(ctx.map(state, fn))
+    assert Slow.peak == 3 and ctx.stats["s"].calls == 30
