@@ -214,6 +214,14 @@ class Record:
             raise InputError(f"{what}: '{path}' {where}: expected a JSON object, got {_shown(row)}")
         self.row = row
 
+    def keyed(self, key: str, seen: list[tuple[str, str]]) -> str:
+        """The record's id field ``key``: named in every later error of this record, and appended
+        with the record to ``seen`` (for :func:`check_unique`)."""
+        rid = self.id(key)
+        self.where = f"{self.where} ({'id' if key == 'id' else key} {rid})"
+        seen.append((rid, self.where))
+        return rid
+
     def fail(self, key: str, expected: str, value: Any, *, got: str | None = None) -> InputError:
         return InputError(f"{self.what}: '{self.path}' {self.where}: field '{key}': expected {expected}, "
                           f"got {got or _shown(value)}")

@@ -119,9 +119,7 @@ class CIRCO(Dataset):
         seen = []
         for n, row in enumerate(rows):
             r = Record(row, path, f"query {n}", what=where)
-            qid = r.id("id")
-            r.where = f"query {n} (id {qid})"
-            seen.append((qid, r.where))
+            qid = r.keyed("id", seen)
             self._all_ids.append(qid)
             ref = r.id("reference_img_id")
             text = r.text("relative_caption")

@@ -110,9 +110,7 @@ class CIRR(Dataset):
         seen = []
         for n, row in enumerate(rows):
             r = Record(row, path, f"record {n}", what=where)
-            pairid = r.id("pairid")
-            r.where = f"record {n} (pairid {pairid})"
-            seen.append((pairid, r.where))
+            pairid = r.keyed("pairid", seen)
             ref = r.id("reference")
             img_set = Record(r.mapping("img_set"), path, f"{r.where} img_set", what=where)
             members = img_set.ids("members")

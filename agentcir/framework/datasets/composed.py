@@ -119,9 +119,7 @@ class ComposedFolder(Dataset):
                 except json.JSONDecodeError as e:
                     raise InputError(f"{where}: '{path}' line {n}: not valid JSON ({e})") from None
                 r = Record(d, path, f"line {n}", what=where)
-                qid = r.id("id")
-                r.where = f"line {n} (id {qid})"
-                seen.append((qid, r.where))
+                qid = r.keyed("id", seen)
                 ref = r.id("reference_id")
                 q = Query(id=qid, text=r.text("text"), reference_id=ref, targets=r.ids("targets"),
                           meta={k: v for k, v in d.items() if k not in ("id", "text", "reference_id", "targets")})
