@@ -339,16 +339,16 @@ class Sweep:
                 o = self.run(cmd, kill_when=lambda _el, n=where: self.requests() - before >= n)
             else:
                 o = self.run(cmd, kill_when=lambda el, t=where: el >= t)
-            row.tried = 1
+            row.tried = int(o.killed)   # a run that finished before its kill point is no kill
             row.tracebacks += "Traceback" in o.stderr and not o.killed
             if not o.killed:
-                row.notes.append(f"finished (exit {o.rc}) before the kill point")
+                row.notes.append(f"not a kill: finished (exit {o.rc}) before the kill point")
             self.finish(cmd, row)
             repeats = self.requests() - before - ref["requests"]
             row.repeated_calls = repeats
             row.max_repeats_per_kill = repeats
             row.max_inflight_at_kill = o.inflight_at_kill
-            row.identical = int(self.metrics(name) == ref["metrics"])
+            row.identical = int(self.metrics(name) == ref["metrics"]) * row.tried
             self.record(row)
             self.clean(name)
 
