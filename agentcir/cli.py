@@ -65,7 +65,7 @@ def cmd_run(args) -> int:
 
         print(yaml.safe_dump(recipe, sort_keys=False))
         return 0
-    result = run_recipe(recipe, progress=False if args.quiet else None)
+    result = run_recipe(recipe, progress=False if args.quiet else None, wait=args.wait)
     show = recipe["run"]["show"]
     g = result.gallery
     for qi, q in enumerate(result.queries[:show]):
@@ -388,6 +388,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "(swept values, overrides, run directories)")
     p.add_argument("--sweep-name", metavar="NAME", help="sweep directory name under run.root/sweeps (default: swept keys + hash)")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bars")
+    p.add_argument("--wait", action="store_true",
+                   help="if another process is running in the same run directory, wait for it instead of failing")
 
     p = sub.add_parser("list", help="registered keys per component kind")
     p.add_argument("kind", nargs="?", help="one kind (encoder, llm, captioner, generator, detector, verifier, memory, method, dataset)")

@@ -22,6 +22,8 @@ from typing import Any
 
 import numpy as np
 
+from .files import storage_errors
+
 MISSING = object()
 
 
@@ -64,13 +66,14 @@ class CallCache:
     def __init__(self, path: str | os.PathLike = ":memory:"):
         self.path = str(path)
         if self.path != ":memory:":
-            Path(self.path).parent.mkdir(parents=True, exist_ok=True)
+            with storage_errors(self.path, "the call cache"):
+                Path(self.path).parent.mkdir(parents=True, exist_ok=True)
         self._local = threading.local()
         self._lock = threading.Lock()
         self._memory_conn = None
         self.hits = 0
         self.misses = 0
-        with self._conn() as c:
+        with storage_errors(self.path, "the call cache"), self._conn() as c:
             c.execute("CREATE TABLE IF NOT EXISTS calls (key TEXT PRIMARY KEY, component TEXT, op TEXT, "
                       "value BLOB NOT NULL, created REAL NOT NULL)")
 
@@ -99,10 +102,14 @@ class CallCache:
 
     def put(self, key: str, value: Any, *, component: str = "", op: str = "") -> None:
         blob = encode_value(value)
-        with self._lock:
+        with self._lock, storage_errors(self.path, "the call cache"):
             conn = self._conn()
-            conn.execute("INSERT OR REPLACE INTO calls VALUES (?,?,?,?,?)", (key, component, op, blob, time.time()))
-            conn.commit()
+            try:
+                conn.execute("INSERT OR REPLACE INTO calls VALUES (?,?,?,?,?)", (key, component, op, blob, time.time()))
+                conn.commit()
+            except sqlite3.Error:
+                conn.rollback()  # nothing half-written stays; the calls committed before are intact
+                raise
 
     def __contains__(self, key: str) -> bool:
         with self._lock:

@@ -24,8 +24,10 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from .errors import InputError
+from .files import atomic_path, atomic_write_text, storage_errors
 from .hashing import stable_hash
 from .images import Skipped, list_images
+from .locks import hold_lock
 
 log = logging.getLogger("agentcir")
 
@@ -86,6 +88,16 @@ class Gallery:
             raise InputError(f"gallery '{root}': duplicate item id '{dup}'")
         enc_id = encoder.identity
         plan = {"items": stable_hash([[it.id, it.path] for it in items]), "encoder": enc_id, "dtype": dtype}
+        # one builder at a time (another process building the same gallery is waited for, then its
+        # gallery is opened); a full disk or a read-only folder is a StorageError naming the path
+        with hold_lock(root.parent / f".{root.name}.build.lock", f"gallery build '{root}'", wait=True), \
+                storage_errors(root, f"gallery '{root}'"):
+            return cls._build_locked(root, items, encoder, dtype, progress, source, plan)
+
+    @classmethod
+    def _build_locked(cls, root: Path, items: Sequence[GalleryItem], encoder, dtype: str, progress: bool | None,
+                      source: str, plan: dict) -> "Gallery":
+        enc_id = plan["encoder"]
         if (root / "gallery.json").is_file():
             old = json.loads((root / "gallery.json").read_text())
             if old.get("plan") == plan:
@@ -99,7 +111,7 @@ class Gallery:
         if marker.is_file() and json.loads(marker.read_text()) != plan:
             shutil.rmtree(parts)
             parts.mkdir()
-        marker.write_text(json.dumps(plan))
+        atomic_write_text(marker, json.dumps(plan))
 
         from tqdm.auto import tqdm
 
@@ -114,10 +126,9 @@ class Gallery:
                     emb = encoder.encode_images([it.path for it in chunk], progress=False, skipped=skipped)
                     bad = {s.index for s in skipped}
                     kept = np.array([i for i in range(len(chunk)) if i not in bad], dtype=np.int64) + c * CHUNK
-                    tmp = parts / f"{c:05d}.tmp.npz"
-                    np.savez(tmp, emb=emb.astype(dtype), kept=kept,
-                             skipped=np.array(json.dumps([[s.index + c * CHUNK, s.path, s.reason] for s in skipped])))
-                    tmp.replace(done)
+                    with atomic_path(done) as tmp:
+                        np.savez(tmp, emb=emb.astype(dtype), kept=kept,
+                                 skipped=np.array(json.dumps([[s.index + c * CHUNK, s.path, s.reason] for s in skipped])))
                 bar.update(len(chunk))
 
         embs, kept_all, skipped_all = [], [], []
@@ -130,15 +141,16 @@ class Gallery:
             raise InputError(f"cannot build gallery '{root}': none of the {len(items)} image(s) could be decoded "
                              f"(first: {skipped_all[0][1]}: {skipped_all[0][2]})")
         emb = np.concatenate(embs)
-        np.save(root / "image_emb.npy", emb)
-        with open(root / "items.jsonl", "w") as f:
+        with atomic_path(root / "image_emb.npy") as tmp:
+            np.save(tmp, emb)
+        with atomic_path(root / "items.jsonl") as tmp, open(tmp, "w") as f:
             for i in kept_all:
                 it = items[i]
                 f.write(json.dumps({"id": it.id, "path": it.path, "caption": it.caption, "meta": it.meta}, ensure_ascii=False) + "\n")
         info = {"format": FORMAT, "n": len(kept_all), "dim": int(emb.shape[1]), "dtype": dtype,
                 "encoder": {"key": getattr(encoder, "registry_key", ""), "identity": enc_id},
                 "source": source, "skipped": [{"path": p, "reason": r} for _, p, r in skipped_all], "plan": plan}
-        (root / "gallery.json").write_text(json.dumps(info, indent=1))
+        atomic_write_text(root / "gallery.json", json.dumps(info, indent=1))  # last: marks the gallery complete
         shutil.rmtree(parts)
         if skipped_all:
             log.warning("gallery '%s': %d item(s) indexed, %d skipped (unreadable)", root, len(kept_all), len(skipped_all))
@@ -207,11 +219,10 @@ class Gallery:
                 it.meta = dict(new)
                 changed += 1
         if changed:
-            tmp = self.root / "items.jsonl.tmp"
-            with open(tmp, "w") as f:
+            with storage_errors(self.root, f"gallery '{self.root}'"), atomic_path(self.root / "items.jsonl") as tmp, \
+                    open(tmp, "w") as f:
                 for it in self.items:
                     f.write(json.dumps({"id": it.id, "path": it.path, "caption": it.caption, "meta": it.meta}, ensure_ascii=False) + "\n")
-            tmp.replace(self.root / "items.jsonl")
         return changed
 
     # -- captions ---------------------------------------------------------------------
@@ -231,12 +242,11 @@ class Gallery:
         if len(captions) != len(self):
             raise ValueError(f"gallery '{self.root}' has {len(self)} items, got {len(captions)} captions")
         d = self.root / "captions"
-        d.mkdir(exist_ok=True)
-        tmp = d / f"{key}.jsonl.tmp"
-        with open(tmp, "w") as f:
-            for i, c in zip(self.ids, captions):
-                f.write(json.dumps({"id": i, "caption": c}, ensure_ascii=False) + "\n")
-        tmp.replace(d / f"{key}.jsonl")
+        with storage_errors(d, f"captions of gallery '{self.root}'"):
+            d.mkdir(exist_ok=True)
+            with atomic_path(d / f"{key}.jsonl") as tmp, open(tmp, "w") as f:
+                for i, c in zip(self.ids, captions):
+                    f.write(json.dumps({"id": i, "caption": c}, ensure_ascii=False) + "\n")
         self._captions[key] = list(captions)
 
     def _caption_emb_file(self, key: str, encoder) -> Path:
@@ -254,11 +264,11 @@ class Gallery:
         f = self._caption_emb_file(key, encoder)
         d = f.parent
         if not f.is_file():
-            d.mkdir(exist_ok=True)
             emb = encoder.encode_texts(caps).astype(dtype or self.info["dtype"])
-            tmp = d / (f.name + ".tmp.npy")
-            np.save(tmp, emb)
-            tmp.replace(f)
+            with storage_errors(d, f"caption embeddings of gallery '{self.root}'"):
+                d.mkdir(exist_ok=True)
+                with atomic_path(f) as tmp:
+                    np.save(tmp, emb)
         return np.load(f, mmap_mode="r")
 
     def ensure_captions(self, key: str, make: Callable[[list[int]], list[str]]) -> list[str]:

@@ -1,58 +1,14 @@
-"""Methods: a sequence of stages over a batch of queries."""
+"""Methods: a sequence of stages over a batch of queries (the stage and state types live in
+:mod:`agentcir.framework.state`, below the runner)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Awaitable, Callable, ClassVar
-
-import numpy as np
+from typing import ClassVar
 
 from .component import Component
-from .types import Candidates, Query
+from .state import RunState, Stage, StageFn
 
-if TYPE_CHECKING:  # pragma: no cover
-    from .gallery import Gallery
-    from .runner import RunContext
-
-
-@dataclass
-class RunState:
-    """What stages read and write. Everything here is persisted per stage, so a resumed
-    run reloads finished stages instead of recomputing them.
-
-    Attributes:
-        queries: the batch.
-        gallery: the opened gallery.
-        traces: query id -> stage name -> that stage's JSON record for the query.
-        arrays: named arrays shared between stages (e.g. query embeddings).
-        candidates: the current ranking; each stage that changes it leaves a snapshot in
-            ``stage_candidates`` (for per-stage recall in the report).
-        captions_key: which gallery captions the run uses (``None`` when the method needs none).
-    """
-
-    queries: list[Query]
-    gallery: "Gallery"
-    traces: dict[str, dict[str, Any]] = field(default_factory=dict)
-    arrays: dict[str, np.ndarray] = field(default_factory=dict)
-    candidates: Candidates | None = None
-    stage_candidates: dict[str, Candidates] = field(default_factory=dict)
-    captions_key: str | None = None
-
-    def record(self, query: Query | str, stage: str) -> dict[str, Any]:
-        qid = query if isinstance(query, str) else query.id
-        return self.traces.get(qid, {}).get(stage, {})
-
-
-StageFn = Callable[["RunContext", RunState], Awaitable[None]]
-
-
-@dataclass
-class Stage:
-    """A named step. ``fn(ctx, state)`` may call models per query through ``ctx.map`` /
-    ``ctx.call``, add ``state.arrays`` and replace ``state.candidates``."""
-
-    name: str
-    fn: StageFn
+__all__ = ["Method", "RunState", "Stage", "StageFn"]
 
 
 class Method(Component):

@@ -47,6 +47,8 @@ class RunConfig:
             captioner), ``dataset`` or ``captioner``.
         show: how many queries' rankings to print at the end.
         fresh: ignore a previous run directory of the same name (start over).
+        max_image_pixels: images above this many pixels are skipped (with the reason) before
+            they are decoded (0: no limit).
     """
 
     root: str = "runs"
@@ -58,6 +60,7 @@ class RunConfig:
     gallery_captions: str = "auto"
     show: int = 3
     fresh: bool = False
+    max_image_pixels: int = 100_000_000
 
 
 @dataclass
@@ -69,7 +72,7 @@ class KernelsConfig:
 
 
 #: run settings that cannot change results (excluded from the run's identity)
-VOLATILE_RUN_FIELDS = ("concurrency", "progress", "show", "fresh", "name", "root", "cache")
+VOLATILE_RUN_FIELDS = ("concurrency", "progress", "show", "fresh", "name", "root", "cache", "max_image_pixels")
 
 
 def _hydra_compose(overrides: Sequence[str], config_name: str, recipes_dir: Path, extra_dirs: Sequence[str]):
@@ -148,6 +151,9 @@ def validate(raw: dict[str, Any]) -> dict[str, Any]:
         raise ConfigError(f"run: field 'gallery_captions': must be auto, dataset or captioner, got '{out['run']['gallery_captions']}'")
     if out["run"]["concurrency"] < 1:
         raise ConfigError(f"run: field 'concurrency': must be at least 1, got {out['run']['concurrency']}")
+    from .recipe_checks import check_recipe
+
+    check_recipe(out, GROUPS)  # paths (run.name), ranges (method.gate), devices (encoder.device)
     return out
 
 
@@ -219,6 +225,10 @@ class ComponentPool:
 
     def __init__(self, recipe: dict[str, Any], *, prebuilt: dict[str, Any] | None = None):
         self.recipe = recipe
+        if "run" in recipe:  # the decoder's pixel limit, before any component reads an image
+            from .images import set_max_pixels
+
+            set_max_pixels(recipe["run"].get("max_image_pixels", 0))
         self._built: dict[str, Any] = dict(prebuilt or {})
         self._building: list[str] = []
 

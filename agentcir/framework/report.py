@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .runner import RunResult
+    from .state import RunResult
 
 log = logging.getLogger("agentcir")
 

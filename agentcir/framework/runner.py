@@ -23,7 +23,7 @@ import logging
 import os
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Awaitable, Callable, Sequence
 
@@ -31,27 +31,24 @@ import numpy as np
 
 from .cache import MISSING, CallCache, decode_value, encode_value
 from .errors import AgentcirError, InputError
+from .files import atomic_path, atomic_write_text
 from .gallery import Gallery
 from .hashing import stable_hash
-from .method import Method, RunState, Stage
+from .method import Method
 from .prompts import load_prompt
+from .state import RunResult, RunState, Stage, StageStats
 from .types import Candidates, Query
 
 log = logging.getLogger("agentcir")
 
 
+#: scalar ``RunState`` fields a stage may set; saved in its ``.done`` marker and restored when a
+#: resumed run skips the finished stage (e.g. the captions key chosen by ``gallery_captions``)
+PERSISTED_STATE = ("captions_key",)
+
+
 class StageError(AgentcirError):
     """Some queries of a stage failed; the others' work is saved and a rerun retries the failed ones."""
-
-
-@dataclass
-class StageStats:
-    calls: int = 0
-    cache_hits: int = 0
-    failures: int = 0
-    wall_s: float = 0.0
-    resumed_queries: int = 0
-    by_component: dict[str, int] = field(default_factory=dict)
 
 
 class RunContext:
@@ -71,6 +68,7 @@ class RunContext:
         #: (0, 0), or ``done`` of ``total`` items of it (gallery captions)
         self.on_progress: Callable[[str, int, int], None] | None = None
         self._inflight: dict[str, asyncio.Future] = {}
+        self._call_slots: asyncio.Semaphore | None = None
 
     # -- model calls ------------------------------------------------------------------
     @staticmethod
@@ -103,13 +101,18 @@ class RunContext:
         fut = asyncio.get_running_loop().create_future()
         self._inflight[key] = fut
         try:
-            afn = getattr(component, f"a{op}", None)
-            if afn is not None and asyncio.iscoroutinefunction(afn):
-                out = await afn(**inputs)
-            else:
-                out = await asyncio.get_running_loop().run_in_executor(None, lambda: getattr(component, op)(**inputs))
-            name = f"{component.kind}:{getattr(component, 'registry_key', '')}"
-            self.cache.put(key, out, component=name, op=op)
+            if self._call_slots is None:
+                self._call_slots = asyncio.Semaphore(self.concurrency)
+            # at most `concurrency` model calls in flight, however stages nest their maps: a kill
+            # loses (and a resumed run repeats) at most that many calls
+            async with self._call_slots:
+                afn = getattr(component, f"a{op}", None)
+                if afn is not None and asyncio.iscoroutinefunction(afn):
+                    out = await afn(**inputs)
+                else:
+                    out = await asyncio.get_running_loop().run_in_executor(None, lambda: getattr(component, op)(**inputs))
+                name = f"{component.kind}:{getattr(component, 'registry_key', '')}"
+                self.cache.put(key, out, component=name, op=op)
             st.calls += 1
             st.by_component[name] = st.by_component.get(name, 0) + 1
             # hand back what a cache hit would return, so a resumed run sees identical values
@@ -227,18 +230,6 @@ def _read_jsonl_tolerant(path: Path) -> list[dict]:
     return good
 
 
-@dataclass
-class RunResult:
-    dir: Path | None
-    recipe: dict[str, Any]
-    queries: list[Query]
-    gallery: Gallery
-    candidates: Candidates
-    metrics: dict[str, Any]
-    stats: dict[str, StageStats]
-    state: RunState
-
-
 class Runner:
     """Executes a method's stages on a batch; persists and resumes them in ``run_dir``."""
 
@@ -268,7 +259,10 @@ class Runner:
         if p["cands"].is_file():
             self.state.candidates = Candidates.load(p["cands"])
             self.state.stage_candidates[stage.name] = self.state.candidates
-        return json.loads(p["done"].read_text())
+        done = json.loads(p["done"].read_text())
+        for k, v in (done.get("state") or {}).items():  # scalars a skipped stage would have set
+            setattr(self.state, k, v)
+        return done
 
     async def execute(self) -> None:
         persist = self.ctx.run_dir is not None
@@ -290,6 +284,7 @@ class Runner:
                 st = self.ctx.stats.setdefault(stage.name, StageStats())
                 arrays_before = {k: id(v) for k, v in self.state.arrays.items()}
                 cands_before = self.state.candidates
+                scalars_before = {k: getattr(self.state, k) for k in PERSISTED_STATE}
                 t0 = time.perf_counter()
                 await stage.fn(self.ctx, self.state)
                 st.wall_s += time.perf_counter() - t0
@@ -299,25 +294,28 @@ class Runner:
                 if persist:
                     p = self._paths(stage.name)
                     if changed:
-                        tmp = p["arrays"].with_suffix(".tmp.npz")
-                        np.savez(tmp, **{k: np.asarray(v) for k, v in changed.items()})
-                        tmp.replace(p["arrays"])
+                        with atomic_path(p["arrays"]) as tmp:
+                            np.savez(tmp, **{k: np.asarray(v) for k, v in changed.items()})
                     if stage.name in self.state.stage_candidates:
                         self.state.candidates.save(p["cands"])
                     stats = asdict(st)
                     stats.pop("resumed_queries", None)
-                    p["done"].write_text(json.dumps({"stage": stage.name, "stats": stats}))
+                    scalars = {k: getattr(self.state, k) for k in PERSISTED_STATE
+                               if getattr(self.state, k) != scalars_before[k]}
+                    atomic_write_text(p["done"], json.dumps({"stage": stage.name, "stats": stats, "state": scalars}))
         finally:
             executor.shutdown(wait=False, cancel_futures=True)
 
 
 def resolve_run_dir(recipe: dict[str, Any]) -> Path:
     """``<root>/<name>``; the default name is ``<method>-<dataset>-<hash of the recipe>``."""
+    from .recipe import VOLATILE_RUN_FIELDS
+
     run = recipe["run"]
     if run.get("name"):
         return Path(run["root"]) / run["name"]
     identity = {k: v for k, v in recipe.items() if k != "run"}
-    identity["run"] = {k: v for k, v in run.items() if k not in ("concurrency", "progress", "show", "fresh", "name", "root", "cache")}
+    identity["run"] = {k: v for k, v in run.items() if k not in VOLATILE_RUN_FIELDS}
     h = stable_hash(identity, n=10)
     return Path(run["root"]) / f"{recipe['method']['name']}-{recipe['dataset']['name']}-{h}"
 
@@ -340,9 +338,7 @@ def prepare_run_dir(run_dir: Path, recipe: dict[str, Any]) -> None:
             raise InputError(f"run directory '{run_dir}' holds a run of a different recipe (differs in: {', '.join(diff)}); "
                              f"choose another run.name, or pass run.fresh=true to start over there")
     run_dir.mkdir(parents=True, exist_ok=True)
-    tmp = run_dir / "recipe.yaml.tmp"
-    tmp.write_text(yaml.safe_dump(recipe, sort_keys=False))
-    tmp.replace(rfile)
+    atomic_write_text(rfile, yaml.safe_dump(recipe, sort_keys=False))
 
 
 def check_run_inputs(run_dir: Path, inputs: dict[str, str]) -> None:
@@ -369,17 +365,58 @@ def check_run_inputs(run_dir: Path, inputs: dict[str, str]) -> None:
         for stale in ("metrics.json", "report.md", "rankings.jsonl"):
             (run_dir / stale).unlink(missing_ok=True)
     if old != inputs:
-        tmp = path.with_suffix(".json.tmp")
-        tmp.write_text(json.dumps(inputs, indent=1))
-        tmp.replace(path)
+        atomic_write_text(path, json.dumps(inputs, indent=1))
 
 
 def gallery_dir(root: Path, dataset_key: str, items_hash: str, encoder_identity: str, dtype: str) -> Path:
     return root / "_galleries" / f"{dataset_key}-{stable_hash(items_hash, encoder_identity, dtype, n=12)}"
 
 
-def run_recipe(recipe: dict[str, Any], *, pool=None, progress: bool | None = None) -> RunResult:
-    """Run a resolved recipe end to end (resuming its run directory) and write its report."""
+def run_lock_file(recipe: dict[str, Any], run_dir: Path) -> Path:
+    """The lock of a run directory: ``<run.root>/.locks/<name>.lock`` (outside the directory, which
+    ``run.fresh`` and the cleanup of a failed run remove)."""
+    try:
+        name = str(run_dir.relative_to(Path(recipe["run"]["root"])))
+    except ValueError:
+        name = run_dir.name
+    return Path(recipe["run"]["root"]) / ".locks" / (name.replace(os.sep, "+") + ".lock")
+
+
+def _holds_work(run_dir: Path) -> bool:
+    """Whether a run directory holds anything computed (a finished stage, a logged query, metrics)."""
+    stages = run_dir / "stages"
+    if (run_dir / "metrics.json").is_file():
+        return True
+    return stages.is_dir() and any(f.suffix == ".done" or (f.suffix == ".jsonl" and f.stat().st_size > 0)
+                                   for f in stages.iterdir())
+
+
+def run_recipe(recipe: dict[str, Any], *, pool=None, progress: bool | None = None, wait: bool = False) -> RunResult:
+    """Run a resolved recipe end to end (resuming its run directory) and write its report.
+
+    One process at a time works in a run directory: a second one fails with a
+    :class:`~agentcir.framework.locks.LockedError` naming the holder, or with ``wait`` waits for
+    it. A run that fails before computing anything leaves no directory behind. A full disk or a
+    read-only folder is a :class:`~agentcir.framework.files.StorageError` naming the path.
+    """
+    from .files import storage_errors
+    from .locks import hold_lock
+
+    run_dir = resolve_run_dir(recipe)
+    with storage_errors(run_dir, "the run directory"), \
+            hold_lock(run_lock_file(recipe, run_dir), f"run directory '{run_dir}'", wait=wait,
+                      hint=" (agentcir run --wait waits for it), or choose another run.name"):
+        try:
+            return _run_locked(recipe, run_dir, pool, progress)
+        except BaseException:
+            if run_dir.is_dir() and not _holds_work(run_dir):
+                import shutil
+
+                shutil.rmtree(run_dir, ignore_errors=True)
+            raise
+
+
+def _run_locked(recipe: dict[str, Any], run_dir: Path, pool, progress: bool | None) -> RunResult:
     from .cache import open_call_cache
     from .recipe import ComponentPool
     from .report import write_report
@@ -387,7 +424,6 @@ def run_recipe(recipe: dict[str, Any], *, pool=None, progress: bool | None = Non
     pool = pool or ComponentPool(recipe)
     run = recipe["run"]
     show_progress = run["progress"] if progress is None else progress
-    run_dir = resolve_run_dir(recipe)
     prepare_run_dir(run_dir, recipe)
     dataset = pool.get("dataset")
     encoder = pool.get("encoder")

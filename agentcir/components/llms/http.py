@@ -25,7 +25,7 @@ import random
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any, Coroutine
+from typing import Any, Callable, Coroutine
 from urllib.parse import urlsplit, urlunsplit
 
 from ...framework.errors import AgentcirError, InputError, require
@@ -51,6 +51,11 @@ class EndpointError(AgentcirError):
         self.attempts = attempts
 
 
+class BadReply(Exception):
+    """A 2xx reply that cannot be used (a truncated or non-JSON body, no ``choices``): retried like
+    a 5xx, since servers and proxies send these under load; after the retries, an :class:`EndpointError`."""
+
+
 @dataclass
 class Endpoint:
     """Where and how to reach an OpenAI-compatible server.
@@ -63,7 +68,8 @@ class Endpoint:
             servers usually need none.
         api_key_env: environment variable holding the key.
         timeout: seconds per request (connect, read and write each).
-        retries: extra attempts after a timeout, a connection error or HTTP 408/409/425/429/5xx.
+        retries: extra attempts after a timeout, a connection error, HTTP 408/409/425/429/5xx or a
+            2xx reply that cannot be used (truncated, not JSON, no ``choices``: :class:`BadReply`).
         backoff: first retry delay in seconds, doubled each attempt, with jitter.
         backoff_max: cap on one delay (a ``Retry-After`` header is honoured up to ``retry_after_max``).
         retry_after_max: longest ``Retry-After`` wait accepted; a longer one fails at once.
@@ -248,7 +254,10 @@ class HttpClient:
             self._sem = asyncio.Semaphore(self.endpoint.concurrency)
         return self._client
 
-    async def _send(self, method: str, path: str, payload: Any = None) -> Any:
+    async def _send(self, method: str, path: str, payload: Any = None,
+                    decode: Callable[[Any], Any] | None = None) -> Any:
+        """The response (or ``decode(response)``), retrying timeouts, connection failures, the
+        statuses of :data:`RETRY_STATUSES` and 2xx replies ``decode`` rejects with :class:`BadReply`."""
         httpx = require("httpx", "llm", feature="the OpenAI-compatible client")
         client = self._ensure()
         url = self._url(path)
@@ -270,9 +279,15 @@ class HttpClient:
                 else:
                     status = resp.status_code
                     if status < 400:
-                        return resp
-                    last = f"HTTP {status}: {_error_detail(resp)}"
-                    if status not in RETRY_STATUSES and status < 500:
+                        if decode is None:
+                            return resp
+                        try:
+                            return decode(resp)
+                        except BadReply as e:
+                            last = f"HTTP {status} with an unusable reply: {e}"
+                    if status >= 400:
+                        last = f"HTTP {status}: {_error_detail(resp)}"
+                    if status >= 400 and status not in RETRY_STATUSES and status < 500:
                         hint = " (check the API key: set api_key or the variable named by api_key_env)" if status in (401, 403) else ""
                         raise EndpointError(f"{self.who}: {method} {shown} failed with {last}{hint}", status=status, attempts=attempt + 1)
                     retry_after = retry_after_seconds(resp.headers)
@@ -287,14 +302,17 @@ class HttpClient:
             await asyncio.sleep(delay)
         raise EndpointError(f"{self.who}: {method} {shown} failed after {attempts} attempt(s): {last}", status=status, attempts=attempts)
 
-    async def _json(self, method: str, path: str, payload: Any = None) -> Any:
-        resp = await self._send(method, path, payload)
-        try:
-            return resp.json()
-        except ValueError:
-            raise EndpointError(f"{self.who}: {method} {public_url(self._url(path))} returned a reply that is not JSON "
-                                f"(HTTP {resp.status_code}, content-type {resp.headers.get('content-type', '?')}): "
-                                f"{' '.join(resp.text.split())[:200]!r}", status=resp.status_code) from None
+    async def _json(self, method: str, path: str, payload: Any = None,
+                    check: Callable[[Any], Any] | None = None) -> Any:
+        def decode(resp: Any) -> Any:
+            try:
+                data = resp.json()
+            except ValueError:
+                raise BadReply(f"not JSON (content-type {resp.headers.get('content-type', '?')}, "
+                               f"{len(resp.content)} bytes): {' '.join(resp.text.split())[:200]!r}") from None
+            return data if check is None else check(data)
+
+        return await self._send(method, path, payload, decode)
 
     async def _bytes(self, url: str) -> bytes:
         return (await self._send("GET", url)).content
@@ -304,13 +322,14 @@ class HttpClient:
         """Run a coroutine on the client's event loop and wait for it (from any thread)."""
         return self._bg.run(coro)
 
-    async def apost(self, path: str, payload: dict) -> Any:
-        """POST ``payload`` as JSON to ``base_url/path``; the decoded JSON reply (async)."""
-        return await self._bg.arun(self._json("POST", path, payload))
+    async def apost(self, path: str, payload: dict, check: Callable[[Any], Any] | None = None) -> Any:
+        """POST ``payload`` as JSON to ``base_url/path``; the decoded JSON reply, or ``check(reply)``
+        (which raises :class:`BadReply` for a reply worth retrying) (async)."""
+        return await self._bg.arun(self._json("POST", path, payload, check))
 
-    def post(self, path: str, payload: dict) -> Any:
-        """POST ``payload`` as JSON to ``base_url/path``; the decoded JSON reply (blocking)."""
-        return self._bg.run(self._json("POST", path, payload))
+    def post(self, path: str, payload: dict, check: Callable[[Any], Any] | None = None) -> Any:
+        """POST ``payload`` as JSON to ``base_url/path``; the decoded JSON reply (blocking; see :meth:`apost`)."""
+        return self._bg.run(self._json("POST", path, payload, check))
 
     async def aget_bytes(self, url: str) -> bytes:
         """GET a URL (absolute, or relative to ``base_url``) as bytes, with the same retries (async)."""
@@ -330,7 +349,7 @@ class HttpClient:
 def _data_url(path: str, size: int, mtime_ns: int, max_side: int, quality: int) -> str:
     from ...framework.images import load_rgb
 
-    im = load_rgb(path)
+    im = load_rgb(path, min_side=max_side or None)  # a big JPEG is decoded at a reduced DCT scale
     if max_side and max(im.size) > max_side:
         from PIL import Image
 

@@ -18,7 +18,7 @@ from ...framework.errors import InputError
 from ...framework.interfaces import ChatReply, ToolCall
 from ...registry import LLMS
 from .base import PromptedLLM
-from .http import ENDPOINT_VOLATILE, Endpoint, EndpointError, HttpClient, image_data_url, public_url
+from .http import ENDPOINT_VOLATILE, BadReply, Endpoint, EndpointError, HttpClient, image_data_url, public_url
 from ...framework.parsing import ReplyParseError, extract_json
 
 _ROLES = ("system", "user", "assistant", "tool", "developer")
@@ -166,12 +166,20 @@ class OpenAILLM(PromptedLLM):
         body.update(c.extra_body or {})
         return body
 
-    def _reply(self, data: Any) -> ChatReply:
+    @staticmethod
+    def _check(data: Any) -> Any:
+        """A reply without ``choices`` is retried (:class:`BadReply`), like a 5xx."""
         choices = data.get("choices") if isinstance(data, dict) else None
         if not choices or not isinstance(choices, list) or not isinstance(choices[0], dict):
             detail = data.get("error") if isinstance(data, dict) else None
-            raise EndpointError(f"{self.describe()}: the reply has no choices"
-                                f"{f' (error: {detail})' if detail else ''}: {json.dumps(data)[:200]}")
+            raise BadReply(f"no choices{f' (error: {detail})' if detail else ''}: {json.dumps(data)[:200]}")
+        return data
+
+    def _reply(self, data: Any) -> ChatReply:
+        try:
+            choices = self._check(data)["choices"]
+        except BadReply as e:
+            raise EndpointError(f"{self.describe()}: the reply has {e}") from None
         msg = choices[0].get("message") or {}
         content = msg.get("content")
         if isinstance(content, list):  # some servers answer with content parts
@@ -196,7 +204,7 @@ class OpenAILLM(PromptedLLM):
         return ChatReply(text=content or "", tool_calls=calls)
 
     async def _complete(self, body: dict) -> ChatReply:
-        return self._reply(await self.http.apost("chat/completions", body))
+        return self._reply(await self.http.apost("chat/completions", body, check=self._check))
 
     # -- the LLM interface ---------------------------------------------------------------
     def chat(self, messages: list[dict], *, tools: list[dict] | None = None, json_mode: bool = False) -> ChatReply:

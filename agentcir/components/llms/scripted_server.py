@@ -13,6 +13,14 @@ library only; it listens on loopback only.
 
 A path's script is consumed in order; once used up, its last step repeats. A step may be
 a callable ``f(request) -> Step`` to answer from the request's content.
+
+Faults for reliability tests (``benchmarks/fault_sweep.py``): a step's ``fault`` is ``reset``
+(the connection is closed without a reply) or ``truncate`` (the headers promise the whole body,
+half of it is sent, then the connection closes); 429/500/503 are plain statuses (with a
+``Retry-After`` header where wanted), a hang is a long ``delay``, prose is a ``text/plain``
+``body``, empty choices are ``json={"choices": []}``. ``ScriptedServer(delay=s)`` delays every
+reply (a slow endpoint), and :meth:`ScriptedServer.counts` counts requests by body, so a test
+sees which calls were repeated.
 """
 
 from __future__ import annotations
@@ -22,7 +30,10 @@ import threading
 import time
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Callable, Union
+from typing import TYPE_CHECKING, Any, Callable, Union
+
+if TYPE_CHECKING:  # pragma: no cover
+    from collections import Counter
 
 
 @dataclass
@@ -35,6 +46,14 @@ class Step:
     headers: dict[str, str] = field(default_factory=dict)
     delay: float = 0.0
     content_type: str = "application/json"
+    fault: str | None = None  #: None, "reset" or "truncate" (see the module docstring)
+
+    def __post_init__(self) -> None:
+        if self.fault not in FAULTS:
+            raise ValueError(f"Step.fault must be one of {FAULTS}, got {self.fault!r}")
+
+
+FAULTS = (None, "reset", "truncate")
 
 
 @dataclass
@@ -76,8 +95,10 @@ class ScriptedServer:
         requests: every request received, in order.
     """
 
-    def __init__(self, prefix: str = "/v1"):
+    def __init__(self, prefix: str = "/v1", *, delay: float = 0.0):
         self.prefix = prefix.rstrip("/")
+        self.delay = delay  #: seconds added before every reply (a slow endpoint)
+        self.inflight = 0  #: requests received and not yet answered
         self.requests: list[Request] = []
         self._scripts: dict[str, list[Script]] = {}
         self._lock = threading.Lock()
@@ -93,6 +114,14 @@ class ScriptedServer:
         """Set the answers of ``path`` (relative to the prefix, e.g. ``/chat/completions``)."""
         with self._lock:
             self._scripts["/" + path.strip("/")] = list(steps) if isinstance(steps, list) else [steps]
+
+    def counts(self, path: str | None = None) -> "Counter[bytes]":
+        """How many times each distinct request body was received (at ``path``, or anywhere)."""
+        from collections import Counter
+
+        with self._lock:
+            reqs = list(self.requests)
+        return Counter(r.body for r in reqs if path is None or r.path == self.prefix + "/" + path.strip("/"))
 
     def requests_to(self, path: str) -> list[Request]:
         return [r for r in self.requests if r.path == self.prefix + "/" + path.strip("/")]
@@ -126,24 +155,48 @@ class ScriptedServer:
                 req = Request(self.command, self.path, {k.lower(): v for k, v in self.headers.items()}, body, payload)
                 with server._lock:
                     server.requests.append(req)
-                step = server._next(req)
-                if step.delay:
-                    time.sleep(step.delay)
+                    server.inflight += 1
+                try:
+                    self._answer(server._next(req))
+                finally:
+                    with server._lock:
+                        server.inflight -= 1
+
+            def _answer(self, step: Step) -> None:
+                if step.delay or server.delay:
+                    time.sleep(step.delay + server.delay)
                 data = step.body if step.body is not None else json.dumps(step.json if step.json is not None else {}).encode()
                 try:
+                    if step.fault == "reset":
+                        self.close_connection = True
+                        self.connection.shutdown(2)
+                        return
                     self.send_response(step.status)
                     self.send_header("Content-Type", step.content_type)
                     self.send_header("Content-Length", str(len(data)))
                     for k, v in step.headers.items():
                         self.send_header(k, v)
                     self.end_headers()
+                    if step.fault == "truncate":
+                        self.wfile.write(data[:len(data) // 2])
+                        self.wfile.flush()
+                        self.close_connection = True
+                        self.connection.shutdown(2)
+                        return
                     self.wfile.write(data)
-                except (BrokenPipeError, ConnectionResetError):  # the client gave up (a timeout test)
+                except OSError:  # the client gave up (a timeout test)
                     pass
 
             do_POST = do_GET = _handle
 
-        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        class Server(ThreadingHTTPServer):
+            def handle_error(self, request: Any, client_address: Any) -> None:
+                import sys
+
+                if not isinstance(sys.exc_info()[1], (ConnectionError, TimeoutError)):  # a killed client is no error
+                    super().handle_error(request, client_address)
+
+        self._httpd = Server(("127.0.0.1", 0), Handler)
         self._httpd.daemon_threads = True
         self._thread = threading.Thread(target=self._httpd.serve_forever, kwargs={"poll_interval": 0.05},
                                         name="scripted-openai", daemon=True)

@@ -182,3 +182,121 @@ def require_field(d: dict, key: str, where: str) -> Any:
     if key not in d:
         raise InputError(f"{where}: missing field '{key}' (has: {', '.join(sorted(d))})")
     return d[key]
+
+
+def _shown(value: Any) -> str:
+    """How a wrong value is named in an error: its JSON type and a short excerpt."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return f"a boolean ({str(value).lower()})"
+    if isinstance(value, (int, float)):
+        return f"a number ({value!r})"
+    if isinstance(value, str):
+        return f"a string ({value[:40]!r}{'...' if len(value) > 40 else ''})" if value else "an empty string"
+    if isinstance(value, list):
+        return f"a list of {len(value)}"
+    if isinstance(value, dict):
+        return f"an object with {', '.join(map(str, list(value)[:5])) or 'no fields'}"
+    return type(value).__name__
+
+
+class Record:
+    """Typed access to one annotation record: every error names the file, the record (line or
+    index, and id once known), the field, what was expected and what came.
+
+    ``Record(row, path, "line 3", what="dataset 'cirr'").id("pairid")``
+    """
+
+    def __init__(self, row: Any, path: Path | str, where: str, *, what: str):
+        self.path, self.where, self.what = path, where, what
+        if not isinstance(row, dict):
+            raise InputError(f"{what}: '{path}' {where}: expected a JSON object, got {_shown(row)}")
+        self.row = row
+
+    def keyed(self, key: str, seen: list[tuple[str, str]]) -> str:
+        """The record's id field ``key``: named in every later error of this record, and appended
+        with the record to ``seen`` (for :func:`check_unique`)."""
+        rid = self.id(key)
+        self.where = f"{self.where} ({'id' if key == 'id' else key} {rid})"
+        seen.append((rid, self.where))
+        return rid
+
+    def fail(self, key: str, expected: str, value: Any, *, got: str | None = None) -> InputError:
+        return InputError(f"{self.what}: '{self.path}' {self.where}: field '{key}': expected {expected}, "
+                          f"got {got or _shown(value)}")
+
+    def _get(self, key: str, optional: bool) -> Any:
+        if key not in self.row:
+            if optional:
+                return None
+            raise InputError(f"{self.what}: '{self.path}' {self.where}: missing field '{key}' "
+                             f"(has: {', '.join(sorted(map(str, self.row))) or 'none'})")
+        return self.row[key]
+
+    def text(self, key: str, *, optional: bool = False, default: str | None = None, empty: bool = True) -> str | None:
+        """A string field (``null`` is an error unless ``optional``, then ``default``)."""
+        v = self._get(key, optional)
+        if v is None and optional:
+            return default
+        if not isinstance(v, str) or (not empty and not v.strip()):
+            raise self.fail(key, "a string" if empty else "a non-empty string", v)
+        return v
+
+    @staticmethod
+    def _is_id(v: Any) -> bool:
+        return (isinstance(v, str) and bool(v.strip())) or (isinstance(v, int) and not isinstance(v, bool))
+
+    def id(self, key: str, *, optional: bool = False) -> str | None:
+        """An id: a non-empty string or an integer, returned as a string."""
+        v = self._get(key, optional)
+        if v is None and optional:
+            return None
+        if not self._is_id(v):
+            raise self.fail(key, "an id (a non-empty string or an integer)", v)
+        return str(v)
+
+    def ids(self, key: str, *, optional: bool = False) -> list[str]:
+        """A list of ids (a bare string is an error, not split into characters)."""
+        v = self._get(key, optional)
+        if v is None and optional:
+            return []
+        if not isinstance(v, list) or not all(self._is_id(x) for x in v):
+            got = None
+            if isinstance(v, list):
+                got = f"{_shown(v)} holding {_shown(next(x for x in v if not self._is_id(x)))}"
+            raise self.fail(key, "a list of ids (strings or integers)", v, got=got)
+        return [str(x) for x in v]
+
+    def texts(self, key: str, *, optional: bool = False) -> list[str]:
+        v = self._get(key, optional)
+        if v is None and optional:
+            return []
+        if not isinstance(v, list) or not all(isinstance(x, str) for x in v):
+            raise self.fail(key, "a list of strings", v)
+        return list(v)
+
+    def mapping(self, key: str, *, optional: bool = False) -> dict:
+        v = self._get(key, optional)
+        if v is None and optional:
+            return {}
+        if not isinstance(v, dict):
+            raise self.fail(key, "an object", v)
+        return v
+
+
+def check_unique(ids: Sequence[tuple[str, str]], path: Path | str, what: str, kind: str = "query id") -> None:
+    """``ids``: (id, where) pairs; a repeated id is an error naming both records."""
+    seen: dict[str, str] = {}
+    for i, where in ids:
+        if i in seen:
+            raise InputError(f"{what}: '{path}': duplicate {kind} '{i}' ({seen[i]} and {where})")
+        seen[i] = where
+
+
+def read_json_list(path: Path, what: str) -> list:
+    """A JSON file that must hold a list (of records)."""
+    data = read_json(path, what)
+    if not isinstance(data, list):
+        raise InputError(f"{what}: '{path}' should hold a JSON list of records, got {_shown(data)}")
+    return data

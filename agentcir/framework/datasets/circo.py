@@ -31,7 +31,7 @@ from ..eval.submissions import circo_submission, write_json
 from ..gallery import GalleryItem
 from ..hashing import stable_hash
 from ..types import Candidates, Query
-from .base import Dataset, find_annotation, read_json, require_field, resolve_root
+from .base import Dataset, Record, check_unique, find_annotation, read_json, read_json_list, resolve_root
 
 KS = (5, 10, 25, 50)
 HINT = "the CIRCO folder with annotations/ and COCO2017_unlabeled/"
@@ -89,9 +89,14 @@ class CIRCO(Dataset):
             folder = root / "COCO2017_unlabeled" / "unlabeled2017"
             on_disk = set(os.listdir(folder)) if folder.is_dir() else set()
             items, missing = [], []
-            for im in images:
-                iid = str(require_field(im, "id", f"dataset 'circo': {info_path.name}"))
-                name = im.get("file_name") or f"{int(iid):012d}.jpg"
+            for n, im in enumerate(images):
+                rec = Record(im, info_path, f"images[{n}]", what="dataset 'circo'")
+                iid = rec.id("id")
+                name = rec.text("file_name", optional=True)
+                if not name:
+                    if not iid.isdigit():
+                        raise rec.fail("file_name", "a file name (the id is not a number to derive one from)", name)
+                    name = f"{int(iid):012d}.jpg"
                 if name in on_disk:
                     items.append(GalleryItem(iid, str((folder / name).resolve()), None, {}))
                 else:
@@ -105,25 +110,30 @@ class CIRCO(Dataset):
     def queries(self) -> list[Query]:
         self.gallery_items()
         where = "dataset 'circo'"
-        rows = read_json(self._annotations(), where)
+        path = self._annotations()
+        rows = read_json_list(path, where)
         self.subset.query_skips.clear()
         self.subset.queries_listed = len(rows)
         self._all_ids = []
         out = []
-        for n, r in enumerate(rows):
-            ctx = f"{where} query {n}"
-            qid = str(require_field(r, "id", ctx))
+        seen = []
+        for n, row in enumerate(rows):
+            r = Record(row, path, f"query {n}", what=where)
+            qid = r.keyed("id", seen)
             self._all_ids.append(qid)
-            ref = str(require_field(r, "reference_img_id", ctx))
+            ref = r.id("reference_img_id")
+            text = r.text("relative_caption")
+            gts = r.ids("gt_img_ids", optional=True)
+            meta = {"shared_concept": r.text("shared_concept", optional=True, default=""),
+                    "semantic_aspects": r.texts("semantic_aspects", optional=True)}
+            target = r.id("target_img_id", optional=True)
+            if target is not None:
+                meta["target_img_id"] = target
             if ref not in self._paths:
                 self.subset.skip_query("reference image missing")
                 continue
-            gts = [str(x) for x in r.get("gt_img_ids", [])]
-            meta = {"shared_concept": r.get("shared_concept", ""), "semantic_aspects": r.get("semantic_aspects", [])}
-            if "target_img_id" in r:
-                meta["target_img_id"] = str(r["target_img_id"])
-            out.append(Query(id=qid, text=str(require_field(r, "relative_caption", ctx)), reference=[self._paths[ref]],
-                             reference_id=ref, targets=gts, meta=meta))
+            out.append(Query(id=qid, text=text, reference=[self._paths[ref]], reference_id=ref, targets=gts, meta=meta))
+        check_unique(seen, path, where)
         return self._finish_queries(out, self.cfg.limit)
 
     def evaluate(self, candidates: Candidates, queries: list[Query], gallery) -> dict[str, float]:

@@ -31,7 +31,7 @@ from ..eval.submissions import cirr_submission, write_json
 from ..gallery import GalleryItem
 from ..hashing import stable_hash
 from ..types import Candidates, Query
-from .base import Dataset, find_annotation, read_json, require_field, resolve_root
+from .base import Dataset, Record, _shown, check_unique, find_annotation, read_json, read_json_list, resolve_root
 
 HINT = "the CIRR folder with captions/ and image_splits/ (or cirr/captions, cirr/image_splits) and the image folders"
 
@@ -84,6 +84,9 @@ class CIRR(Dataset):
             base = Path(self.cfg.images or self.cfg.root).expanduser()
             items, missing = [], []
             for name, rel in split.items():
+                if not isinstance(rel, str) or not rel.strip():
+                    raise InputError(f"dataset 'cirr': '{self._file('split')}' image '{name}': expected a relative "
+                                     f"path (a string), got {_shown(rel)}")
                 p = base / rel
                 if os.path.isfile(p):
                     items.append(GalleryItem(str(name), str(p.resolve()), None, {}))
@@ -98,28 +101,34 @@ class CIRR(Dataset):
     def queries(self) -> list[Query]:
         self.gallery_items()
         where = "dataset 'cirr'"
-        rows = read_json(self._file("captions"), where)
+        path = self._file("captions")
+        rows = read_json_list(path, where)
         self.subset.query_skips.clear()
         self.subset.queries_listed = len(rows)
         out = []
         self._annotations = {}
-        for n, r in enumerate(rows):
-            ctx = f"{where} caption {n}"
-            ref = str(require_field(r, "reference", ctx))
-            members = [str(m) for m in require_field(require_field(r, "img_set", ctx), "members", ctx)]
-            self._annotations[str(require_field(r, "pairid", ctx))] = (ref, members)
-            target = r.get("target_hard")
+        seen = []
+        for n, row in enumerate(rows):
+            r = Record(row, path, f"record {n}", what=where)
+            pairid = r.keyed("pairid", seen)
+            ref = r.id("reference")
+            img_set = Record(r.mapping("img_set"), path, f"{r.where} img_set", what=where)
+            members = img_set.ids("members")
+            caption = r.text("caption")
+            target = r.id("target_hard", optional=True)
+            target_soft = r.mapping("target_soft", optional=True)
+            self._annotations[pairid] = (ref, members)
             if ref not in self._paths:
                 self.subset.skip_query("reference image missing")
                 continue
-            if target is not None and str(target) not in self._paths:
+            if target is not None and target not in self._paths:
                 self.subset.skip_query("target image missing")
                 continue
-            out.append(Query(id=str(require_field(r, "pairid", ctx)), text=str(require_field(r, "caption", ctx)),
-                             reference=[self._paths[ref]], reference_id=ref,
-                             targets=[str(target)] if target is not None else [],
-                             meta={"members": members, "target_soft": r.get("target_soft", {}),
-                                   "img_set_id": r["img_set"].get("id")}))
+            out.append(Query(id=pairid, text=caption, reference=[self._paths[ref]], reference_id=ref,
+                             targets=[target] if target is not None else [],
+                             meta={"members": members, "target_soft": target_soft,
+                                   "img_set_id": img_set.row.get("id")}))
+        check_unique(seen, path, where, "pairid")
         return self._finish_queries(out, self.cfg.limit)
 
     def evaluate(self, candidates: Candidates, queries: list[Query], gallery) -> dict[str, float]:

@@ -23,7 +23,7 @@ from ..errors import InputError
 from ..eval.metrics import map_at_k, recall_at_k, remove_ids
 from ..gallery import GalleryItem
 from ..types import Candidates, Query
-from .base import Dataset
+from .base import Dataset, Record, check_unique
 
 log = logging.getLogger("agentcir")
 
@@ -81,13 +81,19 @@ class ComposedFolder(Dataset):
                 for col in ("id", "image"):
                     if col not in (reader.fieldnames or []):
                         raise InputError(f"'{self.root / 'gallery.csv'}' needs a column '{col}' (has: {reader.fieldnames})")
-                for row in reader:
+                seen = []
+                for n, row in enumerate(reader, 2):
+                    for col in ("id", "image"):
+                        if not (row.get(col) or "").strip():
+                            raise InputError(f"'{self.root / 'gallery.csv'}' line {n}: column '{col}' is empty")
+                    seen.append((row["id"], f"line {n}"))
                     path = (self.root / row["image"]).resolve()
                     if not path.is_file():
                         missing.append(row["id"])
                         continue
                     meta = {k: v for k, v in row.items() if k not in ("id", "image", "caption")}
                     items.append(GalleryItem(row["id"], str(path), row.get("caption") or None, meta))
+            check_unique(seen, self.root / "gallery.csv", f"dataset '{self.root}'", "gallery id")
             if missing:
                 log.warning("dataset '%s': %d gallery image(s) missing on disk, skipped (e.g. %s)", self.root, len(missing), missing[0])
             self.subset.gallery_listed = len(items) + len(missing)
@@ -100,18 +106,23 @@ class ComposedFolder(Dataset):
         out = []
         self.subset.query_skips.clear()
         listed = 0
-        with open(self.root / "queries.jsonl", encoding="utf-8") as f:
+        path = self.root / "queries.jsonl"
+        where = f"dataset '{self.root}'"
+        seen = []
+        with open(path, encoding="utf-8") as f:
             for n, line in enumerate(f, 1):
                 if not line.strip():
                     continue
                 listed += 1
                 try:
                     d = json.loads(line)
-                    ref = str(d["reference_id"])
-                    q = Query(id=str(d["id"]), text=d["text"], reference_id=ref, targets=[str(t) for t in d["targets"]],
-                              meta={k: v for k, v in d.items() if k not in ("id", "text", "reference_id", "targets")})
-                except (json.JSONDecodeError, KeyError, TypeError) as e:
-                    raise InputError(f"'{self.root / 'queries.jsonl'}' line {n}: not a query ({type(e).__name__}: {e})") from None
+                except json.JSONDecodeError as e:
+                    raise InputError(f"{where}: '{path}' line {n}: not valid JSON ({e})") from None
+                r = Record(d, path, f"line {n}", what=where)
+                qid = r.keyed("id", seen)
+                ref = r.id("reference_id")
+                q = Query(id=qid, text=r.text("text"), reference_id=ref, targets=r.ids("targets"),
+                          meta={k: v for k, v in d.items() if k not in ("id", "text", "reference_id", "targets")})
                 if ref not in have:
                     self.subset.skip_query("reference image missing")
                     continue
@@ -120,6 +131,7 @@ class ComposedFolder(Dataset):
                     continue
                 q.reference = [have[ref]]
                 out.append(q)
+        check_unique(seen, path, where)
         self.subset.queries_listed = listed
         return self._finish_queries(out, self.cfg.limit)
 

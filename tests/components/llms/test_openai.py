@@ -170,24 +170,46 @@ def test_connection_refused_is_retried_and_named(server):
         llm.close()
 
 
-def test_reply_that_is_not_json(server):
+def test_reply_that_is_not_json_is_retried_then_fails_clearly(server):
     server.script(CHAT, Step(body=b"<html>502 Bad Gateway</html>", content_type="text/html"))
     llm = make_llm(server)
     try:
-        with pytest.raises(EndpointError, match=r"returned a reply that is not JSON \(HTTP 200, content-type text/html\): '<html>502"):
+        with pytest.raises(EndpointError, match=r"failed after 3 attempt\(s\): HTTP 200 with an unusable reply: not JSON "
+                                                r"\(content-type text/html, 28 bytes\): '<html>502"):
             llm.chat([user_message("x")])
     finally:
         llm.close()
+    assert len(server.requests) == 3
 
 
-def test_reply_without_choices(server):
+def test_reply_without_choices_is_retried_then_fails_clearly(server):
     server.script(CHAT, Step(json={"object": "chat.completion", "choices": []}))
     llm = make_llm(server)
     try:
-        with pytest.raises(EndpointError, match="the reply has no choices"):
+        with pytest.raises(EndpointError, match="HTTP 200 with an unusable reply: no choices"):
             llm.chat([user_message("x")])
     finally:
         llm.close()
+    assert len(server.requests) == 3
+
+
+@pytest.mark.parametrize("bad", [
+    Step(body=b'{"id": "chatcmpl-1", "choices": [{"index": 0, "mess'),                  # cut-off JSON, full length
+    Step(json=chat_completion("a long reply " * 50), fault="truncate"),                  # connection closed mid-body
+    Step(body=b"I'm sorry, the service is busy. Please try again.", content_type="text/plain"),   # prose
+    Step(json={"object": "chat.completion", "choices": []}),                             # empty choices
+    Step(json=chat_completion("x"), fault="reset"),                                      # reset without a reply
+], ids=["truncated-json", "truncated-body", "prose", "empty-choices", "reset"])
+def test_bad_200_replies_are_transient(server, bad):
+    """Issue 13 point 3: a 200 with an unusable body is retried (with backoff) like a 5xx."""
+    server.script(CHAT, [bad, bad, Step(json=chat_completion("recovered"))])
+    llm = make_llm(server)
+    try:
+        assert llm.chat([user_message("x")]).text == "recovered"
+    finally:
+        llm.close()
+    assert len(server.requests) == 3
+    assert server.counts(CHAT).most_common(1)[0][1] == 3   # the same request body, three times
 
 
 def test_json_task_malformed_reply_is_corrected_once(server):

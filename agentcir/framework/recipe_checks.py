@@ -1,0 +1,102 @@
+"""Checks of a composed recipe that need more than the field types: paths, ranges, devices.
+
+Run by :func:`agentcir.framework.recipe.validate` (so by ``compose``), before any component
+or model is built: a bad value fails in a second, naming the field, instead of deep inside
+a run (or, worse, silently changing what the run does).
+"""
+
+from __future__ import annotations
+
+from pathlib import PurePosixPath, PureWindowsPath
+from typing import Any
+
+from ..registry import ConfigError
+
+#: (group, field) -> inclusive (low, high) bounds; None: unbounded on that side. Applied when the
+#: selected component has the field (e.g. OCTOPUS' uncertainty gate: u is min-max normalised to [0, 1],
+#: so a gate above 1 would silently verify nothing)
+RANGES: dict[tuple[str, str], tuple[float | None, float | None]] = {
+    ("method", "gate"): (0.0, 1.0),
+    ("method", "lam"): (0.0, 1.0),
+    ("method", "top_k"): (1, None),
+    ("method", "alpha"): (1, None),
+    ("method", "max_verified"): (0, None),
+    ("run", "concurrency"): (1, None),
+    ("run", "show"): (0, None),
+}
+
+
+def check_run_name(run: dict[str, Any]) -> None:
+    """``run.name`` must be a relative path that stays inside ``run.root``."""
+    name = run.get("name")
+    if not str(run.get("root") or "").strip():
+        raise ConfigError("run: field 'root': must be a folder, got an empty value")
+    if name is None:
+        return
+    text = str(name)
+    parts = text.replace("\\", "/").split("/")
+    if (not text.strip() or PurePosixPath(text).is_absolute() or PureWindowsPath(text).is_absolute()
+            or PureWindowsPath(text).drive or any(p in ("..", ".") for p in parts) or "\0" in text):
+        raise ConfigError(f"run: field 'name': must be a folder name (or relative path) inside run.root "
+                          f"without '..', '.' or a leading '/', got {name!r}")
+
+
+def check_ranges(recipe: dict[str, Any]) -> None:
+    for (group, field), (lo, hi) in RANGES.items():
+        node = recipe.get(group) or {}
+        if field not in node or isinstance(node[field], bool) or not isinstance(node[field], (int, float)):
+            continue
+        v = node[field]
+        if (lo is not None and v < lo) or (hi is not None and v > hi):
+            want = f"within {lo:g}..{hi:g}" if lo is not None and hi is not None else (
+                f"at least {lo:g}" if lo is not None else f"at most {hi:g}")
+            who = f"{group} '{node['name']}'" if "name" in node else group
+            raise ConfigError(f"{who}: field '{field}': must be {want}, got {v:g}")
+
+
+def device_problem(device: str) -> str | None:
+    """Why torch ``device`` cannot be used here, or ``None`` when it can (or torch is absent: the
+    component then fails with its own install hint)."""
+    import importlib.util
+
+    d = str(device).strip().lower()
+    if d in ("cpu", "auto", ""):
+        return None
+    kind, _, index = d.partition(":")
+    if kind not in ("cuda", "mps", "xpu"):
+        return f"unknown device '{device}' (use cpu, cuda, cuda:N or mps)"
+    if index and not index.isdigit():
+        return f"device '{device}' has a bad index (use e.g. cuda:0)"
+    if importlib.util.find_spec("torch") is None:
+        return None
+    import torch
+
+    if kind == "cuda":
+        if not torch.cuda.is_available():
+            why = "this torch is built without CUDA" if torch.version.cuda is None else "no CUDA GPU is visible"
+            return f"device '{device}' is not available ({why}, torch {torch.__version__}); use device=cpu"
+        if index and int(index) >= torch.cuda.device_count():
+            return f"device '{device}' does not exist (this machine has {torch.cuda.device_count()} CUDA device(s))"
+    if kind == "mps" and not (getattr(torch.backends, "mps", None) and torch.backends.mps.is_available()):
+        return f"device '{device}' is not available (no Apple MPS here); use device=cpu"
+    if kind == "xpu" and not (hasattr(torch, "xpu") and torch.xpu.is_available()):
+        return f"device '{device}' is not available (no Intel XPU here); use device=cpu"
+    return None
+
+
+def check_devices(recipe: dict[str, Any], groups: tuple[str, ...]) -> None:
+    for group in groups:
+        node = recipe.get(group) or {}
+        dev = node.get("device")
+        if isinstance(dev, str):
+            why = device_problem(dev)
+            if why:
+                raise ConfigError(f"{group} '{node.get('name')}': field 'device': {why}")
+
+
+def check_recipe(recipe: dict[str, Any], groups: tuple[str, ...]) -> None:
+    """Every check of this module on a resolved recipe (raises :class:`ConfigError`)."""
+    check_run_name(recipe["run"])
+    check_ranges(recipe)
+    check_devices(recipe, groups)
+
