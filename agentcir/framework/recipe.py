@@ -193,6 +193,10 @@ class ComponentPool:
         self._built[kind] = reg.build(name, node, **deps)
         return self._built[kind]
 
+    def built(self) -> dict[str, Any]:
+        """The components built so far, by kind."""
+        return dict(self._built)
+
     def close(self) -> None:
         for comp in self._built.values():
             close = getattr(comp, "close", None)

@@ -33,6 +33,8 @@ from ...framework.errors import AgentcirError, InputError, require
 log = logging.getLogger("agentcir")
 
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
+#: requests in flight when neither the endpoint's ``concurrency`` nor a run sets it
+DEFAULT_CONCURRENCY = 8
 #: statuses worth retrying: timeouts, conflicts, rate limits, server errors
 RETRY_STATUSES = frozenset({408, 409, 425, 429, 500, 502, 503, 504})
 
@@ -67,7 +69,9 @@ class Endpoint:
         backoff: first retry delay in seconds, doubled each attempt, with jitter.
         backoff_max: cap on one delay (a ``Retry-After`` header is honoured up to ``retry_after_max``).
         retry_after_max: longest ``Retry-After`` wait accepted; a longer one fails at once.
-        concurrency: requests in flight at once (across every caller of this client).
+        concurrency: requests in flight at once (across every caller of this client);
+            ``None``: follow the run's ``run.concurrency`` (:meth:`HttpClient.follow_concurrency`),
+            :data:`DEFAULT_CONCURRENCY` outside a run. A number caps it (a rate-limited server).
         headers: extra request headers (e.g. an organisation); not part of identities.
     """
 
@@ -79,7 +83,7 @@ class Endpoint:
     backoff: float = 0.5
     backoff_max: float = 20.0
     retry_after_max: float = 120.0
-    concurrency: int = 8
+    concurrency: int | None = None
     headers: dict[str, str] = field(default_factory=dict)
 
     def resolved_base_url(self) -> str:
@@ -218,7 +222,7 @@ class HttpClient:
     """
 
     def __init__(self, endpoint: Endpoint, *, who: str = "HTTP client"):
-        if endpoint.concurrency < 1:
+        if endpoint.concurrency is not None and endpoint.concurrency < 1:
             raise InputError(f"{who}: concurrency must be at least 1, got {endpoint.concurrency}")
         if endpoint.retries < 0:
             raise InputError(f"{who}: retries must be 0 or more, got {endpoint.retries}")
@@ -232,6 +236,22 @@ class HttpClient:
         self._client = None
         self._sem: asyncio.Semaphore | None = None
         self._rng = random.Random()
+        self._follow: int | None = None
+
+    @property
+    def concurrency(self) -> int:
+        """Requests in flight at most: the endpoint's cap, else the run's, else the default."""
+        return self.endpoint.concurrency or self._follow or DEFAULT_CONCURRENCY
+
+    def follow_concurrency(self, n: int, *, cap_field: str = "concurrency") -> dict:
+        """Follow a run's ``run.concurrency`` ``n`` unless the endpoint sets a cap; returns
+        ``{"limit", "capped_by"}`` (``capped_by``: ``cap_field`` when the endpoint caps, else ``None``)."""
+        before = self.concurrency
+        self._follow = max(1, int(n))
+        if self.concurrency != before and self._client is not None:  # new limits for the next requests
+            client, self._client = self._client, None
+            asyncio.run_coroutine_threadsafe(client.aclose(), self._bg.loop)
+        return {"limit": self.concurrency, "capped_by": cap_field if self.endpoint.concurrency else None}
 
     def _url(self, path: str) -> str:
         return path if path.startswith(("http://", "https://")) else f"{self.base_url}/{path.lstrip('/')}"
@@ -243,9 +263,10 @@ class HttpClient:
             key = self.endpoint.resolved_api_key()
             if key:
                 headers["Authorization"] = f"Bearer {key}"
-            limits = httpx.Limits(max_connections=self.endpoint.concurrency, max_keepalive_connections=self.endpoint.concurrency)
+            n = self.concurrency
+            limits = httpx.Limits(max_connections=n, max_keepalive_connections=n)
             self._client = httpx.AsyncClient(headers=headers, timeout=httpx.Timeout(self.endpoint.timeout), limits=limits)
-            self._sem = asyncio.Semaphore(self.endpoint.concurrency)
+            self._sem = asyncio.Semaphore(n)
         return self._client
 
     async def _send(self, method: str, path: str, payload: Any = None) -> Any:
