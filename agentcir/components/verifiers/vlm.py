@@ -78,3 +78,11 @@ class VLMVerifier(Verifier):
         return ask(lambda: self.llm.run_task("answer", {"statement": statement}, images=[Path(candidate)],
                                              prompt=self.cfg.answer_prompt),
                    self.cfg.unclear, what=f"true/false answer of verifier 'vlm' for '{candidate}'")
+
+    async def acheck(self, statement: str, *, candidate: Path | None = None, caption: str | None = None) -> bool:
+        """:meth:`check` awaiting the LLM (no thread held while the endpoint answers)."""
+        if candidate is None:
+            return self.check(statement, candidate=candidate, caption=caption)  # raises the InputError
+        return await aask(lambda: self.llm.arun_task("answer", {"statement": statement}, images=[Path(candidate)],
+                                                     prompt=self.cfg.answer_prompt),
+                          self.cfg.unclear, what=f"true/false answer of verifier 'vlm' for '{candidate}'")
