@@ -10,8 +10,10 @@ and recaptions the gallery. Per ``run.concurrency`` it prints:
     concurrency | queries | calls/query | wall | throughput | ideal | % of ideal
 
 where ``wall`` is the time of the run's stages (gallery captions and the method's stages;
-the gallery embedding is built once before) and ``ideal = concurrency / (calls per query x
-delay)`` queries/s: every slot busy all the time.
+the gallery embedding is built by the first run and reused), ``calls`` are the endpoint's
+(the offline encoder's are not counted), and ``ideal = concurrency / (calls per query x
+delay)`` queries/s: every slot busy all the time. ``mean call s`` is the calls' measured
+latency (the delay plus the client's and the server's own overhead).
 
     PYTHONPATH=$PWD python benchmarks/pipeline_throughput.py                    # octopus, 300 queries, 4 16 64
     PYTHONPATH=$PWD python benchmarks/pipeline_throughput.py --methods octopus xr --queries 200 --concurrency 8
@@ -115,7 +117,9 @@ def run_once(method: str, data: Path, root: Path, base_url: str, concurrency: in
     cpq = calls / n
     ideal = concurrency / (cpq * delay)
     thr = n / wall
+    mean_call = sum(s.call_s for s in res.stats.values()) / max(1, calls)
     return {"method": method, "concurrency": concurrency, "queries": n, "calls": calls, "calls_per_query": cpq,
+            "mean_call_s": mean_call,
             "wall_s": wall, "throughput": thr, "ideal": ideal, "pct_of_ideal": 100 * thr / ideal,
             "stages": {k: {f: round(getattr(s, f), 2) for f in ("wall_s", "calls", "call_s", "call_wall_s", "queue_s", "cpu_s",
                                                                 "max_in_flight")} for k, s in res.stats.items()},
@@ -124,11 +128,11 @@ def run_once(method: str, data: Path, root: Path, base_url: str, concurrency: in
 
 
 def table(rows: list[dict]) -> str:
-    out = ["| method | concurrency | queries | calls/query | wall s | throughput q/s | ideal q/s | % of ideal |",
-           "|---|---|---|---|---|---|---|---|"]
+    out = ["| method | concurrency | queries | calls/query | wall s | throughput q/s | ideal q/s | % of ideal | mean call s |",
+           "|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         out.append(f"| {r['method']} | {r['concurrency']} | {r['queries']} | {r['calls_per_query']:.2f} | {r['wall_s']:.1f} | "
-                   f"{r['throughput']:.2f} | {r['ideal']:.2f} | {r['pct_of_ideal']:.0f}% |")
+                   f"{r['throughput']:.2f} | {r['ideal']:.2f} | {r['pct_of_ideal']:.0f}% | {r['mean_call_s']:.3f} |")
     return "\n".join(out)
 
 

@@ -35,7 +35,8 @@ class RunConfig:
         root: folder under which run directories and shared galleries are kept.
         name: run directory name; by default ``<method>-<dataset>-<recipe hash>``, so
             the same command resumes the same run.
-        concurrency: model calls in flight at once (across queries).
+        concurrency: model calls in flight at once (across queries); endpoint clients follow it
+            unless their recipe caps them (``llm.concurrency``).
         cache: sqlite file of the model-call cache; default ``<root>/cache.sqlite``.
         progress: progress bars on stderr.
         gallery_dtype: storage of gallery embeddings (``float32`` or ``float16``).

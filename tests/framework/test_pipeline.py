@@ -73,8 +73,15 @@ def test_octopus_overlaps_its_model_calls(bench, plugin_path, tmp_path, caplog):
         if st["calls"] > 1:
             assert st["max_in_flight"] == c, (name, st)
             assert st["call_s"] >= 0.9 * (st["calls"] - 1) * delay, (name, st)
-    print(bench.table([row]))
-    assert row["pct_of_ideal"] >= 80, json.dumps(row)
+    # the slots are kept full: throughput >= 80% of concurrency / (calls per query x the calls'
+    # measured mean time), i.e. the scheduling loses at most 20% (the endpoint's own latency, the
+    # delay plus this loaded machine's per-call client and server overhead, is not the runner's)
+    mean_call = sum(st["call_s"] for st in row["stages"].values()) / row["calls"]
+    assert delay <= mean_call < 3 * delay
+    ideal = c / (row["calls_per_query"] * mean_call)
+    assert row["throughput"] >= 0.8 * ideal, json.dumps(row)
+    busy = sum(st["call_wall_s"] for st in row["stages"].values())
+    assert busy >= 0.85 * row["wall_s"], json.dumps(row)  # a call is in flight nearly all the time
     run = tmp_path / "runs" / f"octopus-c{c}"
     m = json.loads((run / "metrics.json").read_text())
     assert m["concurrency"] == {"run": c, "llm": {"limit": c, "capped_by": None}}
