@@ -154,6 +154,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--delay", type=float, default=0.5, help="seconds the endpoint takes per call")
     p.add_argument("--accept", type=float, default=0.5, help="share of yes answers of the verifier")
     p.add_argument("--json", help="also write the rows here")
+    p.add_argument("--workdir", help="keep the dataset, gallery embeddings and runs here (default: a temporary folder)")
     p.add_argument("overrides", nargs="*", help="more recipe overrides (e.g. method.gate=0)")
     a = p.parse_args(argv)
     import logging
@@ -162,6 +163,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.getLogger("httpx").setLevel(logging.WARNING)
     rows = []
     with tempfile.TemporaryDirectory(prefix="agentcir-pipeline-") as tmp, EndpointProcess(a.delay, a.accept) as ep:
+        tmp = a.workdir or tmp
         data = make_dataset(Path(tmp) / "data", a.queries)
         for method in a.methods:
             for c in a.concurrency:

@@ -254,3 +254,19 @@ def test_reports_account_for_the_time(plugin_path, tmp_path, capsys):
     assert "Time (s) and model calls" in out
     for col in ("wall_s", "model_loading_s", "gallery_s", "call_s", "call_wall_s", "queue_s", "cpu_s", "cache_hits"):
         assert col in out, col
+
+
+def test_encoded_images_are_cached_within_a_byte_budget(tmp_path):
+    from PIL import Image
+
+    from agentcir.components.llms import http
+
+    cache = http._BytesLRU(100)
+    cache.put("a", "x" * 60)
+    cache.put("b", "y" * 30)
+    assert cache.get("a") == "x" * 60  # a is now the most recent
+    cache.put("c", "z" * 30)  # over budget: the least recent (b) goes
+    assert cache.get("b") is None and cache.get("a") and cache.get("c")
+    Image.new("RGB", (40, 30), (200, 10, 10)).save(tmp_path / "im.jpg")
+    url = http.image_data_url(tmp_path / "im.jpg", max_side=16)
+    assert url.startswith("data:image/jpeg;base64,") and http.image_data_url(tmp_path / "im.jpg", max_side=16) is url
