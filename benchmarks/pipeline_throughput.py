@@ -10,7 +10,8 @@ and recaptions the gallery. Per ``run.concurrency`` it prints:
     concurrency | queries | calls/query | wall | throughput | ideal | % of ideal
 
 where ``wall`` is the time of the run's stages (gallery captions and the method's stages;
-the gallery embedding is built by the first run and reused), ``calls`` are the endpoint's
+the gallery embedding is built by the first run and reused; weights loaded lazily during a
+stage, e.g. the encoder's text tower in the first run, are not counted), ``calls`` are the endpoint's
 (the offline encoder's are not counted), and ``ideal = concurrency / (calls per query x
 delay)`` queries/s: every slot busy all the time. ``mean call s`` is the calls' measured
 latency (the delay plus the client's and the server's own overhead).
@@ -24,6 +25,7 @@ from __future__ import annotations
 import argparse
 import json
 import multiprocessing as mp
+import os
 import platform
 import shutil
 import sys
@@ -86,13 +88,15 @@ class EndpointProcess:
         self.close()
 
 
-def recipe(method: str, data: Path, root: Path, base_url: str, concurrency: int, extra: list[str] = ()) -> dict:
+def recipe(method: str, data: Path, root: Path, base_url: str, concurrency: int, extra: list[str] = (),
+           name: str | None = None) -> dict:
     from agentcir.framework.recipe import compose
 
+    name = name or f"{method}-c{concurrency}"
     return compose([f"method={method}", "llm=openai", f"llm.base_url={base_url}", "llm.model=scripted", "llm.retries=0",
                     "captioner=vlm", "detector=vlm", "verifier=vlm", "generator=none", "dataset=composed",
-                    f"dataset.root={data}", f"run.root={root}", f"run.name={method}-c{concurrency}",
-                    f"run.cache={root}/cache-{method}-c{concurrency}.sqlite", f"run.concurrency={concurrency}",
+                    f"dataset.root={data}", f"run.root={root}", f"run.name={name}",
+                    f"run.cache={root}/cache-{name}.sqlite", f"run.concurrency={concurrency}",
                     "run.progress=false", "run.fresh=true", *extra])
 
 
@@ -104,15 +108,15 @@ def forget_gallery_captions(root: Path) -> None:
 
 
 def run_once(method: str, data: Path, root: Path, base_url: str, concurrency: int, delay: float,
-             extra: list[str] = ()) -> dict:
+             extra: list[str] = (), name: str | None = None) -> dict:
     """One run; its row of the table (the endpoint's calls, counted from the run's own cost table:
     every call but the offline encoder's)."""
     from agentcir.framework.runner import run_recipe
 
     forget_gallery_captions(root)
-    res = run_recipe(recipe(method, data, root, base_url, concurrency, extra), progress=False)
+    res = run_recipe(recipe(method, data, root, base_url, concurrency, extra, name), progress=False)
     calls = sum(n for s in res.stats.values() for k, n in s.by_component.items() if not k.startswith("encoder:"))
-    wall = sum(s.wall_s for s in res.stats.values())
+    wall = sum(s.wall_s - s.loading_s for s in res.stats.values())  # lazy model loads are not the pipeline's
     n = len(res.queries)
     cpq = calls / n
     ideal = concurrency / (cpq * delay)
@@ -122,7 +126,7 @@ def run_once(method: str, data: Path, root: Path, base_url: str, concurrency: in
             "mean_call_s": mean_call,
             "wall_s": wall, "throughput": thr, "ideal": ideal, "pct_of_ideal": 100 * thr / ideal,
             "stages": {k: {f: round(getattr(s, f), 2) for f in ("wall_s", "calls", "call_s", "call_wall_s", "queue_s", "cpu_s",
-                                                                "max_in_flight")} for k, s in res.stats.items()},
+                                                                "loading_s", "max_in_flight")} for k, s in res.stats.items()},
             "time": res.metrics.get("time"), "metrics_wall_s": res.metrics.get("wall_s"),
             "limits": res.metrics.get("concurrency")}
 
@@ -154,6 +158,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--delay", type=float, default=0.5, help="seconds the endpoint takes per call")
     p.add_argument("--accept", type=float, default=0.5, help="share of yes answers of the verifier")
     p.add_argument("--json", help="also write the rows here")
+    p.add_argument("--warmup", type=int, default=8, help="queries of an untimed first run (numba JIT, model loads; 0: none)")
     p.add_argument("--workdir", help="keep the dataset, gallery embeddings and runs here (default: a temporary folder)")
     p.add_argument("overrides", nargs="*", help="more recipe overrides (e.g. method.gate=0)")
     a = p.parse_args(argv)
@@ -165,12 +170,18 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="agentcir-pipeline-") as tmp, EndpointProcess(a.delay, a.accept) as ep:
         tmp = a.workdir or tmp
         data = make_dataset(Path(tmp) / "data", a.queries)
+        if a.warmup:  # the same gallery: its embeddings are stored for the timed runs
+            for method in a.methods:
+                run_once(method, make_dataset(Path(tmp) / "warmup", a.warmup), Path(tmp) / "runs", ep.base_url, 8,
+                         a.delay, a.overrides, name=f"{method}-warmup")
         for method in a.methods:
             for c in a.concurrency:
                 rows.append(run_once(method, data, Path(tmp) / "runs", ep.base_url, c, a.delay, a.overrides))
                 print(table(rows[-1:]).splitlines()[-1], flush=True)
                 print("  ", json.dumps({k: rows[-1][k] for k in ("stages", "time", "limits")}), flush=True)
-    print(f"\nCPU: {cpu_name()}; endpoint delay {a.delay} s per call; overrides: {' '.join(a.overrides) or '(none)'}\n")
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+    print(f"\nCPU: {cpu_name()} ({os.cpu_count()} logical CPUs, load average {load:.1f} at the end); endpoint delay "
+          f"{a.delay} s per call; overrides: {' '.join(a.overrides) or '(none)'}\n")
     print(table(rows))
     if a.json:
         Path(a.json).write_text(json.dumps(rows, indent=1))

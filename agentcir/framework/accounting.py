@@ -163,7 +163,7 @@ def follow_concurrency(components: dict[str, Any], concurrency: int) -> dict[str
 def stage_time_columns() -> list[tuple[str, str]]:
     """(StageStats field, column title) of the time columns of the report's cost table."""
     return [("wall_s", "wall s"), ("call_s", "model-call s (sum)"), ("call_wall_s", "model-call s (wall)"),
-            ("queue_s", "queueing s"), ("cpu_s", "CPU s")]
+            ("queue_s", "queueing s"), ("cpu_s", "CPU s"), ("loading_s", "of which model loading s")]
 
 
 def time_rows(runs: list[Any], labels: list[str]) -> dict[str, dict[str, Any]]:

@@ -38,7 +38,7 @@ from typing import Any, Awaitable, Callable, Sequence
 
 import numpy as np
 
-from .accounting import CallClock
+from .accounting import CallClock, loading_seconds
 from .cache import MISSING, CallCache, decode_value, encode_value
 from .errors import AgentcirError, InputError
 from .gallery import Gallery
@@ -66,6 +66,7 @@ class StageStats:
     call_wall_s: float = 0.0  #: time with at least one model call in flight
     queue_s: float = 0.0      #: time calls waited for a free slot of run.concurrency
     cpu_s: float = 0.0        #: CPU time of the process (all threads) during the stage
+    loading_s: float = 0.0    #: of the wall time, weights loaded lazily (also on the model_loading line)
     max_in_flight: int = 0    #: most model calls in flight at once
 
 
@@ -345,11 +346,12 @@ class Runner:
                 st = self.ctx.stats.setdefault(stage.name, StageStats())
                 arrays_before = {k: id(v) for k, v in self.state.arrays.items()}
                 cands_before = self.state.candidates
-                t0, cpu0 = time.perf_counter(), time.process_time()
+                t0, cpu0, load0 = time.perf_counter(), time.process_time(), loading_seconds()
                 clock = self.ctx.clocks[stage.name] = CallClock()
                 await stage.fn(self.ctx, self.state)
                 st.wall_s += time.perf_counter() - t0
                 st.cpu_s += time.process_time() - cpu0
+                st.loading_s += loading_seconds() - load0
                 st.call_s += clock.call_s
                 st.call_wall_s += clock.call_wall_s
                 st.queue_s += clock.queue_s
