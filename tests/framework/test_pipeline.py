@@ -56,10 +56,10 @@ def test_scripted_tasks_answer_every_task_validly():
 
 
 def test_octopus_overlaps_its_model_calls(bench, plugin_path, tmp_path, caplog):
-    """Every component on the endpoint, 0.1 s per call, concurrency 8: >= 80% of the ideal throughput
+    """Every component on the endpoint, 0.2 s per call, concurrency 8: >= 80% of the ideal throughput
     (the offline encoder is the test plugin's instant one, so the run is its model calls)."""
-    delay, c = 0.1, 8
-    data = bench.make_dataset(tmp_path / "data", 48, gallery_limit=48)
+    delay, c = 0.2, 8
+    data = bench.make_dataset(tmp_path / "data", 40, gallery_limit=40)
     with ScriptedServer() as srv:
         srv.script("/chat/completions", task_replier(delay=delay))
         with caplog.at_level("INFO", logger="agentcir"):
