@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from agentcir.components.llms.scripted_server import ScriptedServer, Step, chat_completion
-from agentcir.components.llms.scripted_tasks import task_of, task_replier, task_reply
+from agentcir.components.llms.scripted_tasks import InFlight, task_of, task_replier, task_reply
 from agentcir.framework.accounting import CallClock, follow_concurrency
 from agentcir.framework.cache import CallCache
 from agentcir.framework.interfaces import user_message
@@ -61,12 +61,14 @@ def test_octopus_overlaps_its_model_calls(bench, plugin_path, tmp_path, caplog):
     delay, c = 0.2, 8
     data = bench.make_dataset(tmp_path / "data", 40, gallery_limit=40)
     with ScriptedServer() as srv:
-        srv.script("/chat/completions", task_replier(delay=delay))
+        active = InFlight(task_replier(), delay=delay)
+        srv.script("/chat/completions", active)
         with caplog.at_level("INFO", logger="agentcir"):
             row = bench.run_once("octopus", data, tmp_path / "runs", srv.base_url, c, delay,
                                  ["kernels=reference", "encoder=toy"])
         n_requests = len(srv.requests)
     assert "follows run.concurrency" in caplog.text
+    assert active.max == c  # the endpoint saw run.concurrency requests at once, never more
     assert row["calls"] == n_requests  # each model call is one request (no retries, nothing else)
     assert row["calls_per_query"] > 4
     for name, st in row["stages"].items():
@@ -88,27 +90,11 @@ def test_octopus_overlaps_its_model_calls(bench, plugin_path, tmp_path, caplog):
     assert "llm: at most 8 requests in flight (follows `run.concurrency`)" in (run / "report.md").read_text()
 
 
-def _in_flight_server(srv, delay):
-    active = {"now": 0, "max": 0}
-    lock = threading.Lock()
-
-    def step(req):
-        with lock:
-            active["now"] += 1
-            active["max"] = max(active["max"], active["now"])
-        time.sleep(delay)
-        with lock:
-            active["now"] -= 1
-        return Step(json=chat_completion("ok"))
-
-    srv.script("/chat/completions", step)
-    return active
-
-
 @pytest.mark.parametrize("cap", [None, 3])
 def test_endpoint_concurrency_follows_the_run_unless_capped(cap, caplog):
     with ScriptedServer() as srv:
-        active = _in_flight_server(srv, 0.1)
+        active = InFlight(Step(json=chat_completion("ok")), delay=0.1)
+        srv.script("/chat/completions", active)
         llm = LLMS.build("openai", {"base_url": srv.base_url, "model": "m", "retries": 0, "concurrency": cap})
         try:
             with caplog.at_level("INFO", logger="agentcir"):
@@ -122,10 +108,10 @@ def test_endpoint_concurrency_follows_the_run_unless_capped(cap, caplog):
             llm.close()
     if cap is None:
         assert limits == {"run": 12, "llm": {"limit": 12, "capped_by": None}}
-        assert active["max"] == 12 and "12 requests in flight at most (follows run.concurrency)" in caplog.text
+        assert active.max == 12 and "12 requests in flight at most (follows run.concurrency)" in caplog.text
     else:
         assert limits == {"run": 12, "llm": {"limit": 3, "capped_by": "llm.concurrency"}}
-        assert active["max"] == 3
+        assert active.max == 3
         assert "at most 3 requests in flight (capped by llm.concurrency), below run.concurrency=12" in caplog.text
 
 

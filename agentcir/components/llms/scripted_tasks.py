@@ -18,11 +18,13 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
+import threading
+import time
 from typing import Any, Callable
 
 from ...framework.prompts import load_prompt
 from ...framework.tasks import TASKS
-from .scripted_server import Request, Step, chat_completion, error_body
+from .scripted_server import Request, Script, Step, chat_completion, error_body
 
 _WORDS = ("red", "blue", "striped", "cotton", "casual", "formal", "leather", "green", "black", "white")
 
@@ -88,3 +90,24 @@ def task_replier(delay: float = 0.0, accept: float = 0.5) -> Callable[[Request],
         return Step(json=chat_completion(task_reply(task, _first_text(req.json), accept)), delay=delay)
 
     return step
+
+
+class InFlight:
+    """A step that counts the requests being answered at once: each waits ``delay`` seconds
+    inside the count, then gets ``step``'s answer. ``now`` and ``max`` are the counts."""
+
+    def __init__(self, step: Script, delay: float = 0.0):
+        self.step, self.delay = step, delay
+        self.now = self.max = 0
+        self._lock = threading.Lock()
+
+    def __call__(self, req: Request) -> Step:
+        with self._lock:
+            self.now += 1
+            self.max = max(self.max, self.now)
+        try:
+            time.sleep(self.delay)
+            return self.step(req) if callable(self.step) else self.step
+        finally:
+            with self._lock:
+                self.now -= 1
