@@ -104,7 +104,9 @@ def concurrency_note(limits: dict[str, Any]) -> str:
     """How many model calls ran at once: ``run.concurrency`` and each component's own cap."""
     if not limits:
         return ""
-    lines = [f"Model calls in flight: at most {limits.get('run')} (`run.concurrency`)."]
+    lines = [f"Model calls in flight: at most {limits.get('run')} (`run.concurrency`)"
+             + (f"; blocking offline work: {limits['cpu_workers']} worker thread(s) (the cores)." if "cpu_workers" in limits
+                else ".")]
     for kind, info in limits.items():
         if kind != "run" and isinstance(info, dict):
             how = f"capped by `{info['capped_by']}`" if info.get("capped_by") else "follows `run.concurrency`"

@@ -496,7 +496,7 @@ def run_recipe(recipe: dict[str, Any], *, pool=None, progress: bool | None = Non
                    "gallery_skipped": len(gallery.skipped)}
     metrics["wall_s"] = round(phases.finish(), 3)
     metrics["time"] = phases.summary()
-    metrics["concurrency"] = limits
+    metrics["concurrency"] = {**limits, "cpu_workers": ctx.cpu_workers()}
     result = RunResult(run_dir, recipe, queries, gallery, state.candidates, metrics, ctx.stats, state)
     write_report(result)
     return result

@@ -12,6 +12,7 @@
 import asyncio
 import importlib
 import json
+import os
 import sys
 import threading
 import time
@@ -86,7 +87,7 @@ def test_octopus_overlaps_its_model_calls(bench, plugin_path, tmp_path, caplog):
     assert busy >= 0.85 * row["wall_s"], json.dumps(row)  # a call is in flight nearly all the time
     run = tmp_path / "runs" / f"octopus-c{c}"
     m = json.loads((run / "metrics.json").read_text())
-    assert m["concurrency"] == {"run": c, "llm": {"limit": c, "capped_by": None}}
+    assert m["concurrency"] == {"run": c, "llm": {"limit": c, "capped_by": None}, "cpu_workers": min(c, len(os.sched_getaffinity(0)))}
     assert "llm: at most 8 requests in flight (follows `run.concurrency`)" in (run / "report.md").read_text()
 
 
