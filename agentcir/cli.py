@@ -250,6 +250,10 @@ def cmd_eval(args) -> int:
             print(f"\n{next(iter(subsets))}")
         print()
         print(metrics_table(rows))
+        from .framework.accounting import time_rows
+
+        print("Time (s) and model calls (from each run's metrics.json):\n")
+        print(metrics_table(time_rows(runs, run_labels(runs))))
         if args.plot != "none":
             out = Path(args.plot) if args.plot else Path(args.runs[0]).resolve().parent / "compare.png"
             print(f"plot: {plot_comparison(rows, out)}")

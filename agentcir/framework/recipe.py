@@ -39,7 +39,8 @@ class RunConfig:
         root: folder under which run directories and shared galleries are kept.
         name: run directory name; by default ``<method>-<dataset>-<recipe hash>``, so
             the same command resumes the same run.
-        concurrency: model calls in flight at once (across queries).
+        concurrency: model calls in flight at once (across queries); endpoint clients follow it
+            unless their recipe caps them (``llm.concurrency``).
         cache: sqlite file of the model-call cache; default ``<root>/cache.sqlite``.
         progress: progress bars on stderr.
         gallery_dtype: storage of gallery embeddings (``float32`` or ``float16``).
@@ -270,6 +271,10 @@ class ComponentPool:
             mdeps.update({k: self.get(k) for k in getattr(mcls, "optional", ()) if self.has(k)})
             out[dep] = reg.build(key, cls.memory_config(dep, node), **mdeps)
         return out
+
+    def built(self) -> dict[str, Any]:
+        """The components built so far, by kind."""
+        return dict(self._built)
 
     def close(self) -> None:
         for comp in self._built.values():

@@ -59,18 +59,59 @@ def write_report(result: "RunResult") -> None:
     r = result.recipe
     comps = "\n".join(f"- {k}: `{r[k]['name']}`" for k in ("method", "dataset", "encoder", "llm", "captioner", "generator",
                                                             "detector", "verifier") if k in r)
-    cost = ["| stage | model calls | cache hits | failures | wall s | resumed queries |", "|---|---|---|---|---|---|"]
-    for name, s in result.stats.items():
-        cost.append(f"| {name} | {s.calls} | {s.cache_hits} | {s.failures} | {s.wall_s:.2f} | {s.resumed_queries} |")
+    cost = cost_table(result.stats)
     stage_rows = {f"after {name}": m for name, m in result.metrics.get("stages", {}).items()}
     text = (f"# Run `{d.name}`\n\n"
             f"{result.metrics.get('subset', '')}\n\n"
             f"Queries: {result.metrics['num_queries']}; gallery: {result.metrics['gallery_size']} items "
-            f"({result.metrics['gallery_skipped']} skipped as unreadable); wall time {result.metrics['wall_s']:.1f} s.\n\n"
+            f"({result.metrics['gallery_skipped']} skipped as unreadable); wall time {result.metrics['wall_s']:.1f} s "
+            f"(from the process start).\n\n"
             f"## Metrics\n\n{metrics_table({'final': result.metrics['final'], **stage_rows})}\n"
-            f"## Components\n\n{comps}\n\n"
-            f"## Cost per stage\n\n" + "\n".join(cost) + "\n")
+            f"## Components\n\n{comps}\n\n{concurrency_note(result.metrics.get('concurrency') or {})}"
+            f"## Cost per stage\n\n" + "\n".join(cost) + "\n\n"
+            f"## Where the time went\n\n{phases_table(result.metrics)}")
     (d / "report.md").write_text(text)
+
+
+def cost_table(stats: dict[str, Any]) -> list[str]:
+    """The report's cost lines: per stage, calls, cache hits, failures, wall, model-call
+    (sum and wall), queueing and CPU time (:mod:`agentcir.framework.accounting`)."""
+    from .accounting import stage_time_columns
+
+    cols = stage_time_columns()
+    out = ["| stage | model calls | cache hits | failures | " + " | ".join(t for _, t in cols) + " | max in flight | resumed queries |",
+           "|---|---|---|---|" + "---|" * len(cols) + "---|---|"]
+    for name, s in stats.items():
+        out.append(f"| {name} | {s.calls} | {s.cache_hits} | {s.failures} | "
+                   + " | ".join(f"{getattr(s, f):.2f}" for f, _ in cols) + f" | {s.max_in_flight} | {s.resumed_queries} |")
+    return out
+
+
+def phases_table(metrics: dict[str, Any]) -> str:
+    """One line per phase of the run (``metrics['time']``) and the total ``wall_s``."""
+    t = metrics.get("time") or {}
+    if not t:
+        return "(not recorded)\n"
+    names = {"startup_s": "startup (process start to the run: imports, recipe)", "model_loading_s": "model loading",
+             "gallery_s": "gallery embedding (or opening the stored one)", "stages_s": "stages (see the cost table)",
+             "evaluation_s": "evaluation", "unattributed_s": "unattributed"}
+    out = ["| phase | s |", "|---|---|"] + [f"| {names.get(k, k)} | {v:.2f} |" for k, v in t.items()]
+    out.append(f"| **wall time** | {metrics.get('wall_s', 0.0):.2f} |")
+    return "\n".join(out) + "\n"
+
+
+def concurrency_note(limits: dict[str, Any]) -> str:
+    """How many model calls ran at once: ``run.concurrency`` and each component's own cap."""
+    if not limits:
+        return ""
+    lines = [f"Model calls in flight: at most {limits.get('run')} (`run.concurrency`)"
+             + (f"; blocking offline work: {limits['cpu_workers']} worker thread(s) (the cores)." if "cpu_workers" in limits
+                else ".")]
+    for kind, info in limits.items():
+        if kind != "run" and isinstance(info, dict):
+            how = f"capped by `{info['capped_by']}`" if info.get("capped_by") else "follows `run.concurrency`"
+            lines.append(f"- {kind}: at most {info.get('limit')} requests in flight ({how})")
+    return "\n".join(lines) + "\n\n"
 
 
 # -- comparing finished runs (`agentcir eval`) ---------------------------------------------

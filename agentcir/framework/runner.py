@@ -5,10 +5,19 @@ A run directory holds::
     recipe.yaml             the resolved recipe (every default filled in)
     stages/<stage>.jsonl    per-query records, appended as each query finishes
     stages/<stage>.*.npz    arrays and candidate snapshots of a finished stage
-    stages/<stage>.done     marker with the stage's cost (calls, cache hits, wall time)
+    stages/<stage>.done     marker with the stage's cost (calls, cache hits, wall, model-call, CPU time)
     rankings.jsonl          final top-k item ids and scores per query
-    metrics.json            metrics of the final ranking and of every stage that ranked
-    report.md               the same, readable, with the cost table
+    metrics.json            metrics of the final ranking and of every stage that ranked, the cost
+                            per stage and where the time went (:mod:`agentcir.framework.accounting`)
+    report.md               the same, readable, with the cost and time tables
+
+Concurrency: ``run.concurrency`` bounds the model calls in flight at once across the whole
+run (not the queries: a query waiting for its next call holds no slot), and a stage keeps
+``2 x concurrency`` queries in progress so that a free slot always finds a call waiting.
+Async component operations (``a<op>``, e.g. the endpoint clients) run on the event loop;
+blocking ones run in a worker pool bounded at the number of cores (CPU-bound offline models
+must not oversubscribe the cores), or, for components marked ``io_bound``, in a pool of
+``run.concurrency`` threads.
 
 Re-running the same recipe resumes: finished stages are loaded, a stage that was cut
 off skips the queries it already logged, and every model call that completed is in the
@@ -29,6 +38,7 @@ from typing import Any, Awaitable, Callable, Sequence
 
 import numpy as np
 
+from .accounting import CallClock, loading_seconds
 from .cache import MISSING, CallCache, decode_value, encode_value
 from .errors import AgentcirError, InputError
 from .files import atomic_path, atomic_write_text
@@ -67,8 +77,38 @@ class RunContext:
         #: ``on_progress(stage, done, total)`` (e.g. the web page's progress): a stage started
         #: (0, 0), or ``done`` of ``total`` items of it (gallery captions)
         self.on_progress: Callable[[str, int, int], None] | None = None
+        self.clocks: dict[str, CallClock] = {}
         self._inflight: dict[str, asyncio.Future] = {}
-        self._call_slots: asyncio.Semaphore | None = None
+        self._slots: tuple[asyncio.AbstractEventLoop, asyncio.Semaphore] | None = None
+        self._cpu_pool: ThreadPoolExecutor | None = None
+
+    @property
+    def window(self) -> int:
+        """Queries (or items) a stage keeps in progress at once: enough to fill every call slot."""
+        return 2 * self.concurrency
+
+    def _slot(self) -> asyncio.Semaphore:
+        loop = asyncio.get_running_loop()
+        if self._slots is None or self._slots[0] is not loop:
+            self._slots = (loop, asyncio.Semaphore(self.concurrency))
+        return self._slots[1]
+
+    def cpu_workers(self) -> int:
+        """Size of the pool of blocking, CPU-bound work: the usable cores, at most ``concurrency``."""
+        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+        return max(1, min(self.concurrency, cores))
+
+    async def run_cpu(self, fn: Callable[..., Any], *args: Any) -> Any:
+        """``fn(*args)`` in the bounded CPU worker pool (the event loop keeps serving calls meanwhile)."""
+        if self._cpu_pool is None:
+            self._cpu_pool = ThreadPoolExecutor(max_workers=self.cpu_workers(), thread_name_prefix="agentcir-cpu")
+        return await asyncio.get_running_loop().run_in_executor(self._cpu_pool, lambda: fn(*args))
+
+    def close(self) -> None:
+        """Shut the CPU worker pool down (it is made again when needed)."""
+        pool, self._cpu_pool = self._cpu_pool, None
+        if pool is not None:
+            pool.shutdown(wait=False, cancel_futures=True)
 
     # -- model calls ------------------------------------------------------------------
     @staticmethod
@@ -100,19 +140,20 @@ class RunContext:
             return hit
         fut = asyncio.get_running_loop().create_future()
         self._inflight[key] = fut
+        clock = self.clocks.setdefault(self.stage, CallClock())
         try:
-            if self._call_slots is None:
-                self._call_slots = asyncio.Semaphore(self.concurrency)
+            queued = time.perf_counter()
             # at most `concurrency` model calls in flight, however stages nest their maps: a kill
             # loses (and a resumed run repeats) at most that many calls
-            async with self._call_slots:
-                afn = getattr(component, f"a{op}", None)
-                if afn is not None and asyncio.iscoroutinefunction(afn):
-                    out = await afn(**inputs)
-                else:
-                    out = await asyncio.get_running_loop().run_in_executor(None, lambda: getattr(component, op)(**inputs))
-                name = f"{component.kind}:{getattr(component, 'registry_key', '')}"
-                self.cache.put(key, out, component=name, op=op)
+            async with self._slot():
+                started = clock.start()
+                clock.queued(started - queued)
+                try:
+                    out = await self._invoke(component, op, inputs)
+                finally:
+                    clock.stop(started)
+            name = f"{component.kind}:{getattr(component, 'registry_key', '')}"
+            self.cache.put(key, out, component=name, op=op)
             st.calls += 1
             st.by_component[name] = st.by_component.get(name, 0) + 1
             # hand back what a cache hit would return, so a resumed run sees identical values
@@ -125,6 +166,15 @@ class RunContext:
             raise
         finally:
             del self._inflight[key]
+
+    async def _invoke(self, component: Any, op: str, inputs: dict[str, Any]) -> Any:
+        afn = getattr(component, f"a{op}", None)
+        if afn is not None and asyncio.iscoroutinefunction(afn):
+            return await afn(**inputs)
+        fn = getattr(component, op)
+        if getattr(component, "io_bound", False):  # blocking on I/O: one thread per call slot
+            return await asyncio.get_running_loop().run_in_executor(None, lambda: fn(**inputs))
+        return await self.run_cpu(lambda: fn(**inputs))
 
     # -- per-query map ----------------------------------------------------------------
     def _stage_log(self) -> Path | None:
@@ -140,7 +190,8 @@ class RunContext:
 
     async def map(self, state: RunState, fn: Callable[[Query], Awaitable[dict[str, Any]]],
                   queries: Sequence[Query] | None = None) -> dict[str, dict[str, Any]]:
-        """Run ``fn(query) -> record`` for every query, ``concurrency`` at a time.
+        """Run ``fn(query) -> record`` for every query, :attr:`window` queries in progress at once
+        (their model calls share the ``concurrency`` call slots).
 
         Records are stored in ``state.traces[qid][stage]`` and appended to the stage's
         trace file as each query finishes; queries already logged (a resumed stage) are
@@ -160,7 +211,7 @@ class RunContext:
                 st.resumed_queries += 1
             else:
                 todo.append(q)
-        sem = asyncio.Semaphore(self.concurrency)
+        sem = asyncio.Semaphore(self.window)
         errors: list[tuple[str, BaseException]] = []
         bar = tqdm(total=len(queries), initial=len(queries) - len(todo), desc=self.stage, unit="query",
                    disable=not self.progress or len(queries) < 2, leave=False)
@@ -268,7 +319,7 @@ class Runner:
         persist = self.ctx.run_dir is not None
         if persist:
             (self.ctx.run_dir / "stages").mkdir(parents=True, exist_ok=True)
-        executor = ThreadPoolExecutor(max_workers=self.ctx.concurrency, thread_name_prefix="agentcir-call")
+        executor = ThreadPoolExecutor(max_workers=self.ctx.concurrency, thread_name_prefix="agentcir-io")
         asyncio.get_running_loop().set_default_executor(executor)
         try:
             for stage in self.stages:
@@ -285,9 +336,16 @@ class Runner:
                 arrays_before = {k: id(v) for k, v in self.state.arrays.items()}
                 cands_before = self.state.candidates
                 scalars_before = {k: getattr(self.state, k) for k in PERSISTED_STATE}
-                t0 = time.perf_counter()
+                t0, cpu0, load0 = time.perf_counter(), time.process_time(), loading_seconds()
+                clock = self.ctx.clocks[stage.name] = CallClock()
                 await stage.fn(self.ctx, self.state)
                 st.wall_s += time.perf_counter() - t0
+                st.cpu_s += time.process_time() - cpu0
+                st.loading_s += loading_seconds() - load0
+                st.call_s += clock.call_s
+                st.call_wall_s += clock.call_wall_s
+                st.queue_s += clock.queue_s
+                st.max_in_flight = max(st.max_in_flight, clock.max_in_flight)
                 changed = {k: v for k, v in self.state.arrays.items() if arrays_before.get(k) != id(v)}
                 if self.state.candidates is not cands_before and self.state.candidates is not None:
                     self.state.stage_candidates[stage.name] = self.state.candidates
@@ -305,6 +363,7 @@ class Runner:
                     atomic_write_text(p["done"], json.dumps({"stage": stage.name, "stats": stats, "state": scalars}))
         finally:
             executor.shutdown(wait=False, cancel_futures=True)
+            self.ctx.close()
 
 
 def resolve_run_dir(recipe: dict[str, Any]) -> Path:
@@ -417,24 +476,32 @@ def run_recipe(recipe: dict[str, Any], *, pool=None, progress: bool | None = Non
 
 
 def _run_locked(recipe: dict[str, Any], run_dir: Path, pool, progress: bool | None) -> RunResult:
+    """``metrics.json`` gets ``wall_s`` from the process start (or the previous run's end in this
+    process) and its phases (``time``: startup, model loading, gallery, stages, evaluation),
+    and ``concurrency``: the request limit of every component that has one."""
+    from .accounting import Phases, follow_concurrency
     from .cache import open_call_cache
     from .recipe import ComponentPool
     from .report import write_report
 
+    phases = Phases()
     pool = pool or ComponentPool(recipe)
     run = recipe["run"]
     show_progress = run["progress"] if progress is None else progress
     prepare_run_dir(run_dir, recipe)
-    dataset = pool.get("dataset")
-    encoder = pool.get("encoder")
-    method: Method = pool.get("method")
+    with phases.phase("model_loading"):
+        dataset = pool.get("dataset")
+        encoder = pool.get("encoder")
+        method: Method = pool.get("method")
+    limits = follow_concurrency(pool.built(), run["concurrency"])
     items = dataset.gallery_items()
     if not items:
         raise InputError(f"dataset '{recipe['dataset']['name']}' has an empty gallery")
     gdir = gallery_dir(Path(run["root"]), recipe["dataset"]["name"], stable_hash([[i.id, i.path, i.caption] for i in items]),
                        encoder.identity, run["gallery_dtype"])
-    gallery = Gallery.build(gdir, items, encoder, dtype=run["gallery_dtype"], progress=show_progress,
-                            source=f"dataset {recipe['dataset']['name']}")
+    with phases.phase("gallery"):
+        gallery = Gallery.build(gdir, items, encoder, dtype=run["gallery_dtype"], progress=show_progress,
+                                source=f"dataset {recipe['dataset']['name']}")
     queries = dataset.queries()
     if not queries:
         raise InputError(f"dataset '{recipe['dataset']['name']}' has no queries")
@@ -448,15 +515,18 @@ def _run_locked(recipe: dict[str, Any], run_dir: Path, pool, progress: bool | No
                      kernels=recipe["kernels"]["backend"])
     state = RunState(queries=queries, gallery=gallery)
     prepare = [caption_stage(pool, run["gallery_captions"])] if method.needs_captions else []
-    t0 = time.perf_counter()
-    asyncio.run(Runner(method, ctx, state, prepare=prepare).execute())
-    wall = time.perf_counter() - t0
+    with phases.phase("stages"):
+        asyncio.run(Runner(method, ctx, state, prepare=prepare).execute())
     if state.candidates is None:
         raise AgentcirError(f"method '{recipe['method']['name']}' produced no ranking")
-    metrics = {"final": dataset.evaluate(state.candidates, queries, gallery),
-               "stages": {name: dataset.evaluate(c, queries, gallery) for name, c in state.stage_candidates.items()},
-               "subset": dataset.subset_note(), "num_queries": len(queries), "gallery_size": len(gallery),
-               "gallery_skipped": len(gallery.skipped), "wall_s": round(wall, 3)}
+    with phases.phase("evaluation"):
+        metrics = {"final": dataset.evaluate(state.candidates, queries, gallery),
+                   "stages": {name: dataset.evaluate(c, queries, gallery) for name, c in state.stage_candidates.items()},
+                   "subset": dataset.subset_note(), "num_queries": len(queries), "gallery_size": len(gallery),
+                   "gallery_skipped": len(gallery.skipped)}
+    metrics["wall_s"] = round(phases.finish(), 3)
+    metrics["time"] = phases.summary()
+    metrics["concurrency"] = {**limits, "cpu_workers": ctx.cpu_workers()}
     result = RunResult(run_dir, recipe, queries, gallery, state.candidates, metrics, ctx.stats, state)
     write_report(result)
     return result
@@ -478,7 +548,7 @@ def caption_stage(pool, source: str) -> Stage:
         if pool.has("encoder"):
             encoder = pool.get("encoder")
             if not g.has_caption_emb(state.captions_key, encoder):
-                await asyncio.get_running_loop().run_in_executor(None, g.caption_emb, state.captions_key, encoder)
+                await ctx.run_cpu(g.caption_emb, state.captions_key, encoder)
                 st = ctx.stats.setdefault(ctx.stage, StageStats())
                 name = f"{encoder.kind}:{getattr(encoder, 'registry_key', '')}"
                 st.calls += 1
@@ -494,7 +564,7 @@ async def _captioner_captions(ctx: RunContext, state: RunState, captioner) -> No
     if g.captions(key) is None:
         from tqdm.auto import tqdm
 
-        sem = asyncio.Semaphore(ctx.concurrency)
+        sem = asyncio.Semaphore(ctx.window)
         bar = tqdm(total=len(g), desc="gallery captions", unit="img", disable=not ctx.progress, leave=False)
         done = [0]
 

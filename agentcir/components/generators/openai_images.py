@@ -76,6 +76,8 @@ class OpenAIImagesGenerator(Generator):
     """
 
     volatile_fields: ClassVar[tuple[str, ...]] = (*Component.volatile_fields, "backoff", "api_key_env")
+    #: ``generate`` blocks on HTTP: the runner gives it a thread per call slot, not a CPU worker
+    io_bound: ClassVar[bool] = True
 
     @dataclass
     class Config:

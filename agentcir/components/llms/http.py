@@ -17,13 +17,13 @@ from __future__ import annotations
 import asyncio
 import base64
 import email.utils
-import functools
 import io
 import logging
 import os
 import random
 import threading
 import time
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any, Callable, Coroutine
 from urllib.parse import urlsplit, urlunsplit
@@ -33,6 +33,8 @@ from ...framework.errors import AgentcirError, InputError, require
 log = logging.getLogger("agentcir")
 
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
+#: requests in flight when neither the endpoint's ``concurrency`` nor a run sets it
+DEFAULT_CONCURRENCY = 8
 #: statuses worth retrying: timeouts, conflicts, rate limits, server errors
 RETRY_STATUSES = frozenset({408, 409, 425, 429, 500, 502, 503, 504})
 
@@ -73,7 +75,9 @@ class Endpoint:
         backoff: first retry delay in seconds, doubled each attempt, with jitter.
         backoff_max: cap on one delay (a ``Retry-After`` header is honoured up to ``retry_after_max``).
         retry_after_max: longest ``Retry-After`` wait accepted; a longer one fails at once.
-        concurrency: requests in flight at once (across every caller of this client).
+        concurrency: requests in flight at once (across every caller of this client);
+            ``None``: follow the run's ``run.concurrency`` (:meth:`HttpClient.follow_concurrency`),
+            :data:`DEFAULT_CONCURRENCY` outside a run. A number caps it (a rate-limited server).
         headers: extra request headers (e.g. an organisation); not part of identities.
     """
 
@@ -85,7 +89,7 @@ class Endpoint:
     backoff: float = 0.5
     backoff_max: float = 20.0
     retry_after_max: float = 120.0
-    concurrency: int = 8
+    concurrency: int | None = None
     headers: dict[str, str] = field(default_factory=dict)
 
     def resolved_base_url(self) -> str:
@@ -215,6 +219,36 @@ class BackgroundLoop:
         loop.close()
 
 
+class ShardedPool:
+    """``n`` connections as several httpx clients of at most :attr:`SHARD` connections each; a
+    request goes to the least busy one.
+
+    httpcore's pool assigns requests to connections with a scan over both on every state change,
+    so one pool of 64 connections spends ~10 ms of CPU per request (measured: 384 requests at 64
+    in flight took 8x the server's time); shards of 16 keep it at ~1 ms (benchmarks/README.md,
+    pipeline section).
+    """
+
+    SHARD = 16
+
+    def __init__(self, n: int, make: Callable[[int], Any]):
+        sizes = [self.SHARD] * (n // self.SHARD) + ([n % self.SHARD] if n % self.SHARD else [])
+        self.clients = [make(size) for size in sizes]
+        self._busy = [0] * len(self.clients)
+
+    async def request(self, method: str, url: str, **kwargs: Any) -> Any:
+        i = min(range(len(self.clients)), key=self._busy.__getitem__)
+        self._busy[i] += 1
+        try:
+            return await self.clients[i].request(method, url, **kwargs)
+        finally:
+            self._busy[i] -= 1
+
+    async def aclose(self) -> None:
+        for c in self.clients:
+            await c.aclose()
+
+
 class HttpClient:
     """JSON requests to one OpenAI-compatible server, with retries and bounded concurrency.
 
@@ -224,7 +258,7 @@ class HttpClient:
     """
 
     def __init__(self, endpoint: Endpoint, *, who: str = "HTTP client"):
-        if endpoint.concurrency < 1:
+        if endpoint.concurrency is not None and endpoint.concurrency < 1:
             raise InputError(f"{who}: concurrency must be at least 1, got {endpoint.concurrency}")
         if endpoint.retries < 0:
             raise InputError(f"{who}: retries must be 0 or more, got {endpoint.retries}")
@@ -238,6 +272,22 @@ class HttpClient:
         self._client = None
         self._sem: asyncio.Semaphore | None = None
         self._rng = random.Random()
+        self._follow: int | None = None
+
+    @property
+    def concurrency(self) -> int:
+        """Requests in flight at most: the endpoint's cap, else the run's, else the default."""
+        return self.endpoint.concurrency or self._follow or DEFAULT_CONCURRENCY
+
+    def follow_concurrency(self, n: int, *, cap_field: str = "concurrency") -> dict:
+        """Follow a run's ``run.concurrency`` ``n`` unless the endpoint sets a cap; returns
+        ``{"limit", "capped_by"}`` (``capped_by``: ``cap_field`` when the endpoint caps, else ``None``)."""
+        before = self.concurrency
+        self._follow = max(1, int(n))
+        if self.concurrency != before and self._client is not None:  # new limits for the next requests
+            client, self._client = self._client, None
+            asyncio.run_coroutine_threadsafe(client.aclose(), self._bg.loop)
+        return {"limit": self.concurrency, "capped_by": cap_field if self.endpoint.concurrency else None}
 
     def _url(self, path: str) -> str:
         return path if path.startswith(("http://", "https://")) else f"{self.base_url}/{path.lstrip('/')}"
@@ -249,9 +299,11 @@ class HttpClient:
             key = self.endpoint.resolved_api_key()
             if key:
                 headers["Authorization"] = f"Bearer {key}"
-            limits = httpx.Limits(max_connections=self.endpoint.concurrency, max_keepalive_connections=self.endpoint.concurrency)
-            self._client = httpx.AsyncClient(headers=headers, timeout=httpx.Timeout(self.endpoint.timeout), limits=limits)
-            self._sem = asyncio.Semaphore(self.endpoint.concurrency)
+            n = self.concurrency
+            self._client = ShardedPool(n, lambda size: httpx.AsyncClient(
+                headers=headers, timeout=httpx.Timeout(self.endpoint.timeout),
+                limits=httpx.Limits(max_connections=size, max_keepalive_connections=size)))
+            self._sem = asyncio.Semaphore(n)
         return self._client
 
     async def _send(self, method: str, path: str, payload: Any = None,
@@ -345,8 +397,46 @@ class HttpClient:
 
 
 # -- images -------------------------------------------------------------------------------
-@functools.lru_cache(maxsize=256)
+class _BytesLRU:
+    """A thread-safe LRU map of strings bounded by their total length (bytes, for ASCII)."""
+
+    def __init__(self, max_bytes: int):
+        self.max_bytes = max_bytes
+        self._items: OrderedDict[Any, str] = OrderedDict()
+        self._bytes = 0
+        self._lock = threading.Lock()
+
+    def get(self, key: Any) -> str | None:
+        with self._lock:
+            value = self._items.get(key)
+            if value is not None:
+                self._items.move_to_end(key)
+            return value
+
+    def put(self, key: Any, value: str) -> None:
+        with self._lock:
+            old = self._items.pop(key, None)
+            self._bytes += len(value) - (len(old) if old is not None else 0)
+            self._items[key] = value
+            while self._bytes > self.max_bytes and len(self._items) > 1:
+                self._bytes -= len(self._items.popitem(last=False)[1])
+
+
+#: encoded images by (path, size, mtime, max_side, quality): a run sends the same gallery images
+#: again and again (the verifier's candidates), and encoding one costs milliseconds of CPU
+_DATA_URLS = _BytesLRU(64 << 20)
+
+
 def _data_url(path: str, size: int, mtime_ns: int, max_side: int, quality: int) -> str:
+    key = (path, size, mtime_ns, max_side, quality)
+    hit = _DATA_URLS.get(key)
+    if hit is None:
+        hit = _encode_data_url(path, max_side, quality)
+        _DATA_URLS.put(key, hit)
+    return hit
+
+
+def _encode_data_url(path: str, max_side: int, quality: int) -> str:
     from ...framework.images import load_rgb
 
     im = load_rgb(path, min_side=max_side or None)  # a big JPEG is decoded at a reduced DCT scale

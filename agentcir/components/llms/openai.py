@@ -221,5 +221,9 @@ class OpenAILLM(PromptedLLM):
     def _run(self, coro: Coroutine) -> Any:
         return self.http.run(coro)
 
+    def follow_concurrency(self, n: int) -> dict:
+        """Requests in flight follow the run's ``run.concurrency`` unless ``llm.concurrency`` caps them."""
+        return self.http.follow_concurrency(n, cap_field="llm.concurrency")
+
     def close(self) -> None:
         self.http.close()

@@ -87,6 +87,16 @@ def error_body(message: str, kind: str = "server_error") -> dict:
     return {"error": {"message": message, "type": kind}}
 
 
+class _Server(ThreadingHTTPServer):
+    request_queue_size = 512  # listen backlog: a pipeline opens one connection per call slot at once
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        import sys
+
+        if not isinstance(sys.exc_info()[1], (ConnectionError, TimeoutError)):  # a killed client is no error
+            super().handle_error(request, client_address)
+
+
 class ScriptedServer:
     """Threaded HTTP server on ``127.0.0.1`` (a free port) answering from per-path scripts.
 
@@ -189,14 +199,7 @@ class ScriptedServer:
 
             do_POST = do_GET = _handle
 
-        class Server(ThreadingHTTPServer):
-            def handle_error(self, request: Any, client_address: Any) -> None:
-                import sys
-
-                if not isinstance(sys.exc_info()[1], (ConnectionError, TimeoutError)):  # a killed client is no error
-                    super().handle_error(request, client_address)
-
-        self._httpd = Server(("127.0.0.1", 0), Handler)
+        self._httpd = _Server(("127.0.0.1", 0), Handler)
         self._httpd.daemon_threads = True
         self._thread = threading.Thread(target=self._httpd.serve_forever, kwargs={"poll_interval": 0.05},
                                         name="scripted-openai", daemon=True)

@@ -12,7 +12,7 @@ with a reply that states no answer is its ``unclear`` setting: count it as ``no`
 from __future__ import annotations
 
 import logging
-from typing import Any, Callable
+from typing import Any, Awaitable, Callable
 
 from ...framework.errors import InputError
 from ...framework.parsing import ReplyParseError, parse_bool_reply
@@ -41,11 +41,24 @@ def ask(run: Callable[[], Any], policy: str, *, what: str) -> bool:
     try:
         return parse_bool_reply(run(), what=what)
     except ReplyParseError as e:
-        default = UNCLEAR_POLICIES[policy]
-        if default is None:
-            raise
-        log.warning("%s; counted as %s (unclear='%s')", e, "yes" if default else "no", policy)
-        return default
+        return _unclear(e, policy)
+
+
+def _unclear(e: ReplyParseError, policy: str) -> bool:
+    default = UNCLEAR_POLICIES[policy]
+    if default is None:
+        raise e
+    log.warning("%s; counted as %s (unclear='%s')", e, "yes" if default else "no", policy)
+    return default
+
+
+async def aask(run: Callable[[], Awaitable[Any]], policy: str, *, what: str) -> bool:
+    """:func:`ask` of an async LLM call."""
+    try:
+        reply = await run()
+    except ReplyParseError as e:
+        return _unclear(e, policy)
+    return decide(reply, policy, what=what)
 
 
 def decide(reply: Any, policy: str, *, what: str) -> bool:

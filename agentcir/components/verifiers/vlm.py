@@ -10,7 +10,7 @@ from typing import ClassVar
 from ...framework.errors import InputError
 from ...framework.interfaces import Verifier
 from ...registry import VERIFIERS
-from .answers import ask, check_policy
+from .answers import aask, ask, check_policy
 
 
 #: how ``check`` reads a reply (config field ``reading``)
@@ -56,20 +56,30 @@ class VLMVerifier(Verifier):
             raise InputError(f"verifier 'vlm': field 'reading' must be one of {', '.join(READINGS)}, "
                              f"got {self.cfg.reading!r}")
 
+    def _verify_request(self, candidate: Path, instruction: str, reference: Path | None,
+                        reference_caption: str | None) -> tuple[dict, list[Path], str]:
+        variables = {"modification": instruction, "reference_caption": reference_caption or "unknown"}
+        if reference is not None:
+            return variables, [Path(reference), Path(candidate)], self.cfg.verify_prompt
+        if reference_caption:
+            return variables, [Path(candidate)], self.cfg.verify_caption_prompt
+        raise InputError("verifier 'vlm': verify needs the reference image or the reference's caption "
+                         "(reference= or reference_caption=)")
+
     def verify(self, candidate: Path, instruction: str, *, reference: Path | None = None,
                caption: str | None = None, reference_caption: str | None = None) -> bool:
         """Does ``candidate`` show the reference changed by ``instruction``? (``caption``, the
         candidate's caption, is not used: the VLM looks at the image.)"""
-        variables = {"modification": instruction, "reference_caption": reference_caption or "unknown"}
-        if reference is not None:
-            images, prompt = [Path(reference), Path(candidate)], self.cfg.verify_prompt
-        elif reference_caption:
-            images, prompt = [Path(candidate)], self.cfg.verify_caption_prompt
-        else:
-            raise InputError("verifier 'vlm': verify needs the reference image or the reference's caption "
-                             "(reference= or reference_caption=)")
+        variables, images, prompt = self._verify_request(candidate, instruction, reference, reference_caption)
         return ask(lambda: self.llm.run_task("verify", variables, images=images, prompt=prompt), self.cfg.unclear,
                    what=f"yes/no answer of verifier 'vlm' for '{candidate}'")
+
+    async def averify(self, candidate: Path, instruction: str, *, reference: Path | None = None,
+                      caption: str | None = None, reference_caption: str | None = None) -> bool:
+        """:meth:`verify` awaiting the LLM (no thread held while the endpoint answers)."""
+        variables, images, prompt = self._verify_request(candidate, instruction, reference, reference_caption)
+        return await aask(lambda: self.llm.arun_task("verify", variables, images=images, prompt=prompt),
+                          self.cfg.unclear, what=f"yes/no answer of verifier 'vlm' for '{candidate}'")
 
     def check(self, statement: str, *, candidate: Path | None = None, caption: str | None = None) -> bool:
         """Is ``statement`` true of the candidate image? (needs ``candidate``)"""
@@ -83,3 +93,11 @@ class VLMVerifier(Verifier):
         return ask(lambda: self.llm.run_task("answer", {"statement": statement}, images=[Path(candidate)],
                                              prompt=self.cfg.answer_prompt),
                    self.cfg.unclear, what=f"true/false answer of verifier 'vlm' for '{candidate}'")
+
+    async def acheck(self, statement: str, *, candidate: Path | None = None, caption: str | None = None) -> bool:
+        """:meth:`check` awaiting the LLM (no thread held while the endpoint answers)."""
+        if candidate is None:
+            return self.check(statement, candidate=candidate, caption=caption)  # raises the InputError
+        return await aask(lambda: self.llm.arun_task("answer", {"statement": statement}, images=[Path(candidate)],
+                                                     prompt=self.cfg.answer_prompt),
+                          self.cfg.unclear, what=f"true/false answer of verifier 'vlm' for '{candidate}'")
