@@ -48,6 +48,9 @@ class FeaturesEncoder(Encoder):
             texts are refused.
     """
 
+    #: the files count by content (model_identity), not by where they lie
+    volatile_fields = (*Encoder.volatile_fields, "path")
+
     @dataclass
     class Config:
         path: str = ""
