@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Dict, Sequence
 
 from ..kernels.dispatch import BACKENDS as KERNEL_BACKENDS
 from ..registry import REGISTRIES, ConfigError, make_config
@@ -43,6 +43,8 @@ class RunConfig:
             captioner), ``dataset`` or ``captioner``.
         show: how many queries' rankings to print at the end.
         fresh: ignore a previous run directory of the same name (start over).
+        imports: stage outputs read from files instead of computed, ``{stage: FILE or sources}``
+            (:mod:`agentcir.framework.imports`).
     """
 
     root: str = "runs"
@@ -54,6 +56,7 @@ class RunConfig:
     gallery_captions: str = "auto"
     show: int = 3
     fresh: bool = False
+    imports: Dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass

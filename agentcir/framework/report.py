@@ -62,9 +62,12 @@ def write_report(result: "RunResult") -> None:
     cost = ["| stage | model calls | cache hits | failures | wall s | resumed queries |", "|---|---|---|---|---|---|"]
     for name, s in result.stats.items():
         cost.append(f"| {name} | {s.calls} | {s.cache_hits} | {s.failures} | {s.wall_s:.2f} | {s.resumed_queries} |")
+    imported = "".join(f"Stage `{st}` imported for {v['queries']} queries ({', '.join(v['fields'])}) from "
+                       f"{', '.join(f'`{f}`' for f in v['files']) or 'the queries'}.\n\n"
+                       for st, v in result.metrics.get("imports", {}).items())
     stage_rows = {f"after {name}": m for name, m in result.metrics.get("stages", {}).items()}
     text = (f"# Run `{d.name}`\n\n"
-            f"{result.metrics.get('subset', '')}\n\n"
+            f"{result.metrics.get('subset', '')}\n\n{imported}"
             f"Queries: {result.metrics['num_queries']}; gallery: {result.metrics['gallery_size']} items "
             f"({result.metrics['gallery_skipped']} skipped as unreadable); wall time {result.metrics['wall_s']:.1f} s.\n\n"
             f"## Metrics\n\n{metrics_table({'final': result.metrics['final'], **stage_rows})}\n"

@@ -376,6 +376,7 @@ def gallery_dir(root: Path, dataset_key: str, items_hash: str, encoder_identity:
 def run_recipe(recipe: dict[str, Any], *, pool=None, progress: bool | None = None) -> RunResult:
     """Run a resolved recipe end to end (resuming its run directory) and write its report."""
     from .cache import open_call_cache
+    from .imports import apply_imports, imports_identity, parse_imports
     from .recipe import ComponentPool
     from .report import write_report
 
@@ -398,6 +399,9 @@ def run_recipe(recipe: dict[str, Any], *, pool=None, progress: bool | None = Non
     if not queries:
         raise InputError(f"dataset '{recipe['dataset']['name']}' has no queries")
     inputs = {"method": method.identity, "gallery": gdir.name, "queries": stable_hash(queries)}
+    imports = parse_imports(run.get("imports"))
+    if imports:
+        inputs["imports"] = imports_identity(imports)
     if method.needs_captions and (run["gallery_captions"] == "captioner"
                                   or (run["gallery_captions"] == "auto" and gallery.captions("dataset") is None)):
         inputs["captioner"] = pool.get("captioner").identity
@@ -407,6 +411,7 @@ def run_recipe(recipe: dict[str, Any], *, pool=None, progress: bool | None = Non
                      kernels=recipe["kernels"]["backend"])
     state = RunState(queries=queries, gallery=gallery)
     prepare = [caption_stage(pool, run["gallery_captions"])] if method.needs_captions else []
+    imported = apply_imports(state.traces, queries, imports, [s.name for s in (*prepare, *method.stages())])
     t0 = time.perf_counter()
     asyncio.run(Runner(method, ctx, state, prepare=prepare).execute())
     wall = time.perf_counter() - t0
@@ -415,7 +420,7 @@ def run_recipe(recipe: dict[str, Any], *, pool=None, progress: bool | None = Non
     metrics = {"final": dataset.evaluate(state.candidates, queries, gallery),
                "stages": {name: dataset.evaluate(c, queries, gallery) for name, c in state.stage_candidates.items()},
                "subset": dataset.subset_note(), "num_queries": len(queries), "gallery_size": len(gallery),
-               "gallery_skipped": len(gallery.skipped), "wall_s": round(wall, 3)}
+               "gallery_skipped": len(gallery.skipped), "wall_s": round(wall, 3), "imports": imported}
     result = RunResult(run_dir, recipe, queries, gallery, state.candidates, metrics, ctx.stats, state)
     write_report(result)
     return result
