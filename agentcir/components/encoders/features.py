@@ -60,9 +60,6 @@ class FeaturesEncoder(Encoder):
 
     def __init__(self, cfg=None, **deps):
         super().__init__(cfg, **deps)
-        if not self.cfg.path:
-            raise InputError("encoder 'features': field 'path' is empty (a feature file or folder, e.g. "
-                             "encoder.path=ROOT/preload)")
         if self.cfg.text and not isinstance(self.cfg.text.get("name"), str):
             raise InputError("encoder 'features': field 'text' must name an encoder (text.name=open_clip ...), got "
                              f"{dict(self.cfg.text)}")
@@ -72,6 +69,9 @@ class FeaturesEncoder(Encoder):
     # -- files ----------------------------------------------------------------------------
     @functools.cached_property
     def tables(self) -> dict[str, FeatureTable]:
+        if not self.cfg.path:
+            raise InputError("encoder 'features': field 'path' is empty (a feature file or folder, e.g. "
+                             "encoder.path=ROOT/preload)")
         return load_tables(self.cfg.path, self.cfg.arch)
 
     @functools.cached_property
@@ -83,6 +83,8 @@ class FeaturesEncoder(Encoder):
 
     def model_identity(self) -> str:
         text = self.text_encoder.identity if self.text_encoder is not None else ""
+        if not self.cfg.path or not Path(self.cfg.path).expanduser().exists():  # any use says why
+            return f"missing:{self.cfg.path}:{text}"
         return f"{files_identity(self.cfg.path, self.cfg.arch)}:{text}"
 
     @property

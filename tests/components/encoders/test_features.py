@@ -106,7 +106,7 @@ def test_npy_and_parquet_layouts(tmp_path):
 
 def test_bad_inputs_are_named(tmp_path):
     with pytest.raises(InputError, match="field 'path' is empty"):
-        ENCODERS.build("features", {})
+        ENCODERS.build("features", {}).encode_images(["features:img_features/a"])
     with pytest.raises(InputError, match="neither a feature file nor a folder"):
         ENCODERS.build("features", {"path": str(tmp_path / "none")}).tables
     np.save(tmp_path / "g.npy", np.zeros((2, 3), np.float32))
