@@ -58,6 +58,11 @@ def cmd_run(args) -> int:
 
         print(yaml.safe_dump(recipe, sort_keys=False))
         return 0
+    if args.plan:
+        from .framework.plan import plan_recipe
+
+        print(plan_recipe(recipe).render(), end="")
+        return 0
     result = run_recipe(recipe, progress=False if args.quiet else None)
     show = recipe["run"]["show"]
     g = result.gallery
@@ -72,6 +77,8 @@ def cmd_run(args) -> int:
     m = result.metrics["final"]
     line = "  ".join(f"{k}={v:.2f}" for k, v in m.items() if isinstance(v, (int, float)))
     print(f"\nmetrics ({len(result.queries)} queries, gallery {len(g)}): {line}")
+    for st, v in result.metrics.get("imports", {}).items():
+        print(f"imported: stage {st} for {v['queries']} queries ({', '.join(v['fields'])})")
     print(f"run directory: {result.dir}  (report.md, metrics.json, rankings.jsonl)")
     return 0
 
@@ -299,6 +306,8 @@ def build_parser() -> argparse.ArgumentParser:
                                    "Re-running the same recipe resumes its run directory.")
     _add_recipe_args(p)
     p.add_argument("--print-recipe", action="store_true", help="print the resolved recipe and exit")
+    p.add_argument("--plan", action="store_true", help="print the model calls, tokens and cost the run would make "
+                   "(per stage and component; prices from run.prices) without calling any model, and exit")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bars")
 
     p = sub.add_parser("list", help="registered keys per component kind")

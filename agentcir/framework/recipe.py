@@ -45,6 +45,8 @@ class RunConfig:
         fresh: ignore a previous run directory of the same name (start over).
         imports: stage outputs read from files instead of computed, ``{stage: FILE or sources}``
             (:mod:`agentcir.framework.imports`).
+        prices: per component kind, ``input_per_1m`` / ``output_per_1m`` / ``per_call`` / ``per_item``
+            (the cost estimate of ``agentcir run --plan``, :mod:`agentcir.framework.plan`).
     """
 
     root: str = "runs"
@@ -57,6 +59,7 @@ class RunConfig:
     show: int = 3
     fresh: bool = False
     imports: Dict[str, Any] = field(default_factory=dict)
+    prices: Dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
@@ -68,7 +71,7 @@ class KernelsConfig:
 
 
 #: run settings that cannot change results (excluded from the run's identity)
-VOLATILE_RUN_FIELDS = ("concurrency", "progress", "show", "fresh", "name", "root", "cache")
+VOLATILE_RUN_FIELDS = ("concurrency", "progress", "show", "fresh", "name", "root", "cache", "prices")
 
 
 def _hydra_compose(overrides: Sequence[str], config_name: str, recipes_dir: Path, extra_dirs: Sequence[str]):

@@ -312,7 +312,9 @@ def resolve_run_dir(recipe: dict[str, Any]) -> Path:
     if run.get("name"):
         return Path(run["root"]) / run["name"]
     identity = {k: v for k, v in recipe.items() if k != "run"}
-    identity["run"] = {k: v for k, v in run.items() if k not in ("concurrency", "progress", "show", "fresh", "name", "root", "cache")}
+    identity["run"] = {k: v for k, v in run.items()  # (no imports: the name a recipe had before run.imports existed)
+                       if k not in ("concurrency", "progress", "show", "fresh", "name", "root", "cache", "prices")
+                       and not (k == "imports" and not v)}
     h = stable_hash(identity, n=10)
     return Path(run["root"]) / f"{recipe['method']['name']}-{recipe['dataset']['name']}-{h}"
 
