@@ -11,6 +11,8 @@ from agentcir.framework.plan import plan_recipe
 from agentcir.framework.recipe import compose
 from agentcir.framework.runner import resolve_run_dir, run_recipe
 
+from .datasets.conftest import make_release
+
 pytest.importorskip("httpx", reason="needs the llm extra (the OpenAI client)")
 
 
@@ -42,24 +44,28 @@ def test_plan_calls_no_model_and_counts_the_calls(tmp_path):
 
 
 def test_plan_reads_the_cache_and_imports(tmp_path, capsys):
-    args = ["method=image_text_sum", "dataset.limit=5", f"run.root={tmp_path}", "run.progress=false"]
+    pytest.importorskip("torch")
+    root = make_release(tmp_path / "rel", [(f"r/{i % 3}", f"t/{i}", f"edit {i}") for i in range(6)])
+    args = ["method=image_only", "dataset=webvid_covr", f"dataset.root={root}", "encoder=features",
+            f"encoder.path={root}/preload", "encoder.arch=ViT-B/32", f"run.root={tmp_path / 'runs'}", "run.progress=false"]
     before = plan_recipe(compose(args))
-    assert before.total_calls == 2  # the index and the texts (the references are gallery images)
+    assert before.total_calls == 2  # the index, the reference images
+    assert before.rows[("embed", "encoder:features", "encode_images")].items == 3  # 3 distinct references
     run_recipe(compose(args), progress=False)
     after = plan_recipe(compose(args))
     assert after.total_calls == 0 and all(r.calls == 0 for r in after.rows.values())
-    assert sum(r.cached for r in after.rows.values()) > 0
+    assert after.rows[("embed", "encoder:features", "encode_images")].cached == 3
     assert main(["run", "--plan", *args]) == 0
     out = capsys.readouterr().out
     assert "no model was called" in out and "total: 0 model calls" in out
     # imported stages make no calls in the plan either
     trace = tmp_path / "reason.jsonl"
-    q = [json.loads(line)["query"] for line in (resolve_run_dir(compose(args)) / "rankings.jsonl").open()]
-    trace.write_text("".join(json.dumps({"query": i, "record": {"reference_caption": "x", "target_caption": f"y {i}"}})
-                             + "\n" for i in q))
+    trace.write_text("".join(json.dumps({"query": str(i), "record": {"reference_caption": "x", "target_caption": f"y {i}"}})
+                             + "\n" for i in range(6)))
     p = plan_recipe(compose(["method=cirevl", *args[1:], f"+run.imports.reason={trace}"]))
-    assert p.imported["reason"]["queries"] == 5
-    assert not any(c.startswith("llm:") or c.startswith("captioner:") for _, c, _ in p.rows)
+    assert p.imported["reason"]["queries"] == 6
+    assert not any(c.startswith(("llm:", "captioner:")) for _, c, _ in p.rows), p.rows
+    assert p.rows[("retrieve", "encoder:features", "encode_texts")].calls == 1
 
 
 def test_bad_prices_are_named(tmp_path):
