@@ -11,13 +11,15 @@ the call and answers offline:
 - the gallery index counts as cached when the run's gallery folder is built already;
   imported stages (``run.imports``) make no calls, as in a run;
 - LLM replies come from the offline ``rules`` model (so parsing and the next stages go on);
-  the verifier answers "no", so every candidate up to the method's depth is judged: the
-  verification count is an upper bound; an agent's chat gets an empty reply (one turn per
-  query: a lower bound); embeddings are hash-seeded unit vectors.
+  the verifier answers "no", so every verified query uses its whole depth (which queries an
+  uncertainty gate lets through depends on the real scores); an agent's chat gets an empty
+  reply (one turn per query: a lower bound); embeddings are hash-seeded unit vectors.
 
 Tokens: an LLM call's input is its rendered prompt (the task's prompt file with the call's
 variables; ~4 characters a token) plus ``image_tokens`` per image; its output is the stand-in
-reply's length, which only indicates the size of the answer the task asks for. Cost comes
+reply's length, which only indicates the size of the answer the task asks for. A captioner,
+detector or verifier backed by an LLM (the ``vlm`` ones) is one LLM request per call: its
+prompt file and images in, :data:`OUT_TOKENS` out, priced as ``llm``. Cost comes
 from ``run.prices``: per component kind, ``input_per_1m`` / ``output_per_1m`` (per million
 tokens), ``per_call`` and ``per_item`` (an image or a text embedded), e.g.
 ``run.prices.llm.input_per_1m=0.15 run.prices.llm.output_per_1m=0.6 run.prices.generator.per_call=0.04``.
@@ -58,6 +60,8 @@ DIM = 64
 CHARS_PER_TOKEN = 4.0
 IMAGE_TOKENS = 765  # a 768-px image at OpenAI's high detail (85 + 4 x 170)
 PRICE_FIELDS = ("input_per_1m", "output_per_1m", "per_call", "per_item")
+#: output tokens assumed for a VLM-backed component's reply (a caption, an object list, a yes/no, true/false)
+OUT_TOKENS = {"caption": 30, "detect": 40, "verify": 5, "check": 3}
 
 __all__ = ["Plan", "plan_recipe", "OPS"]
 
@@ -69,6 +73,7 @@ class Row:
     cached: int = 0
     input_tokens: int = 0
     output_tokens: int = 0
+    priced_as: str = ""  # "llm" for a VLM-backed captioner / detector / verifier
 
 
 @dataclass
@@ -83,7 +88,8 @@ class Plan:
     notes: list[str] = field(default_factory=list)
 
     def cost(self, component: str, row: Row) -> float | None:
-        p = self.prices.get(component.split(":")[0]) or self.prices.get(component)
+        kind = component.split(":")[0]
+        p = self.prices.get(component) or self.prices.get(kind) or (self.prices.get(row.priced_as) if row.priced_as else None)
         if not p:
             return None
         return (row.input_tokens * p.get("input_per_1m", 0.0) + row.output_tokens * p.get("output_per_1m", 0.0)) / 1e6 \
@@ -167,13 +173,25 @@ class _Recorder:
         finally:
             self._mute.active = False
 
-    def record(self, comp, op: str, items: int = 1, tin: int = 0, tout: int = 0) -> None:
+    def record_vlm(self, comp, op: str, prompt_field: str, images: int, tout: int) -> None:
+        """A captioner / detector / verifier call; one backed by an LLM (``comp.llm``: the VLM ones)
+        is one LLM request: its prompt file and images are its input tokens, priced as the LLM."""
+        if getattr(comp, "llm", None) is None:
+            return self.record(comp, op)
+        try:
+            text = comp.prompt(prompt_field).text if prompt_field in comp.prompt_fields else ""
+        except Exception:  # a prompt that cannot be read now fails in the run, not in the plan
+            text = ""
+        self.record(comp, op, 1, math.ceil(len(text) / CHARS_PER_TOKEN) + self.image_tokens * images, tout, priced_as="llm")
+
+    def record(self, comp, op: str, items: int = 1, tin: int = 0, tout: int = 0, priced_as: str = "") -> None:
         if getattr(self._mute, "active", False):
             return
         with self.lock:
             r = self.plan.rows[(self.stage or "index", self.name(comp), op)]
             r.calls += 1
             r.items += items
+            r.priced_as = priced_as or r.priced_as
             r.input_tokens += tin
             r.output_tokens += tout
 
@@ -210,7 +228,7 @@ class _Recorder:
             return ChatReply("")
 
         def caption(self, image):
-            rec.record(self, "caption")
+            rec.record_vlm(self, "caption", "prompt", 1, OUT_TOKENS["caption"])
             return "a photo"
 
         def generate(self, description, *, reference=None):
@@ -218,15 +236,15 @@ class _Recorder:
             return rec.tmp / f"proxy-{stable_hash(description, str(reference), n=12)}.png"
 
         def detect(self, image):
-            rec.record(self, "detect")
+            rec.record_vlm(self, "detect", "prompt", 1, OUT_TOKENS["detect"])
             return [{"label": "object", "score": 1.0, "box": None}]
 
         def verify(self, candidate, instruction, *, reference=None, caption=None, reference_caption=None):
-            rec.record(self, "verify")
+            rec.record_vlm(self, "verify", "verify_prompt", 2 if reference is not None else 1, OUT_TOKENS["verify"])
             return False
 
         def check(self, statement, *, candidate=None, caption=None):
-            rec.record(self, "check")
+            rec.record_vlm(self, "check", "answer_prompt", 1 if candidate is not None else 0, OUT_TOKENS["check"])
             return False
 
         return {k: v for k, v in locals().items() if callable(v) and k != "rec" and not k.startswith("_")}
@@ -312,7 +330,8 @@ def plan_recipe(recipe: dict[str, Any], *, pool=None, image_tokens: int = IMAGE_
         asyncio.run(Runner(method, ctx, state, prepare=prepare).execute())
     assert identities == {k: c.identity for k, c in components.items()}
     if any(o == "verify" for _, _, o in plan.rows):
-        plan.notes.append("verification counted at its most: every candidate up to the method's depth is judged")
+        plan.notes.append("verification: the stand-in verifier says no, so every gated query uses its whole depth "
+                          "(alpha); which queries pass the uncertainty gate depends on the real scores")
     if any(o == "chat" for _, _, o in plan.rows):
         plan.notes.append("agent chats counted at one turn per query (a lower bound)")
     if any(o == "run_task" for _, _, o in plan.rows):

@@ -22,6 +22,7 @@ def test_plan_calls_no_model_and_counts_the_calls(tmp_path):
     with ScriptedServer() as srv:
         srv.script("/chat/completions", [Step(json=chat_completion("{}"))])
         recipe = compose(["method=octopus", "llm=openai", f"llm.base_url={srv.base_url}", "llm.model=m",
+                          "captioner=vlm", "run.gallery_captions=captioner",
                           "dataset.limit=4", f"run.root={tmp_path}", "+run.prices.llm.input_per_1m=1.0",
                           "+run.prices.llm.output_per_1m=2.0", "+run.prices.verifier.per_call=0.5"])
         plan = plan_recipe(recipe)
@@ -37,7 +38,10 @@ def test_plan_calls_no_model_and_counts_the_calls(tmp_path):
     assert tin > 8 * 20  # the rendered prompts
     j = plan.to_json()
     ver = rows.get(("verify", "verifier:contrast", "verify"))
-    want = sum((r.input_tokens * 1.0 + r.output_tokens * 2.0) / 1e6 for (s, c, o), r in rows.items() if c.startswith("llm:")) \
+    cap = rows[("gallery_captions", "captioner:vlm", "caption")]  # one VLM request per gallery image
+    assert cap.calls == plan.gallery_size and cap.input_tokens > cap.calls * 765 and cap.priced_as == "llm"
+    want = sum((r.input_tokens * 1.0 + r.output_tokens * 2.0) / 1e6 for (s, c, o), r in rows.items()
+               if c.startswith("llm:") or r.priced_as == "llm") \
         + (ver.calls * 0.5 if ver else 0)
     assert j["total_cost"] == pytest.approx(want)
     assert not resolve_run_dir(recipe).exists() and not (tmp_path / "_galleries").exists()  # nothing written
