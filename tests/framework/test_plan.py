@@ -39,7 +39,7 @@ def test_plan_calls_no_model_and_counts_the_calls(tmp_path):
     j = plan.to_json()
     ver = rows.get(("verify", "verifier:contrast", "verify"))
     cap = rows[("gallery_captions", "captioner:vlm", "caption")]  # one VLM request per gallery image
-    assert cap.calls == plan.gallery_size and cap.input_tokens > cap.calls * 765 and cap.priced_as == "llm"
+    assert cap.calls + cap.cached == plan.gallery_size and cap.input_tokens > cap.calls * 765 and cap.priced_as == "llm"
     want = sum((r.input_tokens * 1.0 + r.output_tokens * 2.0) / 1e6 for (s, c, o), r in rows.items()
                if c.startswith("llm:") or r.priced_as == "llm") \
         + (ver.calls * 0.5 if ver else 0)
