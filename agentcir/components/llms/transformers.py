@@ -1,9 +1,16 @@
 """``llm=transformers``: a local causal language model (Hugging Face ``transformers``).
 
 For users with weights on disk (or in the local Hugging Face cache): nothing is downloaded
-at run time. Text only (use ``llm=openai`` against a local vLLM / Ollama server for a VLM).
-The model loads on first use; the prompt is the tokenizer's chat template (with ``tools``
-when given), or a plain ``Role: text`` transcript when the tokenizer has none. Decoding is
+at run time. The model loads on first use; the prompt is the tokenizer's chat template (with
+``tools`` when given), or a plain ``Role: text`` transcript when the tokenizer has none.
+
+**Vision-language models** (image-text-to-text: Qwen2.5-VL, InternVL3 in its transformers
+format, SmolVLM / Idefics3, LLaVA-OneVision, ...): with ``vision: auto`` a model folder whose
+``config.json`` has a ``vision_config`` and that ships a processor is loaded with
+``AutoProcessor`` + ``AutoModelForImageTextToText``; a message's image parts become
+``{"type": "image"}`` entries of the processor's chat template and the decoded images go to
+the processor, so ``captioner=vlm``, ``verifier=vlm`` and ``detector=vlm`` run on one GPU
+without a server. A text-only model given an image fails with an error naming it. Decoding is
 greedy unless ``temperature > 0``. Tool calls are read from ``<tool_call>{...}</tool_call>``
 blocks (the Hermes / Qwen convention) or from a reply that is one JSON object with
 ``name`` and ``arguments``.
@@ -13,6 +20,7 @@ Needs the ``hf`` extra (``torch``, ``transformers``).
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 import threading
@@ -72,11 +80,13 @@ class TransformersLLM(PromptedLLM):
         trust_remote_code: allow the model folder's own Python code.
         chat_template: a Jinja chat template overriding the tokenizer's.
         parse_retries: times a task reply that does not parse is answered with a correction.
+        vision: ``auto`` (a vision-language model when the folder has a ``vision_config`` and a
+            processor), ``true`` or ``false``.
     """
 
-    vision: ClassVar[bool] = False
     volatile_fields: ClassVar[tuple[str, ...]] = ("device", "parse_retries", "local_files_only", "progress")
     DTYPES: ClassVar[tuple[str, ...]] = ("auto", "float32", "bfloat16", "float16")
+    VISION: ClassVar[tuple[str, ...]] = ("auto", "true", "false")
 
     @dataclass
     class Config:
@@ -92,6 +102,7 @@ class TransformersLLM(PromptedLLM):
         trust_remote_code: bool = False
         chat_template: str | None = None
         parse_retries: int = 1
+        vision: str = "auto"
 
     def __init__(self, cfg: Any = None, **deps: Any):
         super().__init__(cfg, **deps)
@@ -99,7 +110,10 @@ class TransformersLLM(PromptedLLM):
             raise InputError(f"llm 'transformers': dtype must be one of {', '.join(self.DTYPES)}, got '{self.cfg.dtype}'")
         if self.cfg.max_new_tokens < 1:
             raise InputError(f"llm 'transformers': max_new_tokens must be at least 1, got {self.cfg.max_new_tokens}")
+        if str(self.cfg.vision).lower() not in self.VISION:
+            raise InputError(f"llm 'transformers': vision must be one of {', '.join(self.VISION)}, got '{self.cfg.vision}'")
         self._model = None
+        self._processor = None
         self._tokenizer = None
         self._lock = threading.Lock()
 
@@ -121,6 +135,22 @@ class TransformersLLM(PromptedLLM):
             return f"hf:{self.cfg.model}@{self.cfg.revision or 'default'}"
         return f"weights:{weights_identity(folder)}"
 
+    @functools.cached_property
+    def vision(self) -> bool:  # type: ignore[override]
+        """Whether this is a vision-language model (see ``Config.vision``); reads config files only."""
+        choice = str(self.cfg.vision).lower()
+        if choice != "auto":
+            return choice == "true"
+        folder = self._local_folder()
+        if folder is None or not (folder / "config.json").is_file():
+            return False
+        try:
+            cfg = json.loads((folder / "config.json").read_text())
+        except (OSError, ValueError):
+            return False
+        has_processor = any((folder / f).is_file() for f in ("processor_config.json", "preprocessor_config.json"))
+        return isinstance(cfg, dict) and "vision_config" in cfg and has_processor
+
     @property
     def loaded(self) -> bool:
         return self._model is not None
@@ -134,10 +164,20 @@ class TransformersLLM(PromptedLLM):
             c = self.cfg
             kw = {"revision": c.revision, "local_files_only": c.local_files_only, "trust_remote_code": c.trust_remote_code}
             try:
-                tok = transformers.AutoTokenizer.from_pretrained(c.model, **kw)
                 dtype = "auto" if c.dtype == "auto" else getattr(torch, c.dtype)
-                model = transformers.AutoModelForCausalLM.from_pretrained(c.model, dtype=dtype, **kw)
-            except OSError as e:
+                if self.vision:
+                    proc = transformers.AutoProcessor.from_pretrained(c.model, **kw)
+                    tok = getattr(proc, "tokenizer", None)
+                    if tok is None:
+                        raise InputError(f"llm 'transformers': the processor of '{c.model}' has no tokenizer")
+                    model = transformers.AutoModelForImageTextToText.from_pretrained(c.model, dtype=dtype, **kw)
+                    if c.chat_template:
+                        proc.chat_template = c.chat_template
+                    self._processor = proc
+                else:
+                    tok = transformers.AutoTokenizer.from_pretrained(c.model, **kw)
+                    model = transformers.AutoModelForCausalLM.from_pretrained(c.model, dtype=dtype, **kw)
+            except (OSError, ValueError) as e:
                 raise InputError(f"llm 'transformers': cannot load model '{c.model}' ({_first_line(e)}); point llm.model "
                                  "at a folder holding the weights and tokenizer (nothing is downloaded at run time)") from None
             model.to(c.device).eval()
@@ -164,9 +204,36 @@ class TransformersLLM(PromptedLLM):
             out.append(msg)
         return out
 
+    @staticmethod
+    def _vision_messages(messages: list[dict]) -> tuple[list[dict], list]:
+        """Messages in the processor's format (image parts as ``{"type": "image"}``) and the
+        images, decoded, in order."""
+        from ...framework.images import load_rgb
+
+        out, images = [], []
+        for m in messages:
+            content = m.get("content")
+            parts = content if isinstance(content, list) else [{"type": "text", "text": content or ""}]
+            conv = []
+            for part in parts:
+                if isinstance(part, dict) and part.get("type") == "image":
+                    images.append(load_rgb(part.get("image")))
+                    conv.append({"type": "image"})
+                else:
+                    conv.append({"type": "text", "text": str(part.get("text", "")) if isinstance(part, dict) else str(part)})
+            out.append({"role": m.get("role", "user"), "content": conv})
+        return out, images
+
     def render(self, messages: list[dict], tools: list[dict] | None = None) -> str:
         """The prompt text the model sees for these messages."""
         _, tok = self._load()
+        if self._processor is not None:
+            if not getattr(self._processor, "chat_template", None):
+                raise InputError(f"llm 'transformers': the processor of '{self.cfg.model}' has no chat template; set "
+                                 f"llm.chat_template")
+            kw = {"tools": tools} if tools else {}
+            return self._processor.apply_chat_template(self._vision_messages(messages)[0], tokenize=False,
+                                                       add_generation_prompt=True, **kw)
         msgs = self._text_messages(messages)
         if getattr(tok, "chat_template", None):
             kw = {"tools": tools} if tools else {}
@@ -180,13 +247,21 @@ class TransformersLLM(PromptedLLM):
         lines += [f"{m['role'].capitalize()}: {m['content']}" for m in msgs]
         return "\n".join(lines) + "\nAssistant:"
 
-    def generate(self, prompt: str) -> str:
-        """Decode a reply to ``prompt`` (greedy at temperature 0)."""
+    def generate(self, prompt: str, images: list | None = None) -> str:
+        """Decode a reply to ``prompt`` (greedy at temperature 0); ``images`` (PIL) go to a
+        vision-language model's processor, in the order of the prompt's image tokens."""
         model, tok = self._load()
         torch = require("torch", "hf")
         c = self.cfg
-        has_template = bool(getattr(tok, "chat_template", None))
-        enc = tok(prompt, return_tensors="pt", add_special_tokens=not has_template).to(model.device)
+        if images and self._processor is None:
+            raise InputError(f"llm 'transformers': model '{c.model}' is text-only and cannot read {len(images)} image(s)")
+        if self._processor is not None:
+            enc = self._processor(text=prompt, images=list(images) if images else None, return_tensors="pt").to(model.device)
+            if "pixel_values" in enc and enc["pixel_values"].is_floating_point():
+                enc["pixel_values"] = enc["pixel_values"].to(model.dtype)
+        else:
+            has_template = bool(getattr(tok, "chat_template", None))
+            enc = tok(prompt, return_tensors="pt", add_special_tokens=not has_template).to(model.device)
         pad = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
         kw: dict[str, Any] = {"max_new_tokens": c.max_new_tokens, "pad_token_id": pad}
         if c.temperature > 0:
@@ -227,7 +302,8 @@ class TransformersLLM(PromptedLLM):
 
     def chat(self, messages: list[dict], *, tools: list[dict] | None = None, json_mode: bool = False) -> ChatReply:
         """One reply (blocking; the model loads on the first call)."""
-        text = self.generate(self.render(messages, tools))
+        images = self._vision_messages(messages)[1] if self.vision else None
+        text = self.generate(self.render(messages, tools), images)
         if tools:
             text, calls = self._tool_calls(text)
             return ChatReply(text=text, tool_calls=calls)
