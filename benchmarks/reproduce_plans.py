@@ -137,7 +137,8 @@ def plan_row(bundle: str, roots: dict[str, Path], work: Path, queries: int) -> d
     args = [*bundle_args(bundle), f"dataset.root={root}", f"dataset.limit={queries}", f"run.root={work / 'runs'}",
             "run.progress=false"]
     plan = plan_recipe(compose(args)).to_json()
-    plan["command"] = "agentcir run " + " ".join(a for a in bundle_args(bundle)) + " dataset.root=ROOT encoder.pretrained=FILE"
+    weights = "+encoder.text.pretrained=FILE" if bundle == "octopus_webvid_release" else "encoder.pretrained=FILE"
+    plan["command"] = "agentcir run " + " ".join(bundle_args(bundle)) + f" dataset.root=ROOT {weights}"
     plan["small_gallery"] = small
     return plan
 
@@ -203,7 +204,14 @@ def render(plans: dict[str, dict], queries: int) -> str:
             continue
         calls, tokens, cost = summary(bundle, p, plans)
         out.append(f"| {table} | {row} | `{p['command'].removeprefix('agentcir run ')}` | {paper} | {calls} | {tokens} | {cost} |")
-    out += ["", "`octopus_webvid_release` imports the release's target descriptions, enriched descriptions and",
+    out += ["", "Notes. WebVid-CoVR rows are planned on the release's query set, whose references are one frame:",
+            "with the videos, OCTOPUS captions `num_keyframes` (8) keyframes per reference and summarises them",
+            "(8 captioner calls and one LLM call more per query). XR's fine filter asks each of its `k_prime` (100)",
+            "candidates every true/false statement of its query, once on the image (verifier `check`) and once on",
+            "the caption (an LLM task): its count is k' x statements per query; the statements planned here are",
+            "the offline stand-in's, the paper's InternVL3 writes up to `num_questions` (3), i.e. up to 300 + 300",
+            "calls per query.", "",
+            "`octopus_webvid_release` imports the release's target descriptions, enriched descriptions and",
             "generated-image features (`run.imports`), so only the text encoder runs (name it:",
             "`+encoder.text.name=open_clip +encoder.text.model=ViT-L-14 +encoder.text.pretrained=FILE`);",
             "the release has no verification outputs, so its verification is off.", ""]
