@@ -25,13 +25,16 @@ computes from its records are still computed). Two forms per stage:
 
   ``fields`` maps a record field to a column, or to a template (``{...}``) over the row's
   columns and the query's ``query``, ``reference``, ``target``, ``text`` and ``meta`` keys. A
-  cell holding a JSON list or object (``["a", "b"]``) is parsed. ``key: target`` joins by the
+  cell holding a JSON list or object (``["a", "b"]``) is parsed; other text is kept as is. ``key: target`` joins by the
   query's target: released per-query outputs are often named by it (the OCTOPUS release's
   target descriptions); it is a join key only and never reaches the method.
 
 Every query of the batch must get a record from a stage's imports (``partial: true`` on a
-source lets the others be computed). Files are pickle-free: CSV, JSON lines, JSON. Their
-content hash joins the run's inputs, so changed files recompute the stage.
+source lets the others be computed). Files: CSV, JSON lines, JSON, or a ``.pkl`` holding a
+dict of per-query lists (the OCTOPUS release's ``preload_image_captions.pkl``: row i is the
+release's query i, joined with ``key: release_row``), read without running code
+(:mod:`agentcir.framework.safe_pickle`). Their content hash joins the run's inputs, so changed
+files recompute the stage.
 """
 
 from __future__ import annotations
@@ -98,15 +101,27 @@ def _is_template(s: str) -> bool:
 
 
 def _cell(v: Any, where: str) -> Any:
+    """A text cell holding a JSON list or object (``["a", "b"]``) as that value; other text as is
+    (a caption may well start with "[")."""
     if isinstance(v, str) and v.strip()[:1] in ("[", "{"):
         try:
             return json.loads(v)
-        except json.JSONDecodeError as e:
-            raise InputError(f"{where}: a cell looks like JSON but does not parse ({e.msg}): {v[:80]!r}") from None
+        except json.JSONDecodeError:
+            return v
     return v
 
 
 def _rows(path: Path, where: str) -> list[dict[str, Any]]:
+    if path.suffix == ".pkl":  # a dict of per-query lists, row i = query i of the release (read without running code)
+        from .safe_pickle import safe_load
+
+        d = safe_load(path)
+        lists = {k: v for k, v in d.items() if isinstance(v, (list, tuple)) and v} if isinstance(d, dict) else {}
+        n = {len(v) for v in lists.values()}
+        if len(n) != 1:
+            raise InputError(f"{where}: a .pkl import must be a dict of per-query lists of one length, got "
+                             f"{ {k: len(v) for k, v in lists.items()} if lists else type(d).__name__}")
+        return [{"release_row": str(i), **{k: _plain(v[i]) for k, v in lists.items()}} for i in range(n.pop())]
     text = path.read_text(encoding="utf-8")
     if path.suffix == ".csv":
         return [dict(r) for r in csv.DictReader(text.splitlines())]
@@ -125,6 +140,15 @@ def _rows(path: Path, where: str) -> list[dict[str, Any]]:
             except json.JSONDecodeError as e:
                 raise InputError(f"{where}: line {n} is not JSON ({e.msg})") from None
     return rows
+
+
+def _plain(v: Any) -> Any:
+    """A pickled value as JSON-able data (a 0-d tensor or array -> its number)."""
+    if hasattr(v, "item") and getattr(v, "ndim", 0) == 0:
+        return v.item()
+    if hasattr(v, "tolist"):
+        return v.tolist()
+    return v
 
 
 def _query_values(q: Query) -> dict[str, Any]:

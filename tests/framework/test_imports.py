@@ -78,9 +78,9 @@ def test_bad_imports_are_named(tmp_path):
     with pytest.raises(InputError, match="reads column 'desc', which the file lacks \\(columns: tar_desc, target\\)"):
         apply_imports({}, QS[:1], parse_imports({"perceive": {"file": str(f), "key": "target", "fields": {"a": "desc"}}}),
                       ["perceive"])
-    with pytest.raises(InputError, match="looks like JSON but does not parse"):
-        apply_imports({}, QS[:1], parse_imports({"p": {"file": str(f), "key": "target", "fields": {"a": "tar_desc"}}}),
-                      ["p"])
+    traces = {}  # text that only looks like JSON stays text
+    apply_imports(traces, QS[:1], parse_imports({"p": {"file": str(f), "key": "target", "fields": {"a": "tar_desc"}}}), ["p"])
+    assert traces["0"]["p"] == {"a": "[not json"}
     with pytest.raises(InputError, match="every row needs a 'reference' column"):
         apply_imports({}, QS[:1], parse_imports({"p": {"file": str(f), "key": "reference", "fields": {"a": "tar_desc"}}}),
                       ["p"])
@@ -150,3 +150,29 @@ def test_octopus_runs_on_a_release_with_zero_model_calls(tmp_path):
     got = res.metrics["final"]
     assert {k: got[k] for k in want} == pytest.approx(want)
     assert 0 < got["R@1"] < 100
+
+
+@pytest.mark.shared
+def test_the_octopus_release_imports(shared_dir):
+    """Every query of the release gets its records from the release's files (no model)."""
+    pytest.importorskip("torch")
+    from agentcir.framework.datasets.webvid_covr import WebVidCoVR
+    from agentcir.framework.recipe import compose
+
+    root = shared_dir / "data" / "releases" / "octopus-webvid-covr"
+    if not root.is_dir():
+        pytest.skip(f"needs {root}")
+    queries = WebVidCoVR(WebVidCoVR.Config(root=str(root))).queries()
+    spec = compose(["+experiment=octopus_webvid_release", f"dataset.root={root}"])["run"]["imports"]
+    traces = {}
+    rep = apply_imports(traces, queries, parse_imports(spec), ["gallery_captions", "perceive", "create", "retrieve"])
+    assert rep["perceive"]["queries"] == rep["create"]["queries"] == len(queries) == 2554
+    rows = {r["target"]: r for r in csv.DictReader(open(root / "preload/gen_tar_desc/enriched_target_desc.csv"))}
+    caps = pickle.load(open(root / "preload/image_captions/preload_image_captions.pkl", "rb"))
+    for i in (0, 511, 512, 2553):  # around the row the release lacks (CSV row 512)
+        q = queries[i]
+        p, c = traces[q.id]["perceive"], traces[q.id]["create"]
+        assert p["target_caption"] == rows[q.targets[0]]["tar_desc"] and p["reference_caption"] == caps["ref_captions"][i]
+        assert c["proxies"] == json.loads(rows[q.targets[0]]["enriched_desc"]) and len(c["proxies"]) == 10
+        assert c["visual_proxy"] == f"features:gen_img_features/@{i}"
+        assert caps["reference_names"][i] == q.reference_id and caps["target_names"][i] == q.targets[0]

@@ -103,4 +103,11 @@ def make_release(root: Path, rows: Sequence[tuple[str, str, str]], *, dim: int =
             p.parent.mkdir(parents=True, exist_ok=True)
             with open(p, "wb") as f:
                 pickle.dump(d, f)
+    caps = {"ref_captions": [f"caption of {r}" for r, _, _ in kept], "tar_captions": [f"caption of {t}" for _, t, _ in kept],
+            "relative_captions": [e for _, _, e in kept], "target_names": [t for _, t, _ in kept],
+            "reference_names": [r for r, _, _ in kept], "query_ids": [torch.tensor(i) for i in range(len(kept))],
+            "gt_img_ids": []}
+    (root / "preload" / "image_captions").mkdir(parents=True, exist_ok=True)
+    with open(root / "preload" / "image_captions" / "preload_image_captions.pkl", "wb") as f:
+        pickle.dump(caps, f)
     return root
