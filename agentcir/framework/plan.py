@@ -312,7 +312,8 @@ def plan_recipe(recipe: dict[str, Any], *, pool=None, image_tokens: int = IMAGE_
     gdir = gallery_dir(Path(run["root"]), recipe["dataset"]["name"], stable_hash([[i.id, i.path, i.caption] for i in items]),
                        encoder.identity, run["gallery_dtype"])
     built = (gdir / "gallery.json").is_file()
-    identities = {k: c.identity for k, c in components.items()}  # before patching (identities read files, not models)
+    for c in components.values():  # identities (cache keys) before patching: they read files, not models
+        c.identity
     cache = _ReadOnlyCache(open_call_cache(pool, run))
     with tempfile.TemporaryDirectory(prefix="agentcir-plan-") as tmp, \
             _Recorder(plan, components, Path(tmp), image_tokens) as rec:
@@ -321,14 +322,13 @@ def plan_recipe(recipe: dict[str, Any], *, pool=None, image_tokens: int = IMAGE_
             for r in (r for k, r in plan.rows.items() if k[0] == "index"):
                 r.cached, r.calls, r.items = r.items, 0, 0
             plan.notes.append(f"the gallery is indexed already ({gdir})")
-        ctx = _PlanContext(rec, cache=cache, run_dir=None, concurrency=run["concurrency"], progress=False,
+        ctx = _plan_context(rec, cache=cache, run_dir=None, concurrency=run["concurrency"], progress=False,
                            kernels=recipe["kernels"]["backend"])
         state = RunState(queries=queries, gallery=gallery)
         prepare = [caption_stage(pool, run["gallery_captions"])] if method.needs_captions else []
         plan.imported = apply_imports(state.traces, queries, parse_imports(run.get("imports")),
                                       [s.name for s in (*prepare, *method.stages())])
         asyncio.run(Runner(method, ctx, state, prepare=prepare).execute())
-    assert identities == {k: c.identity for k, c in components.items()}
     if any(o == "verify" for _, _, o in plan.rows):
         plan.notes.append("verification: the stand-in verifier says no, so every gated query uses its whole depth "
                           "(alpha); which queries pass the uncertainty gate depends on the real scores")
@@ -339,33 +339,31 @@ def plan_recipe(recipe: dict[str, Any], *, pool=None, image_tokens: int = IMAGE_
     return plan
 
 
-class _PlanContext:
+def _plan_context(rec: _Recorder, **kw):
     """A :class:`RunContext` that records instead of caching: a call already in the call cache
     (or made earlier in this plan: a run would have cached it) counts as cached and gets a
     stand-in answer; its stage is the recorder's, so direct component calls count too."""
+    from .runner import RunContext, StageStats
 
-    def __new__(cls, rec, **kw):
-        from .runner import RunContext, StageStats
+    seen: set[str] = set()
 
-        seen: set[str] = set()
+    class Ctx(RunContext):
+        @property
+        def stage(self):
+            return rec.stage
 
-        class Ctx(RunContext):
-            @property
-            def stage(self):
-                return rec.stage
+        @stage.setter
+        def stage(self, value):
+            rec.stage = value
 
-            @stage.setter
-            def stage(self, value):
-                rec.stage = value
+        async def call(self, component, op, /, **inputs):
+            key = self.call_key(component, op, inputs)
+            if key in seen or key in self.cache.inner:
+                self.stats.setdefault(self.stage, StageStats()).cache_hits += 1
+                n = len(inputs.get("images") or inputs.get("texts") or [None])
+                with rec.muted(component, op, n):
+                    return getattr(component, op)(**inputs)
+            seen.add(key)
+            return getattr(component, op)(**inputs)
 
-            async def call(self, component, op, /, **inputs):
-                key = self.call_key(component, op, inputs)
-                if key in seen or key in self.cache.inner:
-                    self.stats.setdefault(self.stage, StageStats()).cache_hits += 1
-                    n = len(inputs.get("images") or inputs.get("texts") or [None])
-                    with rec.muted(component, op, n):
-                        return getattr(component, op)(**inputs)
-                seen.add(key)
-                return getattr(component, op)(**inputs)
-
-        return Ctx(**kw)
+    return Ctx(**kw)
