@@ -123,7 +123,7 @@ def placeholders(work: Path) -> dict[str, Path]:
 def bundle_args(bundle: str) -> list[str]:
     if bundle.endswith("_full"):  # Table 3's full row is the Table 1 row
         return [f"+experiment={bundle.replace('t3', 't1').removesuffix('_full')}"]
-    extra = ["+encoder.text.name=open_clip", "+encoder.text.model=ViT-L-14"] if bundle == "octopus_webvid_release" else []
+    extra = ["encoder.text.name=open_clip", "encoder.text.model=ViT-L-14"] if bundle == "octopus_webvid_release" else []
     return [f"+experiment={bundle}", *extra]
 
 
@@ -137,7 +137,7 @@ def plan_row(bundle: str, roots: dict[str, Path], work: Path, queries: int) -> d
     args = [*bundle_args(bundle), f"dataset.root={root}", f"dataset.limit={queries}", f"run.root={work / 'runs'}",
             "run.progress=false"]
     plan = plan_recipe(compose(args)).to_json()
-    weights = "+encoder.text.pretrained=FILE" if bundle == "octopus_webvid_release" else "encoder.pretrained=FILE"
+    weights = "encoder.text.pretrained=FILE" if bundle == "octopus_webvid_release" else "encoder.pretrained=FILE"
     plan["command"] = "agentcir run " + " ".join(bundle_args(bundle)) + f" dataset.root=ROOT {weights}"
     plan["small_gallery"] = small
     return plan
@@ -213,7 +213,7 @@ def render(plans: dict[str, dict], queries: int) -> str:
             "calls per query.", "",
             "`octopus_webvid_release` imports the release's target descriptions, enriched descriptions and",
             "generated-image features (`run.imports`), so only the text encoder runs (name it:",
-            "`+encoder.text.name=open_clip +encoder.text.model=ViT-L-14 +encoder.text.pretrained=FILE`);",
+            "`encoder.text.name=open_clip encoder.text.model=ViT-L-14 encoder.text.pretrained=FILE`);",
             "the release has no verification outputs, so its verification is off.", ""]
     return "\n".join(out)
 

@@ -70,6 +70,9 @@ class KernelsConfig:
     backend: str = "auto"
 
 
+#: recipe mappings whose keys the user chooses (overrides of them need no ``+``)
+OPEN_MAPPINGS = ("run.imports.", "run.prices.", "encoder.text.")
+
 #: run settings that cannot change results (excluded from the run's identity)
 VOLATILE_RUN_FIELDS = ("concurrency", "progress", "show", "fresh", "name", "root", "cache", "prices")
 
@@ -158,6 +161,9 @@ def compose(overrides: Sequence[str] = (), *, config_name: str = "config", recip
     """
     from omegaconf import OmegaConf
 
+    # open mappings (their keys are the user's: stage names, component kinds, an encoder's fields):
+    # `run.imports.perceive=FILE` adds or replaces, as Hydra's `++` does
+    overrides = [f"++{o}" if o.startswith(OPEN_MAPPINGS) else o for o in overrides]
     cfg = _hydra_compose(overrides, config_name, Path(recipes_dir or RECIPES_DIR), extra_dirs)
     raw = OmegaConf.to_container(cfg, resolve=True)
     raw.pop("hydra", None)

@@ -130,7 +130,7 @@ def test_octopus_runs_on_a_release_with_zero_model_calls(tmp_path):
               [[t, _desc(i, 0), json.dumps([_desc(i, k) for k in range(1, 11)])] for i, (_, t, _) in enumerate(ROWS)])
     model = make_hf_model(tmp_path / "clip", "clip")
     recipe = compose(["+experiment=octopus_webvid_release", f"dataset.root={root}", "encoder.arch=ViT-B/32",
-                      "+encoder.text.name=hf_clip", f"+encoder.text.path={model}", f"run.root={tmp_path / 'runs'}",
+                      "encoder.text.name=hf_clip", f"+encoder.text.path={model}", f"run.root={tmp_path / 'runs'}",
                       "run.progress=false"])
     res = run_recipe(recipe, progress=False)
     calls = {k: v for s in res.stats.values() for k, v in s.by_component.items()}

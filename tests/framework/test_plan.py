@@ -23,8 +23,8 @@ def test_plan_calls_no_model_and_counts_the_calls(tmp_path):
         srv.script("/chat/completions", [Step(json=chat_completion("{}"))])
         recipe = compose(["method=octopus", "llm=openai", f"llm.base_url={srv.base_url}", "llm.model=m",
                           "captioner=vlm", "run.gallery_captions=captioner",
-                          "dataset.limit=4", f"run.root={tmp_path}", "+run.prices.llm.input_per_1m=1.0",
-                          "+run.prices.llm.output_per_1m=2.0", "+run.prices.verifier.per_call=0.5"])
+                          "dataset.limit=4", f"run.root={tmp_path}", "run.prices.llm.input_per_1m=1.0",
+                          "run.prices.llm.output_per_1m=2.0", "+run.prices.verifier.per_call=0.5"])
         plan = plan_recipe(recipe)
         assert srv.requests == []  # the server counted no request
     rows = {(s, c, o): r for (s, c, o), r in plan.rows.items()}
