@@ -312,7 +312,8 @@ def resolve_run_dir(recipe: dict[str, Any]) -> Path:
     if run.get("name"):
         return Path(run["root"]) / run["name"]
     identity = {k: v for k, v in recipe.items() if k != "run"}
-    identity["run"] = {k: v for k, v in run.items()  # (no imports: the name a recipe had before run.imports existed)
+    # prices cannot change results; an empty run.imports keeps the names runs had before it existed
+    identity["run"] = {k: v for k, v in run.items()
                        if k not in ("concurrency", "progress", "show", "fresh", "name", "root", "cache", "prices")
                        and not (k == "imports" and not v)}
     h = stable_hash(identity, n=10)
