@@ -77,3 +77,11 @@ def test_bad_prices_are_named(tmp_path):
 
     with pytest.raises(InputError, match="run.prices.llm: expected a mapping of input_per_1m"):
         plan_recipe(compose([f"run.root={tmp_path}", "+run.prices.llm.per_token=1"]))
+
+
+def test_xr_fine_filter_asks_every_statement_on_image_and_caption(tmp_path):
+    plan = plan_recipe(compose(["method=xr", "dataset.limit=2", f"run.root={tmp_path}"]))
+    img = plan.rows[("fine", "verifier:contrast", "check")]
+    cap = plan.rows[("fine", "llm:rules", "run_task")]  # entailment on the candidate's caption
+    assert img.calls + img.cached == cap.calls + cap.cached > 100  # k_prime = 100 candidates per query
+    assert cap.calls > 0.9 * (cap.calls + cap.cached)  # distinct captions: distinct calls
