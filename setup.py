@@ -42,12 +42,15 @@ EXTRAS = {
     "scale": ["faiss-cpu>=1.8"],
     # `agentcir eval --compare` plots (agentcir/framework/report.py)
     "plot": ["matplotlib>=3.7"],
+    # agentcir/components/encoders/features.py: precomputed features (torch for the torch-pickled
+    # OCTOPUS/CoVR release files, pyarrow for parquet feature files)
+    "features": [TORCH, "pyarrow>=14"],
     # agentcir/framework/datasets/video.py: decoding WebVid-CoVR videos into keyframes (PyAV bundles FFmpeg)
     "video": ["av>=12"],
 }
 EXTRAS["dev"] = sorted({
     *EXTRAS["catalog"], *EXTRAS["onnx"], *EXTRAS["gpu"], *EXTRAS["llm"], *EXTRAS["hf"], *EXTRAS["diffusion"],
-    *EXTRAS["photos"], *EXTRAS["scale"], *EXTRAS["plot"], *EXTRAS["video"], *EXTRAS["serve"],
+    *EXTRAS["photos"], *EXTRAS["scale"], *EXTRAS["plot"], *EXTRAS["video"], *EXTRAS["serve"], *EXTRAS["features"],
     # the test and benchmark tools
     "pytest>=8", "pytest-benchmark>=4", "pytest-timeout>=2",
     # tests/kernels and benchmarks/: bfloat16 numpy galleries

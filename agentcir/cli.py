@@ -65,7 +65,12 @@ def cmd_run(args) -> int:
 
         print(yaml.safe_dump(recipe, sort_keys=False))
         return 0
-    result = run_recipe(recipe, progress=False if args.quiet else None, wait=args.wait)
+    if args.plan:
+        from .framework.plan import plan_recipe
+
+        print(plan_recipe(recipe).render(), end="")
+        return 0
+        result = run_recipe(recipe, progress=False if args.quiet else None, wait=args.wait)
     show = recipe["run"]["show"]
     g = result.gallery
     for qi, q in enumerate(result.queries[:show]):
@@ -79,6 +84,8 @@ def cmd_run(args) -> int:
     m = result.metrics["final"]
     line = "  ".join(f"{k}={v:.2f}" for k, v in m.items() if isinstance(v, (int, float)))
     print(f"\nmetrics ({len(result.queries)} queries, gallery {len(g)}): {line}")
+    for st, v in result.metrics.get("imports", {}).items():
+        print(f"imported: stage {st} for {v['queries']} queries ({', '.join(v['fields'])})")
     print(f"run directory: {result.dir}  (report.md, metrics.json, rankings.jsonl)")
     return 0
 
@@ -391,6 +398,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="print and exit: job = the resolved recipe (of every job with -m), sweep = the jobs of -m "
                         "(swept values, overrides, run directories)")
     p.add_argument("--sweep-name", metavar="NAME", help="sweep directory name under run.root/sweeps (default: swept keys + hash)")
+    p.add_argument("--plan", action="store_true", help="print the model calls, tokens and cost the run would make "
+                   "(per stage and component; prices from run.prices) without calling any model, and exit")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bars")
     p.add_argument("--wait", action="store_true",
                    help="if another process is running in the same run directory, wait for it instead of failing")

@@ -15,9 +15,9 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Dict, Sequence
 
 from ..kernels.dispatch import BACKENDS as KERNEL_BACKENDS
 from ..registry import REGISTRIES, ConfigError, make_config
@@ -50,6 +50,10 @@ class RunConfig:
         fresh: ignore a previous run directory of the same name (start over).
         max_image_pixels: images above this many pixels are skipped (with the reason) before
             they are decoded (0: no limit).
+        imports: stage outputs read from files instead of computed, ``{stage: FILE or sources}``
+            (:mod:`agentcir.framework.imports`).
+        prices: per component kind, ``input_per_1m`` / ``output_per_1m`` / ``per_call`` / ``per_item``
+            (the cost estimate of ``agentcir run --plan``, :mod:`agentcir.framework.plan`).
     """
 
     root: str = "runs"
@@ -62,6 +66,8 @@ class RunConfig:
     show: int = 3
     fresh: bool = False
     max_image_pixels: int = 100_000_000
+    imports: Dict[str, Any] = field(default_factory=dict)
+    prices: Dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
@@ -72,8 +78,11 @@ class KernelsConfig:
     backend: str = "auto"
 
 
+#: recipe mappings whose keys the user chooses (overrides of them need no ``+``)
+OPEN_MAPPINGS = ("run.imports.", "run.prices.", "encoder.text.")
+
 #: run settings that cannot change results (excluded from the run's identity)
-VOLATILE_RUN_FIELDS = ("concurrency", "progress", "show", "fresh", "name", "root", "cache", "max_image_pixels")
+VOLATILE_RUN_FIELDS = ("concurrency", "progress", "show", "fresh", "name", "root", "cache", "max_image_pixels", "prices")
 
 
 def _hydra_compose(overrides: Sequence[str], config_name: str, recipes_dir: Path, extra_dirs: Sequence[str]):
@@ -214,6 +223,9 @@ def compose(overrides: Sequence[str] = (), *, config_name: str = "config", recip
     """
     from omegaconf import OmegaConf
 
+    # open mappings (their keys are the user's: stage names, component kinds, an encoder's fields):
+    # `run.imports.perceive=FILE` adds or replaces, as Hydra's `++` does
+    overrides = [f"++{o}" if o.startswith(OPEN_MAPPINGS) else o for o in overrides]
     cfg = _hydra_compose(overrides, config_name, Path(recipes_dir or RECIPES_DIR), extra_dirs)
     raw = OmegaConf.to_container(cfg, resolve=True)
     raw.pop("hydra", None)

@@ -60,9 +60,12 @@ def write_report(result: "RunResult") -> None:
     comps = "\n".join(f"- {k}: `{r[k]['name']}`" for k in ("method", "dataset", "encoder", "llm", "captioner", "generator",
                                                             "detector", "verifier") if k in r)
     cost = cost_table(result.stats)
+    imported = "".join(f"Stage `{st}` imported for {v['queries']} queries ({', '.join(v['fields'])}) from "
+                       f"{', '.join(f'`{f}`' for f in v['files']) or 'the queries'}.\n\n"
+                       for st, v in result.metrics.get("imports", {}).items())
     stage_rows = {f"after {name}": m for name, m in result.metrics.get("stages", {}).items()}
     text = (f"# Run `{d.name}`\n\n"
-            f"{result.metrics.get('subset', '')}\n\n"
+            f"{result.metrics.get('subset', '')}\n\n{imported}"
             f"Queries: {result.metrics['num_queries']}; gallery: {result.metrics['gallery_size']} items "
             f"({result.metrics['gallery_skipped']} skipped as unreadable); wall time {result.metrics['wall_s']:.1f} s "
             f"(from the process start).\n\n"

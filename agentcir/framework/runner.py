@@ -374,7 +374,9 @@ def resolve_run_dir(recipe: dict[str, Any]) -> Path:
     if run.get("name"):
         return Path(run["root"]) / run["name"]
     identity = {k: v for k, v in recipe.items() if k != "run"}
-    identity["run"] = {k: v for k, v in run.items() if k not in VOLATILE_RUN_FIELDS}
+    # an empty run.imports keeps the names runs had before it existed
+    identity["run"] = {k: v for k, v in run.items()
+                       if k not in VOLATILE_RUN_FIELDS and not (k == "imports" and not v)}
     h = stable_hash(identity, n=10)
     return Path(run["root"]) / f"{recipe['method']['name']}-{recipe['dataset']['name']}-{h}"
 
@@ -481,6 +483,7 @@ def _run_locked(recipe: dict[str, Any], run_dir: Path, pool, progress: bool | No
     and ``concurrency``: the request limit of every component that has one."""
     from .accounting import Phases, follow_concurrency
     from .cache import open_call_cache
+    from .imports import apply_imports, imports_identity, parse_imports
     from .recipe import ComponentPool
     from .report import write_report
 
@@ -506,6 +509,9 @@ def _run_locked(recipe: dict[str, Any], run_dir: Path, pool, progress: bool | No
     if not queries:
         raise InputError(f"dataset '{recipe['dataset']['name']}' has no queries")
     inputs = {"method": method.identity, "gallery": gdir.name, "queries": stable_hash(queries)}
+    imports = parse_imports(run.get("imports"))
+    if imports:
+        inputs["imports"] = imports_identity(imports)
     if method.needs_captions and (run["gallery_captions"] == "captioner"
                                   or (run["gallery_captions"] == "auto" and gallery.captions("dataset") is None)):
         inputs["captioner"] = pool.get("captioner").identity
@@ -515,6 +521,7 @@ def _run_locked(recipe: dict[str, Any], run_dir: Path, pool, progress: bool | No
                      kernels=recipe["kernels"]["backend"])
     state = RunState(queries=queries, gallery=gallery)
     prepare = [caption_stage(pool, run["gallery_captions"])] if method.needs_captions else []
+    imported = apply_imports(state.traces, queries, imports, [s.name for s in (*prepare, *method.stages())])
     with phases.phase("stages"):
         asyncio.run(Runner(method, ctx, state, prepare=prepare).execute())
     if state.candidates is None:
@@ -523,7 +530,7 @@ def _run_locked(recipe: dict[str, Any], run_dir: Path, pool, progress: bool | No
         metrics = {"final": dataset.evaluate(state.candidates, queries, gallery),
                    "stages": {name: dataset.evaluate(c, queries, gallery) for name, c in state.stage_candidates.items()},
                    "subset": dataset.subset_note(), "num_queries": len(queries), "gallery_size": len(gallery),
-                   "gallery_skipped": len(gallery.skipped)}
+                   "gallery_skipped": len(gallery.skipped), "imports": imported}
     metrics["wall_s"] = round(phases.finish(), 3)
     metrics["time"] = phases.summary()
     metrics["concurrency"] = {**limits, "cpu_workers": ctx.cpu_workers()}

@@ -17,6 +17,7 @@ ENCODERS = Registry("encoder", {
     "onnx": f"{_C}.encoders.onnx",
     "hf_clip": f"{_C}.encoders.hf_clip",
     "open_clip": f"{_C}.encoders.open_clip",
+    "features": f"{_C}.encoders.features",
 })
 
 LLMS = Registry("llm", {

@@ -6,7 +6,20 @@ Layout (``root``)::
     webvid8m-covr_test.csv   columns txt1, txt2, sim_txt, pth1, pth2, edit, scores
                              (pth1 = reference video id, pth2 = target video id, e.g. "1011/1011521")
     videos/{pth}.mp4         the WebVid videos (decoded with PyAV: ``pip install 'agentcir[video]'``), or
-    frames/{pth}/*.jpg       pre-extracted frames of each video (used first when present)
+    frames/{pth}/*.jpg       pre-extracted frames of each video (used first when present), or
+    preload/                 a release's precomputed features and no media (the OCTOPUS release:
+                             annotation/webvid8m-covr_test.csv, preload/{img,ref_img,gen_img}_features/<arch>_*.pkl)
+
+**From a release's features** (no ``videos/`` nor ``frames/``, a ``preload/`` folder): the
+gallery is the targets the release has features for, in the release's order (its
+``img_features`` names: the CSV order of the rows it kept); a query is a CSV row whose target
+and reference the release holds (the OCTOPUS release lacks 2 of the 2,556 rows); images are
+feature references (``features:img_features/<pth2>``, ``features:ref_img_features/<pth1>``,
+:mod:`agentcir.framework.features`) that ``encoder=features`` serves; a gallery item's caption is
+its ``txt2`` (the target captions the authors' ``S_v2t`` uses, ``tar_captions``); a query's
+``meta["release_row"]`` is its row in the release's per-query files (the generated proxies).
+This is the authors' setting (``src/compute_results.py``): query i's target is gallery column i,
+the reference masked.
 
 Protocol (CoVR ``src/test/*/webvid_covr.py``): the gallery is the target video of every
 row (one row per target in the test file), so query i's target is gallery column i;
@@ -28,6 +41,7 @@ from pathlib import Path
 from ...registry import DATASETS
 from ..errors import InputError
 from ..eval.metrics import covr_metrics
+from ..features import feature_ref, load_tables
 from ..gallery import GalleryItem
 from ..hashing import stable_hash
 from ..types import Candidates, Query
@@ -37,7 +51,7 @@ from .video import find_video, keyframes
 KS = (1, 5, 10, 50)
 COLUMNS = ("txt1", "txt2", "sim_txt", "pth1", "pth2", "edit", "scores")
 REQUIRED = ("pth1", "pth2", "edit")
-HINT = "the folder with webvid8m-covr_test.csv and videos/ or frames/"
+HINT = "the folder with webvid8m-covr_test.csv and videos/ or frames/ (or annotation/ and a release's preload/)"
 
 
 @DATASETS.register("webvid_covr")
@@ -52,6 +66,10 @@ class WebVidCoVR(Dataset):
         num_frames: keyframes per reference video (1 = the middle frame, as CoVR tests).
         cache: where decoded keyframes are written; empty = ``<root>/_keyframes``.
         limit: use only the first ``limit`` usable queries (0 = all).
+        preload: a release's features folder, used when there are no videos nor frames;
+            empty = ``<root>/preload``.
+        preload_arch: the release's features that name the gallery and the queries (empty =
+            the first ``<table>/<arch>_*.pkl`` found; every arch of a release lists the same items).
     """
 
     title = "WebVid-CoVR"
@@ -65,6 +83,8 @@ class WebVidCoVR(Dataset):
         num_frames: int = 1
         cache: str = ""
         limit: int = 0
+        preload: str = ""
+        preload_arch: str = ""
 
     def __init__(self, cfg=None, **deps):
         super().__init__(cfg, **deps)
@@ -74,6 +94,7 @@ class WebVidCoVR(Dataset):
         self._rows: list[dict] | None = None
         self._items: list[GalleryItem] | None = None
         self._sources: dict[str, Path] = {}
+        self._release: dict | None = None
 
     # -- files ------------------------------------------------------------------------
     def _root(self) -> Path:
@@ -81,7 +102,8 @@ class WebVidCoVR(Dataset):
 
     def _csv(self) -> Path:
         p = Path(self.cfg.annotation).expanduser()
-        p = p if p.is_absolute() else self._root() / p
+        if not p.is_absolute():  # <root>/<annotation>, else the release's <root>/annotation/<annotation>
+            p = next((c for c in (self._root() / p, self._root() / "annotation" / p) if c.is_file()), self._root() / p)
         if not p.is_file():
             raise InputError(f"dataset 'webvid_covr': annotation CSV '{p}' not found")
         return p
@@ -119,8 +141,39 @@ class WebVidCoVR(Dataset):
     def _cache(self) -> Path:
         return self._dir(self.cfg.cache, "_keyframes")
 
+    # -- a release's features ----------------------------------------------------------
+    def release(self) -> dict | None:
+        """From a release's ``preload/`` (no videos nor frames): ``{"gallery": ids, "references": ids,
+        "rows": {reference id: ...}}``; None when the media are there."""
+        if self._release is None:
+            media = [self._dir(self.cfg.frames, "frames"), self._dir(self.cfg.videos, "videos")]
+            pre = self._dir(self.cfg.preload, "preload")
+            if any(m.is_dir() for m in media) or not pre.is_dir():
+                self._release = {}
+            else:
+                arch = self.cfg.preload_arch or _first_arch(pre)
+                tables = load_tables(pre, arch)
+                need = [t for t in ("img_features", "ref_img_features") if t not in tables]
+                if need:
+                    raise InputError(f"dataset 'webvid_covr': the release folder '{pre}' lacks "
+                                     f"{', '.join(f'{t}/{arch}_*.pkl' for t in need)} (and there are no videos/ nor frames/)")
+                self._release = {"arch": arch, "folder": str(pre), "gallery": tables["img_features"].ids,
+                                 "references": set(tables["ref_img_features"].ids)}
+        return self._release or None
+
     # -- dataset ----------------------------------------------------------------------
     def gallery_items(self) -> list[GalleryItem]:
+        rel = self.release()
+        if self._items is None and rel is not None:
+            listed = list(dict.fromkeys(r["pth2"].strip() for r in self.rows()))
+            caption = {r["pth2"].strip(): (r.get("txt2") or "").strip() or None for r in self.rows()}
+            held = set(rel["gallery"])
+            self._items = [GalleryItem(v, feature_ref("img_features", v), caption.get(v), {"release": rel["folder"]})
+                           for v in dict.fromkeys(rel["gallery"]) if v in caption]
+            self.subset.gallery_listed = len(listed)
+            self.subset.gallery_missing = [v for v in listed if v not in held]
+            self.subset.note(f"Images are the release's precomputed features ({rel['folder']}, arch {rel['arch']}); "
+                             f"gallery in the release's order, reference masked.")
         if self._items is None:
             from tqdm.auto import tqdm
 
@@ -144,6 +197,22 @@ class WebVidCoVR(Dataset):
         rows = self.rows()
         self.subset.query_skips.clear()
         self.subset.queries_listed = len(rows)
+        rel = self.release()
+        if rel is not None:
+            out = []
+            for n, r in enumerate(rows):
+                ref, tgt = r["pth1"].strip(), r["pth2"].strip()
+                if tgt not in have:
+                    self.subset.skip_query("target not in the release")
+                    continue
+                if ref not in rel["references"]:
+                    self.subset.skip_query("reference not in the release")
+                    continue
+                meta = {k: r[k] for k in ("txt1", "txt2", "sim_txt", "scores") if k in r}
+                meta["release_row"] = len(out)
+                out.append(Query(id=str(n), text=r["edit"].strip(), reference=[feature_ref("ref_img_features", ref)],
+                                 reference_id=ref, targets=[tgt], meta=meta))
+            return self._finish_queries(out, self.cfg.limit)
         out = []
         for n, r in enumerate(tqdm(rows, desc="reference keyframes", unit="video", disable=len(rows) < 200, leave=False)):
             ref, tgt = r["pth1"].strip(), r["pth2"].strip()
@@ -163,7 +232,18 @@ class WebVidCoVR(Dataset):
     def evaluate(self, candidates: Candidates, queries: list[Query], gallery) -> dict[str, float]:
         self.check_depth(candidates, 51, "R@50 after masking the reference")
         self.check_targets_indexed([q.targets[0] for q in queries], gallery)
-        self.subset.note("Gallery videos are their middle keyframe (CoVR emb_pool=middle); reference video masked "
-                         f"in rankings; references are {self.cfg.num_frames} keyframe(s).")
+        if self.release() is None:
+            self.subset.note("Gallery videos are their middle keyframe (CoVR emb_pool=middle); reference video masked "
+                             f"in rankings; references are {self.cfg.num_frames} keyframe(s).")
         return covr_metrics(self.rankings(candidates, queries, gallery), [q.reference_id for q in queries],
                             [q.targets[0] for q in queries], KS)
+
+
+def _first_arch(preload: Path) -> str:
+    """The arch of the first ``img_features/<arch>_*.pkl`` of a release (``ViT-B/32`` for ``ViT-B/32_*.pkl``)."""
+    folder = preload / "img_features"
+    hits = sorted(folder.glob("*/*_*.pkl")) if folder.is_dir() else []
+    if not hits:
+        raise InputError(f"dataset 'webvid_covr': no img_features/<arch>_*.pkl under the release folder '{preload}' "
+                         f"(and there are no videos/ nor frames/)")
+    return f"{hits[0].parent.name}/{hits[0].name.split('_', 1)[0]}"
