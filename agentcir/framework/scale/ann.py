@@ -1,0 +1,122 @@
+"""Per-shard approximate indexes (faiss, inner product): IVF-Flat, IVF-PQ and HNSW.
+
+``build_indexes`` writes one index file per shard under ``<gallery>/ann/<kind>-<settings hash>/``
+(atomically; finished shards are kept when a build is interrupted). Search returns the
+scoring core's ranking rule (score descending, ties by the lower id, ``(-inf, -1)`` padding)
+over the candidates the index finds, with ``exclude`` applied as in ``cosine_topk``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from pathlib import Path
+
+import numpy as np
+
+from ..errors import InputError, require
+
+#: rows converted to float32 at a time while adding to an index
+ADD_ROWS = 262144
+#: training sample per shard (vectors)
+TRAIN_MAX = 262144
+
+
+def _faiss():
+    return require("faiss", "scale", feature="approximate search (scale.search)")
+
+
+def nlist_for(n: int, nlist: int) -> int:
+    return max(1, min(nlist or int(round(4 * math.sqrt(n))), n // 39 or 1))
+
+
+def make_index(kind: str, d: int, n: int, scale: dict):
+    faiss = _faiss()
+    if kind == "hnsw":
+        return faiss.IndexHNSWFlat(d, scale["hnsw_m"], faiss.METRIC_INNER_PRODUCT)
+    quantizer = faiss.IndexFlatIP(d)
+    nl = nlist_for(n, scale["nlist"])
+    if kind == "ivf_flat":
+        return faiss.IndexIVFFlat(quantizer, d, nl, faiss.METRIC_INNER_PRODUCT)
+    if kind == "ivf_pq":
+        if d % scale["pq_m"]:
+            raise InputError(f"scale.pq_m={scale['pq_m']} must divide the embedding dim {d}")
+        return faiss.IndexIVFPQ(quantizer, d, nl, scale["pq_m"], 8, faiss.METRIC_INNER_PRODUCT)
+    raise InputError(f"unknown approximate index kind '{kind}'")
+
+
+def build_index(emb: np.ndarray, kind: str, scale: dict, out: Path, *, seed: int = 0) -> dict:
+    """Train and fill one index over ``emb`` (any float dtype, memory-mapped is fine) into ``out``."""
+    faiss = _faiss()
+    t0 = time.perf_counter()
+    n, d = emb.shape
+    index = make_index(kind, d, n, scale)
+    if not index.is_trained:
+        rng = np.random.default_rng(seed)
+        sample = np.sort(rng.choice(n, size=min(n, TRAIN_MAX), replace=False))
+        index.train(np.ascontiguousarray(emb[sample], np.float32))
+    for start in range(0, n, ADD_ROWS):
+        index.add(np.ascontiguousarray(emb[start:start + ADD_ROWS], np.float32))
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_suffix(".tmp")
+    faiss.write_index(index, str(tmp))
+    tmp.replace(out)
+    info = {"kind": kind, "n": n, "dim": d, "build_s": round(time.perf_counter() - t0, 3)}
+    out.with_suffix(".json").write_text(json.dumps(info))
+    return info
+
+
+def load_index(path: str | Path, nprobe: int, ef_search: int):
+    faiss = _faiss()
+    index = faiss.read_index(str(path))
+    if hasattr(index, "nprobe"):
+        index.nprobe = nprobe
+    if hasattr(index, "hnsw"):
+        index.hnsw.efSearch = ef_search
+    return index
+
+
+def search_index(index, queries: np.ndarray, k: int, exclude: np.ndarray | None,
+                 exclude_score: float | None) -> tuple[np.ndarray, np.ndarray]:
+    """Top-k of ``queries`` from ``index`` (local row ids), ``exclude`` as in ``cosine_topk``."""
+    extra = 0 if exclude is None else exclude.shape[1]
+    kk = min(index.ntotal, k + extra)
+    s, i = index.search(np.ascontiguousarray(queries, np.float32), max(kk, 1))
+    s = np.where(i >= 0, s, -np.inf).astype(np.float32)
+    if exclude is not None:
+        for q in range(len(i)):
+            hit = np.isin(i[q], exclude[q][exclude[q] >= 0]) & (i[q] >= 0)
+            if exclude_score is None:
+                i[q, hit] = -1
+                s[q, hit] = -np.inf
+            else:
+                s[q, hit] = exclude_score
+    Q = len(i)
+    out_s = np.full((Q, k), -np.inf, np.float32)
+    out_i = np.full((Q, k), -1, np.int64)
+    for q in range(Q):
+        valid = i[q] >= 0
+        order = np.lexsort((i[q][valid], -s[q][valid]))[:k]
+        out_s[q, :len(order)], out_i[q, :len(order)] = s[q][valid][order], i[q][valid][order]
+    return out_s, out_i
+
+
+def build_indexes(gallery, scale: dict, *, progress: bool = True) -> list[dict]:
+    """Build the ``scale['search']`` index of every shard of a sharded gallery not built yet."""
+    from . import ann_dir
+
+    if scale["search"] == "exact":
+        raise InputError("build-index needs an approximate kind: scale.search=ivf_flat, ivf_pq or hnsw")
+    d = ann_dir(gallery, scale)
+    out = []
+    for s, shard in enumerate(gallery.shards):
+        f = d / f"{shard['dir']}.faiss"
+        if f.is_file() and f.with_suffix(".json").is_file():
+            out.append({**json.loads(f.with_suffix(".json").read_text()), "reused": True})
+            continue
+        info = build_index(np.load(gallery.shard_dir(s) / "image_emb.npy", mmap_mode="r"), scale["search"], scale, f)
+        out.append(info)
+        if progress:
+            print(f"  {shard['dir']}: {info['kind']} over {info['n']} rows in {info['build_s']} s")
+    return out
