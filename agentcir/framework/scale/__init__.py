@@ -41,7 +41,8 @@ class ScaleConfig:
         nlist: IVF lists per shard (0: about ``4 * sqrt(rows)``). pq_m: IVF-PQ sub-quantizers
             (``dim`` must divide by it). hnsw_m: HNSW neighbours per node.
         nprobe: IVF lists visited per query. ef_search: HNSW search breadth.
-        batch_size: images per encoder call of the Ray Data job. concurrency: encoder actors.
+        concurrency: encoder actors of the Ray Data job (each call embeds one batch of the
+            encoder's own ``batch_size``, as a local build does).
         num_gpus: GPUs per encoder actor (0 on CPU nodes). num_cpus: CPUs per encoder actor.
         restarts: times a dead shard actor is restarted (and its call retried) before the
             query fails naming the shard.
@@ -58,7 +59,6 @@ class ScaleConfig:
     hnsw_m: int = 32
     nprobe: int = 16
     ef_search: int = 64
-    batch_size: int = 64
     concurrency: int = 1
     num_gpus: float = 0.0
     num_cpus: float = 1.0
@@ -68,7 +68,7 @@ class ScaleConfig:
 
 
 #: scale settings that cannot change results (excluded from a run's identity)
-VOLATILE_FIELDS = ("engine", "address", "batch_size", "concurrency", "num_gpus", "num_cpus", "restarts",
+VOLATILE_FIELDS = ("engine", "address", "concurrency", "num_gpus", "num_cpus", "restarts",
                    "num_cpus_total", "object_store_mb")
 
 
@@ -82,7 +82,7 @@ def scale_settings(raw: dict[str, Any] | None, *, where: str = "scale") -> dict[
     for f in ("shards", "nlist", "restarts", "num_cpus_total", "object_store_mb"):
         if cfg[f] < 0:
             raise ConfigError(f"{where}: field '{f}': must be >= 0, got {cfg[f]}")
-    for f in ("pq_m", "hnsw_m", "nprobe", "ef_search", "batch_size", "concurrency"):
+    for f in ("pq_m", "hnsw_m", "nprobe", "ef_search", "concurrency"):
         if cfg[f] < 1:
             raise ConfigError(f"{where}: field '{f}': must be >= 1, got {cfg[f]}")
     return cfg

@@ -4,8 +4,10 @@ Items are split into ``shards`` contiguous ranges; each shard is a regular galle
 written by :meth:`Gallery.build <agentcir.framework.gallery.Gallery.build>` (so its format,
 skipped-image counting and chunked resume are the unsharded ones). With Ray, one Ray Data
 dataset holds the rows of every shard not finished yet; ``map_batches`` runs encoder actors
-(each builds the recipe's encoder once through the registry, ``concurrency`` actors,
-``batch_size`` images per call, ``num_gpus`` each) that read, decode and embed the images;
+(each builds the recipe's encoder once through the registry; ``scale.concurrency`` actors with
+``scale.num_gpus`` / ``scale.num_cpus`` each) that read, decode and embed the images, one row
+of the dataset being one encoder batch (the encoder's ``batch_size``, cut as a local build cuts
+it, so the embeddings are bit-identical to ``engine=local``);
 the driver streams the results and writes each shard as soon as all its rows are in. A
 killed job leaves its finished shards, and the rerun embeds only the others.
 """
@@ -22,7 +24,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from ..errors import InputError
-from ..gallery import Gallery, GalleryItem
+from ..gallery import CHUNK, Gallery, GalleryItem
 from ..hashing import stable_hash
 from ..images import Skipped
 from ..shards import SHARD_DIR, open_sharded, shard_ranges, write_manifest
@@ -94,7 +96,9 @@ def build_sharded(root: str | Path, items: Sequence[GalleryItem], encoder, scale
 
 
 class EncodeBatch:
-    """A Ray Data actor: builds the recipe's encoder once, then embeds batches of image paths."""
+    """A Ray Data actor: builds the recipe's encoder once, then embeds rows that are each one
+    encoder batch of image paths (read and decoded here), so the encoder sees exactly the
+    batches of a local build and the embeddings are identical."""
 
     def __init__(self, encoder_node: dict[str, Any], identity: str):
         from ..recipe import ComponentPool
@@ -105,16 +109,32 @@ class EncodeBatch:
                              f"{identity}: the nodes run different agentcir or weights")
 
     def __call__(self, batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        paths = [str(p) for p in batch["path"]]
-        skipped: list[Skipped] = []
-        emb = self.encoder.encode_images(paths, progress=False, skipped=skipped)
-        bad = {s.index: s.reason for s in skipped}
-        full = np.zeros((len(paths), emb.shape[1] if len(emb) else self.encoder.dim), np.float32)
-        kept = [i for i in range(len(paths)) if i not in bad]
-        if kept:
-            full[kept] = emb
-        return {"row": np.asarray(batch["row"], np.int64), "emb": full,
-                "reason": np.array([bad.get(i, "") for i in range(len(paths))], dtype=object)}
+        rows, embs, reasons = [], [], []
+        for start, paths in zip(batch["start"], batch["paths"]):
+            paths = [str(p) for p in paths]
+            skipped: list[Skipped] = []
+            emb = self.encoder.encode_images(paths, len(paths), progress=False, skipped=skipped)
+            bad = {s.index: s.reason for s in skipped}
+            full = np.zeros((len(paths), self.encoder.dim), np.float32)
+            kept = [i for i in range(len(paths)) if i not in bad]
+            if kept:
+                full[kept] = emb
+            rows.append(np.arange(int(start), int(start) + len(paths)))
+            embs.append(full)
+            reasons += [bad.get(i, "") for i in range(len(paths))]
+        return {"row": np.concatenate(rows), "emb": np.concatenate(embs), "reason": np.array(reasons, dtype=object)}
+
+
+def encoder_batches(ranges, todo, batch: int) -> list[tuple[int, int]]:
+    """The ``[start, stop)`` item ranges a local build hands the encoder: per shard, chunks of
+    :data:`~agentcir.framework.gallery.CHUNK` from the shard's start, cut in ``batch``-sized calls."""
+    out = []
+    for s in todo:
+        a, b = ranges[s]
+        for c in range(a, b, CHUNK):
+            stop = min(b, c + CHUNK)
+            out += [(i, min(stop, i + batch)) for i in range(c, stop, batch)]
+    return out
 
 
 class _Precomputed:
@@ -138,15 +158,16 @@ class _Precomputed:
 
 def _embed_ray(dirs, ranges, todo, items, encoder, recipe, scale, dtype, progress) -> None:
     ray = init_ray(scale)
-    rows = [{"row": i, "path": items[i].path} for s in todo for i in range(*ranges[s])]
+    b = encoder._batch(None) if hasattr(encoder, "_batch") else 64
+    rows = [{"start": a, "paths": [items[i].path for i in range(a, z)]} for a, z in encoder_batches(ranges, todo, b)]
     shard_of = np.zeros(len(items), np.int32)
-    for s, (a, b) in enumerate(ranges):
-        shard_of[a:b] = s
-    ds = ray.data.from_items(rows, override_num_blocks=max(1, min(len(rows) // scale["batch_size"], 256)))
+    for s, (a, z) in enumerate(ranges):
+        shard_of[a:z] = s
+    ds = ray.data.from_items(rows, override_num_blocks=max(1, min(len(rows), 4 * scale["concurrency"], 200)))
     ds = ds.map_batches(EncodeBatch, fn_constructor_kwargs={"encoder_node": recipe["encoder"],
                                                             "identity": encoder.identity},
-                        batch_size=scale["batch_size"], concurrency=scale["concurrency"],
-                        num_gpus=scale["num_gpus"] or None, num_cpus=scale["num_cpus"], batch_format="numpy")
+                        batch_size=1, compute=ray.data.ActorPoolStrategy(size=scale["concurrency"]), num_gpus=scale["num_gpus"] or None,
+                        num_cpus=scale["num_cpus"], batch_format="numpy")
     pending = {s: {} for s in todo}
     t0, done_rows = time.perf_counter(), 0
     for batch in ds.iter_batches(batch_size=None, batch_format="numpy"):
