@@ -36,9 +36,10 @@ EXTRAS = {
     "photos": ["exifread>=3.0", "pillow-heif>=0.16"],
     # agentcir/serve.py (`agentcir serve`): the search web page and JSON API (multipart uploads)
     "serve": ["fastapi>=0.110", "uvicorn>=0.29", "python-multipart>=0.0.9"],
-    # faiss: benchmarks/bench_cosine_topk.py compares the scoring core with faiss IndexFlatIP; sharded
-    # faiss indexes for galleries past a few million items (DESIGN.md §10) are not implemented yet
-    "scale": ["faiss-cpu>=1.8"],
+    # the scale path (docs/scale.md): Ray Data embedding jobs and Ray shard actors
+    # (agentcir/framework/scale/), per-shard faiss indexes (`agentcir build-index`); faiss is also
+    # benchmarks/bench_cosine_topk.py's IndexFlatIP baseline
+    "scale": ["ray[data]>=2.40", "faiss-cpu>=1.8"],
     # `agentcir eval --compare` plots (agentcir/framework/report.py)
     "plot": ["matplotlib>=3.7"],
     # agentcir/framework/datasets/video.py: decoding WebVid-CoVR videos into keyframes (PyAV bundles FFmpeg)

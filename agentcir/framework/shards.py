@@ -229,15 +229,23 @@ class ShardWorker:
     """
 
     def __init__(self, root: str, shard: dict, backend: str = "auto", ann: str | None = None,
-                 nprobe: int = 16, ef_search: int = 64):
+                 nprobe: int = 16, ef_search: int = 64, refine: int = 0):
         self.root, self.shard, self.backend = Path(root), dict(shard), backend
         self.offset, self.n = int(shard["offset"]), int(shard["n"])
         self._arrays: dict[str, np.ndarray] = {}
         self._ann = None
-        self.ann_path, self.nprobe, self.ef_search = ann, nprobe, ef_search
+        self.ann_path, self.nprobe, self.ef_search, self.refine = ann, nprobe, ef_search, refine
 
     def ping(self) -> str:
         return self.shard["dir"]
+
+    def memory(self) -> dict[str, float]:
+        """This process's resident and peak resident memory (MiB), for the benchmarks."""
+        import resource
+
+        with open("/proc/self/statm") as f:
+            rss = int(f.read().split()[1]) * resource.getpagesize()
+        return {"rss_mb": rss / 2 ** 20, "peak_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
 
     def array(self, source: str) -> np.ndarray:
         if source not in self._arrays:
@@ -261,7 +269,7 @@ class ShardWorker:
 
         args = dict(args, exclude=self._local_exclude(args.get("exclude")), backend=self.backend)
         if op == "cosine_topk" and self.ann_path is not None:
-            return self.ann_topk(args["queries"], args["k"], args["exclude"], args.get("exclude_score"))
+            return self.ann_topk(args["queries"], args["k"], args["exclude"], args.get("exclude_score"), source)
         out = getattr(kernels, op)(gallery=self.array(source), **args)
         return self._global(out.scores, out.ids)
 
@@ -323,13 +331,14 @@ class ShardWorker:
         return np.where(z > 0, m + np.log(np.where(z > 0, z, 1.0)), -np.inf)
 
     # -- approximate search ------------------------------------------------------------------
-    def ann_topk(self, queries: np.ndarray, k: int, exclude: np.ndarray | None,
-                 exclude_score: float | None) -> tuple[np.ndarray, np.ndarray]:
+    def ann_topk(self, queries: np.ndarray, k: int, exclude: np.ndarray | None, exclude_score: float | None,
+                 source: str = "image") -> tuple[np.ndarray, np.ndarray]:
         from .scale.ann import load_index, search_index
 
         if self._ann is None:
             self._ann = load_index(self.ann_path, self.nprobe, self.ef_search)
-        s, i = search_index(self._ann, np.ascontiguousarray(queries, np.float32), k, exclude, exclude_score)
+        s, i = search_index(self._ann, np.ascontiguousarray(queries, np.float32), k, exclude, exclude_score,
+                            refine=self.refine, rows=self.array(source) if self.refine else None)
         return self._global(s, i)
 
 
@@ -371,7 +380,7 @@ class ShardSearch:
         backend = scale.get("backend") or "auto"
         paths = ann_paths(gallery, scale) if scale["search"] != "exact" else [None] * len(gallery.shards)
         specs = [dict(root=str(gallery.root), shard=s, backend=backend, ann=None if p is None else str(p),
-                      nprobe=scale["nprobe"], ef_search=scale["ef_search"]) for s, p in zip(gallery.shards, paths)]
+                      nprobe=scale["nprobe"], ef_search=scale["ef_search"], refine=scale["refine"]) for s, p in zip(gallery.shards, paths)]
         if scale["engine"] == "ray":
             from .scale.ray_search import RayShards
 

@@ -41,9 +41,13 @@ class ScaleConfig:
         nlist: IVF lists per shard (0: about ``4 * sqrt(rows)``). pq_m: IVF-PQ sub-quantizers
             (``dim`` must divide by it). hnsw_m: HNSW neighbours per node.
         nprobe: IVF lists visited per query. ef_search: HNSW search breadth.
+        refine: 0, or R: the index proposes ``R * k`` candidates per shard, re-scored exactly
+            from the shard's embeddings (recovers IVF-PQ's recall).
         concurrency: encoder actors of the Ray Data job (each call embeds one batch of the
             encoder's own ``batch_size``, as a local build does).
         num_gpus: GPUs per encoder actor (0 on CPU nodes). num_cpus: CPUs per encoder actor.
+        shard_threads: kernel threads of each shard actor (``NUMBA_NUM_THREADS``; 0: the
+            backend's default, all cores of the node).
         restarts: times a dead shard actor is restarted (and its call retried) before the
             query fails naming the shard.
         num_cpus_total: CPUs of the local Ray this process starts (0: all); ignored with an address.
@@ -59,16 +63,18 @@ class ScaleConfig:
     hnsw_m: int = 32
     nprobe: int = 16
     ef_search: int = 64
+    refine: int = 0
     concurrency: int = 1
     num_gpus: float = 0.0
     num_cpus: float = 1.0
+    shard_threads: int = 0
     restarts: int = 1
     num_cpus_total: int = 0
     object_store_mb: int = 0
 
 
 #: scale settings that cannot change results (excluded from a run's identity)
-VOLATILE_FIELDS = ("engine", "address", "concurrency", "num_gpus", "num_cpus", "restarts",
+VOLATILE_FIELDS = ("engine", "address", "concurrency", "num_gpus", "num_cpus", "shard_threads", "restarts",
                    "num_cpus_total", "object_store_mb")
 
 
@@ -79,7 +85,7 @@ def scale_settings(raw: dict[str, Any] | None, *, where: str = "scale") -> dict[
         raise ConfigError(f"{where}: field 'engine': must be one of {', '.join(ENGINES)}, got '{cfg['engine']}'")
     if cfg["search"] not in SEARCHES:
         raise ConfigError(f"{where}: field 'search': must be one of {', '.join(SEARCHES)}, got '{cfg['search']}'")
-    for f in ("shards", "nlist", "restarts", "num_cpus_total", "object_store_mb"):
+    for f in ("shards", "nlist", "refine", "shard_threads", "restarts", "num_cpus_total", "object_store_mb"):
         if cfg[f] < 0:
             raise ConfigError(f"{where}: field '{f}': must be >= 0, got {cfg[f]}")
     for f in ("pq_m", "hnsw_m", "nprobe", "ef_search", "concurrency"):

@@ -19,7 +19,7 @@ from ..errors import InputError, require
 
 #: rows converted to float32 at a time while adding to an index
 ADD_ROWS = 262144
-#: training sample per shard (vectors)
+#: training sample per shard: 40 vectors per IVF list (at least 10,000), at most this many
 TRAIN_MAX = 262144
 
 
@@ -54,7 +54,8 @@ def build_index(emb: np.ndarray, kind: str, scale: dict, out: Path, *, seed: int
     index = make_index(kind, d, n, scale)
     if not index.is_trained:
         rng = np.random.default_rng(seed)
-        sample = np.sort(rng.choice(n, size=min(n, TRAIN_MAX), replace=False))
+        want = max(40 * getattr(index, "nlist", 1), 10000)   # faiss asks 39 points per IVF list, 9984 per PQ codebook
+        sample = np.sort(rng.choice(n, size=min(n, TRAIN_MAX, want), replace=False))
         index.train(np.ascontiguousarray(emb[sample], np.float32))
     for start in range(0, n, ADD_ROWS):
         index.add(np.ascontiguousarray(emb[start:start + ADD_ROWS], np.float32))
@@ -77,28 +78,37 @@ def load_index(path: str | Path, nprobe: int, ef_search: int):
     return index
 
 
-def search_index(index, queries: np.ndarray, k: int, exclude: np.ndarray | None,
-                 exclude_score: float | None) -> tuple[np.ndarray, np.ndarray]:
-    """Top-k of ``queries`` from ``index`` (local row ids), ``exclude`` as in ``cosine_topk``."""
+def search_index(index, queries: np.ndarray, k: int, exclude: np.ndarray | None, exclude_score: float | None,
+                 *, refine: int = 0, rows: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Top-k of ``queries`` from ``index`` (local row ids), ``exclude`` as in ``cosine_topk``.
+
+    With ``refine`` = R > 0 the index proposes ``R * k`` candidates whose scores are recomputed
+    exactly from ``rows`` (the shard's embeddings) before the top k are kept (IVF-PQ's codes
+    rank coarsely; exact re-scoring of a short list recovers the recall).
+    """
     extra = 0 if exclude is None else exclude.shape[1]
-    kk = min(index.ntotal, k + extra)
-    s, i = index.search(np.ascontiguousarray(queries, np.float32), max(kk, 1))
+    kk = min(index.ntotal, k * max(1, refine) + extra)
+    q = np.ascontiguousarray(queries, np.float32)
+    s, i = index.search(q, max(kk, 1))
+    if refine:
+        x = np.asarray(rows[np.where(i >= 0, i, 0).ravel()], np.float32).reshape(*i.shape, -1)
+        s = np.einsum("qd,qkd->qk", q, x)
     s = np.where(i >= 0, s, -np.inf).astype(np.float32)
     if exclude is not None:
-        for q in range(len(i)):
-            hit = np.isin(i[q], exclude[q][exclude[q] >= 0]) & (i[q] >= 0)
+        for r in range(len(i)):
+            hit = np.isin(i[r], exclude[r][exclude[r] >= 0]) & (i[r] >= 0)
             if exclude_score is None:
-                i[q, hit] = -1
-                s[q, hit] = -np.inf
+                i[r, hit] = -1
+                s[r, hit] = -np.inf
             else:
-                s[q, hit] = exclude_score
+                s[r, hit] = exclude_score
     Q = len(i)
     out_s = np.full((Q, k), -np.inf, np.float32)
     out_i = np.full((Q, k), -1, np.int64)
-    for q in range(Q):
-        valid = i[q] >= 0
-        order = np.lexsort((i[q][valid], -s[q][valid]))[:k]
-        out_s[q, :len(order)], out_i[q, :len(order)] = s[q][valid][order], i[q][valid][order]
+    for r in range(Q):
+        valid = i[r] >= 0
+        order = np.lexsort((i[r][valid], -s[r][valid]))[:k]
+        out_s[r, :len(order)], out_i[r, :len(order)] = s[r][valid][order], i[r][valid][order]
     return out_s, out_i
 
 

@@ -21,8 +21,10 @@ class RayShards:
         ray = init_ray(scale)
         self.ray = ray
         self.names = [s["shard"]["dir"] for s in specs]
-        actor = ray.remote(ShardWorker).options(max_restarts=scale["restarts"], max_task_retries=scale["restarts"],
-                                                num_cpus=0)
+        opts: dict[str, Any] = dict(max_restarts=scale["restarts"], max_task_retries=scale["restarts"], num_cpus=0)
+        if scale.get("shard_threads"):
+            opts["runtime_env"] = {"env_vars": {"NUMBA_NUM_THREADS": str(scale["shard_threads"])}}
+        actor = ray.remote(ShardWorker).options(**opts)
         self.actors = [actor.remote(**s) for s in specs]
 
     def run(self, method: str, *args) -> list:
