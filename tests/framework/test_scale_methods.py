@@ -73,3 +73,18 @@ def test_imageseeker_image_search_on_shards(plugin_path, tmp_path):
 class _Enc:
     def __init__(self, g):
         self.identity, self.registry_key = g.encoder_identity, g.info["encoder"]["key"]
+
+
+def test_search_command_path_on_a_sharded_gallery(plugin_path, tmp_path):
+    """`agentcir search` / `serve` (the Searcher) over a sharded gallery: the hits of the single gallery."""
+    from agentcir.framework.search import Searcher
+
+    method = ["method=octopus", "method.gate=0"]
+    single = run_recipe(recipe(tmp_path, *method)).gallery
+    sharded_recipe = recipe(tmp_path, *method, "+scale=local", "scale.shards=3")
+    sharded = run_recipe(sharded_recipe).gallery
+    a = Searcher(recipe(tmp_path, *method), single.root).search(image=single.paths[3], text="in red", k=8)
+    s = Searcher(sharded_recipe, sharded.root)
+    assert isinstance(s.gallery, ShardedGallery)
+    b = s.search(image=single.paths[3], text="in red", k=8)
+    assert [(h.id, h.row) for h in a.hits] == [(h.id, h.row) for h in b.hits]
