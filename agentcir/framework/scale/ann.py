@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import InputError, require
+from ..shards import merge_topk
 
 #: rows converted to float32 at a time while adding to an index
 ADD_ROWS = 262144
@@ -102,14 +103,7 @@ def search_index(index, queries: np.ndarray, k: int, exclude: np.ndarray | None,
                 s[r, hit] = -np.inf
             else:
                 s[r, hit] = exclude_score
-    Q = len(i)
-    out_s = np.full((Q, k), -np.inf, np.float32)
-    out_i = np.full((Q, k), -1, np.int64)
-    for r in range(Q):
-        valid = i[r] >= 0
-        order = np.lexsort((i[r][valid], -s[r][valid]))[:k]
-        out_s[r, :len(order)], out_i[r, :len(order)] = s[r][valid][order], i[r][valid][order]
-    return out_s, out_i
+    return merge_topk([s], [i], k)
 
 
 def build_indexes(gallery, scale: dict, *, progress: bool = True) -> list[dict]:
