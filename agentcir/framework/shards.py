@@ -240,12 +240,14 @@ class ShardWorker:
         return self.shard["dir"]
 
     def memory(self) -> dict[str, float]:
-        """This process's resident and peak resident memory (MiB), for the benchmarks."""
+        """This process's id, resident and peak resident memory (MiB), for the benchmarks."""
+        import os
         import resource
 
         with open("/proc/self/statm") as f:
             rss = int(f.read().split()[1]) * resource.getpagesize()
-        return {"rss_mb": rss / 2 ** 20, "peak_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
+        return {"pid": os.getpid(), "rss_mb": rss / 2 ** 20,
+                "peak_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
 
     def array(self, source: str) -> np.ndarray:
         if source not in self._arrays:
