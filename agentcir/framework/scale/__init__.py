@@ -73,11 +73,6 @@ class ScaleConfig:
     object_store_mb: int = 0
 
 
-#: scale settings that cannot change results (excluded from a run's identity)
-VOLATILE_FIELDS = ("engine", "address", "concurrency", "num_gpus", "num_cpus", "shard_threads", "restarts",
-                   "num_cpus_total", "object_store_mb")
-
-
 def scale_settings(raw: dict[str, Any] | None, *, where: str = "scale") -> dict[str, Any]:
     """A validated ``scale`` section with every default filled."""
     cfg = dataclasses.asdict(make_config(ScaleConfig, dict(raw or {}), where=where))
