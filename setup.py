@@ -37,9 +37,10 @@ EXTRAS = {
     # agentcir/serve/ (`agentcir serve`): the web app and JSON API (multipart uploads; fastapi-offline for
     # its bundled Swagger UI 5 files, an offline /docs; pillow-heif: HEIC/AVIF thumbnails)
     "serve": ["fastapi>=0.110", "uvicorn>=0.29", "python-multipart>=0.0.9", "fastapi-offline>=1.7", "pillow-heif>=0.16"],
-    # faiss: benchmarks/bench_cosine_topk.py compares the scoring core with faiss IndexFlatIP; sharded
-    # faiss indexes for galleries past a few million items (DESIGN.md §10) are not implemented yet
-    "scale": ["faiss-cpu>=1.8"],
+    # the scale path (docs/scale.md): Ray Data embedding jobs and Ray shard actors
+    # (agentcir/framework/scale/), per-shard faiss indexes (`agentcir build-index`); faiss is also
+    # benchmarks/bench_cosine_topk.py's IndexFlatIP baseline
+    "scale": ["ray[data]>=2.40", "faiss-cpu>=1.8"],
     # `agentcir eval --compare` plots (agentcir/framework/report.py)
     "plot": ["matplotlib>=3.7"],
     # agentcir/components/encoders/features.py: precomputed features (torch for the torch-pickled

@@ -160,7 +160,15 @@ def cmd_index(args) -> int:
         for it in items:
             it.meta = {"user": args.user}
     encoder = ComponentPool(recipe).get("encoder")
-    g = Gallery.build(args.out, items, encoder, dtype=args.dtype, progress=not args.quiet, source=str(Path(args.folder).resolve()))
+    scale = _scale_args(recipe, args)
+    if scale is None:
+        g = Gallery.build(args.out, items, encoder, dtype=args.dtype, progress=not args.quiet, source=str(Path(args.folder).resolve()))
+    else:  # a sharded gallery, embedded in this process or by a Ray Data job (docs/scale.md)
+        from .framework.scale.embed import build_sharded
+
+        g = build_sharded(args.out, items, encoder, scale, dtype=args.dtype, recipe=recipe, progress=not args.quiet,
+                          source=str(Path(args.folder).resolve()))
+        print(f"{len(g.shards)} shard(s), engine {scale['engine']}")
     g.set_meta({it.id: it.meta for it in items})  # a re-index refreshes metadata without re-embedding
     print(f"indexed {len(g)} image(s) from '{args.folder}' into '{args.out}' with encoder '{recipe['encoder']['name']}' "
           f"(dim {g.dim}, {g.info['dtype']}); skipped {len(g.skipped)} unreadable image(s) and {len(others)} non-image file(s)")
@@ -171,6 +179,39 @@ def cmd_index(args) -> int:
     check = domain_check(encoder, g.image_emb, name=recipe["encoder"]["name"])
     if check is not None:
         print(check.line())
+    return 0
+
+
+def _scale_args(recipe: dict, args) -> dict | None:
+    """The recipe's ``scale`` section with ``--engine/--address/--shards`` applied; None: unsharded."""
+    scale = dict(recipe.get("scale") or {})
+    for flag in ("engine", "address", "shards"):
+        if getattr(args, flag, None) is not None:
+            scale[flag] = getattr(args, flag)
+    if scale.get("engine") == "ray" and not scale.get("shards"):
+        scale["shards"] = 1
+    return scale if scale.get("shards") else None
+
+
+@_command("build-index")
+def cmd_build_index(args) -> int:
+    from .framework.errors import InputError
+    from .framework.gallery import Gallery
+    from .framework.scale import scale_settings
+    from .framework.scale.ann import build_indexes
+
+    recipe = _compose(args)
+    scale = dict(recipe.get("scale") or {}, search=args.kind)
+    for flag in ("nlist", "pq_m", "hnsw_m"):
+        if getattr(args, flag) is not None:
+            scale[flag] = getattr(args, flag)
+    scale = scale_settings(scale)
+    g = Gallery.open(args.gallery, scale=scale)
+    if not hasattr(g, "shards"):
+        raise InputError(f"'{args.gallery}' is not a sharded gallery; build one with `agentcir index FOLDER --out G --shards S`")
+    infos = build_indexes(g, scale, progress=not args.quiet)
+    print(f"built {args.kind} indexes of {len(infos)} shard(s) of '{args.gallery}' "
+          f"({sum(not i.get('reused') for i in infos)} new); search them with scale.search={args.kind}")
     return 0
 
 
@@ -417,6 +458,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--user", help="user id stored in every item's metadata (photo histories of several users)")
     p.add_argument("--no-metadata", action="store_true",
                    help="skip photo metadata (EXIF/XMP date, GPS and place, camera, album = folder, people, keywords)")
+    p.add_argument("--engine", choices=["local", "ray"], help="embed in this process or as a Ray Data job (docs/scale.md)")
+    p.add_argument("--address", help="Ray cluster to join (default $RAY_ADDRESS, else a local Ray)")
+    p.add_argument("--shards", type=int, help="write a sharded gallery of this many shards")
+    p.add_argument("-q", "--quiet", action="store_true")
+    _add_recipe_args(p)
+
+    p = sub.add_parser("build-index", help="build per-shard approximate indexes (faiss) of a sharded gallery",
+                       description="Train and fill a faiss index per shard (resumable); search with scale.search=KIND.")
+    p.add_argument("gallery", help="sharded gallery directory")
+    p.add_argument("--kind", required=True, choices=["ivf_flat", "ivf_pq", "hnsw"])
+    p.add_argument("--nlist", type=int, help="IVF lists per shard (default about 4*sqrt(rows))")
+    p.add_argument("--pq-m", dest="pq_m", type=int, help="IVF-PQ sub-quantizers (divides the dim)")
+    p.add_argument("--hnsw-m", dest="hnsw_m", type=int, help="HNSW neighbours per node")
     p.add_argument("-q", "--quiet", action="store_true")
     _add_recipe_args(p)
 

@@ -72,10 +72,12 @@ class Gallery:
     # -- construction -----------------------------------------------------------------
     @classmethod
     def build(cls, root: str | Path, items: Sequence[GalleryItem], encoder, *, dtype: str = "float32",
-              progress: bool | None = None, source: str = "") -> "Gallery":
+              progress: bool | None = None, source: str = "", embed: Callable | None = None) -> "Gallery":
         """Embed ``items`` with ``encoder`` into ``root`` (resuming a build left unfinished).
 
         Items whose image cannot be decoded are skipped and counted in ``gallery.json``.
+        ``embed`` replaces ``encoder.encode_images`` (same signature; the Ray job passes the
+        embeddings it computed, :mod:`agentcir.framework.scale.embed`).
         """
         root = Path(root)
         if not items:
@@ -123,7 +125,7 @@ class Gallery:
                 chunk = items[c * CHUNK:(c + 1) * CHUNK]
                 if not done.is_file():
                     skipped: list[Skipped] = []
-                    emb = encoder.encode_images([it.path for it in chunk], progress=False, skipped=skipped)
+                    emb = (embed or encoder.encode_images)([it.path for it in chunk], progress=False, skipped=skipped)
                     bad = {s.index for s in skipped}
                     kept = np.array([i for i in range(len(chunk)) if i not in bad], dtype=np.int64) + c * CHUNK
                     with atomic_path(done) as tmp:
@@ -157,8 +159,12 @@ class Gallery:
         return cls.open(root, encoder=encoder)
 
     @classmethod
-    def open(cls, root: str | Path, encoder=None) -> "Gallery":
-        """Open a gallery directory; with ``encoder``, check it is the one that indexed it."""
+    def open(cls, root: str | Path, encoder=None, *, scale: dict | None = None) -> "Gallery":
+        """Open a gallery directory; with ``encoder``, check it is the one that indexed it.
+
+        A sharded gallery (``gallery.json`` lists ``shards``) opens as a
+        :class:`~agentcir.framework.shards.ShardedGallery` searched as ``scale`` (a recipe's
+        ``scale`` section) says."""
         root = Path(root)
         meta = root / "gallery.json"
         if not meta.is_file():
@@ -172,6 +178,10 @@ class Gallery:
                 f"(identity {info['encoder']['identity']}), but encoder '{getattr(encoder, 'registry_key', '?')}' "
                 f"(identity {encoder.identity}) was given: re-index the gallery with this encoder or select "
                 f"encoder={info['encoder']['key']} with its original config")
+        if "shards" in info:
+            from .shards import open_sharded
+
+            return open_sharded(root, info, scale)
         items = []
         with open(root / "items.jsonl") as f:
             for line in f:

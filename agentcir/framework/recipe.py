@@ -128,7 +128,7 @@ def validate(raw: dict[str, Any]) -> dict[str, Any]:
 
     Returns the resolved recipe as plain containers.
     """
-    known = {*GROUPS, "kernels", "run"}
+    known = {*GROUPS, "kernels", "run", "scale"}
     unknown = sorted(set(raw) - known)
     if unknown:
         raise ConfigError(f"recipe: unknown top-level key(s) {', '.join(unknown)}; valid: {', '.join(sorted(known))}"
@@ -155,6 +155,10 @@ def validate(raw: dict[str, Any]) -> dict[str, Any]:
         raise ConfigError(f"kernels: field 'backend': unknown kernel backend '{out['kernels']['backend']}'; "
                           f"choose one of {', '.join(KERNEL_BACKENDS)}")
     out["run"] = dataclasses.asdict(make_config(RunConfig, raw.get("run") or {}, where="run"))
+    if raw.get("scale"):  # only when given: recipes without it keep their identity
+        from .scale import scale_settings
+
+        out["scale"] = scale_settings(raw["scale"])
     if out["run"]["gallery_dtype"] not in ("float32", "float16"):
         raise ConfigError(f"run: field 'gallery_dtype': must be float32 or float16, got '{out['run']['gallery_dtype']}'")
     if out["run"]["gallery_captions"] not in ("auto", "dataset", "captioner"):

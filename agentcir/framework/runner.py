@@ -503,8 +503,15 @@ def _run_locked(recipe: dict[str, Any], run_dir: Path, pool, progress: bool | No
     gdir = gallery_dir(Path(run["root"]), recipe["dataset"]["name"], stable_hash([[i.id, i.path, i.caption] for i in items]),
                        encoder.identity, run["gallery_dtype"])
     with phases.phase("gallery"):
-        gallery = Gallery.build(gdir, items, encoder, dtype=run["gallery_dtype"], progress=show_progress,
-                                source=f"dataset {recipe['dataset']['name']}")
+        if (recipe.get("scale") or {}).get("shards"):  # a sharded gallery (docs/scale.md)
+            from .scale.embed import build_sharded
+
+            gdir = gdir.with_name(f"{gdir.name}-s{recipe['scale']['shards']}")
+            gallery = build_sharded(gdir, items, encoder, recipe["scale"], dtype=run["gallery_dtype"], recipe=recipe,
+                                    progress=show_progress, source=f"dataset {recipe['dataset']['name']}")
+        else:
+            gallery = Gallery.build(gdir, items, encoder, dtype=run["gallery_dtype"], progress=show_progress,
+                                    source=f"dataset {recipe['dataset']['name']}")
     queries = dataset.queries()
     if not queries:
         raise InputError(f"dataset '{recipe['dataset']['name']}' has no queries")

@@ -123,7 +123,7 @@ class Searcher:
     def __init__(self, recipe: dict[str, Any], gallery_dir: str | Path, *, progress: bool = False):
         self.recipe = recipe
         self.pool = ComponentPool(recipe)
-        self.gallery = Gallery.open(gallery_dir, encoder=self.pool.get("encoder"))
+        self.gallery = Gallery.open(gallery_dir, encoder=self.pool.get("encoder"), scale=recipe.get("scale"))
         self.method = self.pool.get("method")
         self.cache = open_call_cache(self.pool, recipe["run"])
         self.progress = progress

@@ -10,6 +10,8 @@ README.md; :mod:`.reference` is the executable specification.
 
 from __future__ import annotations
 
+import functools
+import inspect
 from typing import Any, Sequence
 
 import numpy as np
@@ -63,11 +65,34 @@ def _empty(k: int, like: Any, *extra: tuple[int, ...]) -> list[Any]:
     return _out(arrays + [np.zeros(shape, dtype=np.float32) for shape in extra], like)
 
 
+def _routable(param: str):
+    """A gallery-scoring function whose gallery argument ``param`` may be a view that runs it
+    elsewhere: an object with ``__agentcir_kernel__(name, arguments)`` (a sharded gallery,
+    :class:`agentcir.framework.shards.ShardedArray`) gets the call, arguments bound by name."""
+
+    def wrap(fn):
+        sig = inspect.signature(fn)
+
+        @functools.wraps(fn)
+        def call(*args, **kw):
+            bound = sig.bind(*args, **kw)
+            hook = getattr(bound.arguments.get(param), "__agentcir_kernel__", None)
+            if hook is None:
+                return fn(*args, **kw)
+            bound.apply_defaults()
+            return hook(fn.__name__, dict(bound.arguments))
+
+        return call
+
+    return wrap
+
+
 def _exclude_score(x: float | None) -> float | None:
     return None if x is None else check_finite_number(x, "exclude_score")
 
 
 # -- scoring against a gallery ---------------------------------------------------------
+@_routable("gallery")
 def cosine_topk(queries: Any, gallery: Any, k: int, *, exclude: Any = None, exclude_score: float | None = None,
                 backend: str = "auto") -> TopK:
     """Top-k inner products of each query with the gallery, streamed in tiles.
@@ -98,6 +123,7 @@ def cosine_topk(queries: Any, gallery: Any, k: int, *, exclude: Any = None, excl
     return TopK(*_out(out, gallery))
 
 
+@_routable("gallery")
 def proxy_scores_topk(proxies: Any, gallery: Any, k: int, *, agg: str = "mean", tau: float = 0.04,
                       reference: Any = None, exclude: Any = None, exclude_score: float | None = None,
                       backend: str = "auto") -> TopK:
@@ -144,6 +170,7 @@ def proxy_scores_topk(proxies: Any, gallery: Any, k: int, *, agg: str = "mean", 
     return TopK(*_out(out, gallery))
 
 
+@_routable("gallery")
 def octopus_weights(reference: Any, proxies: Any, gallery: Any, *, tau: float = 0.04,
                     backend: str = "auto") -> Any:
     """OCTOPUS adaptive proxy weights (DESIGN.md §5): ``w = softmax(s / tau)`` with
@@ -166,6 +193,7 @@ def octopus_weights(reference: Any, proxies: Any, gallery: Any, *, tau: float = 
     return _out([w], gallery)[0]
 
 
+@_routable("gallery")
 def ldre_weights(before: Any, proxies: Any, gallery: Any, *, topk: int = 5, tau: float = 0.04,
                  backend: str = "auto") -> Any:
     """LDRE adaptive ensemble weights (Yang et al., SIGIR 2024; released ``use_adaptive_ensemble``).
@@ -196,6 +224,7 @@ def ldre_weights(before: Any, proxies: Any, gallery: Any, *, topk: int = 5, tau:
     return _out([w], gallery)[0]
 
 
+@_routable("images")
 def octopus_topk(reference: Any, proxies: Any, target: Any, images: Any, k: int, *, visual: Any = None,
                  captions: Any = None, lam: float = 0.2, tau: float = 0.04, entropy_tau: float = 0.02,
                  exclude: Any = None, exclude_score: float | None = -10.0, backend: str = "auto") -> OctopusTopK:

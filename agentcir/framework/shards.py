@@ -1,0 +1,486 @@
+"""Sharded galleries: the on-disk format, the shard worker, and the exact merge of per-shard results.
+
+A sharded gallery is a directory::
+
+    gallery.json        format, size, dim, dtype, encoder identity, skipped files, and
+                        "shards": [{"dir": "shard-00000", "n": rows, "offset": first global row}, ...]
+    shard-00000/        a regular gallery folder (gallery.json, items.jsonl, image_emb.npy)
+    shard-00001/ ...
+    captions/ caption_emb/   as in an unsharded gallery (global rows)
+    ann/<kind>-<hash>/shard-00000.faiss   per-shard approximate indexes (``agentcir build-index``)
+
+Global row ``r`` is row ``r - offset`` of the shard whose range holds it, so the rows, ids
+and paths are those of the unsharded gallery built from the same items. :func:`open_sharded`
+(reached through :meth:`Gallery.open <agentcir.framework.gallery.Gallery.open>`) gives a
+:class:`ShardedGallery` whose ``image_emb`` is a :class:`ShardedArray`: row access reads the
+shard files, and the scoring-core functions (``cosine_topk``, ``proxy_scores_topk``,
+``octopus_weights``, ``ldre_weights``, ``octopus_topk``) called on it are routed
+(``__agentcir_kernel__``) to :class:`ShardSearch`, which runs them on every shard — in this
+process (``engine=local``) or on Ray actors (``engine=ray``, :mod:`.scale.ray_search`) — and
+merges the per-shard results exactly (top-k by score then lower global id; sums, top-m
+lists and softmax partition functions for the whole-gallery statistics).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+
+from .errors import AgentcirError, InputError
+from .gallery import FORMAT, Gallery, GalleryItem
+
+log = logging.getLogger("agentcir")
+
+SHARD_DIR = "shard-{:05d}"
+#: rows read at a time by the numpy passes of a shard worker
+ROWS = 65536
+
+
+class ShardError(AgentcirError, RuntimeError):
+    """A shard could not answer (its worker died and was not restarted); the message names the shard."""
+
+
+def shard_ranges(n: int, shards: int) -> list[tuple[int, int]]:
+    """Contiguous ``[start, stop)`` ranges of ``n`` items over ``shards`` shards (sizes differ by at most 1)."""
+    if shards < 1:
+        raise InputError(f"shards must be at least 1, got {shards}")
+    if shards > n:
+        raise InputError(f"cannot split {n} item(s) into {shards} shards (at most one shard per item)")
+    base, extra = divmod(n, shards)
+    out, start = [], 0
+    for s in range(shards):
+        stop = start + base + (s < extra)
+        out.append((start, stop))
+        start = stop
+    return out
+
+
+def write_manifest(root: Path, shard_galleries: Sequence[Gallery], *, plan: dict, source: str = "") -> dict:
+    """Write the top-level ``gallery.json`` of a sharded gallery from its finished shards."""
+    first = shard_galleries[0].info
+    shards, offset, skipped = [], 0, []
+    for g in shard_galleries:
+        if g.info["encoder"]["identity"] != first["encoder"]["identity"] or g.dim != first["dim"]:
+            raise InputError(f"shard '{g.root}' was embedded with another encoder than '{shard_galleries[0].root}'")
+        shards.append({"dir": g.root.name, "n": len(g), "offset": offset})
+        offset += len(g)
+        skipped += [{**s, "shard": g.root.name} for s in g.skipped]
+    info = {"format": FORMAT, "n": offset, "dim": first["dim"], "dtype": first["dtype"], "encoder": first["encoder"],
+            "source": source, "skipped": skipped, "plan": plan, "shards": shards}
+    tmp = root / "gallery.json.tmp"
+    tmp.write_text(json.dumps(info, indent=1))
+    tmp.replace(root / "gallery.json")
+    return info
+
+
+def is_sharded(info: dict) -> bool:
+    return "shards" in info
+
+
+# -- the gallery and its embeddings ------------------------------------------------------------
+class ShardedGallery(Gallery):
+    """A sharded gallery directory, opened: the items of every shard in global row order.
+
+    ``image_emb`` (and ``caption_emb``) are :class:`ShardedArray` views; the search engine is
+    chosen by ``scale`` (a recipe's ``scale`` section, :class:`~.scale.ScaleConfig`).
+    """
+
+    def __init__(self, root: Path, info: dict, items: list[GalleryItem], scale: dict | None = None):
+        super().__init__(root, info, items)
+        from .scale import scale_settings
+
+        self.scale = scale_settings(scale)
+        self.shards = info["shards"]
+        self.offsets = np.array([s["offset"] for s in self.shards] + [info["n"]], np.int64)
+        self._search: ShardSearch | None = None
+
+    @property
+    def search_engine(self) -> "ShardSearch":
+        if self._search is None:
+            self._search = ShardSearch(self, self.scale)
+        return self._search
+
+    def shard_dir(self, s: int) -> Path:
+        return self.root / self.shards[s]["dir"]
+
+    @property
+    def image_emb(self) -> "ShardedArray":
+        if self._image_emb is None:
+            self._image_emb = ShardedArray(self, "image")
+        return self._image_emb
+
+    def caption_emb(self, key: str, encoder, *, dtype: str | None = None) -> "ShardedArray":
+        """As :meth:`Gallery.caption_emb` (one file of global rows), viewed shard by shard."""
+        super().caption_emb(key, encoder, dtype=dtype)
+        return ShardedArray(self, str(self._caption_emb_file(key, encoder)))
+
+    def set_meta(self, meta_by_id: dict[str, dict[str, Any]]) -> int:
+        """Replace items' ``meta`` in the shard that holds each (see :meth:`Gallery.set_meta`)."""
+        changed = 0
+        for s in range(len(self.shards)):
+            changed += Gallery.open(self.shard_dir(s)).set_meta(meta_by_id)
+        for it in self.items:
+            if it.id in meta_by_id:
+                it.meta = dict(meta_by_id[it.id])
+        return changed
+
+    def close(self) -> None:
+        if self._search is not None:
+            self._search.close()
+            self._search = None
+
+
+def open_sharded(root: Path, info: dict, scale: dict | None = None) -> ShardedGallery:
+    items: list[GalleryItem] = []
+    for s in info["shards"]:
+        g = Gallery.open(root / s["dir"])
+        if len(g) != s["n"]:
+            raise InputError(f"sharded gallery '{root}': shard '{s['dir']}' holds {len(g)} items, "
+                             f"the manifest says {s['n']}; rebuild it")
+        items += g.items
+    return ShardedGallery(root, info, items, scale)
+
+
+def source_rows(root: Path, shard: dict, source: str) -> np.ndarray:
+    """The rows of ``source`` (``image``, or a file of global rows) held by ``shard``, memory-mapped."""
+    if source == "image":
+        return np.load(root / shard["dir"] / "image_emb.npy", mmap_mode="r")
+    a = np.load(source, mmap_mode="r")
+    return a[shard["offset"]:shard["offset"] + shard["n"]]
+
+
+class ShardedArray:
+    """A read-only ``[N, d]`` view over the shards of one embedding source.
+
+    Indexing reads rows from the shard files (memory-mapped); ``np.asarray`` materialises
+    the whole array (logged: the methods that need it do not scale past memory); the
+    scoring-core functions given this object run on the shards (``__agentcir_kernel__``).
+    """
+
+    ndim = 2
+
+    def __init__(self, gallery: ShardedGallery, source: str):
+        self.gallery = gallery
+        self.source = source
+        self._parts: list[np.ndarray] | None = None
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        return (int(self.gallery.info["n"]), int(self.gallery.info["dim"]))
+
+    @property
+    def dtype(self) -> np.dtype:
+        return self.parts[0].dtype
+
+    def __len__(self) -> int:
+        return self.shape[0]
+
+    @property
+    def parts(self) -> list[np.ndarray]:
+        if self._parts is None:
+            g = self.gallery
+            self._parts = [source_rows(g.root, s, self.source) for s in g.shards]
+        return self._parts
+
+    def _rows(self, rows: np.ndarray) -> np.ndarray:
+        n = self.shape[0]
+        rows = np.where(rows < 0, rows + n, rows)
+        if rows.size and (rows.min() < 0 or rows.max() >= n):
+            raise IndexError(f"row index out of range for a sharded gallery of {n} rows")
+        shard = np.searchsorted(self.gallery.offsets, rows, side="right") - 1
+        out = np.empty((len(rows), self.shape[1]), self.dtype)
+        for s in np.unique(shard):
+            m = shard == s
+            out[m] = self.parts[s][rows[m] - self.gallery.offsets[s]]
+        return out
+
+    def __getitem__(self, idx):
+        cols = slice(None)
+        if isinstance(idx, tuple):
+            idx, cols = idx[0], idx[1:] if len(idx) > 2 else idx[1]
+        if isinstance(idx, (int, np.integer)):
+            return self._rows(np.array([int(idx)]))[0][cols]
+        if isinstance(idx, slice):
+            rows = np.arange(*idx.indices(self.shape[0]))
+        else:
+            rows = np.asarray(idx)
+            if rows.dtype == bool:
+                rows = np.flatnonzero(rows)
+        return self._rows(rows.astype(np.int64).ravel())[:, cols]
+
+    def __array__(self, dtype=None, copy=None):
+        log.info("materialising the sharded gallery '%s' (%d x %d) in memory", self.gallery.root, *self.shape)
+        a = np.concatenate(self.parts)
+        return a if dtype is None else a.astype(dtype)
+
+    def __agentcir_kernel__(self, name: str, args: dict[str, Any]):
+        return self.gallery.search_engine.call(name, args)
+
+
+# -- one shard's work ---------------------------------------------------------------------------
+class ShardWorker:
+    """Scores one shard (memory-mapped) with the scoring core; the unit a Ray actor wraps.
+
+    Every method takes and returns numpy arrays; ids in results are global rows.
+    """
+
+    def __init__(self, root: str, shard: dict, backend: str = "auto", ann: str | None = None,
+                 nprobe: int = 16, ef_search: int = 64, refine: int = 0):
+        self.root, self.shard, self.backend = Path(root), dict(shard), backend
+        self.offset, self.n = int(shard["offset"]), int(shard["n"])
+        self._arrays: dict[str, np.ndarray] = {}
+        self._ann = None
+        self.ann_path, self.nprobe, self.ef_search, self.refine = ann, nprobe, ef_search, refine
+
+    def ping(self) -> str:
+        return self.shard["dir"]
+
+    def memory(self) -> dict[str, float]:
+        """This process's id, resident and peak resident memory (MiB), for the benchmarks."""
+        import os
+        import resource
+
+        with open("/proc/self/statm") as f:
+            rss = int(f.read().split()[1]) * resource.getpagesize()
+        return {"pid": os.getpid(), "rss_mb": rss / 2 ** 20,
+                "peak_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
+
+    def array(self, source: str) -> np.ndarray:
+        if source not in self._arrays:
+            self._arrays[source] = source_rows(self.root, self.shard, source)
+        return self._arrays[source]
+
+    def _local_exclude(self, exclude: np.ndarray | None) -> np.ndarray | None:
+        if exclude is None:
+            return None
+        ex = np.asarray(exclude, np.int64)
+        local = ex - self.offset
+        return np.where((ex >= 0) & (local >= 0) & (local < self.n), local, -1).astype(np.int32)
+
+    def _global(self, scores: np.ndarray, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        ids = np.asarray(ids, np.int64)
+        return np.asarray(scores, np.float32), np.where(ids >= 0, ids + self.offset, -1)
+
+    def topk(self, op: str, source: str, args: dict) -> tuple[np.ndarray, np.ndarray]:
+        """``cosine_topk`` / ``proxy_scores_topk`` of the scoring core on this shard."""
+        from .. import kernels
+
+        args = dict(args, exclude=self._local_exclude(args.get("exclude")), backend=self.backend)
+        if op == "cosine_topk" and self.ann_path is not None:
+            return self.ann_topk(args["queries"], args["k"], args["exclude"], args.get("exclude_score"), source)
+        out = getattr(kernels, op)(gallery=self.array(source), **args)
+        return self._global(out.scores, out.ids)
+
+    def drops(self, reference: np.ndarray, proxies: np.ndarray, m: int) -> tuple[np.ndarray, np.ndarray]:
+        """Per query and proxy: the sum of ``relu(ref.x - p.x)`` over this shard's rows and (``m`` > 0)
+        its ``m`` largest values (OCTOPUS and LDRE proxy weights)."""
+        G = self.array("image")
+        Q, K, d = proxies.shape
+        total = np.zeros((Q, K), np.float64)
+        top = np.zeros((Q, K, 0), np.float32)
+        P = proxies.reshape(Q * K, d).astype(np.float32)
+        for start in range(0, self.n, ROWS):
+            x = np.asarray(G[start:start + ROWS], np.float32)
+            D = np.maximum((reference.astype(np.float32) @ x.T)[:, None, :] - (P @ x.T).reshape(Q, K, -1), 0.0)
+            total += D.sum(axis=-1, dtype=np.float64)
+            if m > 0:
+                both = np.concatenate([top, D], axis=-1)
+                keep = min(m, both.shape[-1])
+                top = -np.sort(-np.partition(both, both.shape[-1] - keep, axis=-1)[..., -keep:], axis=-1)
+        return total, top
+
+    def octopus(self, e: np.ndarray, target: np.ndarray, visual: np.ndarray | None, captions: str | None,
+                k: int, lam: float, entropy_tau: float, exclude: np.ndarray | None,
+                exclude_score: float | None) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """OCTOPUS fused top-k of this shard for the global query ``e`` (weights already merged):
+        scores, global ids, the shard's softmax entropy and its log partition function."""
+        from .. import kernels
+
+        ex = self._local_exclude(exclude)
+        C = None if captions is None else self.array(captions)
+        out = kernels.octopus_topk(e, e[:, None, :], target, self.array("image"), k, visual=visual, captions=C,
+                                   lam=lam, entropy_tau=entropy_tau, exclude=ex, exclude_score=exclude_score,
+                                   backend=self.backend)
+        logz = self._log_partition(e, target, visual, C, lam, entropy_tau, ex, exclude_score)
+        s, i = self._global(out.scores, out.ids)
+        return s, i, np.asarray(out.entropy, np.float64), logz
+
+    def _log_partition(self, e, target, visual, C, lam, entropy_tau, ex, exclude_score) -> np.ndarray:
+        """``log sum_j exp(S_j / tau)`` over this shard (excluded rows as the kernel treats them)."""
+        t = ((np.asarray(e, np.float64) + target) / 2.0).astype(np.float32)
+        G = self.array("image")
+        Q = t.shape[0]
+        m = np.full(Q, -np.inf)
+        z = np.zeros(Q)
+        for start in range(0, self.n, ROWS):
+            S = t @ np.asarray(G[start:start + ROWS], np.float32).T
+            if visual is not None:
+                S = lam * S + (1.0 - lam) * ((visual @ np.asarray(C[start:start + ROWS], np.float32).T) * S)
+            S = S.astype(np.float64) / entropy_tau
+            if ex is not None:
+                for q, row in enumerate(ex):
+                    loc = row[(row >= start) & (row < start + S.shape[1])] - start
+                    S[q, loc] = -np.inf if exclude_score is None else exclude_score / entropy_tau
+            mm = np.maximum(m, S.max(axis=1))
+            fin = np.isfinite(mm)
+            z = np.where(fin, z * np.exp(np.where(fin, m - mm, 0.0)) +
+                         np.exp(S - np.where(fin, mm, 0.0)[:, None]).sum(axis=1), z)
+            m = mm
+        return np.where(z > 0, m + np.log(np.where(z > 0, z, 1.0)), -np.inf)
+
+    # -- approximate search ------------------------------------------------------------------
+    def ann_topk(self, queries: np.ndarray, k: int, exclude: np.ndarray | None, exclude_score: float | None,
+                 source: str = "image") -> tuple[np.ndarray, np.ndarray]:
+        from .scale.ann import load_index, search_index
+
+        if self._ann is None:
+            self._ann = load_index(self.ann_path, self.nprobe, self.ef_search)
+        s, i = search_index(self._ann, np.ascontiguousarray(queries, np.float32), k, exclude, exclude_score,
+                            refine=self.refine, rows=self.array(source) if self.refine else None)
+        return self._global(s, i)
+
+
+# -- the coordinator ------------------------------------------------------------------------
+def merge_topk(scores: Sequence[np.ndarray], ids: Sequence[np.ndarray], k: int) -> tuple[np.ndarray, np.ndarray]:
+    """Exact merge of per-shard top-k lists: score descending, ties by the lower global id,
+    ``(-inf, -1)`` padding last (the scoring core's ranking rule)."""
+    S = np.concatenate(scores, axis=1).astype(np.float32)
+    I = np.concatenate(ids, axis=1).astype(np.int64)
+    Q = S.shape[0]
+    out_s = np.full((Q, k), -np.inf, np.float32)
+    out_i = np.full((Q, k), -1, np.int32)
+    for q in range(Q):
+        valid = I[q] >= 0
+        s, i = S[q][valid], I[q][valid]
+        order = np.lexsort((i, -s))[:k]
+        out_s[q, :len(order)], out_i[q, :len(order)] = s[order], i[order]
+    return out_s, out_i
+
+
+def _softmax(x: np.ndarray) -> np.ndarray:
+    x = np.exp(x - x.max(axis=-1, keepdims=True))
+    return (x / x.sum(axis=-1, keepdims=True)).astype(np.float32)
+
+
+class ShardSearch:
+    """Runs the scoring-core calls of a sharded gallery on its shards and merges them exactly.
+
+    ``scale["engine"]``: ``local`` (a :class:`ShardWorker` per shard in this process) or ``ray``
+    (one Ray actor per shard, :mod:`.scale.ray_search`); ``scale["search"]``: ``exact`` or an
+    approximate index kind built by ``agentcir build-index`` (used by ``cosine_topk``; the
+    whole-gallery statistics of OCTOPUS and LDRE stay exact scans).
+    """
+
+    def __init__(self, gallery: ShardedGallery, scale: dict):
+        from .scale import ann_paths
+
+        self.gallery, self.scale = gallery, scale
+        backend = scale.get("backend") or "auto"
+        paths = ann_paths(gallery, scale) if scale["search"] != "exact" else [None] * len(gallery.shards)
+        specs = [dict(root=str(gallery.root), shard=s, backend=backend, ann=None if p is None else str(p),
+                      nprobe=scale["nprobe"], ef_search=scale["ef_search"], refine=scale["refine"]) for s, p in zip(gallery.shards, paths)]
+        if scale["engine"] == "ray":
+            from .scale.ray_search import RayShards
+
+            self.workers = RayShards(specs, scale)
+        else:
+            self.workers = LocalShards(specs)
+
+    def close(self) -> None:
+        self.workers.close()
+
+    def call(self, name: str, a: dict[str, Any]):
+        from .. import kernels
+
+        g = self.gallery
+        fn = getattr(self, "_" + name, None)
+        if fn is None:
+            raise InputError(f"scoring-core function '{name}' has no sharded implementation")
+        a = dict(a)
+        a.pop("backend", None)
+        N = len(g)
+        if a.get("exclude") is not None:
+            from ..kernels._inputs import check_exclude
+
+            Q = next(len(a[x]) for x in ("queries", "proxies", "reference") if a.get(x) is not None)
+            a["exclude"] = check_exclude(a["exclude"], Q, N)
+        return fn(kernels, a)
+
+    def _topk(self, op: str, source: str, a: dict, k: int):
+        res = self.workers.run("topk", op, source, a)
+        return merge_topk([r[0] for r in res], [r[1] for r in res], k)
+
+    def _cosine_topk(self, kernels, a):
+        g = a.pop("gallery")
+        q = np.ascontiguousarray(np.asarray(a["queries"], np.float32))
+        return kernels.TopK(*self._topk("cosine_topk", g.source, dict(a, queries=q), a["k"]))
+
+    def _proxy_scores_topk(self, kernels, a):
+        g = a.pop("gallery")
+        p = np.asarray(a["proxies"], np.float32)
+        if a["agg"] != "octopus":
+            return kernels.TopK(*self._topk("proxy_scores_topk", g.source, dict(a, proxies=p), a["k"]))
+        w = self._octopus_weights(kernels, dict(reference=a["reference"], proxies=p, gallery=g, tau=a["tau"]))
+        e = _octopus_query(p, w)
+        return kernels.TopK(*self._topk("cosine_topk", g.source, dict(queries=e, k=a["k"], exclude=a["exclude"],
+                                                                      exclude_score=a["exclude_score"]), a["k"]))
+
+    def _octopus_weights(self, kernels, a):
+        ref, p = np.asarray(a["reference"], np.float32), np.asarray(a["proxies"], np.float32)
+        res = self.workers.run("drops", ref, p, 0)
+        s = sum(r[0] for r in res) / len(self.gallery)
+        return _softmax(s / a["tau"])
+
+    def _ldre_weights(self, kernels, a):
+        b, p, m = np.asarray(a["before"], np.float32), np.asarray(a["proxies"], np.float32), int(a["topk"])
+        res = self.workers.run("drops", b, p, m)
+        top = np.concatenate([r[1] for r in res], axis=-1).astype(np.float64)
+        s = -np.sort(-top, axis=-1)[..., :m].sum(axis=-1)
+        mx = s.max(axis=-1, keepdims=True)
+        return _softmax(np.where(mx > 0, s / np.where(mx > 0, mx, 1.0) / a["tau"], 0.0))
+
+    def _octopus_topk(self, kernels, a):
+        I, C = a["images"], a.get("captions")
+        ref, p = np.asarray(a["reference"], np.float32), np.asarray(a["proxies"], np.float32)
+        target = np.asarray(a["target"], np.float32)
+        visual = None if a.get("visual") is None else np.asarray(a["visual"], np.float32)
+        if C is not None and not isinstance(C, ShardedArray):
+            raise InputError("octopus_topk on a sharded gallery: captions must be the gallery's caption_emb "
+                             "(or its image_emb), not an in-memory array")
+        w = self._octopus_weights(kernels, dict(reference=ref, proxies=p, tau=a["tau"]))
+        e = _octopus_query(p, w)
+        res = self.workers.run("octopus", e, target, visual, None if C is None else C.source, a["k"], a["lam"],
+                               a["entropy_tau"], a["exclude"], a["exclude_score"])
+        scores, ids = merge_topk([r[0] for r in res], [r[1] for r in res], a["k"])
+        H = np.stack([r[2] for r in res], axis=1)        # [Q, S] shard entropies
+        L = np.stack([r[3] for r in res], axis=1)        # [Q, S] shard log partition functions
+        top = L.max(axis=1, keepdims=True)
+        wts = np.exp(L - np.where(np.isfinite(top), top, 0.0))
+        wts = wts / np.maximum(wts.sum(axis=1, keepdims=True), 1e-300)
+        # H = log Z - E[x]; per shard E_s[x] = log Z_s - H_s; E[x] = sum_s (Z_s / Z) E_s[x]
+        logz = top[:, 0] + np.log(np.maximum(np.exp(L - top).sum(axis=1), 1e-300))
+        ex = np.where(wts > 0, L - H, 0.0)
+        entropy = (logz - (wts * ex).sum(axis=1)).astype(np.float32)
+        return kernels.OctopusTopK(scores, ids, w, entropy)
+
+
+def _octopus_query(proxies: np.ndarray, w: np.ndarray) -> np.ndarray:
+    e = np.einsum("qk,qkd->qd", w.astype(np.float64), proxies.astype(np.float64))
+    return (e / np.maximum(np.linalg.norm(e, axis=1, keepdims=True), 1e-12)).astype(np.float32)
+
+
+class LocalShards:
+    """The shard workers in this process (``engine=local``)."""
+
+    def __init__(self, specs: Sequence[dict]):
+        self.workers = [ShardWorker(**s) for s in specs]
+
+    def run(self, method: str, *args) -> list:
+        return [getattr(w, method)(*args) for w in self.workers]
+
+    def close(self) -> None:
+        self.workers = []

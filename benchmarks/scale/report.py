@@ -1,0 +1,59 @@
+"""Markdown tables of a ``benchmarks/scale/run.py`` results file (pasted into docs/scale.md).
+
+    python benchmarks/scale/report.py benchmarks/results/scale-1m.json
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+
+
+def main(path: str) -> None:
+    r = json.loads(open(path).read())
+    m = r["machine"]
+    print(f"Machine: {m['cpu']}, {m['cores']} cores, AMX: {'yes' if m['amx'] else 'no'}; "
+          f"load average at start {m['load_at_start'][0]:.1f}.\n")
+    if "exact" in r:
+        e = r["exact"]
+        print(f"**Exact search**, {e['n']:,} x {e['dim']} {e['dtype']} ({e['gallery_gb']} GB, memory-mapped), "
+              f"top-10, {' / '.join(e['shards'])} shards; "
+              f"{e['single']['Q1']['rounds']} interleaved rounds; load average after: {e['load_after'][0]:.1f}. "
+              f"One numpy pass over the bytes: {e['numpy_sum_pass_s']} s.\n")
+        print("| engine | Q=1 p50 / p99 ms | Q=1 vs single | Q=64 p50 / p99 ms | Q=64 queries/s | Q=64 vs single "
+              "| Ray round trip ms | RSS per shard MB |")
+        print("|---|---|---|---|---|---|---|---|")
+        s = e["single"]
+        print(f"| single process (numba, {e['cores']} threads) | {s['Q1']['p50_ms']} / {s['Q1']['p99_ms']} | 1 "
+              f"| {s['Q64']['p50_ms']} / {s['Q64']['p99_ms']} | {s['Q64']['qps']} | 1 | | |")
+        for S, v in e["shards"].items():
+            print(f"| {S} Ray shard actor(s), {v['threads_per_shard']} thread(s) each | {v['Q1']['p50_ms']} / "
+                  f"{v['Q1']['p99_ms']} | {v['Q1']['vs_single']} | {v['Q64']['p50_ms']} / {v['Q64']['p99_ms']} "
+                  f"| {v['Q64']['qps']} | {v['Q64']['vs_single']} | {v['ray_roundtrip_ms_p50']} "
+                  f"| {max(v['shard_rss_mb'])} |")
+        print()
+    if "ann" in r:
+        a = r["ann"]
+        print(f"**Approximate search**, clustered {a['n']:,} x {a['dim']} {a['dtype']} ({a['clusters']} Gaussian "
+              f"clusters), {a['shards']} shards, 64 held-out queries from the same clusters, recall@10 against the "
+              f"exact top-10, times against the exact per-shard scan of the same shards in the same process.\n")
+        print("| index | rows | build s per shard | setting | recall@10 | Q=64 ms (exact) | speed-up Q=64 | Q=1 ms (exact) | speed-up Q=1 |")
+        print("|---|---|---|---|---|---|---|---|---|")
+        for kind, v in a["indexes"].items():
+            knob = "nprobe" if "nprobe" in v["sweep"][0] else "ef_search"
+            for row in v["sweep"]:
+                mark = " **(first >= 0.95)**" if v["at_recall_0.95"] and row == v["at_recall_0.95"] else ""
+                label = f"{kind}" + (f" refine={v['refine']}" if v["refine"] else "")
+                print(f"| {label} | {v['rows']:,} | {' / '.join(str(round(b)) for b in v['build_s_per_shard'])} "
+                      f"| {knob}={row[knob]}{mark} | {row['recall@10']} | {row['Q64_ms']} ({v['exact_Q64_ms']}) "
+                      f"| {row['speedup_Q64']}x | {row['Q1_ms']} ({v['exact_Q1_ms']}) | {row['speedup_Q1']}x |")
+        print()
+    if "embed" in r:
+        b = r["embed"]
+        print(f"**Embedding**, {b['images']:,} fashion photos, encoder `{b['encoder']}`: engine=local "
+              f"{b['local_img_s']} images/s ({b['local_s']} s), Ray Data job with {b['actors']} encoder actors "
+              f"{b['ray_img_s']} images/s ({b['ray_s']} s, {b['ray_s_includes']}): ratio {b['ray_vs_local']}.\n")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])

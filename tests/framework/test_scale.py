@@ -1,0 +1,210 @@
+"""Sharded galleries without Ray: the format, the exact merge of every scoring-core call,
+the methods on the demo through one recipe switch, approximate indexes, the missing extra."""
+
+from __future__ import annotations
+
+import sys
+
+import numpy as np
+import pytest
+
+from agentcir import kernels
+from agentcir.framework.errors import InputError, MissingExtraError
+from agentcir.framework.gallery import Gallery, GalleryItem
+from agentcir.framework.images import Skipped
+from agentcir.framework.scale.embed import build_sharded
+from agentcir.framework.shards import ShardedArray, ShardedGallery, merge_topk, shard_ranges
+
+D = 16
+
+
+class TableEncoder:
+    """Image ``<n>.png`` -> row n of a fixed table (paths need not exist); ``bad-*`` fails to decode."""
+
+    registry_key = "table"
+    identity = "table-v1"
+    dim = D
+
+    def __init__(self, table: np.ndarray):
+        self.table = table
+
+    def encode_images(self, paths, progress=False, skipped=None):
+        out = []
+        for i, p in enumerate(paths):
+            name = str(p).rsplit("/", 1)[-1]
+            if name.startswith("bad"):
+                if skipped is not None:
+                    skipped.append(Skipped(i, str(p), "cannot identify image file"))
+                continue
+            out.append(self.table[int(name.split(".")[0])])
+        return np.array(out, np.float32).reshape(-1, D)
+
+
+def table(n: int, seed: int = 0, ties: bool = True) -> np.ndarray:
+    x = np.random.default_rng(seed).standard_normal((n, D)).astype(np.float32)
+    if ties:
+        x[7] = x[3]          # exact duplicates in different shards: ties broken by the lower id
+        x[n - 2] = x[3]
+    return x / np.linalg.norm(x, axis=1, keepdims=True)
+
+
+def items(n: int, bad: tuple[int, ...] = ()) -> list[GalleryItem]:
+    return [GalleryItem(f"i{r}", f"/nowhere/{'bad-' if r in bad else ''}{r}.png") for r in range(n)]
+
+
+@pytest.fixture
+def pair(tmp_path):
+    """The same 50 items as one gallery and as a 3-shard gallery (float16, with 2 unreadable images)."""
+    n, enc = 50, TableEncoder(table(50))
+    its = items(n, bad=(5, 31))
+    single = Gallery.build(tmp_path / "single", its, enc, dtype="float16", progress=False)
+    sharded = build_sharded(tmp_path / "sharded", its, enc, {"shards": 3}, dtype="float16", progress=False)
+    return single, sharded, enc
+
+
+def test_shard_ranges_and_bad_counts():
+    assert shard_ranges(10, 3) == [(0, 4), (4, 7), (7, 10)]
+    with pytest.raises(InputError, match="shards must be at least 1"):
+        shard_ranges(10, 0)
+    with pytest.raises(InputError, match="cannot split 2 item"):
+        shard_ranges(2, 3)
+
+
+def test_sharded_format_matches_the_single_gallery(pair, tmp_path):
+    single, sharded, enc = pair
+    assert isinstance(sharded, ShardedGallery) and len(sharded.shards) == 3
+    assert sharded.ids == single.ids and sharded.paths == single.paths and len(sharded) == 48
+    assert [s["shard"] for s in sharded.skipped] == ["shard-00000", "shard-00001"]
+    assert {s["path"] for s in sharded.skipped} == {s["path"] for s in single.skipped}
+    emb = sharded.image_emb
+    assert isinstance(emb, ShardedArray) and emb.shape == single.image_emb.shape and emb.dtype == np.float16
+    np.testing.assert_array_equal(np.asarray(emb), single.image_emb)
+    rows = np.array([47, 0, 16, 17, 33, -1])
+    np.testing.assert_array_equal(emb[rows], single.image_emb[rows])
+    np.testing.assert_array_equal(emb[10:20, 3], single.image_emb[10:20, 3])
+    np.testing.assert_array_equal(emb[16], single.image_emb[16])
+    with pytest.raises(IndexError):
+        emb[np.array([48])]
+    # reopening goes through Gallery.open; the same build resumes; another shard count is refused
+    again = Gallery.open(tmp_path / "sharded", encoder=enc)
+    assert isinstance(again, ShardedGallery) and again.ids == single.ids
+    assert build_sharded(tmp_path / "sharded", items(50, bad=(5, 31)), enc, {"shards": 3}, dtype="float16",
+                         progress=False).ids == single.ids
+    with pytest.raises(InputError, match="already holds a different gallery"):
+        build_sharded(tmp_path / "sharded", items(50, bad=(5, 31)), enc, {"shards": 2}, dtype="float16", progress=False)
+    with pytest.raises(InputError, match="duplicate item id 'i1'"):
+        build_sharded(tmp_path / "dup", items(3) + [GalleryItem("i1", "/x/1.png")], enc, {"shards": 2}, progress=False)
+
+
+def test_set_meta_writes_the_shard_that_holds_the_item(pair, tmp_path):
+    _, sharded, enc = pair
+    assert sharded.set_meta({"i40": {"user": "u"}, "i2": {"user": "v"}}) == 2
+    again = Gallery.open(tmp_path / "sharded", encoder=enc)
+    assert again.items[again.index_of("i40")].meta == {"user": "u"}
+
+
+def test_merge_topk_rule():
+    s, i = merge_topk([np.array([[0.9, 0.5]]), np.array([[0.9, -np.inf]])],
+                      [np.array([[4, 1]]), np.array([[2, -1]])], 4)
+    assert i.tolist() == [[2, 4, 1, -1]] and s[0, 3] == -np.inf
+
+
+def _same(a, b, atol=2e-6):
+    for x, y in zip(a, b):
+        x, y = np.asarray(x), np.asarray(y)
+        if np.issubdtype(x.dtype, np.integer):
+            np.testing.assert_array_equal(x, y)
+        else:
+            np.testing.assert_allclose(x, y, atol=atol, rtol=1e-5)
+
+
+@pytest.mark.parametrize("backend", ["numba", "reference"])
+def test_every_scoring_call_on_shards_equals_the_single_process(pair, backend):
+    single, sharded, _ = pair
+    G, S = single.image_emb, sharded.image_emb
+    rng = np.random.default_rng(1)
+    Q, K = 5, 3
+    q = table(Q, seed=2, ties=False)
+    q[0] = np.asarray(G[3], np.float32)          # a query tied with the duplicated rows
+    p = rng.standard_normal((Q, K, D)).astype(np.float32)
+    p /= np.linalg.norm(p, axis=-1, keepdims=True)
+    ex = np.array([[3, -1], [20, 40], [-1, -1], [0, 47], [16, 15]])
+    for k in (1, 7, 60):
+        for es in (None, -10.0):
+            _same(kernels.cosine_topk(q, G, k, exclude=ex, exclude_score=es, backend=backend),
+                  kernels.cosine_topk(q, S, k, exclude=ex, exclude_score=es, backend=backend))
+        for agg in ("mean", "max", "logsumexp", "octopus"):
+            ref = q if agg == "octopus" else None
+            _same(kernels.proxy_scores_topk(p, G, k, agg=agg, reference=ref, exclude=ex[:, 0], backend=backend),
+                  kernels.proxy_scores_topk(p, S, k, agg=agg, reference=ref, exclude=ex[:, 0], backend=backend))
+    _same([kernels.octopus_weights(q, p, G, backend=backend)], [kernels.octopus_weights(q, p, S, backend=backend)])
+    _same([kernels.ldre_weights(q, p, G, topk=4, backend=backend)], [kernels.ldre_weights(q, p, S, topk=4, backend=backend)])
+    t = table(Q, seed=3, ties=False)
+    v = table(Q, seed=4, ties=False)
+    for visual in (None, v):
+        for es in (None, -10.0):
+            a = kernels.octopus_topk(q, p, t, G, 9, visual=visual, captions=None if visual is None else G,
+                                     exclude=ex, exclude_score=es, backend=backend)
+            b = kernels.octopus_topk(q, p, t, S, 9, visual=visual, captions=None if visual is None else S,
+                                     exclude=ex, exclude_score=es, backend=backend)
+            _same(a, b, atol=1e-5)
+
+
+def test_missing_scale_extra_names_the_install_line(monkeypatch):
+    from agentcir.framework.scale import ann, require_ray
+
+    monkeypatch.setitem(sys.modules, "ray", None)
+    monkeypatch.setitem(sys.modules, "faiss", None)
+    with pytest.raises(MissingExtraError, match=r"pip install 'agentcir\[scale\]'"):
+        require_ray()
+    with pytest.raises(MissingExtraError, match=r"pip install 'agentcir\[scale\]'"):
+        ann.make_index("hnsw", 8, 100, {"hnsw_m": 8})
+
+
+def test_bad_scale_settings_are_named():
+    from agentcir.framework.scale import scale_settings
+    from agentcir.registry import ConfigError
+
+    with pytest.raises(ConfigError, match="field 'engine'"):
+        scale_settings({"engine": "spark"})
+    with pytest.raises(ConfigError, match="field 'search'"):
+        scale_settings({"search": "lsh"})
+    with pytest.raises(ConfigError, match="field 'shards'"):
+        scale_settings({"shards": -1})
+    with pytest.raises(ConfigError, match="unknown field 'shard'"):
+        scale_settings({"shard": 2})
+
+
+def clustered(n: int, d: int, centers: int, seed: int = 0, noise: float = 0.35) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    c = rng.standard_normal((centers, d))
+    x = c[rng.integers(0, centers, n)] + noise * rng.standard_normal((n, d))
+    return (x / np.linalg.norm(x, axis=1, keepdims=True)).astype(np.float32)
+
+
+@pytest.mark.parametrize("kind,extra", [("ivf_flat", {"nprobe": 8}), ("ivf_pq", {"nprobe": 8, "pq_m": 8, "refine": 10}),
+                                        ("hnsw", {"ef_search": 64, "hnsw_m": 16})])
+def test_approximate_index_per_shard(tmp_path, kind, extra):
+    pytest.importorskip("faiss")
+    from agentcir.framework.scale.ann import build_indexes
+
+    n = 3000
+    x = clustered(n, D, 30)
+    enc = TableEncoder(x)
+    g = build_sharded(tmp_path / "g", items(n), enc, {"shards": 2}, progress=False)
+    q = x[np.random.default_rng(5).choice(n, 20, replace=False)]
+    exact = kernels.cosine_topk(q, g.image_emb, 10, exclude=np.arange(20), exclude_score=None)
+    scale = {"shards": 2, "search": kind, "nlist": 16, **extra}
+    with pytest.raises(InputError, match=f"no {kind} index for shard 'shard-00000'.*agentcir build-index"):
+        kernels.cosine_topk(q, Gallery.open(tmp_path / "g", scale=scale).image_emb, 10)
+    from agentcir.framework.scale import scale_settings
+
+    infos = build_indexes(g, scale_settings(scale), progress=False)
+    assert [i["n"] for i in infos] == [1500, 1500]
+    assert all(i.get("reused") for i in build_indexes(g, scale_settings(scale), progress=False))
+    approx = kernels.cosine_topk(q, Gallery.open(tmp_path / "g", scale=scale).image_emb, 10,
+                                 exclude=np.arange(20), exclude_score=None)
+    for r in range(20):
+        assert r not in set(approx.ids[r].tolist())      # the excluded item is removed, as in exact search
+    recall = np.mean([len(set(a) & set(e)) / 10 for a, e in zip(approx.ids.tolist(), exact.ids.tolist())])
+    assert recall >= 0.9, recall

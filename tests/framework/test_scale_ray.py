@@ -1,0 +1,162 @@
+"""The Ray engine on a local Ray (2 CPUs, a small object store): shard actors (exact search equal
+to the single process, an actor killed is restarted or the query names the shard) and the Ray
+Data embedding job (identical to engine=local; a killed job reruns only its unfinished shards)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from agentcir import kernels
+from agentcir.framework.gallery import Gallery
+from agentcir.framework.recipe import ComponentPool, compose
+from agentcir.framework.scale.embed import build_sharded
+from agentcir.framework.shards import ShardError
+
+ray = pytest.importorskip("ray")
+
+ROOT = Path(__file__).resolve().parents[2]
+DEMO = ROOT / "agentcir" / "data" / "demo"
+
+
+@pytest.fixture(scope="module")
+def local_ray(plugin_path):
+    """One local Ray for the module; its workers import this checkout and the test plugin."""
+    old = os.environ.get("PYTHONPATH")
+    os.environ["PYTHONPATH"] = os.pathsep.join([str(ROOT), str(plugin_path)] + ([old] if old else []))
+    ray.init(num_cpus=2, object_store_memory=200 * 2 ** 20, include_dashboard=False, log_to_driver=False)
+    try:
+        yield ray
+    finally:
+        ray.shutdown()
+        if old is None:
+            os.environ.pop("PYTHONPATH", None)
+        else:
+            os.environ["PYTHONPATH"] = old
+
+
+def demo_items(n: int | None = None):
+    from agentcir.framework.gallery import items_from_folder
+
+    its, _ = items_from_folder(DEMO / "images" if (DEMO / "images").is_dir() else DEMO)
+    return its[:n] if n else its
+
+
+def toy_recipe(tmp_path, *extra):
+    return compose(["encoder=toy", "dataset=demo", "dataset.limit=6", f"run.root={tmp_path / 'runs'}",
+                    f"run.cache={tmp_path / 'cache.sqlite'}", "run.progress=false", *extra])
+
+
+def test_ray_embedding_equals_local_and_actor_search_equals_single(local_ray, tmp_path, image_folder):
+    from agentcir.framework.gallery import items_from_folder
+
+    recipe = toy_recipe(tmp_path)
+    enc = ComponentPool(recipe).get("encoder")
+    its = demo_items(150) + items_from_folder(image_folder)[0]     # + a broken JPEG, in the last shard
+    local = build_sharded(tmp_path / "local", its, enc, {"shards": 3}, progress=False)
+    viaray = build_sharded(tmp_path / "ray", its, enc, {"engine": "ray", "shards": 3},
+                           recipe=recipe, progress=False)
+    assert viaray.ids == local.ids and viaray.skipped == local.skipped
+    assert [(x["shard"], Path(x["path"]).name) for x in viaray.skipped] == [("shard-00002", "broken.jpg")]
+    for s in range(3):
+        a = np.load(local.shard_dir(s) / "image_emb.npy")
+        b = np.load(viaray.shard_dir(s) / "image_emb.npy")
+        np.testing.assert_array_equal(a, b)       # bit-identical
+    single = Gallery.open(tmp_path / "local")     # engine local
+    q = np.asarray(single.image_emb[[0, 50, 120]], np.float32)
+    p = np.stack([q, q[::-1], np.roll(q, 1, axis=0)], axis=1)
+    try:
+        for k in (5, 40):
+            a = kernels.cosine_topk(q, single.image_emb, k, exclude=np.array([0, 50, 120]))
+            b = kernels.cosine_topk(q, viaray.image_emb, k, exclude=np.array([0, 50, 120]))
+            np.testing.assert_array_equal(a.ids, b.ids)
+            np.testing.assert_array_equal(a.scores, b.scores)
+        a = kernels.octopus_topk(q, p, q[::-1], single.image_emb, 10, visual=q, captions=single.image_emb,
+                                 exclude=np.array([0, 50, 120]))
+        b = kernels.octopus_topk(q, p, q[::-1], viaray.image_emb, 10, visual=q, captions=viaray.image_emb,
+                                 exclude=np.array([0, 50, 120]))
+        np.testing.assert_array_equal(a.ids, b.ids)
+        np.testing.assert_allclose(a.entropy, b.entropy, rtol=1e-5)
+    finally:
+        viaray.close()
+
+
+def test_method_runs_on_ray_shards(local_ray, plugin_path, tmp_path):
+    single = run = None
+    from agentcir.framework.runner import run_recipe
+
+    single = run_recipe(toy_recipe(tmp_path, "method=octopus", "method.gate=0"))
+    run = run_recipe(toy_recipe(tmp_path, "method=octopus", "method.gate=0", "+scale=ray", "scale.shards=3"))
+    try:
+        np.testing.assert_array_equal(np.asarray(single.candidates.ids), np.asarray(run.candidates.ids))
+    finally:
+        run.gallery.close()
+
+
+def test_dead_shard_actor_is_restarted_or_named(local_ray, tmp_path):
+    recipe = toy_recipe(tmp_path)
+    enc = ComponentPool(recipe).get("encoder")
+    build_sharded(tmp_path / "g", demo_items(60), enc, {"shards": 3}, progress=False)
+    q = np.asarray(Gallery.open(tmp_path / "g").image_emb[[1, 2]], np.float32)
+    want = kernels.cosine_topk(q, Gallery.open(tmp_path / "g").image_emb, 5)
+
+    g = Gallery.open(tmp_path / "g", scale={"engine": "ray", "shards": 3, "restarts": 1})
+    assert np.array_equal(kernels.cosine_topk(q, g.image_emb, 5).ids, want.ids)
+    workers = g.search_engine.workers
+    ray.kill(workers.actors[1], no_restart=False)                  # dies; Ray restarts it
+    for _ in range(50):                                              # the next query is answered in full
+        try:
+            got = kernels.cosine_topk(q, g.image_emb, 5)
+            break
+        except ShardError:
+            time.sleep(0.1)
+    np.testing.assert_array_equal(got.ids, want.ids)
+    ray.kill(workers.actors[2], no_restart=True)                    # dies for good
+    with pytest.raises(ShardError, match="shard 'shard-00002'"):
+        kernels.cosine_topk(q, g.image_emb, 5)
+    g.close()
+
+
+def test_killed_embedding_job_reruns_only_unfinished_shards(local_ray, plugin_env, tmp_path):
+    """`agentcir index --engine ray --shards 4` killed once its first shard is written: the rerun
+    keeps that shard's files and embeds the rest."""
+    out = tmp_path / "g"
+    folder = DEMO / "images" if (DEMO / "images").is_dir() else DEMO
+    cmd = [sys.executable, "-m", "agentcir.cli", "index", str(folder), "--out", str(out), "--engine", "ray",
+           "--shards", "4", "--no-metadata", "-q", "encoder=toy", "+scale=ray", "scale.num_cpus_total=1",
+           "scale.object_store_mb=100"]
+    env = dict(plugin_env, PYTHONPATH=os.pathsep.join([str(ROOT), plugin_env.get("PYTHONPATH", "")]))
+    env.pop("RAY_ADDRESS", None)
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+    first = out / "shard-00000" / "gallery.json"
+    try:
+        deadline = time.monotonic() + 180
+        while time.monotonic() < deadline:
+            if first.is_file() or proc.poll() is not None:
+                break
+            time.sleep(0.01)
+        assert first.is_file(), proc.communicate()[1].decode()[-2000:]
+        os.killpg(proc.pid, signal.SIGKILL)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    done = {p.parent.name: p.stat().st_mtime_ns for p in out.glob("shard-*/gallery.json")}
+    assert "shard-00000" in done and not (out / "gallery.json").is_file()
+    recipe = toy_recipe(tmp_path, "+scale=ray", "scale.shards=4")
+    enc = ComponentPool(recipe).get("encoder")
+    g = build_sharded(out, demo_items(), enc, recipe["scale"], recipe=recipe, progress=False)
+    for name, mtime in done.items():
+        assert (out / name / "gallery.json").stat().st_mtime_ns == mtime      # finished shards kept as they were
+    local = build_sharded(tmp_path / "local", demo_items(), enc, {"shards": 4}, progress=False)
+    assert g.ids == local.ids and len(g.shards) == 4
+    np.testing.assert_array_equal(np.asarray(g.image_emb), np.asarray(local.image_emb))
+    assert json.loads((out / "gallery.json").read_text())["n"] == len(local)
