@@ -17,24 +17,26 @@ the top-10 agreement benchmark).
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
+from numba import prange
 
 from .._inputs import Gallery
 from .._tiling import tile_rows
-from ._common import FASTMATH, score_f32
+from ._common import FASTMATH, dual, score_f32
+from ._threads import balanced
 from ._tiles import coarse_tiles, exact_tiles, has_fast_bf16
 
 #: half-precision galleries at least this large use the bfloat16 tile product
 COARSE_MIN_ITEMS = 16384
 
 
-@njit(cache=True, fastmath=FASTMATH)
+@dual(fastmath=FASTMATH)
 def _relu_sums(S, split, acc):
     """``acc.flat[p] += sum_j relu(S[p, j])``; with ``split`` the gap is ``S[p, j] + S[R + p, j]``
-    (the high and low bf16 parts of :func:`._tiles.coarse_tiles`)."""
+    (the high and low bf16 parts of :func:`._tiles.coarse_tiles`). Parallel after a numba
+    product, serial after a torch one (``_common`` "Threads")."""
     flat = acc.reshape(-1)
     R = flat.shape[0]
-    for p in range(R):
+    for p in prange(R):
         t = np.float32(0.0)
         if split:
             for j in range(S.shape[1]):
@@ -54,10 +56,11 @@ def octopus_weights(reference: np.ndarray, proxies: np.ndarray, gallery: Gallery
     tile = tile_rows(Q * K, d, N)
     if gallery.kind != "float32" and N >= COARSE_MIN_ITEMS and has_fast_bf16():
         for _, _, S in coarse_tiles(gallery, D, tile):
-            _relu_sums(S, True, acc)
+            _relu_sums.serial(S, True, acc)
     else:
         for _, _, (S,) in exact_tiles(gallery, [D], tile):
-            _relu_sums(S, False, acc)
+            with balanced():
+                _relu_sums.parallel(S, False, acc)
     x = acc / (N * tau)
     x = np.exp(x - x.max(axis=1, keepdims=True))
     return (x / x.sum(axis=1, keepdims=True)).astype(np.float32)
