@@ -40,6 +40,15 @@ def sub_rows(d: int, itemsize: int) -> int:
     return max(RB, SUB_BYTES // max(1, d * itemsize) // RB * RB)
 
 
+def fused_sub_rows(rows: int, d: int, itemsize: int) -> int:
+    """Sub-tile rows of a fused kernel that also holds a ``[rows, sub]`` float32 score block:
+    :func:`sub_rows`, lowered so that the block stays within ``SUB_BYTES / 2``."""
+    sub = sub_rows(d, itemsize)
+    if _tiling.TILE_OVERRIDE:
+        return sub
+    return max(RB, min(sub, (SUB_BYTES // 2) // (4 * max(rows, 1)) // RB * RB))
+
+
 def pad_rows(X: np.ndarray) -> np.ndarray:
     """``X`` (float32 ``[R, d]``) with zero rows appended up to a multiple of ``QB`` rows (a copy only then)."""
     R = X.shape[0]

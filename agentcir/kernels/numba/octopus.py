@@ -13,7 +13,7 @@ import numpy as np
 from numba import njit, prange
 
 from .._inputs import Gallery
-from .._tiling import tile_rows
+from .._tiling import score_tile_rows
 from ._common import (
     empty_exclude,
     entropy_from_state,
@@ -65,7 +65,7 @@ def octopus_topk(reference: np.ndarray, proxies: np.ndarray, target: np.ndarray,
     ex_value = exclusion_value(exclude_score)
     hs, hi, cnt = new_heaps(Q, k)
     state = new_entropy_state(Q)
-    tile = tile_rows(len(mats) * Q, d, images.shape[0])
+    tile = score_tile_rows(len(mats) * Q, images.shape[0])
     for start, _, outs in exact_tiles(images, mats, tile, galleries=gals):
         with balanced():
             _fuse_select(outs[0], outs[-1], visual is not None, lam, start, excl, ex_value, 1.0 / entropy_tau,

@@ -14,7 +14,7 @@ import numpy as np
 from numba import prange
 
 from .._inputs import Gallery
-from .._tiling import tile_rows
+from .._tiling import score_tile_rows
 from ._common import (
     FASTMATH,
     dual,
@@ -80,7 +80,7 @@ def proxy_scores_topk(proxies: np.ndarray, gallery: Gallery, k: int, agg: str, t
     excl = empty_exclude() if exclude is None else exclude
     ex_value = exclusion_value(exclude_score)
     hs, hi, cnt = new_heaps(Q, k)
-    tile = tile_rows(Q * K, d, gallery.shape[0])
+    tile = score_tile_rows(Q * K, gallery.shape[0])
     for start, _, (S,) in exact_tiles(gallery, [X], tile):
         with balanced():  # parallel over queries: the product ran on the same numba pool
             _aggregate_select.parallel(S, K, AGG_CODES[agg], tau, start, excl, ex_value, hs, hi, cnt)
