@@ -138,7 +138,7 @@ class UsearchExact:
 
     def search(self, q: np.ndarray, k: int):
         m = self._search(self.G, q, k, self._ip, exact=True, threads=0)
-        return m.distances, m.keys
+        return m.distances.reshape(len(q), -1), m.keys.reshape(len(q), -1)  # one query: 1-d arrays
 
 
 class HnswlibBF:
