@@ -167,6 +167,14 @@ def _sweep(X, G, kind, lo, hi, S):
     return impl_half
 
 
+@njit(inline="always", cache=True)
+def chunk_span(c, n_chunks, N):
+    """Rows ``[lo, end)`` of chunk ``c`` of ``n_chunks`` equal chunks of ``N`` rows (the fused kernels' unit)."""
+    chunk = (N + n_chunks - 1) // n_chunks
+    lo = min(N, c * chunk)
+    return lo, min(N, lo + chunk)
+
+
 @njit(parallel=True, cache=True)
 def product(X, G, kind, start, stop, sub, S):
     """``S[:, :stop-start] = X @ float32(G[start:stop]).T``, sub-tiles of ``sub`` rows in parallel."""

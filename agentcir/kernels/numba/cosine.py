@@ -36,7 +36,7 @@ from ._common import (
     select_row,
     sorted_from_heaps,
 )
-from ._gemm import pad_rows, sub_rows, sweep
+from ._gemm import chunk_span, pad_rows, sub_rows, sweep
 from ._threads import balanced
 
 #: at most this many queries use the direct (BLAS-free, memory-bound) kernel
@@ -105,12 +105,9 @@ def _merge_chunks(hs, hi, cnt, out_hs, out_hi, out_cnt):
 
 @njit(parallel=True, cache=True)
 def _blocked_kernel(X, Q, G, kind, excl, ex_value, n_chunks, sub, hs, hi, cnt):
-    N = G.shape[0]
-    chunk = (N + n_chunks - 1) // n_chunks
     for c in prange(n_chunks):
         S = np.empty((X.shape[0], sub), dtype=np.float32)
-        lo = c * chunk
-        end = min(N, lo + chunk)
+        lo, end = chunk_span(c, n_chunks, G.shape[0])
         for t0 in range(lo, end, sub):
             t1 = min(end, t0 + sub)
             sweep(X, G, kind, t0, t1, S)

@@ -23,7 +23,7 @@ from numba import njit, prange
 from .._inputs import Gallery
 from .._tiling import tile_rows
 from ._common import FASTMATH, KIND_CODES, score_f32
-from ._gemm import fused_sub_rows, pad_rows, sweep
+from ._gemm import chunk_span, fused_sub_rows, pad_rows, sweep
 from ._threads import balanced
 from ._tiles import coarse_is_faster, coarse_tiles
 
@@ -55,12 +55,9 @@ def _relu_sums(S, split, acc):
 @njit(parallel=True, cache=True, fastmath=FASTMATH)
 def _fused_relu_sums(D, R, G, kind, n_chunks, sub, acc):
     """``acc[c, p] = sum_j relu(D[p] . G[j])`` over the rows ``j`` of chunk ``c`` (``D`` padded, ``R`` real rows)."""
-    N = G.shape[0]
-    chunk = (N + n_chunks - 1) // n_chunks
     for c in prange(n_chunks):
         S = np.empty((D.shape[0], sub), dtype=np.float32)
-        lo = c * chunk
-        end = min(N, lo + chunk)
+        lo, end = chunk_span(c, n_chunks, G.shape[0])
         for t0 in range(lo, end, sub):
             t1 = min(end, t0 + sub)
             sweep(D, G, kind, t0, t1, S)
