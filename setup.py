@@ -51,6 +51,8 @@ EXTRAS["dev"] = sorted({
     "pytest>=8", "pytest-benchmark>=4", "pytest-timeout>=2",
     # tests/kernels and benchmarks/: bfloat16 numpy galleries
     "ml_dtypes>=0.3",
+    # benchmarks/bench_cosine_topk.py only: the exact-search peers (usearch exact search, hnswlib BFIndex)
+    "usearch>=2.0", "hnswlib>=0.8",
 })
 EXTRAS["all"] = sorted({d for k, v in EXTRAS.items() if k != "dev" for d in v} | set(EXTRAS["dev"]))
 
