@@ -58,6 +58,8 @@ EXTRAS["dev"] = sorted({
     "ml_dtypes>=0.3",
     # tests/serve: the API fuzzed from its OpenAPI schema; the page driven in Debian's chromium (.ci/run)
     "schemathesis>=4.0", "playwright>=1.40",
+    # benchmarks/bench_cosine_topk.py only: the exact-search peers (usearch exact search, hnswlib BFIndex)
+    "usearch>=2.0", "hnswlib>=0.8",
 })
 EXTRAS["all"] = sorted({d for k, v in EXTRAS.items() if k != "dev" for d in v} | set(EXTRAS["dev"]))
 

@@ -1,5 +1,7 @@
-"""Seeded benchmark inputs (unit vectors; OCTOPUS-like proxies) and the baselines the kernels
-are compared with: straightforward numpy / torch implementations and faiss ``IndexFlatIP``."""
+"""Seeded benchmark inputs (unit vectors; OCTOPUS-like proxies), the baselines the kernels are
+compared with (straightforward numpy / torch implementations; the exact-search peers faiss
+``IndexFlatIP``, usearch exact search and hnswlib's brute-force index), and the CPU line
+printed next to every table (:func:`cpu_summary`)."""
 
 from __future__ import annotations
 
@@ -123,6 +125,57 @@ class FaissFlatIP:
             return self.index.search(q, k)
         finally:
             cvar.distance_compute_blas_threshold = old
+
+
+class UsearchExact:
+    """usearch's exact (brute-force) search, ``usearch.index.search(..., exact=True)``: inner
+    products (``MetricKind.IP``) over the gallery array itself (no copy), all cores."""
+
+    def __init__(self, G: np.ndarray):
+        from usearch.index import MetricKind, search
+
+        self.G, self._search, self._ip = G, search, MetricKind.IP
+
+    def search(self, q: np.ndarray, k: int):
+        m = self._search(self.G, q, k, self._ip, exact=True, threads=0)
+        return m.distances.reshape(len(q), -1), m.keys.reshape(len(q), -1)  # one query: 1-d arrays
+
+
+class HnswlibBF:
+    """hnswlib ``BFIndex`` (its brute-force index, space ``ip``) over a copy of the gallery, all cores."""
+
+    def __init__(self, G: np.ndarray):
+        import hnswlib
+
+        self.index = hnswlib.BFIndex(space="ip", dim=G.shape[1])
+        self.index.init_index(max_elements=G.shape[0])
+        self.index.add_items(G)
+
+    def search(self, q: np.ndarray, k: int):
+        labels, dist = self.index.knn_query(q, k=k, num_threads=-1)
+        return dist, labels
+
+
+def cpu_summary(flags: set[str] | None = None, brand: str | None = None, count: int | None = None) -> str:
+    """``"<model>, <n> CPUs, AVX-512 yes/no, AVX512-BF16 yes/no, AMX yes/no"`` of this machine
+    (``/proc/cpuinfo``), or of the ``flags`` / ``brand`` / ``count`` given (a saved run's machine info)."""
+    import os
+
+    count = count or os.cpu_count()
+    if flags is None or brand is None:
+        info = {}
+        try:
+            with open("/proc/cpuinfo", encoding="utf-8") as f:
+                for line in f:
+                    key, _, value = line.partition(":")
+                    info.setdefault(key.strip(), value.strip())
+        except OSError:
+            pass
+        brand = brand or info.get("model name", "unknown CPU")
+        flags = flags if flags is not None else set(info.get("flags", "").split())
+    yes = lambda f: "yes" if f in flags else "no"  # noqa: E731
+    return (f"{brand}, {count} CPUs, AVX-512 {yes('avx512f')}, AVX512-BF16 {yes('avx512_bf16')}, "
+            f"AMX {yes('amx_tile')}")
 
 
 def topk_agreement(ids_a, ids_b) -> float:

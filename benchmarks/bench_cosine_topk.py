@@ -1,5 +1,9 @@
-"""cosine_topk: numba / torch backends vs straightforward numpy and torch, faiss IndexFlatIP
-(default and tuned BLAS threshold) and the memory-bandwidth bound (numpy reading the gallery)."""
+"""cosine_topk: numba / torch backends vs straightforward numpy and torch, the exact-search peers
+(faiss IndexFlatIP at its default and with the BLAS threshold lowered, its best setting; usearch
+exact search; hnswlib BFIndex) and the memory-bandwidth bound (numpy reading the gallery).
+
+faiss and hnswlib hold a copy of the gallery; at the 1M-row size they are skipped to keep the
+run's memory within a few GB (usearch searches the array itself and runs at every size)."""
 
 from __future__ import annotations
 
@@ -8,7 +12,7 @@ import sys
 import numpy as np
 import pytest
 import torch
-from _data import FaissFlatIP, as_kind, gallery, lazy, numpy_topk, torch_topk, unit
+from _data import FaissFlatIP, HnswlibBF, UsearchExact, as_kind, gallery, lazy, numpy_topk, torch_topk, unit
 from conftest import as_numpy_ids, round_robin, run_provider
 from sizes import ids, sizes
 
@@ -19,6 +23,8 @@ BASELINE = "torch-naive-f32"
 ROUNDS = 7
 #: providers timed only for a single query (they read the gallery once; they rank nothing)
 BOUNDS = ("numpy-sum-read", "numpy-gemv-read")
+#: peers that copy the gallery into their own index: run up to this many gallery rows
+COPYING_PEERS, COPY_MAX_N = ("faiss-flatip-f32", "faiss-flatip-blas-f32", "hnswlib-bf-f32"), 200_000
 
 
 def make_inputs(size: dict, with_reference: bool = True) -> dict:
@@ -45,6 +51,8 @@ PROVIDERS = {
     "torch-naive-f32": lambda x: torch_topk(x["tq"], x["tG"], x["k"]),
     "faiss-flatip-f32": lambda x: _faiss(x).search(x["q"], x["k"]),
     "faiss-flatip-blas-f32": lambda x: _faiss(x).search(x["q"], x["k"], blas_threshold=1),
+    "usearch-exact-f32": lambda x: lazy(x, "usearch", lambda: UsearchExact(x["G"])).search(x["q"], x["k"]),
+    "hnswlib-bf-f32": lambda x: lazy(x, "hnswlib", lambda: HnswlibBF(x["G"])).search(x["q"], x["k"]),
     "torch-f32": lambda x: K.cosine_topk(x["tq"], x["tG"], x["k"], backend="torch"),
     "numba-f32": lambda x: K.cosine_topk(x["q"], x["G"], x["k"], backend="numba"),
     "numba-f16": lambda x: K.cosine_topk(x["q"], _half(x, "float16"), x["k"], backend="numba"),
@@ -55,8 +63,8 @@ PROVIDERS = {
 def result_ids(out):
     if not isinstance(out, tuple) and not hasattr(out, "indices") and not hasattr(out, "ids"):
         return None  # the bandwidth probes
-    if isinstance(out, tuple) and len(out) == 2 and isinstance(out[1], np.ndarray) and out[1].dtype == np.int64:
-        return out[1]  # faiss (distances, labels)
+    if isinstance(out, tuple) and len(out) == 2 and isinstance(out[1], np.ndarray) and out[1].dtype != np.int32:
+        return out[1]  # the peers' (distances, int64 / uint64 labels)
     return as_numpy_ids(out)
 
 
@@ -70,4 +78,6 @@ def test_cosine_topk(benchmark, inputs, provider, round_):
     size, x = inputs
     if provider in BOUNDS and size["Q"] != 1:
         pytest.skip("bandwidth bound: single-query sizes only")
+    if provider in COPYING_PEERS and size["N"] > COPY_MAX_N:
+        pytest.skip(f"{provider} copies the gallery: sizes up to N={COPY_MAX_N} only")
     run_provider(benchmark, sys.modules[__name__], size, provider, x, round_)

@@ -4,9 +4,10 @@
 
 One table per group (``<op> <size>``): median time, time relative to the group's
 baseline (``x base``: below 1 is faster), speed-up over it, peak extra memory (measured
-in a subprocess, see memory.py) and top-k agreement with the float32 result. Then the
-targets of issue #4, each with its measured ratio and PASS / MISS. Only ratios within
-one run mean anything on a shared machine.
+in a subprocess, see memory.py) and top-k agreement with the float32 result; the CPU of the
+run (model, AVX-512, AVX512-BF16, AMX: from the run's saved machine info) heads every table.
+Then the targets of issues #4 and #14, each with its measured ratio and PASS / MISS. Only
+ratios within one run mean anything on a shared machine.
 """
 
 from __future__ import annotations
@@ -40,11 +41,24 @@ def _fmt(x, spec=".2f", none="-"):
     return none if x is None else format(x, spec)
 
 
-def print_tables(groups: dict[str, dict[str, dict]]) -> None:
+def cpu_line(data: dict) -> str:
+    """The run's CPU (pytest-benchmark's ``machine_info``), as :func:`_data.cpu_summary` words it."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from _data import cpu_summary
+
+    cpu = data.get("machine_info", {}).get("cpu", {})
+    if not cpu:
+        return "CPU of the run not recorded; this machine: " + cpu_summary()
+    return cpu_summary(set(cpu.get("flags", [])), cpu.get("brand_raw", "?"), cpu.get("count"))
+
+
+def print_tables(groups: dict[str, dict[str, dict]], cpu: str = "") -> None:
     for group, rows in groups.items():
         base = next(iter(rows.values())).get("baseline")
         bmed = rows[base]["median"] if base in rows else None
         print(f"\n## {group}   (baseline: {base})")
+        if cpu:
+            print(f"CPU: {cpu}")
         print(f"{'provider':24s} {'median ms':>10s} {'rounds':>6s} {'x base':>7s} {'speed-up':>8s} {'peak MB':>8s} "
               f"{'agree':>6s}")
         for name, r in sorted(rows.items(), key=lambda kv: kv[1]["median"]):
@@ -111,6 +125,7 @@ def targets(groups) -> list[tuple[str, bool | None, str]]:
         out.append(("cosine Q=64 N=100k at least as fast as best of torch and faiss (tuned)", f32 <= best_m,
                     f"best rival {best_p}: {best_m * 1e3:.1f} ms, numba-f32: {f32 * 1e3:.1f} ms "
                     f"({best_m / f32:.2f}x); " + ", ".join(f"{p} {m * 1e3:.1f} ms" for p, m in rivals.items())))
+    out += targets_14(groups)
     for group in [g for g in groups if g.startswith("rrf ")]:
         ref, nb = _med(groups, group, "reference"), _med(groups, group, "numba")
         if ref and nb:
@@ -119,13 +134,59 @@ def targets(groups) -> list[tuple[str, bool | None, str]]:
     return out
 
 
+def targets_14(groups) -> list[tuple[str, bool | None, str]]:
+    """The targets of issue #14 (scoring core ahead of every peer), from the same run."""
+    out = []
+    c64 = "cosine_topk Q64-N100k-d512"
+    f32 = _med(groups, c64, "numba-f32")
+    if f32:
+        rivals = {p: _med(groups, c64, p) for p in ("faiss-flatip-blas-f32", "torch-naive-f32", "usearch-exact-f32",
+                                                    "hnswlib-bf-f32", "faiss-flatip-f32")}
+        rivals = {p: m for p, m in rivals.items() if m}
+        key = [p for p in ("faiss-flatip-blas-f32", "torch-naive-f32") if p in rivals]
+        if key:
+            out.append(("cosine Q=64 N=100k fp32 >= 1.2x faster than tuned faiss and than torch",
+                        all(rivals[p] / f32 >= 1.2 for p in key),
+                        ", ".join(f"{p} {rivals[p] * 1e3:.1f} ms ({rivals[p] / f32:.2f}x)" for p in rivals)
+                        + f"; numba-f32 {f32 * 1e3:.1f} ms"))
+    oc = "octopus_topk Q64-K10-N100k-d512"
+    base, nf = _med(groups, oc, "torch-naive-f32"), _med(groups, oc, "numba-f32")
+    if base and nf:
+        out.append(("fused OCTOPUS fp32 >= 2x faster than the straightforward torch", base / nf >= 2.0,
+                    f"torch-naive / numba-f32 = {base / nf:.2f}x"))
+    c1 = "cosine_topk Q1-N1M-d512"
+    f32 = _med(groups, c1, "numba-f32")
+    halves = {h: _med(groups, c1, h) for h in ("numba-f16", "numba-bf16")}
+    if f32 and all(halves.values()):
+        out.append(("cosine Q=1 half galleries >= 1.8x faster than fp32", all(f32 / m >= 1.8 for m in halves.values()),
+                    ", ".join(f"numba-f32 / {h} = {f32 / m:.2f}x" for h, m in halves.items())))
+    slower = []
+    for group in [g for g in groups if g.startswith(("cosine_topk", "octopus_topk"))]:
+        f32 = _med(groups, group, "numba-f32")
+        for h in ("numba-f16", "numba-bf16"):
+            m = _med(groups, group, h)
+            if f32 and m:
+                slower.append((f"{group} {h}", f32 / m))
+    if slower:
+        out.append(("half galleries never slower than fp32 (every cosine / octopus size)",
+                    all(r >= 1.0 for _, r in slower), ", ".join(f"{g}: {r:.2f}x" for g, r in slower)))
+    o1 = "octopus_topk Q1-K10-N200k-d512"
+    nb, bound = _med(groups, o1, "numba-f32"), _med(groups, o1, "numpy-sum-read-2pass")
+    if nb and bound:
+        once = _med(groups, o1, "numpy-sum-read")
+        out.append(("octopus_topk Q=1 within 1.5x of the read bound of its two passes", nb / bound <= 1.5,
+                    f"numba-f32 / numpy sum over images twice + captions = {nb / bound:.2f}"
+                    + (f"; vs images + captions once: {nb / once:.2f}" if once else "")))
+    return out
+
+
 def main(path: str) -> int:
     data, groups = load(path)
     print(f"# kernel benchmarks: {path}")
     print(f"run: {data.get('datetime', '?')}, commit {data.get('commit_info', {}).get('id', '?')[:10]}, "
-          f"cpu {data.get('machine_info', {}).get('cpu', {}).get('brand_raw', '?')}")
-    print_tables(groups)
-    print("\n## targets (issue #4)")
+          f"cpu {cpu_line(data)}")
+    print_tables(groups, cpu_line(data))
+    print(f"\n## targets (issues #4 and #14)   CPU: {cpu_line(data)}")
     for name, ok, detail in targets(groups):
         print(f"[{'PASS' if ok else 'MISS'}] {name}: {detail}")
     return 0

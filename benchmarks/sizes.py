@@ -23,7 +23,8 @@ SIZES: dict[str, list[dict]] = {
     ],
     "proxy_scores_topk": [dict(name="Q64-K10-N100k-d512", Q=64, K=10, N=_n(100_000), d=512, k=10)],
     "octopus_weights": [dict(name="Q64-K10-N100k-d512", Q=64, K=10, N=_n(100_000), d=512)],
-    "octopus_topk": [dict(name="Q64-K10-N100k-d512", Q=64, K=10, N=_n(100_000), d=512, k=10)],
+    "octopus_topk": [dict(name="Q64-K10-N100k-d512", Q=64, K=10, N=_n(100_000), d=512, k=10),
+                     dict(name="Q1-K10-N200k-d512", Q=1, K=10, N=_n(200_000), d=512, k=10)],
     "rrf": [
         dict(name="Q64-V3-L1000-lists", Q=64, V=3, L=_n(1000), N=_n(100_000), k=100),
         dict(name="Q64-V3-N10k-scores", Q=64, V=3, N=_n(10_000), k=100),

@@ -8,6 +8,9 @@ GALLERY_TILE_BYTES = 16 << 20
 MIN_TILE, MAX_TILE = 256, 16384
 #: tests set this to force many small tiles on tiny galleries
 TILE_OVERRIDE: int | None = None
+#: score-block bytes and tile cap of the numba backend, whose products widen no gallery tile:
+#: larger tiles mean fewer parallel launches (each costs a scheduler tick on a loaded machine)
+FUSED_SCORE_TILE_BYTES, FUSED_MAX_TILE = 16 << 20, 1 << 17
 
 
 def tile_rows(n_scored: int, d: int, N: int) -> int:
@@ -21,4 +24,15 @@ def tile_rows(n_scored: int, d: int, N: int) -> int:
         return max(1, min(TILE_OVERRIDE, N))
     t = min(SCORE_TILE_BYTES // (4 * max(n_scored, 1)), GALLERY_TILE_BYTES // (4 * d))
     t = max(MIN_TILE, min(MAX_TILE, t)) // MIN_TILE * MIN_TILE
+    return max(1, min(t, N))
+
+
+def score_tile_rows(n_scored: int, N: int) -> int:
+    """Gallery rows per tile when only the ``[n_scored, tile]`` float32 score block is held
+    (the numba backend: half rows are widened inside the product, no gallery tile is copied):
+    within ``FUSED_SCORE_TILE_BYTES``, a multiple of 256 rows between 256 and ``FUSED_MAX_TILE``."""
+    if TILE_OVERRIDE:
+        return max(1, min(TILE_OVERRIDE, N))
+    t = FUSED_SCORE_TILE_BYTES // (4 * max(n_scored, 1))
+    t = max(MIN_TILE, min(FUSED_MAX_TILE, t)) // MIN_TILE * MIN_TILE
     return max(1, min(t, N))

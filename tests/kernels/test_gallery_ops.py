@@ -13,7 +13,7 @@ from kernel_checks import TOL, as_kind, check_exact, check_topk, unit_rows
 from agentcir import kernels as K
 
 # (Q, N, d, k): Q=1, k > N, N not a multiple of the 37-row test tile, d not a multiple of 8,
-# few queries (numba's direct kernel) and more (tiled BLAS path)
+# few queries (numba's direct kernel) and more (the blocked-product path)
 CASES = [(1, 1, 3, 1), (1, 5, 3, 8), (3, 300, 37, 10), (7, 301, 37, 12), (5, 129, 9, 130)]
 #: Triton runs in the interpreter (~1000x slower) on CPU-only machines: fewer, smaller cases
 #: (17 queries = two query blocks of 16; 130 rows = two 128-row tiles, the second partial)
@@ -159,6 +159,7 @@ def test_numba_bf16_tile_product_for_octopus_weights(monkeypatch):
     if not _tiles.has_fast_bf16():
         pytest.skip("no native bfloat16 matmul on this CPU (or no torch)")
     monkeypatch.setattr(weights, "COARSE_MIN_ITEMS", 0)
+    monkeypatch.setattr(weights, "coarse_is_faster", lambda: True)  # on AVX512-BF16 without AMX too
     rng = np.random.default_rng(7)
     G = unit_rows(rng, 3000, 64).astype(np.float16)
     R = unit_rows(rng, 4, 64)
@@ -169,7 +170,7 @@ def test_numba_bf16_tile_product_for_octopus_weights(monkeypatch):
 
 
 def test_numba_parallel_logsumexp_tiles(monkeypatch):
-    """The logsumexp tile kernel goes parallel on large tiles: force it on a small case."""
+    """The logsumexp tile kernel (parallel over queries, many odd tiles) on a small case."""
     pytest.importorskip("numba")
     from agentcir.kernels.numba import _common
 

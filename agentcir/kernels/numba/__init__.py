@@ -1,5 +1,5 @@
-"""numba backend (the CPU default): BLAS/torch matmul on gallery tiles, then numba passes that
-aggregate, fuse and keep a running top-k; memory-bound direct kernels for a few queries.
+"""numba backend (the CPU default): register-blocked numba products on gallery tiles, then numba
+passes that aggregate, fuse and keep a running top-k; memory-bound direct kernels for a few queries.
 
 One op per module: cosine (cosine_topk), proxy (proxy_scores_topk), weights
 (octopus_weights), ldre (ldre_weights), octopus (octopus_topk), rank_fusion (rrf), score_fusion (fuse_scores),

@@ -1,12 +1,13 @@
 """Numba building blocks shared by the numba ops: running top-k heaps, half->float decoding,
 exclusion patches and the streamed softmax entropy.
 
-Threads: a kernel that runs once per gallery tile is compiled serial. Between tiles the
-BLAS/torch thread pool does the tile product; a numba parallel region (a second OpenMP
-runtime) after it would wait for the spinning BLAS threads to yield, which on an
-oversubscribed machine costs a scheduler tick (measured here: ~8 ms per launch instead of
-~10 us). Whole-problem kernels (the few-query cosine scan, the list fusions above
-``PARALLEL_MIN_WORK`` elements) run parallel; :class:`DualKernel` compiles both variants.
+Threads: the tile products are numba kernels (:mod:`._gemm`), so the per-tile passes after
+them run parallel on the same pool. Only a pass after a torch product (the bfloat16
+``coarse_tiles`` of the OCTOPUS weights) runs serial: a numba parallel region right after a
+torch (OpenMP) call would wait for torch's spinning threads to yield, which on an
+oversubscribed machine costs a scheduler tick (measured: ~8 ms per launch instead of
+~10 us). The list fusions go parallel above ``PARALLEL_MIN_WORK`` elements;
+:class:`DualKernel` compiles both variants.
 
 Heaps: one bounded min-heap per query, ``hs[k]`` scores and ``hi[k]`` ids, whose root is
 the *worst* kept item (lowest score; among equal scores the highest id). Gallery tiles
@@ -313,20 +314,6 @@ def _row_dot4(x, G, r, kind):
             return _dot4_f16(x, G[r], G[r + 1], G[r + 2], G[r + 3])
         return _dot4_bf16(x, G[r], G[r + 1], G[r + 2], G[r + 3])
     return impl_half
-
-
-@njit(cache=True)
-def decode_rows(G, start, stop, kind, out):
-    """``out[:stop-start] = float32(G[start:stop])`` for half-precision bits (kind 1 fp16, 2 bf16)."""
-    for r in range(stop - start):
-        src = G[start + r]
-        dst = out[r]
-        if kind == 1:
-            for j in range(src.shape[0]):
-                dst[j] = f16_to_f32(src[j])
-        else:
-            for j in range(src.shape[0]):
-                dst[j] = bf16_to_f32(src[j])
 
 
 # -- exclusions -------------------------------------------------------------------------

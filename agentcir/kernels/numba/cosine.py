@@ -8,8 +8,11 @@ Two launch shapes, both exact float32 arithmetic on the stored gallery values:
   Half-precision galleries read half the bytes, hence about twice as fast. Rows are
   prefetched ``PREFETCH_BYTES`` ahead (the hardware prefetchers alone reach about half
   the bandwidth).
-* many queries: BLAS on a gallery tile (:func:`._tiles.exact_tiles`), then the serial
-  ``_select_kernel`` walks the ``[Q, tile]`` scores and keeps the running top-k.
+* many queries: ``_blocked_kernel``, one parallel pass over gallery chunks (dynamically
+  scheduled, :mod:`._threads`): each chunk walks L2-sized sub-tiles, scores them with the
+  register-blocked product of :mod:`._gemm` (no BLAS, no ``[Q, N]`` buffer: a
+  ``[Q, sub]`` block per thread) and offers each row of scores to that chunk's heaps with
+  the running threshold (the heap root); the chunk heaps are merged at the end.
 """
 
 from __future__ import annotations
@@ -19,7 +22,6 @@ import numpy as np
 from numba import njit, prange
 
 from .._inputs import Gallery
-from .._tiling import tile_rows
 from ._common import (
     KIND_CODES,
     dot,
@@ -34,7 +36,8 @@ from ._common import (
     select_row,
     sorted_from_heaps,
 )
-from ._tiles import exact_tiles
+from ._gemm import chunk_span, pad_rows, sub_rows, sweep
+from ._threads import balanced
 
 #: at most this many queries use the direct (BLAS-free, memory-bound) kernel
 DIRECT_MAX_Q = 4
@@ -42,6 +45,8 @@ DIRECT_MAX_Q = 4
 DIRECT_CHUNK_ROWS = 1024
 #: the direct kernel requests rows this many bytes ahead of the row it scores
 PREFETCH_BYTES = 16384
+#: gallery chunks per thread of the blocked kernel (dynamic scheduling evens out a busy core)
+BLOCKED_CHUNKS_PER_THREAD = 8
 
 
 @njit(inline="always", cache=True)
@@ -98,37 +103,55 @@ def _merge_chunks(hs, hi, cnt, out_hs, out_hi, out_cnt):
         out_cnt[q] = n
 
 
-@njit(cache=True)
-def _select_kernel(S, start, excl, ex_value, hs, hi, cnt):
-    for q in range(S.shape[0]):
-        row = S[q]
-        if excl.shape[1]:
-            patch_excluded(row, q, start, excl, ex_value)
-        cnt[q] = select_row(row, start, hs[q], hi[q], cnt[q])
+@njit(parallel=True, cache=True)
+def _blocked_kernel(X, Q, G, kind, excl, ex_value, n_chunks, sub, hs, hi, cnt):
+    for c in prange(n_chunks):
+        S = np.empty((X.shape[0], sub), dtype=np.float32)
+        lo, end = chunk_span(c, n_chunks, G.shape[0])
+        for t0 in range(lo, end, sub):
+            t1 = min(end, t0 + sub)
+            sweep(X, G, kind, t0, t1, S)
+            for q in range(Q):
+                row = S[q, :t1 - t0]
+                if excl.shape[1]:
+                    patch_excluded(row, q, t0, excl, ex_value)
+                cnt[c, q] = select_row(row, t0, hs[c, q], hi[c, q], cnt[c, q])
+
+
+def _chunk_heaps(n_chunks: int, Q: int, k: int):
+    return (np.full((n_chunks, Q, k), -np.inf, dtype=np.float32), np.full((n_chunks, Q, k), -1, dtype=np.int32),
+            np.zeros((n_chunks, Q), dtype=np.int64))
+
+
+def _merged(hs, hi, cnt):
+    mh, mi, mc = new_heaps(hs.shape[1], hs.shape[2])
+    _merge_chunks(hs, hi, cnt, mh, mi, mc)
+    return sorted_from_heaps(mh, mi, mc)
 
 
 def direct_topk(X: np.ndarray, gallery: Gallery, k: int, excl: np.ndarray, ex_value: np.float32):
     """Top-k of ``X @ G.T`` in one memory-bound pass (few queries)."""
     Q = X.shape[0]
     n_chunks = max(1, min(numba.get_num_threads() * 4, gallery.shape[0] // DIRECT_CHUNK_ROWS))
-    hs = np.full((n_chunks, Q, k), -np.inf, dtype=np.float32)
-    hi = np.full((n_chunks, Q, k), -1, dtype=np.int32)
-    cnt = np.zeros((n_chunks, Q), dtype=np.int64)
+    hs, hi, cnt = _chunk_heaps(n_chunks, Q, k)
     row_bytes = gallery.shape[1] * gallery.data.itemsize
     pf = 4 * max(1, -(-PREFETCH_BYTES // (4 * row_bytes)))  # rows, a multiple of 4
-    _direct_kernel(X, gallery.data, KIND_CODES[gallery.kind], excl, ex_value, n_chunks, pf, hs, hi, cnt)
-    mh, mi, mc = new_heaps(Q, k)
-    _merge_chunks(hs, hi, cnt, mh, mi, mc)
-    return sorted_from_heaps(mh, mi, mc)
+    with balanced():
+        _direct_kernel(X, gallery.data, KIND_CODES[gallery.kind], excl, ex_value, n_chunks, pf, hs, hi, cnt)
+    return _merged(hs, hi, cnt)
 
 
-def tiled_topk(X: np.ndarray, gallery: Gallery, k: int, excl: np.ndarray, ex_value: np.float32):
-    """Top-k of ``X @ G.T`` by BLAS on gallery tiles + the numba select pass."""
-    hs, hi, cnt = new_heaps(X.shape[0], k)
-    tile = tile_rows(X.shape[0], gallery.shape[1], gallery.shape[0])
-    for start, _, (S,) in exact_tiles(gallery, [X], tile):
-        _select_kernel(S, start, excl, ex_value, hs, hi, cnt)
-    return sorted_from_heaps(hs, hi, cnt)
+def blocked_topk(X: np.ndarray, gallery: Gallery, k: int, excl: np.ndarray, ex_value: np.float32):
+    """Top-k of ``X @ G.T``: register-blocked products on L2-sized sub-tiles, fused with the selection."""
+    Q = X.shape[0]
+    N, d = gallery.shape
+    sub = sub_rows(d, gallery.data.itemsize)
+    n_chunks = max(1, min(numba.get_num_threads() * BLOCKED_CHUNKS_PER_THREAD, -(-N // sub)))
+    hs, hi, cnt = _chunk_heaps(n_chunks, Q, k)
+    with balanced():
+        _blocked_kernel(pad_rows(X), Q, gallery.data, KIND_CODES[gallery.kind], excl, ex_value, n_chunks,
+                        min(sub, max(1, N)), hs, hi, cnt)
+    return _merged(hs, hi, cnt)
 
 
 def cosine_topk(queries: np.ndarray, gallery: Gallery, k: int, exclude: np.ndarray | None,
@@ -138,4 +161,4 @@ def cosine_topk(queries: np.ndarray, gallery: Gallery, k: int, exclude: np.ndarr
     ex_value = exclusion_value(exclude_score)
     if queries.shape[0] <= DIRECT_MAX_Q:
         return direct_topk(queries, gallery, k, excl, ex_value)
-    return tiled_topk(queries, gallery, k, excl, ex_value)
+    return blocked_topk(queries, gallery, k, excl, ex_value)

@@ -13,7 +13,7 @@ import numpy as np
 from numba import njit
 
 from .._inputs import Gallery
-from .._tiling import tile_rows
+from .._tiling import score_tile_rows
 from ._common import FASTMATH, score_f32
 from ._tiles import exact_tiles
 
@@ -40,7 +40,7 @@ def ldre_weights(before: np.ndarray, proxies: np.ndarray, gallery: Gallery, topk
     N = gallery.shape[0]
     D = np.ascontiguousarray((before[:, None, :] - proxies).reshape(Q * K, d))
     best = np.zeros((Q * K, min(topk, N)), dtype=np.float32)  # relu >= 0: zeros are neutral
-    for _, _, (S,) in exact_tiles(gallery, [D], tile_rows(Q * K, d, N)):
+    for _, _, (S,) in exact_tiles(gallery, [D], score_tile_rows(Q * K, N)):
         _top_values(S, best)
     return ldre_softmax(best.astype(np.float64).sum(axis=1).reshape(Q, K), tau)
 

@@ -1,7 +1,7 @@
 """octopus_topk, numba: OCTOPUS bidirectional fusion with top-k and the streamed entropy.
 
 Pass 1 (:mod:`.weights`) gives the proxy weights, hence ``t = (e + q_t) / 2``. Pass 2
-walks image and caption tiles in lockstep: BLAS gives ``t . I_tile`` and ``q_v . C_tile``;
+walks image and caption tiles in lockstep: the numba tile product (:mod:`._gemm`) gives ``t . I_tile`` and ``q_v . C_tile``;
 ``_fuse_select`` forms ``S = lam*S_t2v + (1-lam)*S_v2t*S_t2v``, applies the reference
 mask, folds the tile into the running softmax entropy and the running top-k.
 Extra memory: O(Q*(K+1)*tile) in pass 1, O(Q*tile) in pass 2.
@@ -10,10 +10,10 @@ Extra memory: O(Q*(K+1)*tile) in pass 1, O(Q*tile) in pass 2.
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
+from numba import njit, prange
 
 from .._inputs import Gallery
-from .._tiling import tile_rows
+from .._tiling import score_tile_rows
 from ._common import (
     empty_exclude,
     entropy_from_state,
@@ -26,15 +26,16 @@ from ._common import (
     sorted_from_heaps,
 )
 from ._tiles import exact_tiles
+from ._threads import balanced
 from .weights import octopus_query, octopus_weights
 
 
-@njit(cache=True)
+@njit(parallel=True, cache=True)
 def _fuse_select(St, Sv, has_visual, lam, start, excl, ex_value, inv_tau, state, hs, hi, cnt):
     T = St.shape[1]
     a = np.float32(lam)
     b = np.float32(1.0 - lam)
-    for q in range(St.shape[0]):
+    for q in prange(St.shape[0]):
         vals = np.empty(T, dtype=np.float32)
         if has_visual:
             for j in range(T):
@@ -64,9 +65,10 @@ def octopus_topk(reference: np.ndarray, proxies: np.ndarray, target: np.ndarray,
     ex_value = exclusion_value(exclude_score)
     hs, hi, cnt = new_heaps(Q, k)
     state = new_entropy_state(Q)
-    tile = tile_rows(len(mats) * Q, d, images.shape[0])
+    tile = score_tile_rows(len(mats) * Q, images.shape[0])
     for start, _, outs in exact_tiles(images, mats, tile, galleries=gals):
-        _fuse_select(outs[0], outs[-1], visual is not None, lam, start, excl, ex_value, 1.0 / entropy_tau,
+        with balanced():
+            _fuse_select(outs[0], outs[-1], visual is not None, lam, start, excl, ex_value, 1.0 / entropy_tau,
                      state, hs, hi, cnt)
     scores, ids = sorted_from_heaps(hs, hi, cnt)
     return scores, ids, w, entropy_from_state(state)

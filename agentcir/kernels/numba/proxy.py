@@ -1,6 +1,6 @@
 """proxy_scores_topk, numba: K proxies per query, aggregated per gallery item, fused with top-k.
 
-BLAS scores a ``[Q*K, tile]`` block (:func:`._tiles.exact_tiles`); ``_aggregate_select``
+The numba tile product (:mod:`._gemm`) scores a ``[Q*K, tile]`` block (:func:`._tiles.exact_tiles`); ``_aggregate_select``
 reduces the K rows of each query to one row (mean / max / logsumexp), applies the
 exclusions and feeds the running top-k. No ``[Q, K, N]`` (or ``[Q, N]``) buffer exists.
 ``agg="mean"`` is linear, so it scores the mean proxy with :mod:`.cosine` (one row per
@@ -14,7 +14,7 @@ import numpy as np
 from numba import prange
 
 from .._inputs import Gallery
-from .._tiling import tile_rows
+from .._tiling import score_tile_rows
 from ._common import (
     FASTMATH,
     dual,
@@ -25,6 +25,7 @@ from ._common import (
     select_row,
     sorted_from_heaps,
 )
+from ._threads import balanced
 from ._tiles import exact_tiles
 from .cosine import cosine_topk
 from .weights import octopus_query, octopus_weights
@@ -79,9 +80,8 @@ def proxy_scores_topk(proxies: np.ndarray, gallery: Gallery, k: int, agg: str, t
     excl = empty_exclude() if exclude is None else exclude
     ex_value = exclusion_value(exclude_score)
     hs, hi, cnt = new_heaps(Q, k)
-    tile = tile_rows(Q * K, d, gallery.shape[0])
+    tile = score_tile_rows(Q * K, gallery.shape[0])
     for start, _, (S,) in exact_tiles(gallery, [X], tile):
-        # logsumexp is exp-bound: worth a parallel launch per tile; max is not (README "Threads")
-        _aggregate_select(S, K, AGG_CODES[agg], tau, start, excl, ex_value, hs, hi, cnt,
-                          work=S.size * (16 if agg == "logsumexp" else 1))
+        with balanced():  # parallel over queries: the product ran on the same numba pool
+            _aggregate_select.parallel(S, K, AGG_CODES[agg], tau, start, excl, ex_value, hs, hi, cnt)
     return sorted_from_heaps(hs, hi, cnt)

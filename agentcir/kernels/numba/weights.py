@@ -7,22 +7,28 @@ relative to the gap, not to the similarities). ``_relu_sums`` adds ``relu(gap)``
 ``acc[q, i]``; after the last tile ``s = acc / N`` and ``w = softmax(s / tau)``.
 
 Precision: exact float32 products for float32 galleries. For float16 / bfloat16
-galleries of at least ``COARSE_MIN_ITEMS`` items on a CPU with native bfloat16 (AMX /
-AVX512-BF16) the tile product runs in bfloat16 (:func:`._tiles.coarse_tiles`, about
-3-4x faster here); the weights are a mean over the whole gallery, so the rounding
-averages out (tested against the reference with the half-precision tolerance, and by
-the top-10 agreement benchmark).
+galleries of at least ``COARSE_MIN_ITEMS`` items on a CPU with AMX the tile product runs
+in bfloat16 (:func:`._tiles.coarse_tiles`, about 3-4x faster there; without AMX the
+exact product is faster, :func:`._tiles.coarse_is_faster`); the weights are a mean over
+the whole gallery, so the rounding averages out (tested against the reference with the
+half-precision tolerance, and by the top-10 agreement benchmark).
 """
 
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
+import numba
+from numba import njit, prange
 
 from .._inputs import Gallery
 from .._tiling import tile_rows
-from ._common import FASTMATH, score_f32
-from ._tiles import coarse_tiles, exact_tiles, has_fast_bf16
+from ._common import FASTMATH, KIND_CODES, score_f32
+from ._gemm import chunk_span, fused_sub_rows, pad_rows, sweep
+from ._threads import balanced
+from ._tiles import coarse_is_faster, coarse_tiles
+
+#: gallery chunks per thread of the fused pass (dynamic scheduling evens out a busy core)
+CHUNKS_PER_THREAD = 8
 
 #: half-precision galleries at least this large use the bfloat16 tile product
 COARSE_MIN_ITEMS = 16384
@@ -31,7 +37,8 @@ COARSE_MIN_ITEMS = 16384
 @njit(cache=True, fastmath=FASTMATH)
 def _relu_sums(S, split, acc):
     """``acc.flat[p] += sum_j relu(S[p, j])``; with ``split`` the gap is ``S[p, j] + S[R + p, j]``
-    (the high and low bf16 parts of :func:`._tiles.coarse_tiles`)."""
+    (the high and low bf16 parts of :func:`._tiles.coarse_tiles`). Run serial after the torch
+    product (``_common`` "Threads")."""
     flat = acc.reshape(-1)
     R = flat.shape[0]
     for p in range(R):
@@ -45,6 +52,22 @@ def _relu_sums(S, split, acc):
         flat[p] += t
 
 
+@njit(parallel=True, cache=True, fastmath=FASTMATH)
+def _fused_relu_sums(D, R, G, kind, n_chunks, sub, acc):
+    """``acc[c, p] = sum_j relu(D[p] . G[j])`` over the rows ``j`` of chunk ``c`` (``D`` padded, ``R`` real rows)."""
+    for c in prange(n_chunks):
+        S = np.empty((D.shape[0], sub), dtype=np.float32)
+        lo, end = chunk_span(c, n_chunks, G.shape[0])
+        for t0 in range(lo, end, sub):
+            t1 = min(end, t0 + sub)
+            sweep(D, G, kind, t0, t1, S)
+            for p in range(R):
+                t = np.float32(0.0)
+                for j in range(t1 - t0):
+                    t += max(S[p, j], np.float32(0.0))
+                acc[c, p] += t
+
+
 def octopus_weights(reference: np.ndarray, proxies: np.ndarray, gallery: Gallery, tau: float) -> np.ndarray:
     """See :func:`agentcir.kernels.octopus_weights`."""
     Q, K, d = proxies.shape
@@ -52,12 +75,16 @@ def octopus_weights(reference: np.ndarray, proxies: np.ndarray, gallery: Gallery
     D = np.ascontiguousarray((reference[:, None, :] - proxies).reshape(Q * K, d))
     acc = np.zeros((Q, K), dtype=np.float64)
     tile = tile_rows(Q * K, d, N)
-    if gallery.kind != "float32" and N >= COARSE_MIN_ITEMS and has_fast_bf16():
+    if gallery.kind != "float32" and N >= COARSE_MIN_ITEMS and coarse_is_faster():
         for _, _, S in coarse_tiles(gallery, D, tile):
             _relu_sums(S, True, acc)
     else:
-        for _, _, (S,) in exact_tiles(gallery, [D], tile):
-            _relu_sums(S, False, acc)
+        sub = fused_sub_rows(Q * K, d, gallery.data.itemsize)
+        n_chunks = max(1, min(numba.get_num_threads() * CHUNKS_PER_THREAD, -(-N // sub)))
+        part = np.zeros((n_chunks, Q * K), dtype=np.float64)
+        with balanced():
+            _fused_relu_sums(pad_rows(D), Q * K, gallery.data, KIND_CODES[gallery.kind], n_chunks, min(sub, N), part)
+        acc = part.sum(axis=0).reshape(Q, K)
     x = acc / (N * tau)
     x = np.exp(x - x.max(axis=1, keepdims=True))
     return (x / x.sum(axis=1, keepdims=True)).astype(np.float32)

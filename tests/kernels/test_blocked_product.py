@@ -1,0 +1,102 @@
+"""The numba backend's register-blocked tile product (``numba/_gemm.py``), its fused blocked
+cosine top-k (chunk heaps merged, odd sub-tiles, exclusions, exact ties across chunks) and the
+thread policy (``numba/_threads.py``, ``agentcir/_threads.py``)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from kernel_checks import KINDS, TOL, as_kind, check_exact, check_topk, unit_rows
+
+from agentcir import kernels as K
+from agentcir.kernels._inputs import to_backend_gallery
+
+pytest.importorskip("numba")
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("R,T,sub", [(1, 1, 6), (3, 5, 6), (4, 6, 6), (5, 13, 7), (9, 37, 12), (8, 100, 37)])
+def test_product_matches_float64(kind, R, T, sub):
+    """Every row count (padded to 4), every tail (not a multiple of 6 rows), every sub-tile split."""
+    from agentcir.kernels.numba import _gemm
+    from agentcir.kernels.numba._common import KIND_CODES
+
+    rng = np.random.default_rng(R * 100 + T)
+    d = 37
+    X = rng.standard_normal((R, d)).astype(np.float32)
+    G = as_kind(rng.standard_normal((T + 9, d)).astype(np.float32), kind)
+    g = to_backend_gallery(G, "numpy")
+    start, stop = 4, 4 + T
+    P = _gemm.pad_rows(X)
+    assert P.shape[0] % _gemm.QB == 0 and not P[R:].any()
+    S = np.full((P.shape[0], T), np.nan, dtype=np.float32)
+    _gemm.product(P, g.data, KIND_CODES[g.kind], start, stop, sub, S)
+    want = X.astype(np.float64) @ np.asarray(G, dtype=np.float64)[start:stop].T
+    np.testing.assert_allclose(S[:R], want, rtol=0, atol=1e-5)
+    assert not S[R:].any(), "padding rows must score zero"
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_blocked_cosine_many_chunks_and_exclusions(kind):
+    """Q > 4 (blocked path), 37-row sub-tiles, chunks of odd sizes, exclusions removed or re-scored."""
+    rng = np.random.default_rng(11)
+    Q, N, d = 9, 1001, 21
+    G = as_kind(unit_rows(rng, N, d), kind)
+    X = unit_rows(rng, Q, d)
+    ex = rng.integers(-1, N, size=(Q, 3))
+    ref_all = K.cosine_topk(X, G, N, exclude=ex, backend="reference")
+    check_topk(K.cosine_topk(X, G, 17, exclude=ex, backend="numba"), ref_all, 17, TOL[kind])
+    ref_all = K.cosine_topk(X, G, N + 5, exclude=ex, exclude_score=-3.0, backend="reference")
+    check_topk(K.cosine_topk(X, G, N + 5, exclude=ex, exclude_score=-3.0, backend="numba"), ref_all, N + 5,
+               TOL[kind])
+
+
+def test_blocked_cosine_ties_across_chunks(monkeypatch):
+    """Duplicates of one row spread over every chunk: merged heaps keep the lower ids, exactly."""
+    from agentcir.kernels.numba import cosine
+
+    monkeypatch.setattr(cosine, "BLOCKED_CHUNKS_PER_THREAD", 50)
+    rng = np.random.default_rng(12)
+    N, d = 400, 8
+    G = rng.integers(-2, 3, size=(N, d)).astype(np.float32) / 4
+    G[::13] = G[5]
+    X = rng.integers(-2, 3, size=(6, d)).astype(np.float32) / 4
+    X[:] = G[5]
+    for k in (1, 7, 40):
+        ref = K.cosine_topk(X, G, k, backend="reference")
+        check_exact(K.cosine_topk(X, G, k, backend="numba"), ref)
+
+
+def test_balanced_restores_the_chunk_size():
+    import numba
+
+    from agentcir.kernels.numba._threads import balanced
+
+    before = numba.get_parallel_chunksize()
+    with balanced():
+        assert numba.get_parallel_chunksize() == 1
+    assert numba.get_parallel_chunksize() == before
+    with pytest.raises(RuntimeError):
+        with balanced():
+            raise RuntimeError("boom")
+    assert numba.get_parallel_chunksize() == before
+
+
+def _policy_env(code: str, **env: str) -> str:
+    base = {k: v for k, v in os.environ.items() if k not in ("OPENBLAS_THREAD_TIMEOUT", "AGENTCIR_THREAD_POLICY")}
+    out = subprocess.run([sys.executable, "-c", code], env={**base, **env}, capture_output=True, text=True,
+                         timeout=120, check=True)
+    return out.stdout.strip()
+
+
+def test_thread_policy_sets_openblas_idle_timeout():
+    code = "import agentcir, os; print(os.environ.get('OPENBLAS_THREAD_TIMEOUT'), agentcir._threads.applied())"
+    assert _policy_env(code) == "20 True"
+    assert _policy_env(code, OPENBLAS_THREAD_TIMEOUT="7") == "7 True"  # the user's value is kept
+    assert _policy_env(code, AGENTCIR_THREAD_POLICY="off") == "None False"
+    late = "import numpy, agentcir, os; print(os.environ.get('OPENBLAS_THREAD_TIMEOUT'), agentcir._threads.applied())"
+    assert _policy_env(late) == "None False"  # too late: OpenBLAS already read its environment
