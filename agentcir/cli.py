@@ -39,7 +39,9 @@ def _command(name: str):
 def _compose(args) -> dict:
     from .framework.recipe import compose
 
-    return compose(args.overrides, config_name=args.config, extra_dirs=args.recipes or ())
+    # a recipe only printed or planned here may name devices this machine lacks (a GPU run's plan)
+    runs_here = not (getattr(args, "plan", False) or getattr(args, "print_recipe", False) or getattr(args, "cfg", None))
+    return compose(args.overrides, config_name=args.config, extra_dirs=args.recipes or (), check_devices=runs_here)
 
 
 def _add_recipe_args(p: argparse.ArgumentParser) -> None:
@@ -70,7 +72,7 @@ def cmd_run(args) -> int:
 
         print(plan_recipe(recipe).render(), end="")
         return 0
-        result = run_recipe(recipe, progress=False if args.quiet else None, wait=args.wait)
+    result = run_recipe(recipe, progress=False if args.quiet else None, wait=args.wait)
     show = recipe["run"]["show"]
     g = result.gallery
     for qi, q in enumerate(result.queries[:show]):

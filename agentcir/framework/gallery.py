@@ -94,11 +94,11 @@ class Gallery:
         # gallery is opened); a full disk or a read-only folder is a StorageError naming the path
         with hold_lock(root.parent / f".{root.name}.build.lock", f"gallery build '{root}'", wait=True), \
                 storage_errors(root, f"gallery '{root}'"):
-            return cls._build_locked(root, items, encoder, dtype, progress, source, plan)
+            return cls._build_locked(root, items, encoder, dtype, progress, source, plan, embed)
 
     @classmethod
     def _build_locked(cls, root: Path, items: Sequence[GalleryItem], encoder, dtype: str, progress: bool | None,
-                      source: str, plan: dict) -> "Gallery":
+                      source: str, plan: dict, embed: Callable | None = None) -> "Gallery":
         enc_id = plan["encoder"]
         if (root / "gallery.json").is_file():
             old = json.loads((root / "gallery.json").read_text())

@@ -123,7 +123,7 @@ def plugin_recipe_dirs() -> list[str]:
     return out
 
 
-def validate(raw: dict[str, Any]) -> dict[str, Any]:
+def validate(raw: dict[str, Any], check_devices: bool = True) -> dict[str, Any]:
     """Type-check a composed recipe against the registries and fill every default.
 
     Returns the resolved recipe as plain containers.
@@ -167,7 +167,7 @@ def validate(raw: dict[str, Any]) -> dict[str, Any]:
         raise ConfigError(f"run: field 'concurrency': must be at least 1, got {out['run']['concurrency']}")
     from .recipe_checks import check_recipe
 
-    check_recipe(out, GROUPS)  # paths (run.name), ranges (method.gate), devices (encoder.device)
+    check_recipe(out, GROUPS, devices=check_devices)  # paths (run.name), ranges (method.gate), devices (encoder.device)
     return out
 
 
@@ -220,10 +220,11 @@ def project_overrides(overrides: Sequence[str], groups: set[str]) -> list[str]:
 
 
 def compose(overrides: Sequence[str] = (), *, config_name: str = "config", recipes_dir: str | os.PathLike | None = None,
-            extra_dirs: Sequence[str] = ()) -> dict[str, Any]:
+            extra_dirs: Sequence[str] = (), check_devices: bool = True) -> dict[str, Any]:
     """Compose ``recipes/<config_name>.yaml`` with Hydra ``overrides`` and validate it.
 
-    ``extra_dirs`` are user recipe folders searched too (same group layout).
+    ``extra_dirs`` are user recipe folders searched too (same group layout). ``check_devices``
+    false skips the devices' availability (a recipe printed or planned here, run elsewhere).
     """
     from omegaconf import OmegaConf
 
@@ -233,7 +234,7 @@ def compose(overrides: Sequence[str] = (), *, config_name: str = "config", recip
     cfg = _hydra_compose(overrides, config_name, Path(recipes_dir or RECIPES_DIR), extra_dirs)
     raw = OmegaConf.to_container(cfg, resolve=True)
     raw.pop("hydra", None)
-    return validate(raw)
+    return validate(raw, check_devices=check_devices)
 
 
 class ComponentPool:
