@@ -269,7 +269,7 @@ class ShardWorker:
         """``cosine_topk`` / ``proxy_scores_topk`` of the scoring core on this shard."""
         from .. import kernels
 
-        args = dict(args, exclude=self._local_exclude(args.get("exclude")), backend=self.backend)
+        args = dict(args, exclude=self._local_exclude(args.get("exclude")), backend=args.get("backend") or self.backend)
         if op == "cosine_topk" and self.ann_path is not None:
             return self.ann_topk(args["queries"], args["k"], args["exclude"], args.get("exclude_score"), source)
         out = getattr(kernels, op)(gallery=self.array(source), **args)
@@ -295,7 +295,7 @@ class ShardWorker:
 
     def octopus(self, e: np.ndarray, target: np.ndarray, visual: np.ndarray | None, captions: str | None,
                 k: int, lam: float, entropy_tau: float, exclude: np.ndarray | None,
-                exclude_score: float | None) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+                exclude_score: float | None, backend: str | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """OCTOPUS fused top-k of this shard for the global query ``e`` (weights already merged):
         scores, global ids, the shard's softmax entropy and its log partition function."""
         from .. import kernels
@@ -304,7 +304,7 @@ class ShardWorker:
         C = None if captions is None else self.array(captions)
         out = kernels.octopus_topk(e, e[:, None, :], target, self.array("image"), k, visual=visual, captions=C,
                                    lam=lam, entropy_tau=entropy_tau, exclude=ex, exclude_score=exclude_score,
-                                   backend=self.backend)
+                                   backend=backend or self.backend)
         logz = self._log_partition(e, target, visual, C, lam, entropy_tau, ex, exclude_score)
         s, i = self._global(out.scores, out.ids)
         return s, i, np.asarray(out.entropy, np.float64), logz
@@ -401,7 +401,8 @@ class ShardSearch:
         if fn is None:
             raise InputError(f"scoring-core function '{name}' has no sharded implementation")
         a = dict(a)
-        a.pop("backend", None)
+        if a.get("backend", "auto") == "auto":  # the shards' own backend (scale.backend); a named one is used
+            a.pop("backend", None)
         N = len(g)
         if a.get("exclude") is not None:
             from ..kernels._inputs import check_exclude
@@ -427,7 +428,8 @@ class ShardSearch:
         w = self._octopus_weights(kernels, dict(reference=a["reference"], proxies=p, gallery=g, tau=a["tau"]))
         e = _octopus_query(p, w)
         return kernels.TopK(*self._topk("cosine_topk", g.source, dict(queries=e, k=a["k"], exclude=a["exclude"],
-                                                                      exclude_score=a["exclude_score"]), a["k"]))
+                                                                      exclude_score=a["exclude_score"],
+                                                                      backend=a.get("backend")), a["k"]))
 
     def _octopus_weights(self, kernels, a):
         ref, p = np.asarray(a["reference"], np.float32), np.asarray(a["proxies"], np.float32)
@@ -454,7 +456,7 @@ class ShardSearch:
         w = self._octopus_weights(kernels, dict(reference=ref, proxies=p, tau=a["tau"]))
         e = _octopus_query(p, w)
         res = self.workers.run("octopus", e, target, visual, None if C is None else C.source, a["k"], a["lam"],
-                               a["entropy_tau"], a["exclude"], a["exclude_score"])
+                               a["entropy_tau"], a["exclude"], a["exclude_score"], a.get("backend"))
         scores, ids = merge_topk([r[0] for r in res], [r[1] for r in res], a["k"])
         H = np.stack([r[2] for r in res], axis=1)        # [Q, S] shard entropies
         L = np.stack([r[3] for r in res], axis=1)        # [Q, S] shard log partition functions

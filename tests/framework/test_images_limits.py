@@ -43,9 +43,11 @@ def test_huge_png_is_refused_before_decoding(tmp_path, limit):
     p = bomb_png(tmp_path / "bomb.png")
     assert p.stat().st_size < 200_000
     # in a fresh process, so the peak memory is this call's alone
-    code = ("import resource, sys; from agentcir.framework.images import load_rgb, ImageTooLargeError\n"
+    # VmHWM, not ru_maxrss: Linux carries a forking parent's peak across exec into ru_maxrss
+    code = ("from agentcir.framework.images import load_rgb, ImageTooLargeError\n"
             f"try:\n    load_rgb({str(p)!r})\nexcept ImageTooLargeError as e:\n    print(e)\n"
-            "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024)")
+            "hwm = [l for l in open('/proc/self/status') if l.startswith('VmHWM')][0]\n"
+            "print(int(hwm.split()[1]) // 1024)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.splitlines()
     assert "12000x11000 (132,000,000 pixels) is above the limit of 100,000,000 pixels (run.max_image_pixels)" in out[0]
     assert int(out[1]) < 400   # MB peak: the 132 MP image was never decoded

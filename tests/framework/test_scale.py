@@ -109,19 +109,36 @@ def test_merge_topk_rule():
     assert i.tolist() == [[2, 4, 1, -1]] and s[0, 3] == -np.inf
 
 
-def _same(a, b, atol=2e-6):
-    for x, y in zip(a, b):
-        x, y = np.asarray(x), np.asarray(y)
-        if np.issubdtype(x.dtype, np.integer):
+#: float32 rounding of one score: the numba tile product's value for a row can depend on its
+#: slot in a register block, so equal rows may score a few ulps apart and swap (README "Conventions")
+ROUNDING = 5e-7
+
+
+def _same(a, b, atol=2e-6, tie_tol=0.0):
+    """Equal scores (``atol``) and equal ids, except that ids may swap inside a run of scores
+    equal within ``tie_tol`` (0: exactly equal rankings)."""
+    arrays = [(np.asarray(x), np.asarray(y)) for x, y in zip(a, b)]
+    scores = next((x for x, _ in arrays if not np.issubdtype(x.dtype, np.integer)), None)
+    for x, y in arrays:
+        if not np.issubdtype(x.dtype, np.integer):
+            np.testing.assert_allclose(x, y, atol=atol, rtol=1e-5)
+        elif not tie_tol or scores is None or x.shape != scores.shape:
             np.testing.assert_array_equal(x, y)
         else:
-            np.testing.assert_allclose(x, y, atol=atol, rtol=1e-5)
+            for row_x, row_y, row_s in zip(x, y, scores):
+                diff = np.flatnonzero(row_x != row_y)
+                if diff.size:
+                    lo, hi = diff.min(), diff.max() + 1
+                    assert np.ptp(row_s[lo:hi]) <= tie_tol, (row_x, row_y, row_s)   # one run of near-ties
+                    if hi < len(row_x):                                             # not cut by k
+                        assert set(row_x[lo:hi]) == set(row_y[lo:hi]), (row_x, row_y)
 
 
 @pytest.mark.parametrize("backend", ["numba", "reference"])
 def test_every_scoring_call_on_shards_equals_the_single_process(pair, backend):
     single, sharded, _ = pair
     G, S = single.image_emb, sharded.image_emb
+    tie = 0.0 if backend == "reference" else ROUNDING   # the reference ranks exactly as one process does
     rng = np.random.default_rng(1)
     Q, K = 5, 3
     q = table(Q, seed=2, ties=False)
@@ -132,11 +149,12 @@ def test_every_scoring_call_on_shards_equals_the_single_process(pair, backend):
     for k in (1, 7, 60):
         for es in (None, -10.0):
             _same(kernels.cosine_topk(q, G, k, exclude=ex, exclude_score=es, backend=backend),
-                  kernels.cosine_topk(q, S, k, exclude=ex, exclude_score=es, backend=backend))
+                  kernels.cosine_topk(q, S, k, exclude=ex, exclude_score=es, backend=backend), tie_tol=tie)
         for agg in ("mean", "max", "logsumexp", "octopus"):
             ref = q if agg == "octopus" else None
             _same(kernels.proxy_scores_topk(p, G, k, agg=agg, reference=ref, exclude=ex[:, 0], backend=backend),
-                  kernels.proxy_scores_topk(p, S, k, agg=agg, reference=ref, exclude=ex[:, 0], backend=backend))
+                  kernels.proxy_scores_topk(p, S, k, agg=agg, reference=ref, exclude=ex[:, 0], backend=backend),
+                  tie_tol=tie)
     _same([kernels.octopus_weights(q, p, G, backend=backend)], [kernels.octopus_weights(q, p, S, backend=backend)])
     _same([kernels.ldre_weights(q, p, G, topk=4, backend=backend)], [kernels.ldre_weights(q, p, S, topk=4, backend=backend)])
     t = table(Q, seed=3, ties=False)
@@ -147,7 +165,7 @@ def test_every_scoring_call_on_shards_equals_the_single_process(pair, backend):
                                      exclude=ex, exclude_score=es, backend=backend)
             b = kernels.octopus_topk(q, p, t, S, 9, visual=visual, captions=None if visual is None else S,
                                      exclude=ex, exclude_score=es, backend=backend)
-            _same(a, b, atol=1e-5)
+            _same(a, b, atol=1e-5, tie_tol=tie)
 
 
 def test_missing_scale_extra_names_the_install_line(monkeypatch):
