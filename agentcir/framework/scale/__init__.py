@@ -110,7 +110,8 @@ def init_ray(scale: dict[str, Any]):
             kw["num_cpus"] = scale["num_cpus_total"]
         if scale.get("object_store_mb"):
             kw["object_store_memory"] = scale["object_store_mb"] * 2 ** 20
-        ray.init(include_dashboard=False, log_to_driver=False, **kw)
+        # a local cluster on loopback: nothing of it listens on the machine's network addresses
+        ray.init(include_dashboard=False, log_to_driver=False, _node_ip_address="127.0.0.1", **kw)
     return ray
 
 
