@@ -31,6 +31,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from .errors import AgentcirError, InputError
+from .files import atomic_write_text
 from .gallery import FORMAT, Gallery, GalleryItem
 
 log = logging.getLogger("agentcir")
@@ -71,9 +72,7 @@ def write_manifest(root: Path, shard_galleries: Sequence[Gallery], *, plan: dict
         skipped += [{**s, "shard": g.root.name} for s in g.skipped]
     info = {"format": FORMAT, "n": offset, "dim": first["dim"], "dtype": first["dtype"], "encoder": first["encoder"],
             "source": source, "skipped": skipped, "plan": plan, "shards": shards}
-    tmp = root / "gallery.json.tmp"
-    tmp.write_text(json.dumps(info, indent=1))
-    tmp.replace(root / "gallery.json")
+    atomic_write_text(root / "gallery.json", json.dumps(info, indent=1))
     return info
 
 

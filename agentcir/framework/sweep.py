@@ -43,6 +43,7 @@ from typing import Any, Callable, Sequence
 
 from ..registry import REGISTRIES
 from .errors import AgentcirError, InputError
+from .files import atomic_write_text
 from .hashing import stable_hash
 from .recipe import ComponentPool, compose, parse_override
 
@@ -217,9 +218,7 @@ class SweepResult:
 
 
 def _write_json(path: Path, data: Any) -> None:
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(json.dumps(data, indent=1, default=str))
-    tmp.replace(path)
+    atomic_write_text(path, json.dumps(data, indent=1, default=str))
 
 
 def compose_jobs(overrides: Sequence[str], *, config_name: str = "config",

@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import InputError, require
+from ..files import atomic_path, atomic_write_text
 from ..shards import merge_topk
 
 #: rows converted to float32 at a time while adding to an index
@@ -61,11 +62,10 @@ def build_index(emb: np.ndarray, kind: str, scale: dict, out: Path, *, seed: int
     for start in range(0, n, ADD_ROWS):
         index.add(np.ascontiguousarray(emb[start:start + ADD_ROWS], np.float32))
     out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_suffix(".tmp")
-    faiss.write_index(index, str(tmp))
-    tmp.replace(out)
+    with atomic_path(out) as tmp:
+        faiss.write_index(index, str(tmp))
     info = {"kind": kind, "n": n, "dim": d, "build_s": round(time.perf_counter() - t0, 3)}
-    out.with_suffix(".json").write_text(json.dumps(info))
+    atomic_write_text(out.with_suffix(".json"), json.dumps(info))
     return info
 
 
