@@ -295,7 +295,7 @@ def plan_recipe(recipe: dict[str, Any], *, pool=None, image_tokens: int = IMAGE_
     from .imports import apply_imports, parse_imports
     from .method import RunState
     from .recipe import COMPONENT_GROUPS, ComponentPool
-    from .runner import Runner, caption_stage, gallery_dir
+    from .runner import Runner, caption_stage, run_gallery_dir
 
     pool = pool or ComponentPool(recipe)
     run = recipe["run"]
@@ -309,8 +309,7 @@ def plan_recipe(recipe: dict[str, Any], *, pool=None, image_tokens: int = IMAGE_
     if not queries:
         raise InputError(f"dataset '{recipe['dataset']['name']}' has no queries")
     plan.num_queries, plan.gallery_size = len(queries), len(items)
-    gdir = gallery_dir(Path(run["root"]), recipe["dataset"]["name"], stable_hash([[i.id, i.path, i.caption] for i in items]),
-                       encoder.identity, run["gallery_dtype"])
+    gdir = run_gallery_dir(recipe, items, encoder)
     built = (gdir / "gallery.json").is_file()
     for c in components.values():  # identities (cache keys) before patching: they read files, not models
         c.identity

@@ -42,7 +42,7 @@ from .accounting import CallClock, loading_seconds
 from .cache import MISSING, CallCache, decode_value, encode_value
 from .errors import AgentcirError, InputError
 from .files import atomic_path, atomic_write_text
-from .gallery import Gallery
+from .gallery import Gallery, GalleryItem
 from .hashing import stable_hash
 from .method import Method
 from .prompts import load_prompt
@@ -433,6 +433,15 @@ def gallery_dir(root: Path, dataset_key: str, items_hash: str, encoder_identity:
     return root / "_galleries" / f"{dataset_key}-{stable_hash(items_hash, encoder_identity, dtype, n=12)}"
 
 
+def run_gallery_dir(recipe: dict[str, Any], items: Sequence[GalleryItem], encoder) -> Path:
+    """The shared gallery folder a run of ``recipe`` builds or opens (``-s<shards>`` when sharded)."""
+    run = recipe["run"]
+    gdir = gallery_dir(Path(run["root"]), recipe["dataset"]["name"], stable_hash([[i.id, i.path, i.caption] for i in items]),
+                       encoder.identity, run["gallery_dtype"])
+    shards = (recipe.get("scale") or {}).get("shards")
+    return gdir.with_name(f"{gdir.name}-s{shards}") if shards else gdir
+
+
 def run_lock_file(recipe: dict[str, Any], run_dir: Path) -> Path:
     """The lock of a run directory: ``<run.root>/.locks/<name>.lock`` (outside the directory, which
     ``run.fresh`` and the cleanup of a failed run remove)."""
@@ -500,13 +509,11 @@ def _run_locked(recipe: dict[str, Any], run_dir: Path, pool, progress: bool | No
     items = dataset.gallery_items()
     if not items:
         raise InputError(f"dataset '{recipe['dataset']['name']}' has an empty gallery")
-    gdir = gallery_dir(Path(run["root"]), recipe["dataset"]["name"], stable_hash([[i.id, i.path, i.caption] for i in items]),
-                       encoder.identity, run["gallery_dtype"])
+    gdir = run_gallery_dir(recipe, items, encoder)
     with phases.phase("gallery"):
         if (recipe.get("scale") or {}).get("shards"):  # a sharded gallery (docs/scale.md)
             from .scale.embed import build_sharded
 
-            gdir = gdir.with_name(f"{gdir.name}-s{recipe['scale']['shards']}")
             gallery = build_sharded(gdir, items, encoder, recipe["scale"], dtype=run["gallery_dtype"], recipe=recipe,
                                     progress=show_progress, source=f"dataset {recipe['dataset']['name']}")
         else:

@@ -29,7 +29,6 @@ gallery (:meth:`Searcher.prepare`; with a ``progress`` hook it reports their cou
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import os
 import threading
 import time
@@ -40,6 +39,7 @@ from typing import Any, Callable
 from .cache import open_call_cache
 from .errors import InputError
 from .gallery import Gallery
+from .hashing import file_digest
 from .images import load_rgb
 from .method import RunState
 from .recipe import ComponentPool
@@ -84,24 +84,18 @@ class SearchResult:
 
 
 def _file_digest(path: str | Path) -> tuple[int, str] | None:
+    """(size, sha256) of a file (the hash memoised by :func:`~.hashing.file_digest`); None: unreadable."""
     try:
-        size = os.path.getsize(path)
-        h = hashlib.sha256()
-        with open(path, "rb") as f:
-            for block in iter(lambda: f.read(1 << 20), b""):
-                h.update(block)
-        return size, h.hexdigest()
+        return os.path.getsize(path), file_digest(path)
     except OSError:
         return None
 
 
 def _same_bytes(path: str, digest: tuple[int, str]) -> bool:
     try:
-        if os.path.getsize(path) != digest[0]:
-            return False
+        return os.path.getsize(path) == digest[0] and file_digest(path) == digest[1]
     except OSError:
         return False
-    return _file_digest(path) == digest
 
 
 def _cosine(a, b) -> float:

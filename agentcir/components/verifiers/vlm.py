@@ -98,6 +98,10 @@ class VLMVerifier(Verifier):
         """:meth:`check` awaiting the LLM (no thread held while the endpoint answers)."""
         if candidate is None:
             return self.check(statement, candidate=candidate, caption=caption)  # raises the InputError
+        if self.cfg.reading == "released":   # as in check
+            reply = await self.llm.arun_task("xr_answer_released", {"statement": statement}, images=[Path(candidate)],
+                                             prompt=self.cfg.answer_prompt)
+            return "yes" in (reply or "").strip().lower()
         return await aask(lambda: self.llm.arun_task("answer", {"statement": statement}, images=[Path(candidate)],
                                                      prompt=self.cfg.answer_prompt),
                           self.cfg.unclear, what=f"true/false answer of verifier 'vlm' for '{candidate}'")

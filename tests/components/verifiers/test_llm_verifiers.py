@@ -1,6 +1,8 @@
 """verifier=vlm (tasks verify / answer) and verifier=entailment (task entail), through a
 scripted LLM: prompts rendered from the real prompt files, replies parsed strictly."""
 
+import asyncio
+
 import pytest
 
 from agentcir.framework.parsing import ReplyParseError
@@ -51,6 +53,11 @@ def test_vlm_check_released_reading_is_xr_s_yes_substring(scripted, images):
     assert got == [True, False, True, False]
     assert llm.calls[0]["text"].strip() == "Answer the question with Yes or No. Is the shirt red?"
     assert len(llm.calls) == 4   # an unclear reply is not asked again
+    # the async path (the pipeline runner's acheck) reads the same way
+    llm = scripted(["Yes.", "No", "I cannot say; eyes closed", "It is unclear"])
+    v = VERIFIERS.build("vlm", {"reading": "released", "answer_prompt": "xr/answer_released"}, llm=llm)
+    got = [asyncio.run(v.acheck("Is the shirt red?", candidate=images["red_tshirt"])) for _ in range(4)]
+    assert got == [True, False, True, False] and len(llm.calls) == 4
     with pytest.raises(InputError, match="field 'reading' must be one of strict, released, got 'loose'"):
         VERIFIERS.build("vlm", {"reading": "loose"}, llm=scripted())
 
