@@ -13,19 +13,22 @@ parts already there, ``--redo PART`` repeats one):
   starts workers at nice 15); Q=1 and Q=64 latency p50/p99 and throughput
   against the single-process numba scan of the same bytes (interleaved rounds, one run), the
   Ray round trip of an empty call, and each shard actor's resident / peak memory.
-* ``ann``: clustered vectors (``--ann-n`` x 512, 1000 Gaussian clusters), split into 2 shards;
-  per shard faiss IVF-Flat / IVF-PQ (nprobe sweep) and HNSW (efSearch sweep, ``--hnsw-n``
-  rows): recall@10 against the exact top-10, Q=64 and Q=1 time against the exact per-shard
+* ``ann``: clustered vectors (``--ann-n`` x 512, 1000 Gaussian clusters), split into
+  ``--ann-shards`` shards; per shard faiss IVF-Flat (skipped when its fp32 lists would not fit in
+  memory), IVF-SQ fp16 and 8bit, IVF-PQ (nprobe sweeps) and HNSW (efSearch sweep, ``--hnsw-n``
+  rows), each memory-mapped as the shard workers map them: recall@10 against the exact top-10, Q=64 and Q=1 time against the exact per-shard
   scan of the same shards (in one process), the speed-up at the first setting with
   recall@10 >= 0.95, build time.
 * ``embed``: the catalog encoder over the fashion photos, ``engine=local`` (one process,
-  torch's threads) against the Ray Data job (``--embed-actors`` encoder actors of 1 CPU each):
-  images/s.
+  torch's threads) against the Ray Data job (``--embed-actors`` encoder actors of 1 CPU each) on
+  the local Ray started once (as a job joining a cluster with ``--address``), interleaved rounds,
+  each including its encoder loading: images/s.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import shutil
@@ -170,7 +173,7 @@ def part_exact(args, data: Path) -> dict:
 def part_ann(args, data: Path) -> dict:
     from agentcir.framework.scale.ann import build_index, load_index
 
-    n, S = args.ann_n, 2
+    n, S = args.ann_n, args.ann_shards
     path = write_gallery(data / f"clustered-{n}.npy", n, clusters=1000, seed=2)
     G = np.load(path, mmap_mode="r")
     centres = np.random.default_rng(2).standard_normal((1000, D)).astype(np.float32)   # write_gallery's, same seed
@@ -191,23 +194,34 @@ def part_ann(args, data: Path) -> dict:
     _, t_exact1 = timed(exact, q64[:1], args.ann_reps)
     out = {"n": n, "shards": S, "dim": D, "dtype": "float16", "clusters": 1000,
            "exact_Q64_ms": round(t_exact64 * 1000, 2), "exact_Q1_ms": round(t_exact1 * 1000, 2), "indexes": {}}
-    kinds = [("ivf_flat", {"nlist": args.nlist}, "nprobe", [1, 2, 4, 8, 16, 32, 64], 0),
-             ("ivf_pq", {"nlist": args.nlist, "pq_m": 64}, "nprobe", [1, 2, 4, 8, 16, 32, 64], 10),
+    probes = [1, 2, 4, 8, 16, 32, 64]
+    kinds = [("ivf_flat", {"nlist": args.nlist}, "nprobe", probes, 0),
+             ("ivf_sq", {"nlist": args.nlist, "sq": "fp16"}, "nprobe", probes, 0),
+             ("ivf_sq", {"nlist": args.nlist, "sq": "8bit"}, "nprobe", probes, 0),
+             ("ivf_pq", {"nlist": args.nlist, "pq_m": 64}, "nprobe", probes, 10),
              ("hnsw", {"hnsw_m": 16}, "ef_search", [16, 32, 64, 128, 256], 0)]
+    ram = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     for kind, params, knob, sweep, refine in kinds:
+        name = kind + (f"_{params['sq']}" if "sq" in params else "")
+        if kind == "ivf_flat" and n * (4 * D + 8) > ram / 3:   # its fp32 lists are built in memory, per shard
+            out["indexes"][name] = {"skipped": f"IVF-Flat keeps fp32 vectors: {n * (4 * D + 8) / 1e9:.1f} GB for "
+                                               f"{n:,} rows does not fit beside the gallery in {ram / 1e9:.0f} GB of "
+                                               f"memory (ivf_sq fp16 holds the same values in half the bytes)"}
+            log(f"  {name}: skipped ({out['indexes'][name]['skipped']})")
+            continue
         rows = n if kind != "hnsw" else min(n, args.hnsw_n)
         src = path
         if rows != n:
             src = data / f"clustered-{n}-head{rows}.npy"
             if not src.is_file():
                 np.save(src, np.asarray(G[:rows]))
-        scale = {"nlist": 0, "pq_m": 64, "hnsw_m": 32, **params}
+        scale = {"nlist": 0, "sq": "fp16", "pq_m": 64, "hnsw_m": 32, **params}
         files, build_s = [], []
         from agentcir.framework.shards import shard_ranges
 
         A = np.load(src, mmap_mode="r")
         for s, (a, b) in enumerate(shard_ranges(rows, S)):
-            f = data / "ann" / f"{kind}-{rows}-s{s}.faiss"
+            f = data / "ann" / f"{name}-{rows}-s{s}.faiss"
             if not f.is_file():
                 log(f"  building {kind} for shard {s} ({b - a:,} rows)")
                 info = build_index(A[a:b], kind, scale, f)
@@ -229,10 +243,11 @@ def part_ann(args, data: Path) -> dict:
             res["sweep"].append({knob: v, "recall@10": round(recall, 4), "Q64_ms": round(t64 * 1000, 2),
                                  "Q1_ms": round(t1 * 1000, 3), "speedup_Q64": round(te64 / t64, 1),
                                  "speedup_Q1": round(te1 / t1, 1)})
-            log(f"  {kind} {knob}={v}: recall@10 {recall:.3f}, Q64 {t64 * 1000:.1f} ms (exact {te64 * 1000:.1f})")
+            log(f"  {name} {knob}={v}: recall@10 {recall:.3f}, Q64 {t64 * 1000:.1f} ms (exact {te64 * 1000:.1f})")
         ok = [r for r in res["sweep"] if r["recall@10"] >= 0.95]
         res["at_recall_0.95"] = ok[0] if ok else None
-        out["indexes"][kind] = res
+        res["index_gb"] = round(sum(f.stat().st_size for f in files) / 1e9, 2)
+        out["indexes"][name] = res
     return out
 
 
@@ -246,31 +261,41 @@ def part_embed(args, data: Path) -> dict:
 
     items, _ = items_from_folder(args.photos)
     items = items[:args.embed_n] if args.embed_n else items
+    if args.embed_repeat > 1:   # a longer job over the same files: what the fixed costs amount to
+        items = [dataclasses.replace(it, id=f"{it.id}#{r}") for r in range(args.embed_repeat) for it in items]
     recipe = compose(["encoder=catalog"])
-    enc = ComponentPool(recipe).get("encoder")
-    enc.encode_images([items[0].path], progress=False)     # load the weights before timing
-    out = {"images": len(items), "encoder": "catalog", "actors": args.embed_actors}
-    for d in ("embed-local", "embed-ray"):
-        shutil.rmtree(data / d, ignore_errors=True)
-    t = time.perf_counter()
-    Gallery.build(data / "embed-local", items, enc, progress=False)
-    out["local_s"] = round(time.perf_counter() - t, 2)
+    out = {"images": len(items), "encoder": "catalog", "actors": args.embed_actors, "rounds": args.embed_rounds,
+           "repeat": args.embed_repeat}
     cores = os.cpu_count() or 1
+    t = time.perf_counter()
     ray.init(num_cpus=cores, include_dashboard=False, log_to_driver=False, _node_ip_address="127.0.0.1",
              object_store_memory=args.object_store_mb * 2 ** 20,
              runtime_env={"env_vars": {"PYTHONPATH": str(ROOT)}})
+    out["ray_init_s"] = round(time.perf_counter() - t, 2)
+    local, remote = [], []
     try:
-        t = time.perf_counter()
-        build_sharded(data / "embed-ray", items, enc, {"engine": "ray", "shards": args.embed_shards,
-                                                       "concurrency": args.embed_actors, "num_cpus": 1},
-                      recipe=recipe, progress=False)
-        out["ray_s"] = round(time.perf_counter() - t, 2)
+        for r in range(args.embed_rounds):       # interleaved: one run, side by side, the same page cache
+            for d in ("embed-local", "embed-ray"):
+                shutil.rmtree(data / d, ignore_errors=True)
+            t = time.perf_counter()              # as `agentcir index --engine local`: load the encoder, embed
+            enc = ComponentPool(recipe).get("encoder")
+            Gallery.build(data / "embed-local", items, enc, progress=False)
+            local.append(time.perf_counter() - t)
+            t = time.perf_counter()              # the job on a running cluster: actors load the encoder, embed
+            build_sharded(data / "embed-ray", items, enc, {"engine": "ray", "shards": args.embed_shards,
+                                                           "concurrency": args.embed_actors, "num_cpus": 1},
+                          recipe=recipe, progress=False)
+            remote.append(time.perf_counter() - t)
+            log(f"  round {r + 1}/{args.embed_rounds}: local {local[-1]:.1f} s, Ray {remote[-1]:.1f} s")
     finally:
         ray.shutdown()
+    out["local_s"] = round(float(np.median(local)), 2)
+    out["ray_s"] = round(float(np.median(remote)), 2)
     out["local_img_s"] = round(len(items) / out["local_s"], 1)
     out["ray_img_s"] = round(len(items) / out["ray_s"], 1)
     out["ray_vs_local"] = round(out["ray_img_s"] / out["local_img_s"], 3)
-    out["ray_s_includes"] = "Ray Data start-up and the encoder actors' weight loading"
+    out["ratios"] = [round(a / b, 3) for a, b in zip(local, remote)]
+    out["ray_s_includes"] = "Ray Data start-up and the encoder actors' weight loading, not the cluster's start"
     return out
 
 
@@ -283,6 +308,7 @@ def main(argv=None) -> int:
     p.add_argument("--shards", type=int, nargs="+", default=[1, 2, 4, 8])
     p.add_argument("--rounds", type=int, default=20)
     p.add_argument("--ann-n", type=int, default=1_000_000)
+    p.add_argument("--ann-shards", type=int, default=2)
     p.add_argument("--hnsw-n", type=int, default=200_000)
     p.add_argument("--nlist", type=int, default=1024)
     p.add_argument("--ann-reps", type=int, default=5)
@@ -290,6 +316,8 @@ def main(argv=None) -> int:
     p.add_argument("--embed-n", type=int, default=0, help="first N photos only (0: all)")
     p.add_argument("--embed-actors", type=int, default=2)
     p.add_argument("--embed-shards", type=int, default=4)
+    p.add_argument("--embed-rounds", type=int, default=3)
+    p.add_argument("--embed-repeat", type=int, default=1, help="list the photos this many times (a longer job)")
     p.add_argument("--object-store-mb", type=int, default=300)
     p.add_argument("--data", default="/tmp/agentcir-scale", help="folder of the synthetic files")
     p.add_argument("--out", required=True, help="results JSON (parts already in it are skipped)")
@@ -313,8 +341,9 @@ def main(argv=None) -> int:
             log(f"{name}: done already (in {out}); --redo {name} repeats it")
             continue
         log(f"{name}: running")
-        t = time.perf_counter()
+        t, load = time.perf_counter(), os.getloadavg()
         results[name] = PARTS[name](args, data)
+        results[name]["load_before"] = load
         results[name]["part_wall_s"] = round(time.perf_counter() - t, 1)
         results[name]["load_after"] = os.getloadavg()
         out.parent.mkdir(parents=True, exist_ok=True)

@@ -189,6 +189,8 @@ def test_bad_scale_settings_are_named():
         scale_settings({"search": "lsh"})
     with pytest.raises(ConfigError, match="field 'shards'"):
         scale_settings({"shards": -1})
+    with pytest.raises(ConfigError, match="field 'sq': must be one of fp16, 8bit, got '4bit'"):
+        scale_settings({"search": "ivf_sq", "sq": "4bit"})
     with pytest.raises(ConfigError, match="unknown field 'shard'"):
         scale_settings({"shard": 2})
 
@@ -200,7 +202,9 @@ def clustered(n: int, d: int, centers: int, seed: int = 0, noise: float = 0.35) 
     return (x / np.linalg.norm(x, axis=1, keepdims=True)).astype(np.float32)
 
 
-@pytest.mark.parametrize("kind,extra", [("ivf_flat", {"nprobe": 8}), ("ivf_pq", {"nprobe": 8, "pq_m": 8, "refine": 10}),
+@pytest.mark.parametrize("kind,extra", [("ivf_flat", {"nprobe": 8}), ("ivf_sq", {"nprobe": 8}),
+                                        ("ivf_sq", {"nprobe": 8, "sq": "8bit"}),
+                                        ("ivf_pq", {"nprobe": 8, "pq_m": 8, "refine": 10}),
                                         ("hnsw", {"ef_search": 64, "hnsw_m": 16})])
 def test_approximate_index_per_shard(tmp_path, kind, extra):
     pytest.importorskip("faiss")
@@ -226,3 +230,53 @@ def test_approximate_index_per_shard(tmp_path, kind, extra):
         assert r not in set(approx.ids[r].tolist())      # the excluded item is removed, as in exact search
     recall = np.mean([len(set(a) & set(e)) / 10 for a, e in zip(approx.ids.tolist(), exact.ids.tolist())])
     assert recall >= 0.9, recall
+
+
+def _rss_mb() -> float:
+    return int(next(l for l in open("/proc/self/status") if l.startswith("VmRSS")).split()[1]) / 1024
+
+
+@pytest.mark.parametrize("sq", ["fp16", "8bit"])
+def test_ivf_sq_is_memory_mapped_and_fp16_keeps_a_half_gallery_exactly(tmp_path, sq):
+    """ivf_sq fp16 stores a half gallery's values as they are, so over every list its scores equal
+    the exact scan of the fp16 rows; the index file is mapped, not read into memory."""
+    pytest.importorskip("faiss")
+    from agentcir.framework.scale.ann import build_index, load_index, search_index
+
+    x = clustered(60000, 128, 50, seed=3).astype(np.float16)
+    f = tmp_path / "sq.faiss"
+    info = build_index(x, "ivf_sq", {"nlist": 64, "sq": sq}, f)
+    size_mb = f.stat().st_size / 2 ** 20
+    assert info["n"] == 60000 and size_mb > (14 if sq == "fp16" else 7)
+    before = _rss_mb()
+    index = load_index(f, nprobe=64, ef_search=0)       # every list: exhaustive over the codes
+    assert _rss_mb() - before < size_mb / 2, "the index was read into memory, not mapped"
+    q = x[:16].astype(np.float32)
+    s, i = search_index(index, q, 10, None, None)
+    exact = kernels.cosine_topk(q, x, 10, backend="reference")
+    if sq == "fp16":
+        assert np.array_equal(i, np.asarray(exact.ids)) and np.allclose(s, exact.scores, atol=1e-5)
+    else:
+        assert np.mean([len(set(a) & set(b)) / 10 for a, b in zip(i.tolist(), np.asarray(exact.ids).tolist())]) >= 0.8
+
+
+def test_build_index_command_writes_the_kind_and_settings_searched(tmp_path, capsys):
+    """`agentcir build-index G --kind ivf_sq --sq 8bit`: one index per shard in the folder that
+    `scale.search=ivf_sq scale.sq=8bit` opens; other settings name another folder (not built)."""
+    pytest.importorskip("faiss")
+    from agentcir.cli import main
+
+    n = 3000
+    x = clustered(n, D, 30)
+    build_sharded(tmp_path / "g", items(n), TableEncoder(x), {"shards": 2}, progress=False)
+    assert main(["build-index", str(tmp_path / "g"), "--kind", "ivf_sq", "--sq", "8bit", "--nlist", "16", "-q"]) == 0
+    assert "built ivf_sq indexes of 2 shard(s)" in capsys.readouterr().out
+    q = x[:5]
+    got = kernels.cosine_topk(q, Gallery.open(tmp_path / "g", scale={"shards": 2, "search": "ivf_sq", "sq": "8bit",
+                                                                      "nlist": 16, "nprobe": 16}).image_emb, 10)
+    assert got.ids[:, 0].tolist() == [0, 1, 2, 3, 4]
+    with pytest.raises(InputError, match="no ivf_sq index for shard 'shard-00000'"):
+        kernels.cosine_topk(q, Gallery.open(tmp_path / "g", scale={"shards": 2, "search": "ivf_sq", "sq": "fp16",
+                                                                   "nlist": 16}).image_emb, 10)
+    assert main(["build-index", str(tmp_path / "g"), "--kind", "ivf_sq", "+scale=local", "scale.sq=4bit"]) == 2
+    assert "field 'sq': must be one of fp16, 8bit, got '4bit'" in capsys.readouterr().err

@@ -24,7 +24,8 @@ from ...registry import ConfigError, make_config
 from ..errors import InputError, require
 
 ENGINES = ("local", "ray")
-SEARCHES = ("exact", "ivf_flat", "ivf_pq", "hnsw")
+SEARCHES = ("exact", "ivf_flat", "ivf_sq", "ivf_pq", "hnsw")
+SQ = ("fp16", "8bit")
 
 
 @dataclass
@@ -37,9 +38,11 @@ class ScaleConfig:
             local Ray started for the run.
         shards: split the gallery into this many shards (0: one unsharded gallery).
         search: ``exact`` (the scoring core over every shard) or a per-shard approximate index
-            built by ``agentcir build-index``: ``ivf_flat``, ``ivf_pq`` or ``hnsw``.
-        nlist: IVF lists per shard (0: about ``4 * sqrt(rows)``). pq_m: IVF-PQ sub-quantizers
-            (``dim`` must divide by it). hnsw_m: HNSW neighbours per node.
+            built by ``agentcir build-index``: ``ivf_flat``, ``ivf_sq`` (scalar-quantized lists),
+            ``ivf_pq`` or ``hnsw``.
+        nlist: IVF lists per shard (0: about ``4 * sqrt(rows)``). sq: IVF-SQ's codes, ``fp16``
+            (a half gallery's values exactly, half IVF-Flat's bytes) or ``8bit``. pq_m: IVF-PQ
+            sub-quantizers (``dim`` must divide by it). hnsw_m: HNSW neighbours per node.
         nprobe: IVF lists visited per query. ef_search: HNSW search breadth.
         refine: 0, or R: the index proposes ``R * k`` candidates per shard, re-scored exactly
             from the shard's embeddings (recovers IVF-PQ's recall).
@@ -59,6 +62,7 @@ class ScaleConfig:
     shards: int = 0
     search: str = "exact"
     nlist: int = 0
+    sq: str = "fp16"
     pq_m: int = 64
     hnsw_m: int = 32
     nprobe: int = 16
@@ -80,6 +84,8 @@ def scale_settings(raw: dict[str, Any] | None, *, where: str = "scale") -> dict[
         raise ConfigError(f"{where}: field 'engine': must be one of {', '.join(ENGINES)}, got '{cfg['engine']}'")
     if cfg["search"] not in SEARCHES:
         raise ConfigError(f"{where}: field 'search': must be one of {', '.join(SEARCHES)}, got '{cfg['search']}'")
+    if cfg["sq"] not in SQ:
+        raise ConfigError(f"{where}: field 'sq': must be one of {', '.join(SQ)}, got '{cfg['sq']}'")
     for f in ("shards", "nlist", "refine", "shard_threads", "restarts", "num_cpus_total", "object_store_mb"):
         if cfg[f] < 0:
             raise ConfigError(f"{where}: field '{f}': must be >= 0, got {cfg[f]}")
@@ -120,7 +126,7 @@ def ann_dir(gallery, scale: dict[str, Any]) -> Path:
     from ..hashing import stable_hash
 
     kind = scale["search"]
-    params = {"ivf_flat": ["nlist"], "ivf_pq": ["nlist", "pq_m"], "hnsw": ["hnsw_m"]}[kind]
+    params = {"ivf_flat": ["nlist"], "ivf_sq": ["nlist", "sq"], "ivf_pq": ["nlist", "pq_m"], "hnsw": ["hnsw_m"]}[kind]
     return Path(gallery.root) / "ann" / f"{kind}-{stable_hash({p: scale[p] for p in params}, n=10)}"
 
 
@@ -132,5 +138,5 @@ def ann_paths(gallery, scale: dict[str, Any]) -> list[Path]:
     if missing:
         raise InputError(f"sharded gallery '{gallery.root}' has no {scale['search']} index for shard "
                          f"'{missing[0].stem}' (looked in '{d}'); build it with: agentcir build-index "
-                         f"{gallery.root} scale.search={scale['search']} (same nlist/pq_m/hnsw_m)")
+                         f"{gallery.root} scale.search={scale['search']} (same nlist/sq/pq_m/hnsw_m)")
     return paths

@@ -1,8 +1,10 @@
-"""Per-shard approximate indexes (faiss, inner product): IVF-Flat, IVF-PQ and HNSW.
+"""Per-shard approximate indexes (faiss, inner product): IVF-Flat, IVF-SQ, IVF-PQ and HNSW.
 
 ``build_indexes`` writes one index file per shard under ``<gallery>/ann/<kind>-<settings hash>/``
-(atomically; finished shards are kept when a build is interrupted). Search returns the
-scoring core's ranking rule (score descending, ties by the lower id, ``(-inf, -1)`` padding)
+(atomically; finished shards are kept when a build is interrupted). Indexes are
+memory-mapped when searched (``IO_FLAG_MMAP``): a shard worker maps its file as it maps its
+embeddings, so workers on one node share the pages and a 10 GB index opens at once. Search
+returns the scoring core's ranking rule (score descending, ties by the lower id, ``(-inf, -1)`` padding)
 over the candidates the index finds, with ``exclude`` applied as in ``cosine_topk``.
 """
 
@@ -21,6 +23,9 @@ from ..shards import merge_topk
 
 #: rows converted to float32 at a time while adding to an index
 ADD_ROWS = 262144
+#: ``scale.sq`` -> faiss scalar quantizer of ``ivf_sq``: fp16 keeps a half gallery's values
+#: exactly (IVF-Flat's lists at half its bytes), 8bit a quarter of them
+SQ_TYPES = {"fp16": "QT_fp16", "8bit": "QT_8bit"}
 #: training sample per shard: 40 vectors per IVF list (at least 10,000), at most this many
 TRAIN_MAX = 262144
 
@@ -41,6 +46,11 @@ def make_index(kind: str, d: int, n: int, scale: dict):
     nl = nlist_for(n, scale["nlist"])
     if kind == "ivf_flat":
         return faiss.IndexIVFFlat(quantizer, d, nl, faiss.METRIC_INNER_PRODUCT)
+    if kind == "ivf_sq":
+        index = faiss.IndexIVFScalarQuantizer(quantizer, d, nl, getattr(faiss.ScalarQuantizer, SQ_TYPES[scale["sq"]]),
+                                              faiss.METRIC_INNER_PRODUCT)
+        index.by_residual = scale["sq"] != "fp16"   # fp16 codes are the rows themselves, not residuals
+        return index
     if kind == "ivf_pq":
         if d % scale["pq_m"]:
             raise InputError(f"scale.pq_m={scale['pq_m']} must divide the embedding dim {d}")
@@ -71,7 +81,7 @@ def build_index(emb: np.ndarray, kind: str, scale: dict, out: Path, *, seed: int
 
 def load_index(path: str | Path, nprobe: int, ef_search: int):
     faiss = _faiss()
-    index = faiss.read_index(str(path))
+    index = faiss.read_index(str(path), faiss.IO_FLAG_MMAP | faiss.IO_FLAG_READ_ONLY)
     if hasattr(index, "nprobe"):
         index.nprobe = nprobe
     if hasattr(index, "hnsw"):
@@ -111,7 +121,7 @@ def build_indexes(gallery, scale: dict, *, progress: bool = True) -> list[dict]:
     from . import ann_dir
 
     if scale["search"] == "exact":
-        raise InputError("build-index needs an approximate kind: scale.search=ivf_flat, ivf_pq or hnsw")
+        raise InputError("build-index needs an approximate kind: scale.search=ivf_flat, ivf_sq, ivf_pq or hnsw")
     d = ann_dir(gallery, scale)
     out = []
     for s, shard in enumerate(gallery.shards):
