@@ -57,9 +57,9 @@ def test_blocked_cosine_many_chunks_and_exclusions(kind):
 
 def test_blocked_cosine_ties_across_chunks(monkeypatch):
     """Duplicates of one row spread over every chunk: merged heaps keep the lower ids, exactly."""
-    from agentcir.kernels.numba import cosine
+    from agentcir.kernels.numba import _gemm
 
-    monkeypatch.setattr(cosine, "BLOCKED_CHUNKS_PER_THREAD", 50)
+    monkeypatch.setattr(_gemm, "CHUNKS_PER_THREAD", 50)
     rng = np.random.default_rng(12)
     N, d = 400, 8
     G = rng.integers(-2, 3, size=(N, d)).astype(np.float32) / 4

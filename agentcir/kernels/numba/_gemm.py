@@ -19,6 +19,7 @@ with the float64 reference under the per-dtype tolerance and the tie rule of REA
 
 from __future__ import annotations
 
+import numba
 import numpy as np
 from numba import njit, prange, types
 from numba.extending import overload
@@ -30,6 +31,8 @@ from ._common import FASTMATH, _same, bf16_to_f32, f16_to_f32
 QB, RB = 4, 6
 #: bytes of gallery rows that one query-block sweep keeps in L2 (half of a 1 MB L2)
 SUB_BYTES = 512 << 10
+#: gallery chunks per thread of the fused kernels (dynamic scheduling evens out a busy core)
+CHUNKS_PER_THREAD = 8
 
 
 def sub_rows(d: int, itemsize: int) -> int:
@@ -165,6 +168,12 @@ def _sweep(X, G, kind, lo, hi, S):
                     _b41_bf16(X, G, q, r, S, r - lo)
                 r += 1
     return impl_half
+
+
+def chunk_count(N: int, sub: int) -> int:
+    """Chunks of a fused kernel over ``N`` gallery rows in sub-tiles of ``sub`` rows:
+    ``CHUNKS_PER_THREAD`` per numba thread, at most one per sub-tile, at least one."""
+    return max(1, min(numba.get_num_threads() * CHUNKS_PER_THREAD, -(-N // sub)))
 
 
 @njit(inline="always", cache=True)

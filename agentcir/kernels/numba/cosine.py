@@ -36,7 +36,7 @@ from ._common import (
     select_row,
     sorted_from_heaps,
 )
-from ._gemm import chunk_span, pad_rows, sub_rows, sweep
+from ._gemm import chunk_count, chunk_span, pad_rows, sub_rows, sweep
 from ._threads import balanced
 
 #: at most this many queries use the direct (BLAS-free, memory-bound) kernel
@@ -45,8 +45,6 @@ DIRECT_MAX_Q = 4
 DIRECT_CHUNK_ROWS = 1024
 #: the direct kernel requests rows this many bytes ahead of the row it scores
 PREFETCH_BYTES = 16384
-#: gallery chunks per thread of the blocked kernel (dynamic scheduling evens out a busy core)
-BLOCKED_CHUNKS_PER_THREAD = 8
 
 
 @njit(inline="always", cache=True)
@@ -146,7 +144,7 @@ def blocked_topk(X: np.ndarray, gallery: Gallery, k: int, excl: np.ndarray, ex_v
     Q = X.shape[0]
     N, d = gallery.shape
     sub = sub_rows(d, gallery.data.itemsize)
-    n_chunks = max(1, min(numba.get_num_threads() * BLOCKED_CHUNKS_PER_THREAD, -(-N // sub)))
+    n_chunks = chunk_count(N, sub)
     hs, hi, cnt = _chunk_heaps(n_chunks, Q, k)
     with balanced():
         _blocked_kernel(pad_rows(X), Q, gallery.data, KIND_CODES[gallery.kind], excl, ex_value, n_chunks,

@@ -17,18 +17,14 @@ half-precision tolerance, and by the top-10 agreement benchmark).
 from __future__ import annotations
 
 import numpy as np
-import numba
 from numba import njit, prange
 
 from .._inputs import Gallery
 from .._tiling import tile_rows
 from ._common import FASTMATH, KIND_CODES, score_f32
-from ._gemm import chunk_span, fused_sub_rows, pad_rows, sweep
+from ._gemm import chunk_count, chunk_span, fused_sub_rows, pad_rows, sweep
 from ._threads import balanced
 from ._tiles import coarse_is_faster, coarse_tiles
-
-#: gallery chunks per thread of the fused pass (dynamic scheduling evens out a busy core)
-CHUNKS_PER_THREAD = 8
 
 #: half-precision galleries at least this large use the bfloat16 tile product
 COARSE_MIN_ITEMS = 16384
@@ -80,7 +76,7 @@ def octopus_weights(reference: np.ndarray, proxies: np.ndarray, gallery: Gallery
             _relu_sums(S, True, acc)
     else:
         sub = fused_sub_rows(Q * K, d, gallery.data.itemsize)
-        n_chunks = max(1, min(numba.get_num_threads() * CHUNKS_PER_THREAD, -(-N // sub)))
+        n_chunks = chunk_count(N, sub)
         part = np.zeros((n_chunks, Q * K), dtype=np.float64)
         with balanced():
             _fused_relu_sums(pad_rows(D), Q * K, gallery.data, KIND_CODES[gallery.kind], n_chunks, min(sub, N), part)
