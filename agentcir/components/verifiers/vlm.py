@@ -81,27 +81,31 @@ class VLMVerifier(Verifier):
         return await aask(lambda: self.llm.arun_task("verify", variables, images=images, prompt=prompt),
                           self.cfg.unclear, what=f"yes/no answer of verifier 'vlm' for '{candidate}'")
 
-    def check(self, statement: str, *, candidate: Path | None = None, caption: str | None = None) -> bool:
-        """Is ``statement`` true of the candidate image? (needs ``candidate``)"""
+    def _check_request(self, statement: str, candidate: Path | None) -> tuple[str, dict, list[Path]]:
         if candidate is None:
             raise InputError("verifier 'vlm': check needs the candidate image (candidate=); "
                              "to judge a caption use verifier=entailment")
-        if self.cfg.reading == "released":   # an unchecked task name: the reply is read as XR released it
-            reply = self.llm.run_task("xr_answer_released", {"statement": statement}, images=[Path(candidate)],
-                                      prompt=self.cfg.answer_prompt)
-            return "yes" in (reply or "").strip().lower()
-        return ask(lambda: self.llm.run_task("answer", {"statement": statement}, images=[Path(candidate)],
-                                             prompt=self.cfg.answer_prompt),
-                   self.cfg.unclear, what=f"true/false answer of verifier 'vlm' for '{candidate}'")
+        # reading=released: an unchecked task name, the reply is read as XR released it (_released_yes)
+        task = "xr_answer_released" if self.cfg.reading == "released" else "answer"
+        return task, {"statement": statement}, [Path(candidate)]
+
+    def check(self, statement: str, *, candidate: Path | None = None, caption: str | None = None) -> bool:
+        """Is ``statement`` true of the candidate image? (needs ``candidate``)"""
+        task, variables, images = self._check_request(statement, candidate)
+        run = lambda: self.llm.run_task(task, variables, images=images, prompt=self.cfg.answer_prompt)  # noqa: E731
+        if self.cfg.reading == "released":
+            return _released_yes(run())
+        return ask(run, self.cfg.unclear, what=f"true/false answer of verifier 'vlm' for '{candidate}'")
 
     async def acheck(self, statement: str, *, candidate: Path | None = None, caption: str | None = None) -> bool:
         """:meth:`check` awaiting the LLM (no thread held while the endpoint answers)."""
-        if candidate is None:
-            return self.check(statement, candidate=candidate, caption=caption)  # raises the InputError
-        if self.cfg.reading == "released":   # as in check
-            reply = await self.llm.arun_task("xr_answer_released", {"statement": statement}, images=[Path(candidate)],
-                                             prompt=self.cfg.answer_prompt)
-            return "yes" in (reply or "").strip().lower()
-        return await aask(lambda: self.llm.arun_task("answer", {"statement": statement}, images=[Path(candidate)],
-                                                     prompt=self.cfg.answer_prompt),
-                          self.cfg.unclear, what=f"true/false answer of verifier 'vlm' for '{candidate}'")
+        task, variables, images = self._check_request(statement, candidate)
+        run = lambda: self.llm.arun_task(task, variables, images=images, prompt=self.cfg.answer_prompt)  # noqa: E731
+        if self.cfg.reading == "released":
+            return _released_yes(await run())
+        return await aask(run, self.cfg.unclear, what=f"true/false answer of verifier 'vlm' for '{candidate}'")
+
+
+def _released_yes(reply) -> bool:
+    """XR's released image-path reading of a reply: yes when it contains "yes" (unchecked)."""
+    return "yes" in (reply or "").strip().lower()
