@@ -15,6 +15,7 @@ a file holds tensors.
 
 from __future__ import annotations
 
+import importlib
 import io
 import pickle
 from pathlib import Path
@@ -50,31 +51,19 @@ def _rebuild_tensor_v2(*args):
     return _torch()._utils._rebuild_tensor_v2(*args)
 
 
-def _numpy(name: str):
+def _attr(module: str, name: str):
+    """A function returning ``module.name`` (imported on first use)."""
+    return lambda: getattr(importlib.import_module(module), name)
+
+
+def _multiarray(name: str):
+    """A function returning ``numpy``'s ``multiarray.<name>`` (``numpy._core``, or ``numpy.core`` before numpy 2)."""
     def get():
-        import numpy as np
-
-        if name == "_reconstruct":
-            try:
-                from numpy._core.multiarray import _reconstruct
-            except ImportError:  # numpy < 2
-                from numpy.core.multiarray import _reconstruct
-            return _reconstruct
-        if name == "scalar":
-            try:
-                from numpy._core.multiarray import scalar
-            except ImportError:  # numpy < 2
-                from numpy.core.multiarray import scalar
-            return scalar
-        return getattr(np, name)
-    return get
-
-
-def _collections(name: str):
-    def get():
-        import collections
-
-        return getattr(collections, name)
+        try:
+            from numpy._core import multiarray
+        except ImportError:  # numpy < 2
+            from numpy.core import multiarray
+        return getattr(multiarray, name)
     return get
 
 
@@ -82,14 +71,12 @@ def _collections(name: str):
 ALLOWED: dict[tuple[str, str], Any] = {
     ("torch._utils", "_rebuild_tensor_v2"): lambda: _rebuild_tensor_v2,
     ("torch.storage", "_load_from_bytes"): lambda: _load_storage_from_bytes,
-    ("collections", "OrderedDict"): _collections("OrderedDict"),
-    **{(m, "_reconstruct"): _numpy("_reconstruct") for m in ("numpy.core.multiarray", "numpy._core.multiarray")},
-    **{(m, "scalar"): _numpy("scalar") for m in ("numpy.core.multiarray", "numpy._core.multiarray")},
-    ("numpy", "ndarray"): _numpy("ndarray"),
-    ("numpy", "dtype"): _numpy("dtype"),
-    **{("numpy", t): _numpy(t) for t in ("float16", "float32", "float64", "int8", "int16", "int32", "int64",
-                                        "uint8", "bool_")},
-    **{("numpy.dtypes", f"{t}DType"): (lambda t=t: getattr(__import__("numpy").dtypes, f"{t}DType"))
+    ("collections", "OrderedDict"): _attr("collections", "OrderedDict"),
+    **{(m, n): _multiarray(n) for m in ("numpy.core.multiarray", "numpy._core.multiarray")
+       for n in ("_reconstruct", "scalar")},
+    **{("numpy", t): _attr("numpy", t) for t in ("ndarray", "dtype", "float16", "float32", "float64", "int8", "int16",
+                                                  "int32", "int64", "uint8", "bool_")},
+    **{("numpy.dtypes", f"{t}DType"): _attr("numpy.dtypes", f"{t}DType")
        for t in ("Float16", "Float32", "Float64", "Int32", "Int64", "UInt8", "Bool")},
 }
 
