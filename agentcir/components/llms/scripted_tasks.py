@@ -54,7 +54,10 @@ def _first_text(payload: Any) -> str:
 
 def task_of(payload: Any) -> str | None:
     """The task a chat-completions request body runs, or ``None`` when no prompt matches."""
-    text = _first_text(payload)
+    return _task_of_text(_first_text(payload))
+
+
+def _task_of_text(text: str) -> str | None:
     return next((task for head, task in _openings() if text.startswith(head)), None)
 
 
@@ -83,11 +86,11 @@ def task_replier(delay: float = 0.0, accept: float = 0.5) -> Callable[[Request],
     """A :class:`ScriptedServer` step answering each chat request's task after ``delay`` seconds."""
 
     def step(req: Request) -> Step:
-        task = task_of(req.json)
+        text = _first_text(req.json)
+        task = _task_of_text(text)
         if task is None:
-            return Step(status=400, json=error_body(f"no task prompt recognised in: {_first_text(req.json)[:80]!r}"),
-                        delay=delay)
-        return Step(json=chat_completion(task_reply(task, _first_text(req.json), accept)), delay=delay)
+            return Step(status=400, json=error_body(f"no task prompt recognised in: {text[:80]!r}"), delay=delay)
+        return Step(json=chat_completion(task_reply(task, text, accept)), delay=delay)
 
     return step
 
