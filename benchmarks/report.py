@@ -182,11 +182,12 @@ def targets_14(groups) -> list[tuple[str, bool | None, str]]:
 
 def main(path: str) -> int:
     data, groups = load(path)
+    cpu = cpu_line(data)
     print(f"# kernel benchmarks: {path}")
     print(f"run: {data.get('datetime', '?')}, commit {data.get('commit_info', {}).get('id', '?')[:10]}, "
-          f"cpu {cpu_line(data)}")
-    print_tables(groups, cpu_line(data))
-    print(f"\n## targets (issues #4 and #14)   CPU: {cpu_line(data)}")
+          f"cpu {cpu}")
+    print_tables(groups, cpu)
+    print(f"\n## targets (issues #4 and #14)   CPU: {cpu}")
     for name, ok, detail in targets(groups):
         print(f"[{'PASS' if ok else 'MISS'}] {name}: {detail}")
     return 0
