@@ -72,13 +72,15 @@ def _routable(param: str):
 
     def wrap(fn):
         sig = inspect.signature(fn)
+        at = list(sig.parameters).index(param)  # its position (every such parameter is positional-or-keyword)
 
         @functools.wraps(fn)
         def call(*args, **kw):
-            bound = sig.bind(*args, **kw)
-            hook = getattr(bound.arguments.get(param), "__agentcir_kernel__", None)
+            # looked up by position or name: binding the signature on every call cost more than a small scan
+            hook = getattr(args[at] if len(args) > at else kw.get(param), "__agentcir_kernel__", None)
             if hook is None:
                 return fn(*args, **kw)
+            bound = sig.bind(*args, **kw)
             bound.apply_defaults()
             return hook(fn.__name__, dict(bound.arguments))
 
