@@ -125,10 +125,8 @@ def _block41_loop(conv):
     return njit(fastmath=FASTMATH, cache=True)(block)
 
 
-_b46 = {0: _block46_loop(_same), 1: _block46_loop(f16_to_f32), 2: _block46_loop(bf16_to_f32)}
-_b41 = {0: _block41_loop(_same), 1: _block41_loop(f16_to_f32), 2: _block41_loop(bf16_to_f32)}
-_b46_f32, _b46_f16, _b46_bf16 = _b46[0], _b46[1], _b46[2]
-_b41_f32, _b41_f16, _b41_bf16 = _b41[0], _b41[1], _b41[2]
+_b46_f32, _b46_f16, _b46_bf16 = (_block46_loop(conv) for conv in (_same, f16_to_f32, bf16_to_f32))
+_b41_f32, _b41_f16, _b41_bf16 = (_block41_loop(conv) for conv in (_same, f16_to_f32, bf16_to_f32))
 
 
 def sweep(X, G, kind, lo, hi, S):  # pragma: no cover - replaced by the overload in numba code
