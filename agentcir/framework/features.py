@@ -134,9 +134,15 @@ def _read_pkl(path: Path) -> tuple[list[str] | None, np.ndarray]:
                      f"{', '.join(map(str, d))}")
 
 
+def _ids_files(path: Path) -> tuple[Path, Path]:
+    """The files that may hold the ids of the ``.npy`` table ``path``: ``<table>.ids.txt``, ``<table>.ids.json``."""
+    stem = path.with_suffix("")
+    return Path(f"{stem}.ids.txt"), Path(f"{stem}.ids.json")
+
+
 def _read_npy(path: Path) -> tuple[list[str], np.ndarray]:
     stem = path.with_suffix("")
-    for ids_file in (Path(f"{stem}.ids.txt"), Path(f"{stem}.ids.json")):
+    for ids_file in _ids_files(path):
         if ids_file.is_file():
             break
     else:
@@ -226,7 +232,7 @@ def files_identity(path: str | Path, arch: str) -> str:
     parts = []
     for name, f in sorted(table_files(path, arch).items()):
         parts.append([name, file_digest(f)])
-        for side in (Path(f"{f.with_suffix('')}.ids.txt"), Path(f"{f.with_suffix('')}.ids.json")):
-            if f.suffix == ".npy" and side.is_file():
+        for side in _ids_files(f) if f.suffix == ".npy" else ():
+            if side.is_file():
                 parts.append([side.name, file_digest(side)])
     return stable_hash(arch, parts, n=24)
