@@ -378,9 +378,8 @@ class ShardSearch:
         from .scale import ann_paths
 
         self.gallery, self.scale = gallery, scale
-        backend = scale.get("backend") or "auto"
         paths = ann_paths(gallery, scale) if scale["search"] != "exact" else [None] * len(gallery.shards)
-        specs = [dict(root=str(gallery.root), shard=s, backend=backend, ann=None if p is None else str(p),
+        specs = [dict(root=str(gallery.root), shard=s, ann=None if p is None else str(p),
                       nprobe=scale["nprobe"], ef_search=scale["ef_search"], refine=scale["refine"]) for s, p in zip(gallery.shards, paths)]
         if scale["engine"] == "ray":
             from .scale.ray_search import RayShards
@@ -399,9 +398,7 @@ class ShardSearch:
         fn = getattr(self, "_" + name, None)
         if fn is None:
             raise InputError(f"scoring-core function '{name}' has no sharded implementation")
-        a = dict(a)
-        if a.get("backend", "auto") == "auto":  # the shards' own backend (scale.backend); a named one is used
-            a.pop("backend", None)
+        a = dict(a)  # its ``backend`` (the call's, ``auto`` by default) is the one the shards use
         N = len(g)
         if a.get("exclude") is not None:
             from ..kernels._inputs import check_exclude
