@@ -315,15 +315,18 @@ class ShardWorker:
         Q = t.shape[0]
         m = np.full(Q, -np.inf)
         z = np.zeros(Q)
+        ex_q = ex_row = np.zeros(0, np.int64)           # the excluded (query, local row) pairs, found once
+        if ex is not None:
+            ex_q, col = np.nonzero(ex >= 0)
+            ex_row = ex[ex_q, col].astype(np.int64)
+        ex_val = -np.inf if exclude_score is None else exclude_score / entropy_tau
         for start in range(0, self.n, ROWS):
             S = t @ np.asarray(G[start:start + ROWS], np.float32).T
             if visual is not None:
                 S = lam * S + (1.0 - lam) * ((visual @ np.asarray(C[start:start + ROWS], np.float32).T) * S)
             S = S.astype(np.float64) / entropy_tau
-            if ex is not None:
-                for q, row in enumerate(ex):
-                    loc = row[(row >= start) & (row < start + S.shape[1])] - start
-                    S[q, loc] = -np.inf if exclude_score is None else exclude_score / entropy_tau
+            hit = (ex_row >= start) & (ex_row < start + S.shape[1])
+            S[ex_q[hit], ex_row[hit] - start] = ex_val
             mm = np.maximum(m, S.max(axis=1))
             fin = np.isfinite(mm)
             z = np.where(fin, z * np.exp(np.where(fin, m - mm, 0.0)) +
