@@ -21,8 +21,8 @@ parts already there, ``--redo PART`` repeats one):
   recall@10 >= 0.95, build time.
 * ``embed``: the catalog encoder over the fashion photos, ``engine=local`` (one process,
   torch's threads) against the Ray Data job (``--embed-actors`` encoder actors of 1 CPU each) on
-  the local Ray started once (as a job joining a cluster with ``--address``), interleaved rounds,
-  each including its encoder loading: images/s.
+  a local Ray started once before the rounds (as ``agentcir index --address`` joins a running
+  cluster), interleaved rounds, each including its encoder loading: images/s.
 """
 
 from __future__ import annotations
