@@ -315,15 +315,18 @@ class ShardWorker:
         Q = t.shape[0]
         m = np.full(Q, -np.inf)
         z = np.zeros(Q)
+        ex_q = ex_row = np.zeros(0, np.int64)           # the excluded (query, local row) pairs, found once
+        if ex is not None:
+            ex_q, col = np.nonzero(ex >= 0)
+            ex_row = ex[ex_q, col].astype(np.int64)
+        ex_val = -np.inf if exclude_score is None else exclude_score / entropy_tau
         for start in range(0, self.n, ROWS):
             S = t @ np.asarray(G[start:start + ROWS], np.float32).T
             if visual is not None:
                 S = lam * S + (1.0 - lam) * ((visual @ np.asarray(C[start:start + ROWS], np.float32).T) * S)
             S = S.astype(np.float64) / entropy_tau
-            if ex is not None:
-                for q, row in enumerate(ex):
-                    loc = row[(row >= start) & (row < start + S.shape[1])] - start
-                    S[q, loc] = -np.inf if exclude_score is None else exclude_score / entropy_tau
+            hit = (ex_row >= start) & (ex_row < start + S.shape[1])
+            S[ex_q[hit], ex_row[hit] - start] = ex_val
             mm = np.maximum(m, S.max(axis=1))
             fin = np.isfinite(mm)
             z = np.where(fin, z * np.exp(np.where(fin, m - mm, 0.0)) +
@@ -378,9 +381,8 @@ class ShardSearch:
         from .scale import ann_paths
 
         self.gallery, self.scale = gallery, scale
-        backend = scale.get("backend") or "auto"
         paths = ann_paths(gallery, scale) if scale["search"] != "exact" else [None] * len(gallery.shards)
-        specs = [dict(root=str(gallery.root), shard=s, backend=backend, ann=None if p is None else str(p),
+        specs = [dict(root=str(gallery.root), shard=s, ann=None if p is None else str(p),
                       nprobe=scale["nprobe"], ef_search=scale["ef_search"], refine=scale["refine"]) for s, p in zip(gallery.shards, paths)]
         if scale["engine"] == "ray":
             from .scale.ray_search import RayShards
@@ -399,9 +401,7 @@ class ShardSearch:
         fn = getattr(self, "_" + name, None)
         if fn is None:
             raise InputError(f"scoring-core function '{name}' has no sharded implementation")
-        a = dict(a)
-        if a.get("backend", "auto") == "auto":  # the shards' own backend (scale.backend); a named one is used
-            a.pop("backend", None)
+        a = dict(a)  # its ``backend`` (the call's, ``auto`` by default) is the one the shards use
         N = len(g)
         if a.get("exclude") is not None:
             from ..kernels._inputs import check_exclude

@@ -21,8 +21,8 @@ parts already there, ``--redo PART`` repeats one):
   recall@10 >= 0.95, build time.
 * ``embed``: the catalog encoder over the fashion photos, ``engine=local`` (one process,
   torch's threads) against the Ray Data job (``--embed-actors`` encoder actors of 1 CPU each) on
-  the local Ray started once (as a job joining a cluster with ``--address``), interleaved rounds,
-  each including its encoder loading: images/s.
+  a local Ray started once before the rounds (as ``agentcir index --address`` joins a running
+  cluster), interleaved rounds, each including its encoder loading: images/s.
 """
 
 from __future__ import annotations
@@ -42,7 +42,8 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from agentcir import kernels  # noqa: E402
-from agentcir.framework.shards import LocalShards, merge_topk  # noqa: E402
+from agentcir.framework.files import atomic_write_text  # noqa: E402
+from agentcir.framework.shards import LocalShards, merge_topk, shard_ranges  # noqa: E402
 
 D = 512
 K = 10
@@ -78,8 +79,6 @@ def write_gallery(path: Path, n: int, *, clusters: int = 0, seed: int = 0, chunk
 
 
 def specs_for(path: Path, n: int, shards: int, backend: str = "numba", ann: list | None = None, **kw) -> list[dict]:
-    from agentcir.framework.shards import shard_ranges
-
     return [dict(root=str(path.parent), shard={"dir": f"shard-{s:05d}", "n": b - a, "offset": a}, backend=backend,
                  ann=None if ann is None else str(ann[s]), **kw) for s, (a, b) in enumerate(shard_ranges(n, shards))]
 
@@ -171,7 +170,7 @@ def part_exact(args, data: Path) -> dict:
 
 # -- approximate --------------------------------------------------------------------------------
 def part_ann(args, data: Path) -> dict:
-    from agentcir.framework.scale.ann import build_index, load_index
+    from agentcir.framework.scale.ann import build_index
 
     n, S = args.ann_n, args.ann_shards
     path = write_gallery(data / f"clustered-{n}.npy", n, clusters=1000, seed=2)
@@ -217,11 +216,10 @@ def part_ann(args, data: Path) -> dict:
                 np.save(src, np.asarray(G[:rows]))
         scale = {"nlist": 0, "sq": "fp16", "pq_m": 64, "hnsw_m": 32, **params}
         files, build_s = [], []
-        from agentcir.framework.shards import shard_ranges
-
         A = np.load(src, mmap_mode="r")
+        settings = "-".join(f"{k}{v}" for k, v in params.items() if k != "sq")   # a rerun with others builds anew
         for s, (a, b) in enumerate(shard_ranges(rows, S)):
-            f = data / "ann" / f"{name}-{rows}-s{s}.faiss"
+            f = data / "ann" / f"{name}-{rows}-{settings}-shard{s}of{S}.faiss"
             if not f.is_file():
                 log(f"  building {kind} for shard {s} ({b - a:,} rows)")
                 info = build_index(A[a:b], kind, scale, f)
@@ -347,9 +345,7 @@ def main(argv=None) -> int:
         results[name]["part_wall_s"] = round(time.perf_counter() - t, 1)
         results[name]["load_after"] = os.getloadavg()
         out.parent.mkdir(parents=True, exist_ok=True)
-        tmp = out.with_suffix(".tmp")
-        tmp.write_text(json.dumps(results, indent=1))
-        tmp.replace(out)
+        atomic_write_text(out, json.dumps(results, indent=1))
         log(f"{name}: {json.dumps(results[name])[:2000]}")
     if args.clean:
         shutil.rmtree(data, ignore_errors=True)

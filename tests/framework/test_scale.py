@@ -275,7 +275,8 @@ def test_build_index_command_writes_the_kind_and_settings_searched(tmp_path, cap
     got = kernels.cosine_topk(q, Gallery.open(tmp_path / "g", scale={"shards": 2, "search": "ivf_sq", "sq": "8bit",
                                                                       "nlist": 16, "nprobe": 16}).image_emb, 10)
     assert got.ids[:, 0].tolist() == [0, 1, 2, 3, 4]
-    with pytest.raises(InputError, match="no ivf_sq index for shard 'shard-00000'"):
+    with pytest.raises(InputError, match="no ivf_sq index for shard 'shard-00000'.*"
+                                         "agentcir build-index .* --kind ivf_sq --nlist 16 --sq fp16$"):
         kernels.cosine_topk(q, Gallery.open(tmp_path / "g", scale={"shards": 2, "search": "ivf_sq", "sq": "fp16",
                                                                    "nlist": 16}).image_emb, 10)
     assert main(["build-index", str(tmp_path / "g"), "--kind", "ivf_sq", "+scale=local", "scale.sq=4bit"]) == 2

@@ -121,13 +121,16 @@ def init_ray(scale: dict[str, Any]):
     return ray
 
 
+#: the build settings of each index kind (they name its folder)
+BUILD_PARAMS = {"ivf_flat": ("nlist",), "ivf_sq": ("nlist", "sq"), "ivf_pq": ("nlist", "pq_m"), "hnsw": ("hnsw_m",)}
+
+
 def ann_dir(gallery, scale: dict[str, Any]) -> Path:
     """Folder of the per-shard indexes of kind ``scale['search']`` with its build settings."""
     from ..hashing import stable_hash
 
     kind = scale["search"]
-    params = {"ivf_flat": ["nlist"], "ivf_sq": ["nlist", "sq"], "ivf_pq": ["nlist", "pq_m"], "hnsw": ["hnsw_m"]}[kind]
-    return Path(gallery.root) / "ann" / f"{kind}-{stable_hash({p: scale[p] for p in params}, n=10)}"
+    return Path(gallery.root) / "ann" / f"{kind}-{stable_hash({p: scale[p] for p in BUILD_PARAMS[kind]}, n=10)}"
 
 
 def ann_paths(gallery, scale: dict[str, Any]) -> list[Path]:
@@ -136,7 +139,9 @@ def ann_paths(gallery, scale: dict[str, Any]) -> list[Path]:
     paths = [d / f"{s['dir']}.faiss" for s in gallery.shards]
     missing = [p for p in paths if not p.is_file()]
     if missing:
-        raise InputError(f"sharded gallery '{gallery.root}' has no {scale['search']} index for shard "
+        kind = scale["search"]
+        flags = "".join(f" --{p.replace('_', '-')} {scale[p]}" for p in BUILD_PARAMS[kind])
+        raise InputError(f"sharded gallery '{gallery.root}' has no {kind} index for shard "
                          f"'{missing[0].stem}' (looked in '{d}'); build it with: agentcir build-index "
-                         f"{gallery.root} scale.search={scale['search']} (same nlist/sq/pq_m/hnsw_m)")
+                         f"{gallery.root} --kind {kind}{flags}")
     return paths

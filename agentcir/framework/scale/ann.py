@@ -105,14 +105,13 @@ def search_index(index, queries: np.ndarray, k: int, exclude: np.ndarray | None,
         x = np.asarray(rows[np.where(i >= 0, i, 0).ravel()], np.float32).reshape(*i.shape, -1)
         s = np.einsum("qd,qkd->qk", q, x)
     s = np.where(i >= 0, s, -np.inf).astype(np.float32)
-    if exclude is not None:
-        for r in range(len(i)):
-            hit = np.isin(i[r], exclude[r][exclude[r] >= 0]) & (i[r] >= 0)
-            if exclude_score is None:
-                i[r, hit] = -1
-                s[r, hit] = -np.inf
-            else:
-                s[r, hit] = exclude_score
+    if exclude is not None:   # [Q, kk, m] comparison, all queries at once (-1 padding never hits: i >= 0)
+        hit = (i[:, :, None] == exclude[:, None, :]).any(axis=-1) & (i >= 0)
+        if exclude_score is None:
+            i[hit] = -1
+            s[hit] = -np.inf
+        else:
+            s[hit] = exclude_score
     return merge_topk([s], [i], k)
 
 

@@ -24,6 +24,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from ..errors import InputError
+from ..files import atomic_write_text
 from ..gallery import CHUNK, Gallery, GalleryItem
 from ..hashing import stable_hash
 from ..images import Skipped
@@ -73,7 +74,7 @@ def build_sharded(root: str | Path, items: Sequence[GalleryItem], encoder, scale
     if marker.is_file() and json.loads(marker.read_text()) != plan:
         raise InputError(f"gallery folder '{root}' holds an unfinished build of a different gallery; "
                          f"choose another output folder or delete it")
-    marker.write_text(json.dumps(plan))
+    atomic_write_text(marker, json.dumps(plan))
     dirs = [root / SHARD_DIR.format(s) for s in range(S)]
     todo = [s for s in range(S) if not _shard_done(dirs[s])]
     if todo:
