@@ -265,13 +265,18 @@ class ComponentPool:
         cls = reg.get(name).obj
         self._building.append(kind)
         try:
-            deps = {k: self.get(k) for k in getattr(cls, "requires", ())}
-            deps.update({k: self.get(k) for k in getattr(cls, "optional", ()) if self.has(k)})
+            deps = self._deps(cls)
             deps.update(self._memories(cls, node))
         finally:
             self._building.pop()
         self._built[kind] = reg.build(name, node, **deps)
         return self._built[kind]
+
+    def _deps(self, cls: type) -> dict[str, Any]:
+        """What ``cls`` ``requires``, and its ``optional`` kinds the recipe names, from this pool."""
+        deps = {k: self.get(k) for k in getattr(cls, "requires", ())}
+        deps.update({k: self.get(k) for k in getattr(cls, "optional", ()) if self.has(k)})
+        return deps
 
     def _memories(self, cls: type, node: dict[str, Any]) -> dict[str, Any]:
         """The memory components a method names in ``memories`` (dependency -> memory registry key),
@@ -279,10 +284,7 @@ class ComponentPool:
         out = {}
         reg = REGISTRIES["memory"]
         for dep, key in getattr(cls, "memories", {}).items():
-            mcls = reg.get(key).obj
-            mdeps = {k: self.get(k) for k in getattr(mcls, "requires", ())}
-            mdeps.update({k: self.get(k) for k in getattr(mcls, "optional", ()) if self.has(k)})
-            out[dep] = reg.build(key, cls.memory_config(dep, node), **mdeps)
+            out[dep] = reg.build(key, cls.memory_config(dep, node), **self._deps(reg.get(key).obj))
         return out
 
     def built(self) -> dict[str, Any]:
