@@ -46,6 +46,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
+from .datasets.base import read_json, read_jsonl
 from .errors import InputError
 from .hashing import file_digest, stable_hash
 from .types import Query
@@ -111,7 +112,8 @@ def _cell(v: Any) -> Any:
     return v
 
 
-def _rows(path: Path, where: str) -> list[dict[str, Any]]:
+def _rows(src: ImportSource) -> list[dict[str, Any]]:
+    path, where = Path(src.file).expanduser(), src.where
     if path.suffix == ".pkl":  # a dict of per-query lists, row i = query i of the release (read without running code)
         from .safe_pickle import safe_load
 
@@ -122,24 +124,17 @@ def _rows(path: Path, where: str) -> list[dict[str, Any]]:
             raise InputError(f"{where}: a .pkl import must be a dict of per-query lists of one length, got "
                              f"{ {k: len(v) for k, v in lists.items()} if lists else type(d).__name__}")
         return [{"release_row": str(i), **{k: _plain(v[i]) for k, v in lists.items()}} for i in range(n.pop())]
-    text = path.read_text(encoding="utf-8")
     if path.suffix == ".csv":
-        return [dict(r) for r in csv.DictReader(text.splitlines())]
+        with open(path, newline="", encoding="utf-8") as f:  # newline="": a quoted cell may hold line breaks
+            return list(csv.DictReader(f))
     if path.suffix == ".json":
-        data = json.loads(text)
+        data = read_json(path, f"run.imports.{src.stage}")
         if isinstance(data, dict):  # {query id: record}
             return [{"query": k, "record": v} for k, v in data.items()]
         if isinstance(data, list):
             return data
         raise InputError(f"{where}: a .json import must be a list of rows or an object id -> record")
-    rows = []
-    for n, line in enumerate(text.splitlines(), 1):
-        if line.strip():
-            try:
-                rows.append(json.loads(line))
-            except json.JSONDecodeError as e:
-                raise InputError(f"{where}: line {n} is not JSON ({e.msg})") from None
-    return rows
+    return read_jsonl(path, f"run.imports.{src.stage}")
 
 
 def _plain(v: Any) -> Any:
@@ -162,8 +157,7 @@ def _records(src: ImportSource, queries: Sequence[Query]) -> dict[str, dict[str,
     if not src.file:
         rows_by_key = None
     else:
-        path = Path(src.file).expanduser()
-        rows = _rows(path, src.where)
+        rows = _rows(src)
         rows_by_key = {}
         for r in rows:
             if not isinstance(r, dict) or src.key not in r:
