@@ -26,7 +26,6 @@ import argparse
 import json
 import multiprocessing as mp
 import os
-import platform
 import shutil
 import sys
 import tempfile
@@ -140,16 +139,6 @@ def table(rows: list[dict]) -> str:
     return "\n".join(out)
 
 
-def cpu_name() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown CPU"
-
-
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--methods", nargs="+", default=["octopus"])
@@ -179,8 +168,10 @@ def main(argv: list[str] | None = None) -> int:
                 rows.append(run_once(method, data, Path(tmp) / "runs", ep.base_url, c, a.delay, a.overrides))
                 print(table(rows[-1:]).splitlines()[-1], flush=True)
                 print("  ", json.dumps({k: rows[-1][k] for k in ("stages", "time", "limits")}), flush=True)
+    from _data import cpu_summary  # benchmarks/, the script's folder
+
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
-    print(f"\nCPU: {cpu_name()} ({os.cpu_count()} logical CPUs, load average {load:.1f} at the end); endpoint delay "
+    print(f"\nCPU: {cpu_summary()} (load average {load:.1f} at the end); endpoint delay "
           f"{a.delay} s per call; overrides: {' '.join(a.overrides) or '(none)'}\n")
     print(table(rows))
     if a.json:

@@ -173,12 +173,11 @@ def time_rows(runs: list[Any], labels: list[str]) -> dict[str, dict[str, Any]]:
     for label, r in zip(labels, runs):
         m = r.metrics
         cost = m.get("cost") or {}
-        row: dict[str, Any] = {"wall_s": m.get("wall_s")}
-        for k, v in (m.get("time") or {}).items():
-            row[k] = v
-        for f in ("call_s", "call_wall_s", "queue_s", "cpu_s"):
-            row[f] = round(sum(float(s.get(f, 0.0)) for s in cost.values()), 3) if cost else None
-        row["calls"] = sum(int(s.get("calls", 0)) for s in cost.values()) if cost else None
-        row["cache_hits"] = sum(int(s.get("cache_hits", 0)) for s in cost.values()) if cost else None
+        row: dict[str, Any] = {"wall_s": m.get("wall_s"), **(m.get("time") or {})}
+        if cost:
+            for f in ("call_s", "call_wall_s", "queue_s", "cpu_s"):
+                row[f] = round(sum(float(s.get(f, 0.0)) for s in cost.values()), 3)
+            for f in ("calls", "cache_hits"):
+                row[f] = sum(int(s.get(f, 0)) for s in cost.values())
         rows[label] = {k: v for k, v in row.items() if v is not None}
     return rows

@@ -46,6 +46,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
+from .datasets.base import read_json, read_jsonl
 from .errors import InputError
 from .hashing import file_digest, stable_hash
 from .types import Query
@@ -100,7 +101,7 @@ def _is_template(s: str) -> bool:
     return "{" in s and "}" in s
 
 
-def _cell(v: Any, where: str) -> Any:
+def _cell(v: Any) -> Any:
     """A text cell holding a JSON list or object (``["a", "b"]``) as that value; other text as is
     (a caption may well start with "[")."""
     if isinstance(v, str) and v.strip()[:1] in ("[", "{"):
@@ -111,7 +112,8 @@ def _cell(v: Any, where: str) -> Any:
     return v
 
 
-def _rows(path: Path, where: str) -> list[dict[str, Any]]:
+def _rows(src: ImportSource) -> list[dict[str, Any]]:
+    path, where = Path(src.file).expanduser(), src.where
     if path.suffix == ".pkl":  # a dict of per-query lists, row i = query i of the release (read without running code)
         from .safe_pickle import safe_load
 
@@ -122,24 +124,17 @@ def _rows(path: Path, where: str) -> list[dict[str, Any]]:
             raise InputError(f"{where}: a .pkl import must be a dict of per-query lists of one length, got "
                              f"{ {k: len(v) for k, v in lists.items()} if lists else type(d).__name__}")
         return [{"release_row": str(i), **{k: _plain(v[i]) for k, v in lists.items()}} for i in range(n.pop())]
-    text = path.read_text(encoding="utf-8")
     if path.suffix == ".csv":
-        return [dict(r) for r in csv.DictReader(text.splitlines())]
+        with open(path, newline="", encoding="utf-8") as f:  # newline="": a quoted cell may hold line breaks
+            return list(csv.DictReader(f))
     if path.suffix == ".json":
-        data = json.loads(text)
+        data = read_json(path, f"run.imports.{src.stage}")
         if isinstance(data, dict):  # {query id: record}
             return [{"query": k, "record": v} for k, v in data.items()]
         if isinstance(data, list):
             return data
         raise InputError(f"{where}: a .json import must be a list of rows or an object id -> record")
-    rows = []
-    for n, line in enumerate(text.splitlines(), 1):
-        if line.strip():
-            try:
-                rows.append(json.loads(line))
-            except json.JSONDecodeError as e:
-                raise InputError(f"{where}: line {n} is not JSON ({e.msg})") from None
-    return rows
+    return read_jsonl(path, f"run.imports.{src.stage}")
 
 
 def _plain(v: Any) -> Any:
@@ -152,14 +147,9 @@ def _plain(v: Any) -> Any:
 
 
 def _query_values(q: Query) -> dict[str, Any]:
-    return {**{k: v for k, v in q.meta.items()}, "query": q.id, "reference": q.reference_id or "",
+    """The query's own values (its ``meta``, ``release_row`` among them, and the join keys)."""
+    return {**q.meta, "query": q.id, "reference": q.reference_id or "",
             "target": q.targets[0] if q.targets else "", "text": q.text}
-
-
-def _join_key(q: Query, key: str) -> str:
-    if key == "release_row":
-        return str(q.meta.get("release_row", ""))
-    return str(_query_values(q)[key])
 
 
 def _records(src: ImportSource, queries: Sequence[Query]) -> dict[str, dict[str, Any]]:
@@ -167,28 +157,26 @@ def _records(src: ImportSource, queries: Sequence[Query]) -> dict[str, dict[str,
     if not src.file:
         rows_by_key = None
     else:
-        path = Path(src.file).expanduser()
-        rows = _rows(path, src.where)
-        col = "query" if src.key == "query" else src.key
+        rows = _rows(src)
         rows_by_key = {}
         for r in rows:
-            if not isinstance(r, dict) or col not in r:
-                raise InputError(f"{src.where}: every row needs a '{col}' column (the join key '{src.key}'); got "
+            if not isinstance(r, dict) or src.key not in r:
+                raise InputError(f"{src.where}: every row needs a '{src.key}' column (the join key); got "
                                  f"{', '.join(map(str, r)) if isinstance(r, dict) else type(r).__name__}")
-            rows_by_key.setdefault(str(r[col]), r)
+            rows_by_key.setdefault(str(r[src.key]), r)
     fmt = string.Formatter()
     out: dict[str, dict[str, Any]] = {}
     for q in queries:
         values, cols = _query_values(q), []
         if rows_by_key is not None:
-            row = rows_by_key.get(_join_key(q, src.key))
+            row = rows_by_key.get(str(values.get(src.key, "")))
             if row is None:
                 continue
             cols = [k for k in row if k != "record"]
             values = {**values, **{k: row[k] for k in cols}}
             if not src.fields:  # a stage trace line, or columns = record fields
                 rec = row["record"] if isinstance(row.get("record"), dict) else \
-                    {k: _cell(v, src.where) for k, v in row.items() if k != src.key}
+                    {k: _cell(v) for k, v in row.items() if k != src.key}
                 out[q.id] = dict(rec)
                 continue
         rec = {}
@@ -200,7 +188,7 @@ def _records(src: ImportSource, queries: Sequence[Query]) -> dict[str, dict[str,
                     raise InputError(f"{src.where}: field '{name}': template '{spec}' names {e}, which neither the "
                                      f"file nor query {q.id} has (has: {', '.join(sorted(values))})") from None
             elif spec in values:
-                rec[name] = _cell(values[spec], f"{src.where}, field '{name}'")
+                rec[name] = _cell(values[spec])
             else:
                 raise InputError(f"{src.where}: field '{name}' reads column '{spec}', which the file lacks (columns: "
                                  f"{', '.join(sorted(cols))})")

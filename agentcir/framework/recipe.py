@@ -78,9 +78,6 @@ class KernelsConfig:
     backend: str = "auto"
 
 
-#: recipe mappings whose keys the user chooses (overrides of them need no ``+``)
-OPEN_MAPPINGS = ("run.imports.", "run.prices.", "encoder.text.")
-
 #: run settings that cannot change results (excluded from the run's identity)
 VOLATILE_RUN_FIELDS = ("concurrency", "progress", "show", "fresh", "name", "root", "cache", "max_image_pixels", "prices")
 
@@ -197,7 +194,9 @@ def project_overrides(overrides: Sequence[str], groups: set[str]) -> list[str]:
 
     A field override (``method.lam=0.3``, ``run.speed=1``, a mistyped group ``methd=xr``) is
     force-added (``++``): :func:`validate` then rejects an unknown field with the valid fields
-    and the closest match, instead of Hydra's struct-mode hint to add ``+``. ``experiment=X``
+    and the closest match, instead of Hydra's struct-mode hint to add ``+``; the keys of open
+    mappings (``run.imports.perceive=FILE``, ``run.prices.llm.per_call=1``, ``encoder.text.name=X``)
+    are added or replaced alike. ``experiment=X``
     applies the bundle (``+experiment=X``). A sweep value is refused (it needs ``-m``).
     """
     from hydra.core.override_parser.types import OverrideType
@@ -228,9 +227,6 @@ def compose(overrides: Sequence[str] = (), *, config_name: str = "config", recip
     """
     from omegaconf import OmegaConf
 
-    # open mappings (their keys are the user's: stage names, component kinds, an encoder's fields):
-    # `run.imports.perceive=FILE` adds or replaces, as Hydra's `++` does
-    overrides = [f"++{o}" if o.startswith(OPEN_MAPPINGS) else o for o in overrides]
     cfg = _hydra_compose(overrides, config_name, Path(recipes_dir or RECIPES_DIR), extra_dirs)
     raw = OmegaConf.to_container(cfg, resolve=True)
     raw.pop("hydra", None)
@@ -269,13 +265,18 @@ class ComponentPool:
         cls = reg.get(name).obj
         self._building.append(kind)
         try:
-            deps = {k: self.get(k) for k in getattr(cls, "requires", ())}
-            deps.update({k: self.get(k) for k in getattr(cls, "optional", ()) if self.has(k)})
+            deps = self._deps(cls)
             deps.update(self._memories(cls, node))
         finally:
             self._building.pop()
         self._built[kind] = reg.build(name, node, **deps)
         return self._built[kind]
+
+    def _deps(self, cls: type) -> dict[str, Any]:
+        """What ``cls`` ``requires``, and its ``optional`` kinds the recipe names, from this pool."""
+        deps = {k: self.get(k) for k in getattr(cls, "requires", ())}
+        deps.update({k: self.get(k) for k in getattr(cls, "optional", ()) if self.has(k)})
+        return deps
 
     def _memories(self, cls: type, node: dict[str, Any]) -> dict[str, Any]:
         """The memory components a method names in ``memories`` (dependency -> memory registry key),
@@ -283,10 +284,7 @@ class ComponentPool:
         out = {}
         reg = REGISTRIES["memory"]
         for dep, key in getattr(cls, "memories", {}).items():
-            mcls = reg.get(key).obj
-            mdeps = {k: self.get(k) for k in getattr(mcls, "requires", ())}
-            mdeps.update({k: self.get(k) for k in getattr(mcls, "optional", ()) if self.has(k)})
-            out[dep] = reg.build(key, cls.memory_config(dep, node), **mdeps)
+            out[dep] = reg.build(key, cls.memory_config(dep, node), **self._deps(reg.get(key).obj))
         return out
 
     def built(self) -> dict[str, Any]:

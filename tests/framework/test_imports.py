@@ -84,6 +84,17 @@ def test_bad_imports_are_named(tmp_path):
     with pytest.raises(InputError, match="every row needs a 'reference' column"):
         apply_imports({}, QS[:1], parse_imports({"p": {"file": str(f), "key": "reference", "fields": {"a": "tar_desc"}}}),
                       ["p"])
+    for name, text in (("bad.json", "{not json"), ("bad.jsonl", '{"query": "0"}\n{not json\n')):
+        (tmp_path / name).write_text(text)
+        with pytest.raises(InputError, match=f"run.imports.p: '.*{name}'.* is not valid JSON"):
+            apply_imports({}, QS[:1], parse_imports({"p": str(tmp_path / name)}), ["p"])
+
+
+def test_a_csv_cell_keeps_its_line_breaks(tmp_path):
+    f = write_csv(tmp_path / "d.csv", ["target", "tar_desc"], [["t/0", "first line\nsecond line"]])
+    traces = {}
+    apply_imports(traces, QS[:1], parse_imports({"p": {"file": str(f), "key": "target", "fields": {"a": "tar_desc"}}}), ["p"])
+    assert traces["0"]["p"] == {"a": "first line\nsecond line"}
 
 
 # -- OCTOPUS on a release, from its files ------------------------------------------------------

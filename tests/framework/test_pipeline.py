@@ -166,7 +166,7 @@ class _Busy:
 
 @pytest.mark.parametrize("io_bound", [False, True])
 def test_blocking_work_runs_off_the_event_loop_in_a_bounded_pool(io_bound):
-    comp = _Busy(io_bound=io_bound, seconds=0.02 if io_bound else 0.05)
+    comp = _Busy(io_bound=io_bound, seconds=0.1 if io_bound else 0.05)  # long enough for 16 threads to overlap under load
     ctx = RunContext(cache=CallCache(), run_dir=None, concurrency=16, progress=False)
     ticks = []
 

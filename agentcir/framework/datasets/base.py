@@ -218,7 +218,7 @@ class Record:
         """The record's id field ``key``: named in every later error of this record, and appended
         with the record to ``seen`` (for :func:`check_unique`)."""
         rid = self.id(key)
-        self.where = f"{self.where} ({'id' if key == 'id' else key} {rid})"
+        self.where = f"{self.where} ({key} {rid})"
         seen.append((rid, self.where))
         return rid
 

@@ -143,8 +143,9 @@ class WebVidCoVR(Dataset):
 
     # -- a release's features ----------------------------------------------------------
     def release(self) -> dict | None:
-        """From a release's ``preload/`` (no videos nor frames): ``{"gallery": ids, "references": ids,
-        "rows": {reference id: ...}}``; None when the media are there."""
+        """From a release's ``preload/`` (no videos nor frames): ``{"arch", "folder", "gallery": the
+        target ids in the release's order, "references": the set of reference ids}``; None when the
+        media are there."""
         if self._release is None:
             media = [self._dir(self.cfg.frames, "frames"), self._dir(self.cfg.videos, "videos")]
             pre = self._dir(self.cfg.preload, "preload")
@@ -165,8 +166,8 @@ class WebVidCoVR(Dataset):
     def gallery_items(self) -> list[GalleryItem]:
         rel = self.release()
         if self._items is None and rel is not None:
-            listed = list(dict.fromkeys(r["pth2"].strip() for r in self.rows()))
             caption = {r["pth2"].strip(): (r.get("txt2") or "").strip() or None for r in self.rows()}
+            listed = list(caption)  # the CSV's targets, in order
             held = set(rel["gallery"])
             self._items = [GalleryItem(v, feature_ref("img_features", v), caption.get(v), {"release": rel["folder"]})
                            for v in dict.fromkeys(rel["gallery"]) if v in caption]
