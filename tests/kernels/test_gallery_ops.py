@@ -78,6 +78,9 @@ def test_octopus_weights_match_reference(backend, kind):
         assert got.shape == (Q, 4) and got.dtype == np.float32
         np.testing.assert_allclose(got, ref, atol=1e-5)
         np.testing.assert_allclose(got.sum(axis=1), 1.0, atol=1e-5)
+        one = np.asarray(K.octopus_weights(R, P[:, :1], G, tau=0.04, backend=backend))   # a single proxy
+        assert one.dtype == np.float32 and np.array_equal(one, K.octopus_weights(R, P[:, :1], G, tau=0.04,
+                                                                                   backend="reference"))
 
 
 @pytest.mark.parametrize("bidirectional", [True, False])

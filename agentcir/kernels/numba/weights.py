@@ -67,6 +67,8 @@ def _fused_relu_sums(D, R, G, kind, n_chunks, sub, acc):
 def octopus_weights(reference: np.ndarray, proxies: np.ndarray, gallery: Gallery, tau: float) -> np.ndarray:
     """See :func:`agentcir.kernels.octopus_weights`."""
     Q, K, d = proxies.shape
+    if K == 1:  # softmax over one proxy is exactly 1: no pass over the gallery (a sharded OCTOPUS gives one)
+        return np.ones((Q, 1), dtype=np.float32)
     N = gallery.shape[0]
     D = np.ascontiguousarray((reference[:, None, :] - proxies).reshape(Q * K, d))
     acc = np.zeros((Q, K), dtype=np.float64)

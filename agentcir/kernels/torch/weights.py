@@ -14,6 +14,8 @@ def octopus_weights(reference: torch.Tensor, proxies: torch.Tensor, gallery: Gal
     dev = gallery.data.device
     P = as_device(proxies, dev)
     Q, K, d = P.shape
+    if K == 1:  # softmax over one proxy is exactly 1: no pass over the gallery
+        return torch.ones((Q, 1), dtype=torch.float32, device=dev)
     N = gallery.shape[0]
     D = (as_device(reference, dev)[:, None, :] - P).reshape(Q * K, d)
     acc = torch.zeros(Q * K, dtype=torch.float64, device=dev)

@@ -33,6 +33,8 @@ def octopus_weights(reference: torch.Tensor, proxies: torch.Tensor, gallery: Gal
     dev = G.device
     P = proxies.to(device=dev, dtype=torch.float32)
     Q, K, D = P.shape
+    if K == 1:  # softmax over one proxy is exactly 1: no pass over the gallery
+        return torch.ones((Q, 1), dtype=torch.float32, device=dev)
     N = G.shape[0]
     Dm = (reference.to(device=dev, dtype=torch.float32)[:, None, :] - P).contiguous()
     n_tiles = triton.cdiv(N, BLOCK_N)
