@@ -174,7 +174,7 @@ class GalleryFiles:
             raise LookupError(f"gallery row {row}: not an image file")
         return p
 
-    def thumb_key(self, row: int, size: int) -> str:
-        p = self.path(row)
+    def thumb_key(self, p: Path, size: int) -> str:
+        """The thumbnail cache name of the gallery file ``p`` (as :meth:`path` gave it) at ``size``."""
         st = p.stat()
         return hashlib.sha256(f"{p}|{st.st_mtime_ns}|{st.st_size}|{size}".encode()).hexdigest()[:32] + ".jpg"
