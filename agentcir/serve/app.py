@@ -2,6 +2,7 @@
 
 # no `from __future__ import annotations`: FastAPI reads the route annotations at run time
 
+import functools
 import hashlib
 import logging
 import os
@@ -235,13 +236,17 @@ def create_app(searcher: Searcher, *, uploads: str | Path | None = None, thumbs:
         log.warning("fastapi-offline is not installed: /docs has no Swagger UI files (pip install 'agentcir[serve]')")
 
     # -- API -----------------------------------------------------------------------------------
+    @functools.cache
+    def _with_metadata() -> int:  # the gallery's items do not change while it is served: counted once
+        return sum(1 for it in g.items if it.meta.get("taken_time") or it.meta.get("city"))
+
     def _info() -> "M.Info":
         m = searcher.method
         asking = ask_state["searcher"] or (None if ask is None else True)
         return M.Info(gallery=str(g.root), size=len(g), dim=g.dim, method=searcher.method_name,
                       encoder=searcher.recipe["encoder"]["name"], needs_reference=bool(getattr(m, "needs_reference", True)),
                       answers_set=bool(getattr(m, "answers_set", False)), questions=bool(asking),
-                      with_metadata=sum(1 for it in g.items if it.meta.get("taken_time") or it.meta.get("city")),
+                      with_metadata=_with_metadata(),
                       max_upload_mb=cfg.max_upload_mb, max_pixels=cfg.max_pixels, thumb_sizes=list(THUMB_SIZES),
                       auth=bool(token))
 
