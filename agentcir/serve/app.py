@@ -101,7 +101,7 @@ def create_app(searcher: Searcher, *, uploads: str | Path | None = None, thumbs:
     """
     fastapi = require("fastapi", "serve", feature="agentcir serve")
     require("multipart", "serve", feature="agentcir serve (file uploads)")
-    from fastapi import File, Form, HTTPException, Query, Request, UploadFile
+    from fastapi import File, Form, HTTPException, Query, UploadFile
     from fastapi.exceptions import RequestValidationError
     from fastapi.responses import FileResponse, JSONResponse, Response
     from fastapi.staticfiles import StaticFiles
