@@ -315,14 +315,15 @@ def create_app(searcher: Searcher, *, uploads: str | Path | None = None, thumbs:
             raise HTTPException(400, f"image '{image.filename}' is empty")
         import asyncio
 
+        data = bytes(data)  # one copy, checked, hashed and stored
         try:  # decoded (under the pixel limit, bounded concurrency) before anything is stored
-            suffix = await asyncio.to_thread(decoder.check_upload, bytes(data), image.filename or "upload")
+            suffix = await asyncio.to_thread(decoder.check_upload, data, image.filename or "upload")
         except TooLarge as e:
             raise HTTPException(413, str(e)) from None
         except InputError as e:
             raise HTTPException(400, str(e)) from None
         name = hashlib.sha256(data).hexdigest()[:32] + "." + suffix
-        return upload_store.get(name) or upload_store.put(name, bytes(data)), name
+        return upload_store.get(name) or upload_store.put(name, data), name
 
     def _run(s: Searcher, *, image_path, text: str, k: int, shown: str, upload: str | None, ref_row: int | None):
         progress.begin()
