@@ -185,14 +185,17 @@ def cmd_index(args) -> int:
 
 
 def _scale_args(recipe: dict, args) -> dict | None:
-    """The recipe's ``scale`` section with ``--engine/--address/--shards`` applied; None: unsharded."""
+    """The recipe's ``scale`` section with ``--engine/--address/--shards`` applied, validated and
+    with every default filled; None: unsharded."""
+    from .framework.scale import scale_settings
+
     scale = dict(recipe.get("scale") or {})
     for flag in ("engine", "address", "shards"):
         if getattr(args, flag, None) is not None:
             scale[flag] = getattr(args, flag)
     if scale.get("engine") == "ray" and not scale.get("shards"):
         scale["shards"] = 1
-    return scale if scale.get("shards") else None
+    return scale_settings(scale) if scale.get("shards") else None
 
 
 @_command("build-index")

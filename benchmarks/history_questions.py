@@ -172,13 +172,14 @@ def make_answers(folder: Path) -> dict:
 
 # -- scoring ---------------------------------------------------------------------------------------
 def set_scores(pred: list[str], gold: list[str]) -> tuple[float, bool]:
-    """Set F1 (1.0 when both are empty) and exact match."""
-    p, g = set(pred), set(gold)
-    if not p and not g:
-        return 1.0, True
-    tp = len(p & g)
-    f1 = 0.0 if tp == 0 else 2 * tp / (len(p) + len(g))
-    return f1, p == g
+    """Set F1 and exact match (the project's DISBench :func:`~agentcir.framework.eval.metrics.set_scores`;
+    an empty gold answer: 1.0 when the prediction is empty too)."""
+    from agentcir.framework.eval.metrics import set_scores as disbench_set_scores
+
+    if not gold:
+        return float(not pred), not pred
+    s = disbench_set_scores(pred, gold)
+    return s["F1"], s["EM"] == 1.0
 
 
 def ask_all(folder: Path, work: Path, overrides: list[str] = (), method_overrides: list[str] = ()) -> dict[str, dict]:

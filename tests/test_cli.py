@@ -58,6 +58,16 @@ def test_index_search_eval(plugin_env, image_folder, tmp_path):
     assert r.returncode == 2 and "was indexed with encoder 'toy'" in r.stderr
 
 
+def test_index_sharded_without_an_engine(plugin_env, image_folder, tmp_path):
+    """`agentcir index --shards S` alone: the default engine (local), and the metadata line still comes."""
+    r = run_cli(["index", str(image_folder), "--out", str(tmp_path / "g"), "--shards", "2", "encoder=toy", "-q"],
+                env=plugin_env)
+    assert r.returncode == 0, r.stderr
+    assert "2 shard(s), engine local" in r.stdout and "indexed 12 image(s)" in r.stdout
+    r = run_cli(["index", str(image_folder), "--out", str(tmp_path / "g2"), "--shards", "-1", "encoder=toy"], env=plugin_env)
+    assert r.returncode == 2 and "field 'shards': must be >= 0" in r.stderr
+
+
 def test_run_and_eval(plugin_env, tmp_path):
     args = ["run", "encoder=toy", f"run.root={tmp_path}", "run.progress=false"]
     r = run_cli(args, env=plugin_env)

@@ -73,11 +73,13 @@ def domain_check(encoder, image_emb: np.ndarray, *, name: str = "") -> DomainChe
     (see the module docstring); ``None`` when the encoder names no domain or there are fewer than
     5 photos."""
     refs = reference_images(encoder)
-    emb = np.asarray(image_emb, np.float32)
-    if len(refs) < 5 or len(emb) < 5:
+    n = len(image_emb)
+    if len(refs) < 5 or n < 5:
         return None
-    if len(emb) > MAX_PHOTOS:  # a fixed, even sample of a large gallery
-        emb = emb[np.linspace(0, len(emb) - 1, MAX_PHOTOS).astype(np.int64)]
+    # a fixed, even sample of a large gallery, taken before any conversion (a memory-mapped or
+    # sharded gallery is read only at these rows)
+    rows = np.linspace(0, n - 1, MAX_PHOTOS).astype(np.int64) if n > MAX_PHOTOS else slice(None)
+    emb = np.asarray(image_emb[rows], np.float32)
     ref = np.asarray(encoder.encode_images([str(p) for p in refs], progress=False), np.float32)
     within = ref @ ref.T
     np.fill_diagonal(within, -np.inf)

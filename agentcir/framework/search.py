@@ -122,7 +122,7 @@ class Searcher:
         self.cache = open_call_cache(self.pool, recipe["run"])
         self.progress = progress
         self._lock = threading.Lock()  # one query at a time: components need not be thread-safe
-        self._rows = {str(Path(p).resolve()): i for i, p in enumerate(self.gallery.paths)}
+        self._rows: dict[str, int] | None = None  # resolved gallery file -> row, made on first use
         self._prepared = not self.method.needs_captions
         self._text_method = None
 
@@ -133,6 +133,8 @@ class Searcher:
 
     def row_of(self, path: str | Path) -> int:
         """The gallery row of an image file (symlinks resolved), -1 when it is not a gallery file."""
+        if self._rows is None:  # one resolve per gallery file: only once a reference image is given
+            self._rows = {str(Path(p).resolve()): i for i, p in enumerate(self.gallery.paths)}
         return self._rows.get(str(Path(path).resolve()), -1)
 
     @property

@@ -2,6 +2,7 @@
 
 # no `from __future__ import annotations`: FastAPI reads the route annotations at run time
 
+import functools
 import hashlib
 import logging
 import os
@@ -100,7 +101,7 @@ def create_app(searcher: Searcher, *, uploads: str | Path | None = None, thumbs:
     """
     fastapi = require("fastapi", "serve", feature="agentcir serve")
     require("multipart", "serve", feature="agentcir serve (file uploads)")
-    from fastapi import File, Form, HTTPException, Query, Request, UploadFile
+    from fastapi import File, Form, HTTPException, Query, UploadFile
     from fastapi.exceptions import RequestValidationError
     from fastapi.responses import FileResponse, JSONResponse, Response
     from fastapi.staticfiles import StaticFiles
@@ -235,13 +236,17 @@ def create_app(searcher: Searcher, *, uploads: str | Path | None = None, thumbs:
         log.warning("fastapi-offline is not installed: /docs has no Swagger UI files (pip install 'agentcir[serve]')")
 
     # -- API -----------------------------------------------------------------------------------
+    @functools.cache
+    def _with_metadata() -> int:  # the gallery's items do not change while it is served: counted once
+        return sum(1 for it in g.items if it.meta.get("taken_time") or it.meta.get("city"))
+
     def _info() -> "M.Info":
         m = searcher.method
         asking = ask_state["searcher"] or (None if ask is None else True)
         return M.Info(gallery=str(g.root), size=len(g), dim=g.dim, method=searcher.method_name,
                       encoder=searcher.recipe["encoder"]["name"], needs_reference=bool(getattr(m, "needs_reference", True)),
                       answers_set=bool(getattr(m, "answers_set", False)), questions=bool(asking),
-                      with_metadata=sum(1 for it in g.items if it.meta.get("taken_time") or it.meta.get("city")),
+                      with_metadata=_with_metadata(),
                       max_upload_mb=cfg.max_upload_mb, max_pixels=cfg.max_pixels, thumb_sizes=list(THUMB_SIZES),
                       auth=bool(token))
 
@@ -280,10 +285,8 @@ def create_app(searcher: Searcher, *, uploads: str | Path | None = None, thumbs:
 
     @app.get("/thumb/{row}", summary="a gallery image as a JPEG thumbnail (any gallery format)", **_thumb_doc)
     def thumb(row: int, size: Annotated[int, Query(description=f"edge length, one of {THUMB_SIZES}")] = 256):
-        if size not in THUMB_SIZES:
-            raise HTTPException(422, f"size: must be one of {', '.join(map(str, THUMB_SIZES))}")
         p = _lookup(row)
-        return _thumb(files.thumb_key(row, size), p, size)
+        return _thumb(files.thumb_key(p, size), p, size)
 
     @app.get("/upload/{name}/thumb", summary="a stored upload as a JPEG thumbnail", **_thumb_doc)
     def upload_thumb(name: str, size: int = 256):
@@ -312,14 +315,15 @@ def create_app(searcher: Searcher, *, uploads: str | Path | None = None, thumbs:
             raise HTTPException(400, f"image '{image.filename}' is empty")
         import asyncio
 
+        data = bytes(data)  # one copy, checked, hashed and stored
         try:  # decoded (under the pixel limit, bounded concurrency) before anything is stored
-            suffix = await asyncio.to_thread(decoder.check_upload, bytes(data), image.filename or "upload")
+            suffix = await asyncio.to_thread(decoder.check_upload, data, image.filename or "upload")
         except TooLarge as e:
             raise HTTPException(413, str(e)) from None
         except InputError as e:
             raise HTTPException(400, str(e)) from None
         name = hashlib.sha256(data).hexdigest()[:32] + "." + suffix
-        return upload_store.get(name) or upload_store.put(name, bytes(data)), name
+        return upload_store.get(name) or upload_store.put(name, data), name
 
     def _run(s: Searcher, *, image_path, text: str, k: int, shown: str, upload: str | None, ref_row: int | None):
         progress.begin()

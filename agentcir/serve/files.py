@@ -19,6 +19,7 @@ import io
 import os
 import re
 import threading
+from collections import OrderedDict
 from pathlib import Path
 
 from ..framework.errors import InputError
@@ -37,57 +38,55 @@ class TooLarge(InputError):
 
 class BoundedDir:
     """Files in ``root`` kept under ``max_bytes`` and ``max_files``: after each ``put`` the
-    least recently used files are deleted until both hold."""
+    least recently used files are deleted until both hold. The folder is listed once, on the
+    first ``put``; from then on its files' sizes and use order are kept in memory (a ``put``
+    costs no listing of a folder of thousands of thumbnails)."""
 
     def __init__(self, root: str | Path, *, max_bytes: int, max_files: int):
         self.root = Path(root)
         self.max_bytes, self.max_files = int(max_bytes), int(max_files)
         self._lock = threading.Lock()
-
-    def path(self, name: str) -> Path:
-        return self.root / name
+        self._files: OrderedDict[str, int] | None = None  # name -> bytes, least recently used first
+        self._bytes = 0
 
     def get(self, name: str) -> Path | None:
         p = self.root / name
         if p.is_file():
             try:
-                os.utime(p)  # recently used: evicted last
+                os.utime(p)  # recently used: evicted last (also by the next process's listing)
             except OSError:
                 pass
+            with self._lock:
+                if self._files is not None and name in self._files:
+                    self._files.move_to_end(name)
             return p
         return None
 
     def put(self, name: str, data: bytes) -> Path:
         with self._lock:
             self.root.mkdir(parents=True, exist_ok=True)
+            if self._files is None:
+                self._files = self._listing()
+                self._bytes = sum(self._files.values())
             p = self.root / name
             tmp = self.root / f".{name}.{threading.get_ident()}.tmp"
             tmp.write_bytes(data)
             tmp.replace(p)
-            self._evict(keep=p)
+            self._bytes += len(data) - self._files.pop(name, 0)
+            self._files[name] = len(data)
+            while (self._bytes > self.max_bytes or len(self._files) > self.max_files) and len(self._files) > 1:
+                old, size = self._files.popitem(last=False)  # never the file just put: it is the last
+                (self.root / old).unlink(missing_ok=True)
+                self._bytes -= size
             return p
 
-    def usage(self) -> tuple[int, int]:
-        files = [f for f in self.root.iterdir() if f.is_file() and not f.name.startswith(".")] if self.root.is_dir() else []
-        return len(files), sum(f.stat().st_size for f in files)
-
-    def _evict(self, keep: Path) -> None:
+    def _listing(self) -> OrderedDict[str, int]:
         entries = []
         for f in self.root.iterdir():
             if f.is_file() and not f.name.startswith("."):
                 st = f.stat()
-                entries.append((st.st_mtime, st.st_size, f))
-        entries.sort()
-        total = sum(e[1] for e in entries)
-        count = len(entries)
-        for _, size, f in entries:
-            if total <= self.max_bytes and count <= self.max_files:
-                break
-            if f == keep:
-                continue
-            f.unlink(missing_ok=True)
-            total -= size
-            count -= 1
+                entries.append((st.st_mtime, f.name, st.st_size))
+        return OrderedDict((name, size) for _, name, size in sorted(entries))
 
 
 class Decoder:
@@ -174,7 +173,7 @@ class GalleryFiles:
             raise LookupError(f"gallery row {row}: not an image file")
         return p
 
-    def thumb_key(self, row: int, size: int) -> str:
-        p = self.path(row)
+    def thumb_key(self, p: Path, size: int) -> str:
+        """The thumbnail cache name of the gallery file ``p`` (as :meth:`path` gave it) at ``size``."""
         st = p.stat()
         return hashlib.sha256(f"{p}|{st.st_mtime_ns}|{st.st_size}|{size}".encode()).hexdigest()[:32] + ".jpg"

@@ -51,6 +51,37 @@ def test_no_domain_no_check(tmp_path):
     assert domain_check(enc, np.eye(3, 16, dtype=np.float32)) is None   # too few photos to say
 
 
+class RowsOnly:
+    """A large gallery's embeddings (as a sharded gallery's): rows may be read, never the whole array."""
+
+    def __init__(self, emb):
+        self.emb, self.read = emb, 0
+
+    def __len__(self):
+        return len(self.emb)
+
+    def __getitem__(self, rows):
+        out = self.emb[rows]
+        self.read += len(out)
+        return out
+
+    def __array__(self, dtype=None, copy=None):
+        raise AssertionError("the whole gallery was materialised")
+
+
+def test_a_large_gallery_is_read_only_at_its_sample(tmp_path, monkeypatch):
+    import agentcir.framework.domain as domain
+
+    monkeypatch.setattr(domain, "MAX_PHOTOS", 50)
+    enc = FakeEncoder(_photos(tmp_path / "domain"))
+    far = np.zeros((500, 16), np.float16)
+    far[:, 1] = 1.0
+    big = RowsOnly(far)
+    res = domain_check(enc, big)
+    assert res.photos == 50 and big.read == 50 and res.far
+    assert domain_check(FakeEncoder(None), RowsOnly(far)) is None   # no domain: nothing read
+
+
 def test_the_bundled_catalog_encoder_names_its_domain():
     from agentcir.registry import ENCODERS
 

@@ -298,3 +298,20 @@ def test_gallery_preparation_is_shown_once_with_counts(gallery, tmp_path):
     assert p["stages"] == ["gallery_captions"] and p["done"] == p["total"] == len(s.gallery)
     r = c.post("/api/search", data={"reference_row": "0", "text": "in red", "k": "3"})
     assert r.status_code == 200 and r.json()["trace"]["search"]["stages"]["gallery_captions"]["calls"] == 0  # not again
+
+
+def test_bounded_dir_evicts_the_least_recently_used(tmp_path):
+    from agentcir.serve.files import BoundedDir
+
+    (tmp_path / "d").mkdir()
+    (tmp_path / "d" / "old.jpg").write_bytes(b"x" * 10)  # there before: found by the first put's listing
+    d = BoundedDir(tmp_path / "d", max_bytes=35, max_files=3)
+    d.put("a.jpg", b"a" * 10)
+    d.put("b.jpg", b"b" * 10)
+    assert d.get("a.jpg") is not None  # used: b is now the least recently used of the new ones
+    d.put("c.jpg", b"c" * 10)          # 4 files, 40 bytes: old goes
+    assert sorted(p.name for p in (tmp_path / "d").iterdir()) == ["a.jpg", "b.jpg", "c.jpg"]
+    d.put("b.jpg", b"B" * 20)          # replaced: 40 bytes again, the least recently used (a) goes
+    assert sorted(p.name for p in (tmp_path / "d").iterdir()) == ["b.jpg", "c.jpg"]
+    d.put("big.jpg", b"z" * 50)        # alone over the byte budget: kept, every other file goes
+    assert [p.name for p in (tmp_path / "d").iterdir()] == ["big.jpg"]

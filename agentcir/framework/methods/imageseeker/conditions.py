@@ -283,7 +283,7 @@ class _Reader:
         p = date_value(m.group("d"))
         if p is None:
             return None
-        word = m.group("op").lower()
+        word = " ".join(m.group("op").lower().split())
         a, b = _fmt(p[0]), _fmt(p[1])
         expr = {"before": f"date < {a}", "prior to": f"date < {a}", "until": f"date < {b}", "till": f"date < {b}",
                 "up to": f"date < {b}", "after": f"date >= {b}", "since": f"date >= {a}", "from": f"date >= {a}"}[word]
@@ -307,7 +307,7 @@ class _Reader:
                  lambda m: self._date("date", (datetime(int(m.group("c")) * 10, 1, 1), datetime(int(m.group("c")) * 10 + 10, 1, 1))))
         self.sub(rf"{PREP}\b(?P<a>(?:18|19|20)\d{{2}})\s*(?:-|–|to)\s*(?P<b>(?:18|19|20)\d{{2}})\b", self._range)
         self.sub(rf"(?:\b(?:taken|shot|photographed)\s+)?\b(?P<op>before|after|since|until|till|up\s+to|prior\s+to)\s+(?P<d>{_DV})\b",
-                 lambda m: self._bound(_Norm(m, op=" ".join(m.group("op").split()))))
+                 self._bound)
         self.sub(rf"{PREP}\b(?P<d>{_DV})\b", lambda m: self._date("date", date_value(m.group("d"))))
         self.sub(r"(?:\b(?:taken|shot)\s+)?\b(?P<op>before|after|at|around)\s+(?P<h>\d{1,2})(?::00)?\s*(?P<ap>am|pm|a\.m\.|p\.m\.)",
                  self._hour_bound)
@@ -518,16 +518,6 @@ class _Reader:
 
 _HOLIDAY = re.compile(r"\b(?:christmas|easter|thanksgiving|halloween|new\s+year'?s?(?:\s+eve)?|birthday|yesterday|today|"
                       r"tomorrow|recently|lately|ago|last\s+\w+|next\s+\w+|earlier|later)\b", re.I)
-
-
-class _Norm:
-    """A match with one group overridden (normalised whitespace of the operator)."""
-
-    def __init__(self, m: re.Match, **groups: str):
-        self._m, self._g = m, groups
-
-    def group(self, name: str | int = 0) -> str:
-        return self._g[name] if name in self._g else self._m.group(name)
 
 
 def parse_conditions(text: str, gazetteer: Gazetteer, facts: Facts | None = None, *,

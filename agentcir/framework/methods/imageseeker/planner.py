@@ -42,10 +42,9 @@ from __future__ import annotations
 
 import re
 from dataclasses import asdict, dataclass, field
-from datetime import datetime
 from typing import Awaitable, Callable
 
-from .conditions import Condition, Facts, parse_conditions, period_expression
+from .conditions import Condition, Facts, parse_conditions
 from .places import Gazetteer
 from .store import Photo
 from .tools import Toolbox, ToolOutcome
@@ -98,11 +97,6 @@ class Decomposition:
     def filter_expression(self) -> str:
         """The metadata conditions as one ``filter_metadata`` expression ('' when none)."""
         return " and ".join(_wrap(c.expression()) for c in self.conditions)
-
-    @property
-    def visual(self) -> bool:
-        """Whether the question has a visual part (a target or an episode clue to look for)."""
-        return bool(self.target or self.clue)
 
 
 def _wrap(expr: str) -> str:
