@@ -19,6 +19,7 @@ import io
 import os
 import re
 import threading
+import time
 from collections import OrderedDict
 from pathlib import Path
 
@@ -38,9 +39,13 @@ class TooLarge(InputError):
 
 class BoundedDir:
     """Files in ``root`` kept under ``max_bytes`` and ``max_files``: after each ``put`` the
-    least recently used files are deleted until both hold. The folder is listed once, on the
-    first ``put``; from then on its files' sizes and use order are kept in memory (a ``put``
-    costs no listing of a folder of thousands of thumbnails)."""
+    least recently used files are deleted until both hold. The folder's files, sizes and use
+    order are kept in memory (a ``put`` costs no listing of a folder of thousands of
+    thumbnails) and listed again every ``RELIST_S`` seconds, so that another process sharing
+    the folder keeps the bounds too."""
+
+    #: seconds after which a ``put`` lists the folder again (other processes' files and deletions)
+    RELIST_S = 30.0
 
     def __init__(self, root: str | Path, *, max_bytes: int, max_files: int):
         self.root = Path(root)
@@ -48,6 +53,7 @@ class BoundedDir:
         self._lock = threading.Lock()
         self._files: OrderedDict[str, int] | None = None  # name -> bytes, least recently used first
         self._bytes = 0
+        self._listed_at = 0.0
 
     def get(self, name: str) -> Path | None:
         p = self.root / name
@@ -65,9 +71,10 @@ class BoundedDir:
     def put(self, name: str, data: bytes) -> Path:
         with self._lock:
             self.root.mkdir(parents=True, exist_ok=True)
-            if self._files is None:
+            if self._files is None or time.monotonic() - self._listed_at > self.RELIST_S:
                 self._files = self._listing()
                 self._bytes = sum(self._files.values())
+                self._listed_at = time.monotonic()
             p = self.root / name
             tmp = self.root / f".{name}.{threading.get_ident()}.tmp"
             tmp.write_bytes(data)

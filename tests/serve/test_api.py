@@ -315,3 +315,17 @@ def test_bounded_dir_evicts_the_least_recently_used(tmp_path):
     assert sorted(p.name for p in (tmp_path / "d").iterdir()) == ["b.jpg", "c.jpg"]
     d.put("big.jpg", b"z" * 50)        # alone over the byte budget: kept, every other file goes
     assert [p.name for p in (tmp_path / "d").iterdir()] == ["big.jpg"]
+
+
+def test_bounded_dir_shared_by_two_processes_keeps_its_bounds(tmp_path, monkeypatch):
+    """Two servers on one thumbnail folder: each lists it again after RELIST_S, so the other's
+    files count against the bounds."""
+    from agentcir.serve.files import BoundedDir
+
+    monkeypatch.setattr(BoundedDir, "RELIST_S", 0.0)
+    a = BoundedDir(tmp_path / "d", max_bytes=10**6, max_files=4)
+    b = BoundedDir(tmp_path / "d", max_bytes=10**6, max_files=4)
+    for i in range(4):
+        a.put(f"a{i}.jpg", b"a")
+        b.put(f"b{i}.jpg", b"b")
+    assert len(list((tmp_path / "d").iterdir())) == 4
