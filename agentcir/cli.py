@@ -472,9 +472,11 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("build-index", help="build per-shard approximate indexes (faiss) of a sharded gallery",
                        description="Train and fill a faiss index per shard (resumable); search with scale.search=KIND.")
     p.add_argument("gallery", help="sharded gallery directory")
-    p.add_argument("--kind", required=True, choices=["ivf_flat", "ivf_sq", "ivf_pq", "hnsw"])
+    from .framework.scale import SEARCHES, SQ
+
+    p.add_argument("--kind", required=True, choices=[s for s in SEARCHES if s != "exact"])
     p.add_argument("--nlist", type=int, help="IVF lists per shard (default about 4*sqrt(rows))")
-    p.add_argument("--sq", choices=["fp16", "8bit"], help="IVF-SQ codes (default fp16: a half gallery's values exactly)")
+    p.add_argument("--sq", choices=SQ, help="IVF-SQ codes (default fp16: a half gallery's values exactly)")
     p.add_argument("--pq-m", dest="pq_m", type=int, help="IVF-PQ sub-quantizers (divides the dim)")
     p.add_argument("--hnsw-m", dest="hnsw_m", type=int, help="HNSW neighbours per node")
     p.add_argument("-q", "--quiet", action="store_true")
