@@ -304,35 +304,8 @@ class ShardWorker:
         out = kernels.octopus_topk(e, e[:, None, :], target, self.array("image"), k, visual=visual, captions=C,
                                    lam=lam, entropy_tau=entropy_tau, exclude=ex, exclude_score=exclude_score,
                                    backend=backend or self.backend)
-        logz = self._log_partition(e, target, visual, C, lam, entropy_tau, ex, exclude_score)
         s, i = self._global(out.scores, out.ids)
-        return s, i, np.asarray(out.entropy, np.float64), logz
-
-    def _log_partition(self, e, target, visual, C, lam, entropy_tau, ex, exclude_score) -> np.ndarray:
-        """``log sum_j exp(S_j / tau)`` over this shard (excluded rows as the kernel treats them)."""
-        t = ((np.asarray(e, np.float64) + target) / 2.0).astype(np.float32)
-        G = self.array("image")
-        Q = t.shape[0]
-        m = np.full(Q, -np.inf)
-        z = np.zeros(Q)
-        ex_q = ex_row = np.zeros(0, np.int64)           # the excluded (query, local row) pairs, found once
-        if ex is not None:
-            ex_q, col = np.nonzero(ex >= 0)
-            ex_row = ex[ex_q, col].astype(np.int64)
-        ex_val = -np.inf if exclude_score is None else exclude_score / entropy_tau
-        for start in range(0, self.n, ROWS):
-            S = t @ np.asarray(G[start:start + ROWS], np.float32).T
-            if visual is not None:
-                S = lam * S + (1.0 - lam) * ((visual @ np.asarray(C[start:start + ROWS], np.float32).T) * S)
-            S = S.astype(np.float64) / entropy_tau
-            hit = (ex_row >= start) & (ex_row < start + S.shape[1])
-            S[ex_q[hit], ex_row[hit] - start] = ex_val
-            mm = np.maximum(m, S.max(axis=1))
-            fin = np.isfinite(mm)
-            z = np.where(fin, z * np.exp(np.where(fin, m - mm, 0.0)) +
-                         np.exp(S - np.where(fin, mm, 0.0)[:, None]).sum(axis=1), z)
-            m = mm
-        return np.where(z > 0, m + np.log(np.where(z > 0, z, 1.0)), -np.inf)
+        return s, i, np.asarray(out.entropy, np.float64), np.asarray(out.log_partition, np.float64)
 
     # -- approximate search ------------------------------------------------------------------
     def ann_topk(self, queries: np.ndarray, k: int, exclude: np.ndarray | None, exclude_score: float | None,
@@ -466,7 +439,7 @@ class ShardSearch:
         logz = top[:, 0] + np.log(np.maximum(np.exp(L - top).sum(axis=1), 1e-300))
         ex = np.where(wts > 0, L - H, 0.0)
         entropy = (logz - (wts * ex).sum(axis=1)).astype(np.float32)
-        return kernels.OctopusTopK(scores, ids, w, entropy)
+        return kernels.OctopusTopK(scores, ids, w, entropy, logz.astype(np.float32))
 
 
 def _octopus_query(proxies: np.ndarray, w: np.ndarray) -> np.ndarray:

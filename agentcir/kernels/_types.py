@@ -26,9 +26,13 @@ class OctopusTopK(NamedTuple):
         weights: float32 ``[Q, K]`` adaptive proxy weights ``softmax(s / tau)``.
         entropy: float32 ``[Q]`` entropy of ``softmax(S / entropy_tau)`` over every
             gallery item left after exclusion (the input of the uncertainty gate).
+        log_partition: float32 ``[Q]`` ``log sum_j exp(S_j / entropy_tau)`` over the same items
+            (``-inf`` when none is left): with ``entropy``, what merges the entropies of the
+            shards of a sharded gallery without another pass.
     """
 
     scores: Any
     ids: Any
     weights: Any
     entropy: Any
+    log_partition: Any

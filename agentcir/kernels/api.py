@@ -249,7 +249,7 @@ def octopus_topk(reference: Any, proxies: Any, target: Any, images: Any, k: int,
             the streamed entropy (the uncertainty gate's 0.02).
 
     Returns:
-        :class:`OctopusTopK` (scores, ids, weights ``[Q, K]``, entropy ``[Q]``).
+        :class:`OctopusTopK` (scores, ids, weights ``[Q, K]``, entropy and log partition ``[Q]``).
     """
     I = check_gallery(images, "images")
     N, d = I.shape
@@ -270,7 +270,7 @@ def octopus_topk(reference: Any, proxies: Any, target: Any, images: Any, k: int,
     ex = check_exclude(exclude, Q, N)
     be = dispatch.backend_module(backend)
     if Q == 0:
-        return OctopusTopK(*_empty(k, images, (0, p.shape[1]), (0,)))
+        return OctopusTopK(*_empty(k, images, (0, p.shape[1]), (0,), (0,)))
     nat = be.NATIVE
     f = lambda x: None if x is None else to_backend_float(x, nat)  # noqa: E731
     out = be.octopus_topk(f(r), f(p), f(t), f(v), to_backend_gallery(I, nat),

@@ -73,6 +73,16 @@ def topk_rows(S: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
     return scores, ids
 
 
+def _log_partition_rows(S: np.ndarray, tau: float) -> np.ndarray:
+    """``log sum exp(S / tau)`` over each row's non-NaN entries (``-inf`` for an empty row)."""
+    out = np.full(S.shape[0], -np.inf, dtype=np.float64)
+    for q, row in enumerate(S):
+        x = row[~np.isnan(row)] / tau
+        if x.size:
+            out[q] = x.max() + np.log(np.exp(x - x.max()).sum())
+    return out
+
+
 def _entropy_rows(S: np.ndarray, tau: float) -> np.ndarray:
     """Entropy of ``softmax(S / tau)`` over each row's non-NaN entries."""
     out = np.zeros(S.shape[0], dtype=np.float64)
@@ -160,7 +170,8 @@ def octopus_topk(reference: np.ndarray, proxies: np.ndarray, target: np.ndarray,
         S = lam * S + (1.0 - lam) * (Sv * S)
     S = _apply_exclude(S, exclude, exclude_score)
     scores, ids = topk_rows(S, k)
-    return scores, ids, w, _entropy_rows(S, entropy_tau).astype(np.float32)
+    return (scores, ids, w, _entropy_rows(S, entropy_tau).astype(np.float32),
+            _log_partition_rows(S, entropy_tau).astype(np.float32))
 
 
 # -- rank / score fusion -------------------------------------------------------------

@@ -101,6 +101,13 @@ def test_octopus_topk_matches_reference(backend, kind, bidirectional):
             check_topk(got[:2], ref[:2], k, TOL[kind])
             np.testing.assert_allclose(np.asarray(got.weights), ref.weights, atol=1e-5)
             np.testing.assert_allclose(np.asarray(got.entropy), ref.entropy, atol=1e-4)
+            np.testing.assert_allclose(np.asarray(got.log_partition), ref.log_partition, rtol=1e-5, atol=1e-4)
+            # the reference's pair against its own full ranking (every item kept, k >= N)
+            x = np.where(ref.ids >= 0, ref.scores, -np.inf).astype(np.float64) / 0.05
+            logz = np.log(np.exp(x - x.max(axis=1, keepdims=True)).sum(axis=1)) + x.max(axis=1)
+            p = np.exp(x - logz[:, None])
+            np.testing.assert_allclose(ref.log_partition, logz, rtol=1e-5)
+            np.testing.assert_allclose(ref.entropy, logz - (p * np.where(p > 0, x, 0.0)).sum(axis=1), atol=1e-4)
 
 
 def test_exact_ties_keep_the_lower_id(backend, kind):
@@ -208,6 +215,7 @@ def test_zero_queries(backend):
     assert K.octopus_weights(np.zeros((0, 3)), np.zeros((0, 4, 3)), G, backend=backend).shape == (0, 4)
     out = K.octopus_topk(np.zeros((0, 3)), np.zeros((0, 4, 3)), np.zeros((0, 3)), G, 2, backend=backend)
     assert out.ids.shape == (0, 2) and out.weights.shape == (0, 4) and out.entropy.shape == (0,)
+    assert out.log_partition.shape == (0,)
 
 
 def test_triton_k_beyond_the_device_limit_runs_the_torch_topk():

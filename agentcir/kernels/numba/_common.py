@@ -388,6 +388,13 @@ def entropy_from_state(state: np.ndarray) -> np.ndarray:
     return h.astype(np.float32)
 
 
+def log_partition_from_state(state: np.ndarray) -> np.ndarray:
+    """``log Z = max x + log(sum e)`` per query (``-inf`` for a query with no items)."""
+    z = state[:, 1]
+    with np.errstate(divide="ignore"):
+        return np.where(z > 0, state[:, 0] + np.log(np.where(z > 0, z, 1.0)), -np.inf).astype(np.float32)
+
+
 def new_entropy_state(Q: int) -> np.ndarray:
     s = np.zeros((Q, 3), dtype=np.float64)
     s[:, 0] = -np.inf

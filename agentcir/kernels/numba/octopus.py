@@ -18,6 +18,7 @@ from ._common import (
     empty_exclude,
     entropy_from_state,
     entropy_update,
+    log_partition_from_state,
     exclusion_value,
     new_entropy_state,
     new_heaps,
@@ -71,4 +72,4 @@ def octopus_topk(reference: np.ndarray, proxies: np.ndarray, target: np.ndarray,
             _fuse_select(outs[0], outs[-1], visual is not None, lam, start, excl, ex_value, 1.0 / entropy_tau,
                      state, hs, hi, cnt)
     scores, ids = sorted_from_heaps(hs, hi, cnt)
-    return scores, ids, w, entropy_from_state(state)
+    return scores, ids, w, entropy_from_state(state), log_partition_from_state(state)

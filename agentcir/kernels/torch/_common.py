@@ -115,6 +115,11 @@ class RunningEntropy:
         z = torch.where(self.z > 0, self.z, torch.ones_like(self.z))
         return torch.where(self.z > 0, torch.log(z) - self.a / z, torch.zeros_like(z)).float()
 
+    def log_partition(self) -> torch.Tensor:
+        """``log sum exp(S / tau)`` per row (``-inf`` for a row with no entries)."""
+        z = torch.where(self.z > 0, self.z, torch.ones_like(self.z))
+        return torch.where(self.z > 0, self.m + torch.log(z), torch.full_like(z, float("-inf"))).float()
+
 
 def to_t(a: np.ndarray | None, device: torch.device | str = "cpu") -> torch.Tensor | None:
     return None if a is None else torch.from_numpy(np.ascontiguousarray(a)).to(device)

@@ -32,4 +32,4 @@ def octopus_topk(reference, proxies, target, visual, images: Gallery, captions: 
         ent.push(S)
         top.push(S, start)
     scores, ids = top.result()
-    return scores, ids, w, ent.result()
+    return scores, ids, w, ent.result(), ent.log_partition()

@@ -50,8 +50,9 @@ def _octopus_kernel(T, V, I, C, excl, part, ent, Q, N, D, lam, inv_tau, ex_value
     tl.store(part + offs, top, mask=row_ok[:, None])
 
 
-def _merge_entropy(ent: torch.Tensor) -> torch.Tensor:
-    """Combine per-tile (max x, sum e, sum e*(x - max)) into the entropy of the whole row."""
+def _merge_entropy(ent: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Combine per-tile (max x, sum e, sum e*(x - max)) into the entropy and the log partition
+    function of the whole row."""
     e = ent.double()
     mx, z, a = e[..., 0], e[..., 1], e[..., 2]
     m = mx.amax(dim=1, keepdim=True)
@@ -61,7 +62,8 @@ def _merge_entropy(ent: torch.Tensor) -> torch.Tensor:
     Z = (scale * z).sum(dim=1)
     A = (scale * (a + shift * z)).sum(dim=1)
     Zs = torch.where(Z > 0, Z, torch.ones_like(Z))
-    return torch.where(Z > 0, torch.log(Zs) - A / Zs, torch.zeros_like(Z)).float()
+    logz = torch.where(Z > 0, m[:, 0] + torch.log(Zs), torch.full_like(Z, float("-inf")))
+    return torch.where(Z > 0, torch.log(Zs) - A / Zs, torch.zeros_like(Z)).float(), logz.float()
 
 
 def octopus_topk(reference, proxies, target, visual, images: Gallery, captions: Gallery | None, k: int,
@@ -90,4 +92,4 @@ def octopus_topk(reference, proxies, target, visual, images: Gallery, captions: 
         t, v, I, C, excl, part, ent, Q, N, D, float(lam), 1.0 / entropy_tau, ex_value, HAS_V=visual is not None,
         BQ=BLOCK_Q, BD=BLOCK_D, **meta)
     scores, ids = merge(part, k)
-    return scores, ids, w, _merge_entropy(ent)
+    return (scores, ids, w, *_merge_entropy(ent))
