@@ -274,23 +274,25 @@ class ShardWorker:
         out = getattr(kernels, op)(gallery=self.array(source), **args)
         return self._global(out.scores, out.ids)
 
-    def drops(self, reference: np.ndarray, proxies: np.ndarray, m: int) -> tuple[np.ndarray, np.ndarray]:
-        """Per query and proxy: the sum of ``relu(ref.x - p.x)`` over this shard's rows and (``m`` > 0)
-        its ``m`` largest values (OCTOPUS and LDRE proxy weights)."""
+    def gap_sums(self, reference: np.ndarray, proxies: np.ndarray, backend: str | None = None) -> np.ndarray:
+        """``sum_j relu(ref.x_j - p.x_j)`` over this shard's rows (OCTOPUS proxy weights), by the kernels."""
+        from .. import kernels
+
+        return np.asarray(kernels.octopus_gap_sums(reference, proxies, self.array("image"),
+                                                   backend=backend or self.backend), np.float64)
+
+    def drops(self, before: np.ndarray, proxies: np.ndarray, m: int) -> np.ndarray:
+        """Per query and proxy the ``m`` largest ``relu(b.x - p.x)`` over this shard's rows (LDRE weights)."""
         G = self.array("image")
         Q, K, d = proxies.shape
-        total = np.zeros((Q, K), np.float64)
         top = np.zeros((Q, K, 0), np.float32)
-        P = proxies.reshape(Q * K, d).astype(np.float32)
+        gap = (before.astype(np.float32)[:, None, :] - proxies.astype(np.float32)).reshape(Q * K, d)
         for start in range(0, self.n, ROWS):
-            x = np.asarray(G[start:start + ROWS], np.float32)
-            D = np.maximum((reference.astype(np.float32) @ x.T)[:, None, :] - (P @ x.T).reshape(Q, K, -1), 0.0)
-            total += D.sum(axis=-1, dtype=np.float64)
-            if m > 0:
-                both = np.concatenate([top, D], axis=-1)
-                keep = min(m, both.shape[-1])
-                top = -np.sort(-np.partition(both, both.shape[-1] - keep, axis=-1)[..., -keep:], axis=-1)
-        return total, top
+            D = np.maximum(gap @ np.asarray(G[start:start + ROWS], np.float32).T, 0.0).reshape(Q, K, -1)
+            both = np.concatenate([top, D], axis=-1)
+            keep = min(m, both.shape[-1])
+            top = -np.sort(-np.partition(both, both.shape[-1] - keep, axis=-1)[..., -keep:], axis=-1)
+        return top
 
     def octopus(self, e: np.ndarray, target: np.ndarray, visual: np.ndarray | None, captions: str | None,
                 k: int, lam: float, entropy_tau: float, exclude: np.ndarray | None,
@@ -403,16 +405,20 @@ class ShardSearch:
                                                                       exclude_score=a["exclude_score"],
                                                                       backend=a.get("backend")), a["k"]))
 
-    def _octopus_weights(self, kernels, a):
+    def _octopus_gap_sums(self, kernels, a):
         ref, p = np.asarray(a["reference"], np.float32), np.asarray(a["proxies"], np.float32)
-        res = self.workers.run("drops", ref, p, 0)
-        s = sum(r[0] for r in res) / len(self.gallery)
+        return sum(self.workers.run("gap_sums", ref, p, a.get("backend")))
+
+    def _octopus_weights(self, kernels, a):
+        if np.shape(a["proxies"])[1] == 1:   # one proxy: weight 1, as the kernels give it
+            return np.ones(np.shape(a["proxies"])[:2], np.float32)
+        s = self._octopus_gap_sums(kernels, a) / len(self.gallery)
         return _softmax(s / a["tau"])
 
     def _ldre_weights(self, kernels, a):
         b, p, m = np.asarray(a["before"], np.float32), np.asarray(a["proxies"], np.float32), int(a["topk"])
         res = self.workers.run("drops", b, p, m)
-        top = np.concatenate([r[1] for r in res], axis=-1).astype(np.float64)
+        top = np.concatenate(res, axis=-1).astype(np.float64)
         s = -np.sort(-top, axis=-1)[..., :m].sum(axis=-1)
         mx = s.max(axis=-1, keepdims=True)
         return _softmax(np.where(mx > 0, s / np.where(mx > 0, mx, 1.0) / a["tau"], 0.0))

@@ -196,6 +196,25 @@ def octopus_weights(reference: Any, proxies: Any, gallery: Any, *, tau: float = 
 
 
 @_routable("gallery")
+def octopus_gap_sums(reference: Any, proxies: Any, gallery: Any, *, backend: str = "auto") -> Any:
+    """The statistic of :func:`octopus_weights` before its normalisation: float64 ``[Q, K]``
+    ``sum_j relu(S_r[j] - S_E[i, j])`` over the gallery's rows. Sums of disjoint parts of a
+    gallery add up, so the weights of a sharded gallery are ``softmax(sum_s sums_s / (N * tau))``
+    (how :mod:`agentcir.framework.shards` merges them). One streamed pass.
+    """
+    g = check_gallery(gallery)
+    N, d = g.shape
+    p = check_float(proxies, "proxies", 3, dim=d)
+    r = check_float(reference, "reference", 2, dim=d, rows=p.shape[0])
+    be = dispatch.backend_module(backend)
+    if p.shape[0] == 0 or p.shape[1] == 0:
+        return _out([np.zeros(p.shape[:2], dtype=np.float64)], gallery)[0]
+    nat = be.NATIVE
+    return _out([be.octopus_gap_sums(to_backend_float(r, nat), to_backend_float(p, nat), to_backend_gallery(g, nat))],
+                gallery)[0]
+
+
+@_routable("gallery")
 def ldre_weights(before: Any, proxies: Any, gallery: Any, *, topk: int = 5, tau: float = 0.04,
                  backend: str = "auto") -> Any:
     """LDRE adaptive ensemble weights (Yang et al., SIGIR 2024; released ``use_adaptive_ensemble``).

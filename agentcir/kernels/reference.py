@@ -106,12 +106,17 @@ def cosine_topk(queries: np.ndarray, gallery: Gallery, k: int, exclude: np.ndarr
 
 
 # -- proxy aggregation ----------------------------------------------------------------
-def octopus_weights(reference: np.ndarray, proxies: np.ndarray, gallery: Gallery, tau: float) -> np.ndarray:
-    """OCTOPUS adaptive proxy weights ``softmax(s / tau)``, ``s_i = mean_j relu(S_r[j] - S_E[i, j])``."""
+def octopus_gap_sums(reference: np.ndarray, proxies: np.ndarray, gallery: Gallery) -> np.ndarray:
+    """``sum_j relu(S_r[j] - S_E[i, j])`` per query and proxy, float64 ``[Q, K]``."""
     G = _gal(gallery)
     Sr = reference.astype(np.float64) @ G.T                                   # [Q, N]
     SE = np.einsum("qkd,nd->qkn", proxies.astype(np.float64), G)               # [Q, K, N]
-    s = np.maximum(Sr[:, None, :] - SE, 0.0).mean(axis=-1)                     # [Q, K]
+    return np.maximum(Sr[:, None, :] - SE, 0.0).sum(axis=-1)                   # [Q, K]
+
+
+def octopus_weights(reference: np.ndarray, proxies: np.ndarray, gallery: Gallery, tau: float) -> np.ndarray:
+    """OCTOPUS adaptive proxy weights ``softmax(s / tau)``, ``s_i = mean_j relu(S_r[j] - S_E[i, j])``."""
+    s = octopus_gap_sums(reference, proxies, gallery) / gallery.shape[0]      # [Q, K]
     x = s / tau
     x = np.exp(x - x.max(axis=-1, keepdims=True))
     return (x / x.sum(axis=-1, keepdims=True)).astype(np.float32)

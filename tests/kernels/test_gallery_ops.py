@@ -83,6 +83,27 @@ def test_octopus_weights_match_reference(backend, kind):
                                                                                    backend="reference"))
 
 
+def test_octopus_gap_sums_add_up_over_parts_of_the_gallery(backend, kind):
+    """The un-normalised statistic of octopus_weights: every backend equals the reference, the sums
+    of two halves of a gallery equal the whole's, and their softmax is octopus_weights."""
+    interpreted_half(backend, kind)
+    rng = np.random.default_rng(7)
+    for Q, N, d, _ in cases(backend)[1:]:
+        G = as_kind(unit_rows(rng, N, d), kind)
+        P, R = unit_rows(rng, Q, 4, d), unit_rows(rng, Q, d)
+        ref = K.octopus_gap_sums(R, P, G, backend="reference")
+        got = np.asarray(K.octopus_gap_sums(R, P, G, backend=backend))
+        assert got.shape == (Q, 4) and got.dtype == np.float64 and (ref >= 0).all()
+        np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-3)
+        h = N // 2
+        halves = K.octopus_gap_sums(R, P, G[:h], backend="reference") + K.octopus_gap_sums(R, P, G[h:], backend="reference")
+        np.testing.assert_allclose(halves, ref, rtol=1e-9)
+        x = ref / (N * 0.04)
+        w = np.exp(x - x.max(axis=1, keepdims=True))
+        np.testing.assert_allclose(w / w.sum(axis=1, keepdims=True), K.octopus_weights(R, P, G, tau=0.04, backend="reference"),
+                                   atol=1e-6)
+
+
 @pytest.mark.parametrize("bidirectional", [True, False])
 def test_octopus_topk_matches_reference(backend, kind, bidirectional):
     interpreted_half(backend, kind)

@@ -69,6 +69,14 @@ def octopus_weights(reference: np.ndarray, proxies: np.ndarray, gallery: Gallery
     Q, K, d = proxies.shape
     if K == 1:  # softmax over one proxy is exactly 1: no pass over the gallery (a sharded OCTOPUS gives one)
         return np.ones((Q, 1), dtype=np.float32)
+    x = octopus_gap_sums(reference, proxies, gallery) / (gallery.shape[0] * tau)
+    x = np.exp(x - x.max(axis=1, keepdims=True))
+    return (x / x.sum(axis=1, keepdims=True)).astype(np.float32)
+
+
+def octopus_gap_sums(reference: np.ndarray, proxies: np.ndarray, gallery: Gallery) -> np.ndarray:
+    """See :func:`agentcir.kernels.octopus_gap_sums`."""
+    Q, K, d = proxies.shape
     N = gallery.shape[0]
     D = np.ascontiguousarray((reference[:, None, :] - proxies).reshape(Q * K, d))
     acc = np.zeros((Q, K), dtype=np.float64)
@@ -83,9 +91,7 @@ def octopus_weights(reference: np.ndarray, proxies: np.ndarray, gallery: Gallery
         with balanced():
             _fused_relu_sums(pad_rows(D), Q * K, gallery.data, KIND_CODES[gallery.kind], n_chunks, min(sub, N), part)
         acc = part.sum(axis=0).reshape(Q, K)
-    x = acc / (N * tau)
-    x = np.exp(x - x.max(axis=1, keepdims=True))
-    return (x / x.sum(axis=1, keepdims=True)).astype(np.float32)
+    return acc
 
 
 def octopus_query(proxies: np.ndarray, weights: np.ndarray) -> np.ndarray:

@@ -16,12 +16,20 @@ def octopus_weights(reference: torch.Tensor, proxies: torch.Tensor, gallery: Gal
     Q, K, d = P.shape
     if K == 1:  # softmax over one proxy is exactly 1: no pass over the gallery
         return torch.ones((Q, 1), dtype=torch.float32, device=dev)
+    return torch.softmax(octopus_gap_sums(reference, P, gallery) / (gallery.shape[0] * tau), dim=1).float()
+
+
+def octopus_gap_sums(reference: torch.Tensor, proxies: torch.Tensor, gallery: Gallery) -> torch.Tensor:
+    """See :func:`agentcir.kernels.octopus_gap_sums`."""
+    dev = gallery.data.device
+    P = as_device(proxies, dev)
+    Q, K, d = P.shape
     N = gallery.shape[0]
     D = (as_device(reference, dev)[:, None, :] - P).reshape(Q * K, d)
     acc = torch.zeros(Q * K, dtype=torch.float64, device=dev)
     for _, _, Gt in tiles(gallery, tile_rows(Q * K, d, N)):
         acc += torch.relu(D @ Gt.T).sum(dim=1).double()
-    return torch.softmax(acc.view(Q, K) / (N * tau), dim=1).float()
+    return acc.view(Q, K)
 
 
 def octopus_query(proxies: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:

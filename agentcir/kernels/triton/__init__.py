@@ -15,7 +15,7 @@ from ..torch import fuse_dense, fuse_lists, ldre_weights, promote_first_accepted
 from .cosine import cosine_topk  # noqa: E402
 from .octopus import octopus_topk  # noqa: E402
 from .proxy import proxy_scores_topk  # noqa: E402
-from .weights import octopus_weights  # noqa: E402
+from .weights import octopus_gap_sums, octopus_weights  # noqa: E402
 
-__all__ = ["NATIVE", "cosine_topk", "fuse_dense", "fuse_lists", "ldre_weights", "octopus_topk", "octopus_weights",
+__all__ = ["NATIVE", "cosine_topk", "fuse_dense", "fuse_lists", "ldre_weights", "octopus_gap_sums", "octopus_topk", "octopus_weights",
            "promote_first_accepted", "proxy_scores_topk", "rrf_lists", "rrf_scores", "uncertainty", "xr_rerank"]

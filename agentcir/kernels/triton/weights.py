@@ -29,15 +29,22 @@ def _gap_kernel(Dm, G, part, K, N, D, BK: tl.constexpr, BN: tl.constexpr, BD: tl
 def octopus_weights(reference: torch.Tensor, proxies: torch.Tensor, gallery: Gallery, tau: float) -> torch.Tensor:
     """See :func:`agentcir.kernels.octopus_weights`."""
     gallery = on_device(gallery)
+    Q, K = proxies.shape[:2]
+    if K == 1:  # softmax over one proxy is exactly 1: no pass over the gallery
+        return torch.ones((Q, 1), dtype=torch.float32, device=gallery.data.device)
+    return torch.softmax(octopus_gap_sums(reference, proxies, gallery) / (gallery.shape[0] * tau), dim=1).float()
+
+
+def octopus_gap_sums(reference: torch.Tensor, proxies: torch.Tensor, gallery: Gallery) -> torch.Tensor:
+    """See :func:`agentcir.kernels.octopus_gap_sums`."""
+    gallery = on_device(gallery)
     G = gallery.data
     dev = G.device
     P = proxies.to(device=dev, dtype=torch.float32)
     Q, K, D = P.shape
-    if K == 1:  # softmax over one proxy is exactly 1: no pass over the gallery
-        return torch.ones((Q, 1), dtype=torch.float32, device=dev)
     N = G.shape[0]
     Dm = (reference.to(device=dev, dtype=torch.float32)[:, None, :] - P).contiguous()
     n_tiles = triton.cdiv(N, BLOCK_N)
     part = torch.empty((Q, n_tiles, K), dtype=torch.float32, device=dev)
     _gap_kernel[(Q, n_tiles)](Dm, G, part, K, N, D, BK=max(16, next_pow2(K)), BN=BLOCK_N, BD=BLOCK_D)
-    return torch.softmax(part.double().sum(dim=1) / (N * tau), dim=1).float()
+    return part.double().sum(dim=1)
