@@ -37,8 +37,6 @@ from .gallery import FORMAT, Gallery, GalleryItem
 log = logging.getLogger("agentcir")
 
 SHARD_DIR = "shard-{:05d}"
-#: rows read at a time by the numpy passes of a shard worker
-ROWS = 65536
 
 
 class ShardError(AgentcirError, RuntimeError):
@@ -281,18 +279,12 @@ class ShardWorker:
         return np.asarray(kernels.octopus_gap_sums(reference, proxies, self.array("image"),
                                                    backend=backend or self.backend), np.float64)
 
-    def drops(self, before: np.ndarray, proxies: np.ndarray, m: int) -> np.ndarray:
+    def drops(self, before: np.ndarray, proxies: np.ndarray, m: int, backend: str | None = None) -> np.ndarray:
         """Per query and proxy the ``m`` largest ``relu(b.x - p.x)`` over this shard's rows (LDRE weights)."""
-        G = self.array("image")
-        Q, K, d = proxies.shape
-        top = np.zeros((Q, K, 0), np.float32)
-        gap = (before.astype(np.float32)[:, None, :] - proxies.astype(np.float32)).reshape(Q * K, d)
-        for start in range(0, self.n, ROWS):
-            D = np.maximum(gap @ np.asarray(G[start:start + ROWS], np.float32).T, 0.0).reshape(Q, K, -1)
-            both = np.concatenate([top, D], axis=-1)
-            keep = min(m, both.shape[-1])
-            top = -np.sort(-np.partition(both, both.shape[-1] - keep, axis=-1)[..., -keep:], axis=-1)
-        return top
+        from .. import kernels
+
+        return np.asarray(kernels.ldre_top_drops(before, proxies, self.array("image"), topk=m,
+                                                 backend=backend or self.backend), np.float32)
 
     def octopus(self, e: np.ndarray, target: np.ndarray, visual: np.ndarray | None, captions: str | None,
                 k: int, lam: float, entropy_tau: float, exclude: np.ndarray | None,
@@ -417,7 +409,7 @@ class ShardSearch:
 
     def _ldre_weights(self, kernels, a):
         b, p, m = np.asarray(a["before"], np.float32), np.asarray(a["proxies"], np.float32), int(a["topk"])
-        res = self.workers.run("drops", b, p, m)
+        res = self.workers.run("drops", b, p, m, a.get("backend"))
         top = np.concatenate(res, axis=-1).astype(np.float64)
         s = -np.sort(-top, axis=-1)[..., :m].sum(axis=-1)
         mx = s.max(axis=-1, keepdims=True)

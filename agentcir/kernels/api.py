@@ -245,6 +245,26 @@ def ldre_weights(before: Any, proxies: Any, gallery: Any, *, topk: int = 5, tau:
     return _out([w], gallery)[0]
 
 
+@_routable("gallery")
+def ldre_top_drops(before: Any, proxies: Any, gallery: Any, *, topk: int = 5, backend: str = "auto") -> Any:
+    """The statistic of :func:`ldre_weights` before its sum and normalisation: float32
+    ``[Q, K, min(topk, N)]``, the ``topk`` largest ``relu(b . I_j - e_i . I_j)`` per query and
+    caption, descending. The top drops of a sharded gallery are the top ``topk`` of its shards'
+    (how :mod:`agentcir.framework.shards` merges them). One streamed pass.
+    """
+    g = check_gallery(gallery)
+    N, d = g.shape
+    p = check_float(proxies, "proxies", 3, dim=d)
+    b = check_float(before, "before", 2, dim=d, rows=p.shape[0])
+    topk = check_k(topk, "topk")
+    be = dispatch.backend_module(backend)
+    if p.shape[0] == 0 or p.shape[1] == 0:
+        return _out([np.zeros((*p.shape[:2], min(topk, N)), dtype=np.float32)], gallery)[0]
+    nat = be.NATIVE
+    top = be.ldre_top_drops(to_backend_float(b, nat), to_backend_float(p, nat), to_backend_gallery(g, nat), topk)
+    return _out([top.astype(np.float32) if isinstance(top, np.ndarray) else top.float()], gallery)[0]
+
+
 @_routable("images")
 def octopus_topk(reference: Any, proxies: Any, target: Any, images: Any, k: int, *, visual: Any = None,
                  captions: Any = None, lam: float = 0.2, tau: float = 0.04, entropy_tau: float = 0.02,

@@ -125,15 +125,19 @@ def octopus_weights(reference: np.ndarray, proxies: np.ndarray, gallery: Gallery
 def ldre_weights(before: np.ndarray, proxies: np.ndarray, gallery: Gallery, topk: int, tau: float) -> np.ndarray:
     """LDRE adaptive ensemble weights: ``s_i`` = sum of the ``topk`` largest ``relu(b.I_j - e_i.I_j)``,
     ``w = softmax(s / max_i s / tau)`` (a row whose largest ``s`` is 0 gets uniform weights)."""
-    G = _gal(gallery)
-    Sb = before.astype(np.float64) @ G.T                                      # [Q, N]
-    SE = np.einsum("qkd,nd->qkn", proxies.astype(np.float64), G)               # [Q, K, N]
-    drops = np.sort(np.maximum(Sb[:, None, :] - SE, 0.0), axis=-1)[..., ::-1]
-    s = drops[..., :topk].sum(axis=-1)                                         # [Q, K]
+    s = ldre_top_drops(before, proxies, gallery, topk).sum(axis=-1)           # [Q, K]
     mx = s.max(axis=-1, keepdims=True)
     x = np.where(mx > 0, s / np.where(mx > 0, mx, 1.0) / tau, 0.0)
     x = np.exp(x - x.max(axis=-1, keepdims=True))
     return (x / x.sum(axis=-1, keepdims=True)).astype(np.float32)
+
+
+def ldre_top_drops(before: np.ndarray, proxies: np.ndarray, gallery: Gallery, topk: int) -> np.ndarray:
+    """The ``topk`` largest ``relu(b.I_j - e_i.I_j)`` per query and proxy, descending, float64 ``[Q, K, m]``."""
+    G = _gal(gallery)
+    Sb = before.astype(np.float64) @ G.T                                      # [Q, N]
+    SE = np.einsum("qkd,nd->qkn", proxies.astype(np.float64), G)               # [Q, K, N]
+    return np.sort(np.maximum(Sb[:, None, :] - SE, 0.0), axis=-1)[..., ::-1][..., :topk]
 
 
 def _octopus_query(proxies: np.ndarray, weights: np.ndarray) -> np.ndarray:

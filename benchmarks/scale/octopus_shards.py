@@ -1,6 +1,7 @@
-"""OCTOPUS's fused scoring on a sharded gallery against the single-process call on the same rows
-(docs/scale.md): proxy weights merged from the shards' gap sums, one fused pass per shard, the
-entropy merged from the shards' log partition functions.
+"""OCTOPUS's fused scoring and LDRE's weights on a sharded gallery against the single-process calls
+on the same rows (docs/scale.md): OCTOPUS's proxy weights merged from the shards' gap sums, one
+fused pass per shard, the entropy merged from the shards' log partition functions; LDRE's top
+drops merged from the shards' top drops.
 
     python benchmarks/scale/octopus_shards.py [--n 400000] [--shards 4] [--q 16] [--proxies 10]
 """
@@ -55,24 +56,28 @@ def main(argv=None) -> None:
         rng = np.random.default_rng(1)
         ref, target, visual = (unit(rng, args.q, D) for _ in range(3))
         proxies = unit(rng, args.q, args.proxies, D)
-        calls = {name: (lambda G=G: kernels.octopus_topk(ref, proxies, target, G, 10, visual=visual, captions=G,
-                                                         backend="numba"))
-                 for name, G in (("single process", single), (f"{args.shards} local shards", sharded))}
-        out = {name: f() for name, f in calls.items()}
-        a, b = out.values()
-        assert np.array_equal(np.asarray(a.ids), np.asarray(b.ids)), "rankings differ"
-        times = {name: [] for name in calls}
-        for _ in range(args.rounds):                 # interleaved rounds
-            for name, f in calls.items():
-                t = time.perf_counter()
-                f()
-                times[name].append(time.perf_counter() - t)
+        where = (("single process", single), (f"{args.shards} local shards", sharded))
+        ops = {
+            "octopus_topk bidirectional": {name: (lambda G=G: kernels.octopus_topk(
+                ref, proxies, target, G, 10, visual=visual, captions=G, backend="numba").ids) for name, G in where},
+            "ldre_weights": {name: (lambda G=G: kernels.ldre_weights(ref, proxies, G, backend="numba"))
+                             for name, G in where},
+        }
         print(f"CPU: {cpu_summary()}")
-        print(f"octopus_topk bidirectional, Q={args.q} K={args.proxies} N={args.n:,} x {D} fp16, numba, "
-              f"medians of {args.rounds} interleaved rounds; identical top-10")
-        base = float(np.median(times["single process"]))
-        for name, ts in times.items():
-            print(f"  {name:18s} {1000 * float(np.median(ts)):8.1f} ms  ({float(np.median(ts)) / base:.2f}x)")
+        print(f"Q={args.q} K={args.proxies} N={args.n:,} x {D} fp16, numba, medians of {args.rounds} interleaved rounds")
+        for op, calls in ops.items():
+            a, b = (np.asarray(f()) for f in calls.values())
+            assert np.allclose(a, b, atol=1e-5), f"{op}: the shards' result differs"
+            times = {name: [] for name in calls}
+            for _ in range(args.rounds):                 # interleaved rounds
+                for name, f in calls.items():
+                    t = time.perf_counter()
+                    f()
+                    times[name].append(time.perf_counter() - t)
+            base = float(np.median(times["single process"]))
+            print(f"{op} (same result on shards):")
+            for name, ts in times.items():
+                print(f"  {name:18s} {1000 * float(np.median(ts)):8.1f} ms  ({float(np.median(ts)) / base:.2f}x)")
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 

@@ -71,6 +71,23 @@ def test_backends_match_reference(kind):
             np.testing.assert_allclose(got.sum(axis=1), 1.0, atol=1e-5)
 
 
+def test_top_drops_merge_over_parts_of_the_gallery(any_backend):
+    """ldre_top_drops: the hand-computed drops, descending; the top m of two halves' top m is the
+    whole gallery's top m (how a sharded gallery merges them)."""
+    I = np.eye(4, dtype=np.float32)
+    b = np.array([[0.6, 0.4, 0.3, 0.2]], np.float32)
+    P = np.array([[[0.1, 0.0, 0.0, 0.0], [0.0, 0.4, 0.3, 0.2]]], np.float32)
+    got = np.asarray(K.ldre_top_drops(b, P, I, topk=3, backend=any_backend))
+    np.testing.assert_allclose(got, [[[0.5, 0.4, 0.3], [0.6, 0.0, 0.0]]], atol=1e-6)
+    rng = np.random.default_rng(8)
+    G, P2, b2 = unit_rows(rng, 300, 16), unit_rows(rng, 3, 4, 16), unit_rows(rng, 3, 16)
+    whole = np.asarray(K.ldre_top_drops(b2, P2, G, topk=7, backend=any_backend))
+    parts = np.concatenate([np.asarray(K.ldre_top_drops(b2, P2, G[a:z], topk=7, backend=any_backend))
+                            for a, z in ((0, 120), (120, 300))], axis=-1)
+    np.testing.assert_allclose(-np.sort(-parts, axis=-1)[..., :7], whole, atol=1e-6)
+    assert np.all(np.diff(whole, axis=-1) <= 0) and whole.dtype == np.float32
+
+
 def test_bad_inputs():
     G = unit_rows(np.random.default_rng(0), 10, 4)
     b, P = G[:2], np.stack([G[:3], G[3:6]])

@@ -11,7 +11,7 @@ NATIVE = "numpy"
 
 from .cosine import cosine_topk  # noqa: E402
 from .gate import uncertainty  # noqa: E402
-from .ldre import ldre_weights  # noqa: E402
+from .ldre import ldre_top_drops, ldre_weights  # noqa: E402
 from .octopus import octopus_topk  # noqa: E402
 from .promote import promote_first_accepted  # noqa: E402
 from .proxy import proxy_scores_topk  # noqa: E402
@@ -20,5 +20,5 @@ from .score_fusion import fuse_dense, fuse_lists  # noqa: E402
 from .weights import octopus_gap_sums, octopus_weights  # noqa: E402
 from .xr import xr_rerank  # noqa: E402
 
-__all__ = ["NATIVE", "cosine_topk", "fuse_dense", "fuse_lists", "ldre_weights", "octopus_gap_sums", "octopus_topk", "octopus_weights",
+__all__ = ["NATIVE", "cosine_topk", "fuse_dense", "fuse_lists", "ldre_top_drops", "ldre_weights", "octopus_gap_sums", "octopus_topk", "octopus_weights",
            "promote_first_accepted", "proxy_scores_topk", "rrf_lists", "rrf_scores", "uncertainty", "xr_rerank"]

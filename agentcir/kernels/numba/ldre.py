@@ -36,13 +36,18 @@ def _top_values(S, best):
 
 def ldre_weights(before: np.ndarray, proxies: np.ndarray, gallery: Gallery, topk: int, tau: float) -> np.ndarray:
     """See :func:`agentcir.kernels.ldre_weights`."""
+    return ldre_softmax(ldre_top_drops(before, proxies, gallery, topk).astype(np.float64).sum(axis=2), tau)
+
+
+def ldre_top_drops(before: np.ndarray, proxies: np.ndarray, gallery: Gallery, topk: int) -> np.ndarray:
+    """See :func:`agentcir.kernels.ldre_top_drops`."""
     Q, K, d = proxies.shape
     N = gallery.shape[0]
     D = np.ascontiguousarray((before[:, None, :] - proxies).reshape(Q * K, d))
     best = np.zeros((Q * K, min(topk, N)), dtype=np.float32)  # relu >= 0: zeros are neutral
     for _, _, (S,) in exact_tiles(gallery, [D], score_tile_rows(Q * K, N)):
         _top_values(S, best)
-    return ldre_softmax(best.astype(np.float64).sum(axis=1).reshape(Q, K), tau)
+    return best[:, ::-1].reshape(Q, K, -1)
 
 
 def ldre_softmax(s: np.ndarray, tau: float) -> np.ndarray:

@@ -11,6 +11,14 @@ from ._common import as_device, tiles
 
 def ldre_weights(before: torch.Tensor, proxies: torch.Tensor, gallery: Gallery, topk: int, tau: float) -> torch.Tensor:
     """See :func:`agentcir.kernels.ldre_weights`."""
+    s = ldre_top_drops(before, proxies, gallery, topk).double().sum(dim=2)
+    mx = s.max(dim=1, keepdim=True).values
+    x = torch.where(mx > 0, s / torch.where(mx > 0, mx, torch.ones_like(mx)) / tau, torch.zeros_like(s))
+    return torch.softmax(x, dim=1).float()
+
+
+def ldre_top_drops(before: torch.Tensor, proxies: torch.Tensor, gallery: Gallery, topk: int) -> torch.Tensor:
+    """See :func:`agentcir.kernels.ldre_top_drops`."""
     dev = gallery.data.device
     P = as_device(proxies, dev)
     Q, K, d = P.shape
@@ -21,7 +29,4 @@ def ldre_weights(before: torch.Tensor, proxies: torch.Tensor, gallery: Gallery, 
     for _, _, Gt in tiles(gallery, tile_rows(Q * K, d, N)):
         drops = torch.relu(D @ Gt.T)
         best = torch.topk(torch.cat([best, drops], dim=1), m, dim=1).values
-    s = best.double().sum(dim=1).view(Q, K)
-    mx = s.max(dim=1, keepdim=True).values
-    x = torch.where(mx > 0, s / torch.where(mx > 0, mx, torch.ones_like(mx)) / tau, torch.zeros_like(s))
-    return torch.softmax(x, dim=1).float()
+    return best.view(Q, K, m)
