@@ -3,7 +3,9 @@ on the same rows (docs/scale.md): OCTOPUS's proxy weights merged from the shards
 fused pass per shard, the entropy merged from the shards' log partition functions; LDRE's top
 drops merged from the shards' top drops.
 
-    python benchmarks/scale/octopus_shards.py [--n 400000] [--shards 4] [--q 16] [--proxies 10]
+    python benchmarks/scale/octopus_shards.py [--n 400000] [--shards 4] [--q 16] [--proxies 10] [--engine ray]
+
+``--engine ray`` also times the shards as Ray actors (a local Ray of the machine's cores).
 """
 
 from __future__ import annotations
@@ -46,6 +48,7 @@ def main(argv=None) -> None:
     ap.add_argument("--q", type=int, default=16)
     ap.add_argument("--proxies", type=int, default=10)
     ap.add_argument("--rounds", type=int, default=7)
+    ap.add_argument("--engine", choices=["local", "ray"], default="local", help="ray: also Ray shard actors")
     args = ap.parse_args(argv)
     tmp = Path(tempfile.mkdtemp(prefix="agentcir-octopus-shards-"))
     try:
@@ -53,10 +56,13 @@ def main(argv=None) -> None:
         build_sharded(tmp / "g", items, RowEncoder(), {"shards": args.shards}, dtype="float16", progress=False)
         sharded = Gallery.open(tmp / "g", scale={"shards": args.shards}).image_emb
         single = np.asarray(sharded)
+        where = [("single process", single), (f"{args.shards} local shards", sharded)]
+        if args.engine == "ray":
+            where.append((f"{args.shards} Ray actors", Gallery.open(tmp / "g", scale={
+                "shards": args.shards, "engine": "ray", "object_store_mb": 300, "shard_threads": 1}).image_emb))
         rng = np.random.default_rng(1)
         ref, target, visual = (unit(rng, args.q, D) for _ in range(3))
         proxies = unit(rng, args.q, args.proxies, D)
-        where = (("single process", single), (f"{args.shards} local shards", sharded))
         ops = {
             "octopus_topk bidirectional": {name: (lambda G=G: kernels.octopus_topk(
                 ref, proxies, target, G, 10, visual=visual, captions=G, backend="numba").ids) for name, G in where},
@@ -66,8 +72,8 @@ def main(argv=None) -> None:
         print(f"CPU: {cpu_summary()}")
         print(f"Q={args.q} K={args.proxies} N={args.n:,} x {D} fp16, numba, medians of {args.rounds} interleaved rounds")
         for op, calls in ops.items():
-            a, b = (np.asarray(f()) for f in calls.values())
-            assert np.allclose(a, b, atol=1e-5), f"{op}: the shards' result differs"
+            a, *rest = (np.asarray(f()) for f in calls.values())
+            assert all(np.allclose(a, b, atol=1e-5) for b in rest), f"{op}: the shards' result differs"
             times = {name: [] for name in calls}
             for _ in range(args.rounds):                 # interleaved rounds
                 for name, f in calls.items():
@@ -79,6 +85,10 @@ def main(argv=None) -> None:
             for name, ts in times.items():
                 print(f"  {name:18s} {1000 * float(np.median(ts)):8.1f} ms  ({float(np.median(ts)) / base:.2f}x)")
     finally:
+        if args.engine == "ray":
+            import ray
+
+            ray.shutdown()
         shutil.rmtree(tmp, ignore_errors=True)
 
 
