@@ -402,8 +402,6 @@ class ShardSearch:
         return sum(self.workers.run("gap_sums", ref, p, a.get("backend")))
 
     def _octopus_weights(self, kernels, a):
-        if np.shape(a["proxies"])[1] == 1:   # one proxy: weight 1, as the kernels give it
-            return np.ones(np.shape(a["proxies"])[:2], np.float32)
         s = self._octopus_gap_sums(kernels, a) / len(self.gallery)
         return _softmax(s / a["tau"])
 
