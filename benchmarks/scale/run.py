@@ -20,9 +20,11 @@ parts already there, ``--redo PART`` repeats one):
   scan of the same shards (in one process), the speed-up at the first setting with
   recall@10 >= 0.95, build time.
 * ``embed``: the catalog encoder over the fashion photos, ``engine=local`` (one process,
-  torch's threads) against the Ray Data job (``--embed-actors`` encoder actors of 1 CPU each) on
-  a local Ray started once before the rounds (as ``agentcir index --address`` joins a running
-  cluster), interleaved rounds, each including its encoder loading: images/s.
+  torch's threads) against the Ray Data job (encoder actors of 1 CPU each, one per core unless
+  ``--embed-actors``) on a local Ray started once before the rounds, interleaved rounds:
+  the jobs in this process (each including its encoder loading), and the whole
+  ``agentcir index`` commands (local; Ray joining that running cluster with ``--address``; Ray
+  starting its own): images/s.
 """
 
 from __future__ import annotations
@@ -251,6 +253,8 @@ def part_ann(args, data: Path) -> dict:
 
 # -- embedding ----------------------------------------------------------------------------------
 def part_embed(args, data: Path) -> dict:
+    import subprocess
+
     import ray
 
     from agentcir.framework.gallery import Gallery, items_from_folder
@@ -261,39 +265,64 @@ def part_embed(args, data: Path) -> dict:
     items = items[:args.embed_n] if args.embed_n else items
     if args.embed_repeat > 1:   # a longer job over the same files: what the fixed costs amount to
         items = [dataclasses.replace(it, id=f"{it.id}#{r}") for r in range(args.embed_repeat) for it in items]
+    commands = args.embed_commands and not args.embed_n and args.embed_repeat == 1   # a command takes the folder
     recipe = compose(["encoder=catalog"])
-    out = {"images": len(items), "encoder": "catalog", "actors": args.embed_actors, "rounds": args.embed_rounds,
-           "repeat": args.embed_repeat}
+    scale = {"engine": "ray", "shards": args.embed_shards, "concurrency": args.embed_actors, "num_cpus": 1}
+    out = {"images": len(items), "encoder": "catalog", "actors": args.embed_actors or "cluster's CPUs",
+           "rounds": args.embed_rounds, "repeat": args.embed_repeat}
     cores = os.cpu_count() or 1
     t = time.perf_counter()
     ray.init(num_cpus=cores, include_dashboard=False, log_to_driver=False, _node_ip_address="127.0.0.1",
              object_store_memory=args.object_store_mb * 2 ** 20,
              runtime_env={"env_vars": {"PYTHONPATH": str(ROOT)}})
     out["ray_init_s"] = round(time.perf_counter() - t, 2)
-    local, remote = [], []
+    address = ray.get_runtime_context().gcs_address
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
+    env.pop("RAY_ADDRESS", None)
+    index = [sys.executable, "-m", "agentcir.cli", "index", args.photos, "--no-metadata", "-q"]
+    ray_flags = ["--engine", "ray", "--shards", str(args.embed_shards)] + (
+        [f"scale.concurrency={args.embed_actors}"] if args.embed_actors else [])
+
+    def job_local(d):          # as `agentcir index --engine local` does: load the encoder, embed
+        Gallery.build(d, items, ComponentPool(recipe).get("encoder"), progress=False)
+
+    def job_ray(d):            # the job on the running cluster: actors load the encoder, embed
+        build_sharded(d, items, ComponentPool(recipe).get("encoder"), scale, recipe=recipe, progress=False)
+
+    def command(*extra):
+        def run(d):
+            subprocess.run(index + ["--out", str(d), *extra], env=env, check=True, capture_output=True)
+        return run
+
+    variants = {"job_local": job_local, "job_ray": job_ray}
+    if commands:               # whole commands, as a user types them (each a fresh process)
+        variants |= {"cmd_local": command(),
+                     "cmd_ray_join": command(*ray_flags, "--address", address),
+                     "cmd_ray_own": command(*ray_flags, "scale.num_cpus_total=0",
+                                            f"scale.object_store_mb={args.object_store_mb}")}
+    times: dict[str, list[float]] = {v: [] for v in variants}
     try:
         for r in range(args.embed_rounds):       # interleaved: one run, side by side, the same page cache
-            for d in ("embed-local", "embed-ray"):
-                shutil.rmtree(data / d, ignore_errors=True)
-            t = time.perf_counter()              # as `agentcir index --engine local`: load the encoder, embed
-            enc = ComponentPool(recipe).get("encoder")
-            Gallery.build(data / "embed-local", items, enc, progress=False)
-            local.append(time.perf_counter() - t)
-            t = time.perf_counter()              # the job on a running cluster: actors load the encoder, embed
-            build_sharded(data / "embed-ray", items, enc, {"engine": "ray", "shards": args.embed_shards,
-                                                           "concurrency": args.embed_actors, "num_cpus": 1},
-                          recipe=recipe, progress=False)
-            remote.append(time.perf_counter() - t)
-            log(f"  round {r + 1}/{args.embed_rounds}: local {local[-1]:.1f} s, Ray {remote[-1]:.1f} s")
+            for name, fn in variants.items():
+                d = data / f"embed-{name}"
+                shutil.rmtree(d, ignore_errors=True)
+                t = time.perf_counter()
+                fn(d)
+                times[name].append(time.perf_counter() - t)
+            log(f"  round {r + 1}/{args.embed_rounds}: " + ", ".join(f"{k} {v[-1]:.1f} s" for k, v in times.items()))
     finally:
         ray.shutdown()
-    out["local_s"] = round(float(np.median(local)), 2)
-    out["ray_s"] = round(float(np.median(remote)), 2)
-    out["local_img_s"] = round(len(items) / out["local_s"], 1)
-    out["ray_img_s"] = round(len(items) / out["ray_s"], 1)
-    out["ray_vs_local"] = round(out["ray_img_s"] / out["local_img_s"], 3)
-    out["ratios"] = [round(a / b, 3) for a, b in zip(local, remote)]
-    out["ray_s_includes"] = "Ray Data start-up and the encoder actors' weight loading, not the cluster's start"
+    for name, ts in times.items():
+        out[f"{name}_s"] = round(float(np.median(ts)), 2)
+        out[f"{name}_img_s"] = round(len(items) / out[f"{name}_s"], 1)
+    pairs = [("job_ray", "job_local")] + ([("cmd_ray_join", "cmd_local"), ("cmd_ray_own", "cmd_local")] if commands else [])
+    for ray_v, local_v in pairs:
+        out[f"{ray_v}_vs_local"] = round(out[f"{local_v}_s"] / out[f"{ray_v}_s"], 3)
+        out[f"{ray_v}_ratios"] = [round(a / b, 3) for a, b in zip(times[local_v], times[ray_v])]
+    out["includes"] = {"job_*": "in this process (torch imported already): the encoder's loading, Ray Data's start-up "
+                                "and the actors' start (importing torch) for Ray, the embedding, the shards' writing",
+                       "cmd_*": "the whole `agentcir index --no-metadata` command in a fresh process (imports, the "
+                                "domain check); cmd_ray_join joins the running local Ray, cmd_ray_own starts its own"}
     return out
 
 
@@ -312,10 +341,12 @@ def main(argv=None) -> int:
     p.add_argument("--ann-reps", type=int, default=5)
     p.add_argument("--photos", default=str(ROOT.parent / "shared" / "data" / "fashion-products" / "images"))
     p.add_argument("--embed-n", type=int, default=0, help="first N photos only (0: all)")
-    p.add_argument("--embed-actors", type=int, default=2)
+    p.add_argument("--embed-actors", type=int, default=0, help="encoder actors (0: the recipe default, one per CPU)")
     p.add_argument("--embed-shards", type=int, default=4)
     p.add_argument("--embed-rounds", type=int, default=3)
     p.add_argument("--embed-repeat", type=int, default=1, help="list the photos this many times (a longer job)")
+    p.add_argument("--no-embed-commands", dest="embed_commands", action="store_false",
+                   help="time only the jobs in this process, not the `agentcir index` commands too")
     p.add_argument("--object-store-mb", type=int, default=300)
     p.add_argument("--data", default="/tmp/agentcir-scale", help="folder of the synthetic files")
     p.add_argument("--out", required=True, help="results JSON (parts already in it are skipped)")

@@ -193,6 +193,38 @@ def test_bad_scale_settings_are_named():
         scale_settings({"search": "ivf_sq", "sq": "4bit"})
     with pytest.raises(ConfigError, match="unknown field 'shard'"):
         scale_settings({"shard": 2})
+    with pytest.raises(ConfigError, match="field 'concurrency': must be >= 0"):
+        scale_settings({"concurrency": -1})
+
+
+def test_encoder_actors_fill_the_cluster_unless_set():
+    from agentcir.framework.scale import scale_settings
+    from agentcir.framework.scale.embed import encoder_actors
+
+    cluster = {"CPU": 16.0, "GPU": 2.0}
+    assert encoder_actors(scale_settings({}), cluster, 1000) == 16             # default: one per CPU
+    assert encoder_actors(scale_settings({"num_cpus": 4}), cluster, 1000) == 4
+    assert encoder_actors(scale_settings({"num_gpus": 0.5}), cluster, 1000) == 4   # GPUs decide
+    assert encoder_actors(scale_settings({}), cluster, 3) == 3                 # never more than batches
+    assert encoder_actors(scale_settings({"concurrency": 5}), {"CPU": 2.0}, 1000) == 5   # as the recipe says
+    with pytest.raises(InputError, match=r"0 GPU\(s\), less than one encoder actor's scale.num_gpus=1"):
+        encoder_actors(scale_settings({"num_gpus": 1}), {"CPU": 8.0}, 10)
+
+
+def test_joining_a_ray_cluster_that_refuses_names_address_and_token(monkeypatch):
+    from agentcir.framework.scale import init_ray
+
+    ray = pytest.importorskip("ray")
+    if ray.is_initialized():
+        pytest.skip("a Ray is already initialized in this process")
+
+    def refuse(*a, **kw):
+        raise ConnectionError("Failed to connect to Ray cluster at 10.0.0.9:6379")
+
+    monkeypatch.setattr(ray, "init", refuse)
+    monkeypatch.delenv("RAY_AUTH_MODE", raising=False)
+    with pytest.raises(InputError, match=r"cannot join the Ray cluster at '10.0.0.9:6379'.*RAY_AUTH_MODE=token"):
+        init_ray({"address": "10.0.0.9:6379"})
 
 
 def clustered(n: int, d: int, centers: int, seed: int = 0, noise: float = 0.35) -> np.ndarray:

@@ -56,15 +56,17 @@ def toy_recipe(tmp_path, *extra):
                     f"run.cache={tmp_path / 'cache.sqlite'}", "run.progress=false", *extra])
 
 
-def test_ray_embedding_equals_local_and_actor_search_equals_single(local_ray, tmp_path, image_folder):
+def test_ray_embedding_equals_local_and_actor_search_equals_single(local_ray, tmp_path, image_folder, caplog):
     from agentcir.framework.gallery import items_from_folder
 
     recipe = toy_recipe(tmp_path)
     enc = ComponentPool(recipe).get("encoder")
     its = demo_items(150) + items_from_folder(image_folder)[0]     # + a broken JPEG, in the last shard
     local = build_sharded(tmp_path / "local", its, enc, {"shards": 3}, progress=False)
-    viaray = build_sharded(tmp_path / "ray", its, enc, {"engine": "ray", "shards": 3},
-                           recipe=recipe, progress=False)
+    with caplog.at_level("INFO", logger="agentcir"):
+        viaray = build_sharded(tmp_path / "ray", its, enc, {"engine": "ray", "shards": 3},
+                               recipe=recipe, progress=False)
+    assert "on 2 encoder actor(s)" in caplog.text        # the default fills the cluster's 2 CPUs
     assert viaray.ids == local.ids and viaray.skipped == local.skipped
     assert [(x["shard"], Path(x["path"]).name) for x in viaray.skipped] == [("shard-00002", "broken.jpg")]
     for s in range(3):

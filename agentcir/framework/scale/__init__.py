@@ -47,7 +47,8 @@ class ScaleConfig:
         refine: 0, or R: the index proposes ``R * k`` candidates per shard, re-scored exactly
             from the shard's embeddings (recovers IVF-PQ's recall).
         concurrency: encoder actors of the Ray Data job (each call embeds one batch of the
-            encoder's own ``batch_size``, as a local build does).
+            encoder's own ``batch_size``, as a local build does); 0 (the default): as many as
+            the cluster's CPUs (GPUs with ``num_gpus``) hold, at most one per batch.
         num_gpus: GPUs per encoder actor (0 on CPU nodes). num_cpus: CPUs per encoder actor.
         shard_threads: kernel threads of each shard actor (``NUMBA_NUM_THREADS``; 0: the
             backend's default, all cores of the node).
@@ -68,7 +69,7 @@ class ScaleConfig:
     nprobe: int = 16
     ef_search: int = 64
     refine: int = 0
-    concurrency: int = 1
+    concurrency: int = 0
     num_gpus: float = 0.0
     num_cpus: float = 1.0
     shard_threads: int = 0
@@ -86,10 +87,11 @@ def scale_settings(raw: dict[str, Any] | None, *, where: str = "scale") -> dict[
         raise ConfigError(f"{where}: field 'search': must be one of {', '.join(SEARCHES)}, got '{cfg['search']}'")
     if cfg["sq"] not in SQ:
         raise ConfigError(f"{where}: field 'sq': must be one of {', '.join(SQ)}, got '{cfg['sq']}'")
-    for f in ("shards", "nlist", "refine", "shard_threads", "restarts", "num_cpus_total", "object_store_mb"):
+    for f in ("shards", "nlist", "refine", "concurrency", "shard_threads", "restarts", "num_cpus_total",
+              "object_store_mb"):
         if cfg[f] < 0:
             raise ConfigError(f"{where}: field '{f}': must be >= 0, got {cfg[f]}")
-    for f in ("pq_m", "hnsw_m", "nprobe", "ef_search", "concurrency"):
+    for f in ("pq_m", "hnsw_m", "nprobe", "ef_search"):
         if cfg[f] < 1:
             raise ConfigError(f"{where}: field '{f}': must be >= 1, got {cfg[f]}")
     return cfg
@@ -109,7 +111,14 @@ def init_ray(scale: dict[str, Any]):
         return ray
     address = scale.get("address") or os.environ.get("RAY_ADDRESS")
     if address:
-        ray.init(address=address, include_dashboard=False, log_to_driver=False)
+        try:
+            ray.init(address=address, include_dashboard=False, log_to_driver=False)
+        except (ConnectionError, ray.exceptions.RayError) as e:
+            hint = ("; a cluster started by `ray start` with token authentication (the default of recent Ray) "
+                    "also needs RAY_AUTH_MODE=token (and its token in ~/.ray/auth_token or $RAY_AUTH_TOKEN) "
+                    "in this command's environment" if os.environ.get("RAY_AUTH_MODE", "") != "token" else "")
+            raise InputError(f"cannot join the Ray cluster at '{address}' (scale.address / --address / "
+                             f"$RAY_ADDRESS): {e}{hint}") from None
     else:
         kw: dict[str, Any] = {}
         if scale.get("num_cpus_total"):

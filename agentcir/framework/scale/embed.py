@@ -5,10 +5,10 @@ written by :meth:`Gallery.build <agentcir.framework.gallery.Gallery.build>` (so 
 skipped-image counting and chunked resume are the unsharded ones). With Ray, one Ray Data
 dataset holds the rows of every shard not finished yet; ``map_batches`` runs encoder actors
 (each builds the recipe's encoder once through the registry; ``scale.concurrency`` actors with
-``scale.num_gpus`` / ``scale.num_cpus`` each) that read, decode and embed the images, one row
-of the dataset being one encoder batch (the encoder's ``batch_size``, cut as a local build cuts
-it, so the embeddings are bit-identical to ``engine=local``);
-the driver streams the results and writes each shard as soon as all its rows are in. A
+``scale.num_gpus`` / ``scale.num_cpus`` each, by default as many as the cluster holds) that
+read, decode and embed the images, one row of the dataset being one encoder batch (the
+encoder's ``batch_size``, cut as a local build cuts it, so the embeddings are bit-identical to
+``engine=local``); the driver streams the results and writes each shard as soon as all its rows are in. A
 killed job leaves its finished shards, and the rerun embeds only the others.
 """
 
@@ -157,6 +157,19 @@ class _Precomputed:
         return self.emb[keep]
 
 
+def encoder_actors(scale: dict[str, Any], resources: dict[str, float], batches: int) -> int:
+    """Encoder actors of the job: ``scale.concurrency``, or (0) as many as ``resources`` (the
+    cluster's) hold at ``num_gpus`` GPUs, else ``num_cpus`` CPUs, each; never more than ``batches``."""
+    n = scale["concurrency"]
+    if not n:
+        kind, each = ("GPU", scale["num_gpus"]) if scale["num_gpus"] else ("CPU", scale["num_cpus"])
+        n = int(resources.get(kind, 0) // each) if each else 1
+        if n < 1:
+            raise InputError(f"the Ray cluster has {resources.get(kind, 0):g} {kind}(s), less than one encoder actor's "
+                             f"scale.num_{kind.lower()}s={each:g}")
+    return max(1, min(n, batches))
+
+
 def _embed_ray(dirs, ranges, todo, items, encoder, recipe, scale, dtype, progress) -> None:
     ray = init_ray(scale)
     b = encoder._batch(None) if hasattr(encoder, "_batch") else 64
@@ -164,10 +177,12 @@ def _embed_ray(dirs, ranges, todo, items, encoder, recipe, scale, dtype, progres
     shard_of = np.zeros(len(items), np.int32)
     for s, (a, z) in enumerate(ranges):
         shard_of[a:z] = s
-    ds = ray.data.from_items(rows, override_num_blocks=max(1, min(len(rows), 4 * scale["concurrency"], 200)))
+    actors = encoder_actors(scale, ray.cluster_resources(), len(rows))
+    log.info("Ray Data job: %d encoder batch(es) on %d encoder actor(s)", len(rows), actors)
+    ds = ray.data.from_items(rows, override_num_blocks=max(1, min(len(rows), 4 * actors, 200)))
     ds = ds.map_batches(EncodeBatch, fn_constructor_kwargs={"encoder_node": recipe["encoder"],
                                                             "identity": encoder.identity},
-                        batch_size=1, compute=ray.data.ActorPoolStrategy(size=scale["concurrency"]), num_gpus=scale["num_gpus"] or None,
+                        batch_size=1, compute=ray.data.ActorPoolStrategy(size=actors), num_gpus=scale["num_gpus"] or None,
                         num_cpus=scale["num_cpus"], batch_format="numpy")
     pending = {s: {} for s in todo}
     t0, done_rows = time.perf_counter(), 0
