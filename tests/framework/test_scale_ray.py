@@ -163,3 +163,25 @@ def test_killed_embedding_job_reruns_only_unfinished_shards(local_ray, plugin_en
     assert g.ids == local.ids and len(g.shards) == 4
     np.testing.assert_array_equal(np.asarray(g.image_emb), np.asarray(local.image_emb))
     assert json.loads((out / "gallery.json").read_text())["n"] == len(local)
+
+
+def test_index_command_joins_a_running_cluster_by_address(local_ray, plugin_env, tmp_path):
+    """`agentcir index --engine ray --address A` joins the cluster at A (the module's local Ray)
+    instead of starting one, and writes the gallery a local build writes."""
+    out = tmp_path / "g"
+    folder = DEMO / "images" if (DEMO / "images").is_dir() else DEMO
+    address = local_ray.get_runtime_context().gcs_address
+    env = dict(plugin_env, PYTHONPATH=os.pathsep.join([str(ROOT), plugin_env.get("PYTHONPATH", "")]))
+    env.pop("RAY_ADDRESS", None)
+    done = subprocess.run([sys.executable, "-m", "agentcir.cli", "index", str(folder), "--out", str(out),
+                           "--engine", "ray", "--address", address, "--shards", "2", "--no-metadata",
+                           "encoder=toy"], env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert f"Connecting to existing Ray cluster at address: {address}" in done.stderr
+    assert "on 2 encoder actor(s)" in done.stderr               # the joined cluster's 2 CPUs
+    recipe = toy_recipe(tmp_path)
+    enc = ComponentPool(recipe).get("encoder")
+    local = build_sharded(tmp_path / "local", demo_items(), enc, {"shards": 2}, progress=False)
+    g = Gallery.open(out)
+    assert g.ids == local.ids
+    np.testing.assert_array_equal(np.asarray(g.image_emb), np.asarray(local.image_emb))
