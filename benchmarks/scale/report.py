@@ -55,15 +55,29 @@ def main(path: str) -> None:
         print()
         for kind, why in skipped.items():
             print(f"{kind}: not run: {why}.\n")
-    if "embed" in r:
+    if "embed" in r and "job_local_s" not in r["embed"]:   # a results file of the earlier two-variant part
         b = r["embed"]
-        rounds = f"medians of {b['rounds']} interleaved rounds (local, Ray, local, Ray, ...), " if b.get("rounds") else ""
+        print(f"**Embedding** (earlier format), {b['images']:,} items: engine=local {b['local_img_s']} images/s, "
+              f"Ray Data job {b['ray_img_s']} images/s, ratio {b['ray_vs_local']} (per round: {b.get('ratios')}).\n")
+    elif "embed" in r:
+        b = r["embed"]
         times = f" (the {b['images'] // b['repeat']:,} photos listed {b['repeat']} times)" if b.get("repeat", 1) > 1 else ""
-        print(f"**Embedding**, {b['images']:,} fashion photos{times}, encoder `{b['encoder']}`, {rounds}each engine's "
-              f"encoder loading included: engine=local {b['local_img_s']} images/s ({b['local_s']} s), Ray Data job "
-              f"with {b['actors']} encoder actors {b['ray_img_s']} images/s ({b['ray_s']} s, {b['ray_s_includes']}): "
-              f"ratio {b['ray_vs_local']}" + (f" (per round: {b['ratios']})" if b.get("ratios") else "") +
-              (f"; starting the local Ray itself took {b['ray_init_s']} s" if b.get("ray_init_s") else "") + ".\n")
+        print(f"**Embedding**, {b['images']:,} fashion photos{times}, encoder `{b['encoder']}`, encoder actors: "
+              f"{b['actors']}, medians of {b['rounds']} interleaved rounds; starting the local Ray took "
+              f"{b['ray_init_s']} s.\n")
+        print("| variant | median s | images/s | vs local | per round |\n|---|---:|---:|---:|---|")
+        for v, label in EMBED_VARIANTS.items():
+            if f"{v}_s" in b:
+                ratio = f"{b[f'{v}_vs_local']}x" if f"{v}_vs_local" in b else "1"
+                rounds = " / ".join(str(x) for x in b.get(f"{v}_ratios", []))
+                print(f"| {label} | {b[f'{v}_s']} | {b[f'{v}_img_s']} | {ratio} | {rounds} |")
+        print(f"\n{'; '.join(f'{k}: {w}' for k, w in b['includes'].items())}.\n")
+
+
+#: the embed part's variants (benchmarks/scale/run.py), in table order
+EMBED_VARIANTS = {"job_local": "job, `engine=local`", "job_ray": "job, Ray Data",
+                  "cmd_local": "command, `--engine local`", "cmd_ray_join": "command, `--engine ray --address` (joins)",
+                  "cmd_ray_own": "command, `--engine ray` starting its own Ray"}
 
 
 if __name__ == "__main__":

@@ -298,8 +298,7 @@ def part_embed(args, data: Path) -> dict:
     if commands:               # whole commands, as a user types them (each a fresh process)
         variants |= {"cmd_local": command(),
                      "cmd_ray_join": command(*ray_flags, "--address", address),
-                     "cmd_ray_own": command(*ray_flags, "scale.num_cpus_total=0",
-                                            f"scale.object_store_mb={args.object_store_mb}")}
+                     "cmd_ray_own": command(*ray_flags, f"scale.object_store_mb={args.object_store_mb}")}
     times: dict[str, list[float]] = {v: [] for v in variants}
     try:
         for r in range(args.embed_rounds):       # interleaved: one run, side by side, the same page cache
