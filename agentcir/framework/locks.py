@@ -26,14 +26,18 @@ class LockedError(AgentcirError):
     """Another process holds the lock (the message names it: pid, host, since)."""
 
 
-def _holder(fd: int) -> str:
-    try:
-        os.lseek(fd, 0, os.SEEK_SET)
-        h = json.loads(os.read(fd, 4096) or b"{}")
-        since = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(float(h["since"])))
-        return f"pid {h['pid']} on host {h['host']} since {since}"
-    except (OSError, ValueError, KeyError, TypeError):
-        return "another process (its pid is not recorded yet)"
+def _holder(fd: int, tries: int = 20) -> str:
+    """Who holds the lock, from its record; a holder that has just taken the lock writes its
+    record a moment later, so an empty or partial record is read again for up to ~0.2 s."""
+    for i in range(tries):
+        try:
+            h = json.loads(os.pread(fd, 4096, 0) or b"{}")
+            since = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(float(h["since"])))
+            return f"pid {h['pid']} on host {h['host']} since {since}"
+        except (OSError, ValueError, KeyError, TypeError):
+            if i + 1 < tries:
+                time.sleep(0.01)
+    return "another process (its pid is not recorded yet)"
 
 
 @contextmanager
@@ -57,9 +61,9 @@ def hold_lock(lock_file: Path, what: str, *, wait: bool = False, hint: str = "")
                 raise LockedError(f"{what} is in use by {holder}; wait for that process to finish{hint}") from None
             log.warning("%s is in use by %s; waiting for it", what, holder)
             fcntl.flock(fd, fcntl.LOCK_EX)
-        os.ftruncate(fd, 0)
-        os.lseek(fd, 0, os.SEEK_SET)
-        os.write(fd, json.dumps({"pid": os.getpid(), "host": socket.gethostname(), "since": time.time()}).encode())
+        record = json.dumps({"pid": os.getpid(), "host": socket.gethostname(), "since": time.time()}).encode()
+        os.pwrite(fd, record, 0)        # one write, then cut what a longer old record left
+        os.ftruncate(fd, len(record))
         try:
             yield
         finally:
