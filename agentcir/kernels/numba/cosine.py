@@ -3,11 +3,10 @@
 Two launch shapes, both exact float32 arithmetic on the stored gallery values:
 
 * few queries (``Q <= DIRECT_MAX_Q``): one pass of ``_direct_kernel`` over the gallery,
-  which is memory-bound: each row is read (and widened from fp16/bf16 bits) once, dotted
-  with every query and offered to per-chunk heaps; the chunk heaps are merged at the end.
-  Half-precision galleries read half the bytes, hence about twice as fast. Rows are
-  prefetched ``PREFETCH_BYTES`` ahead (the hardware prefetchers alone reach about half
-  the bandwidth).
+  which is memory-bound: each row is read (and widened from fp16/bf16 bits) once, in order,
+  dotted with every query and offered to per-chunk heaps; the chunk heaps are merged at the
+  end. Half-precision galleries read half the bytes, hence about twice as fast. Rows are
+  also requested ``PREFETCH_BYTES`` ahead.
 * many queries: ``_blocked_kernel``, one parallel pass over gallery chunks (dynamically
   scheduled, :mod:`._threads`): each chunk walks L2-sized sub-tiles, scores them with the
   register-blocked product of :mod:`._gemm` (no BLAS, no ``[Q, N]`` buffer: a
@@ -31,7 +30,7 @@ from ._common import (
     new_heaps,
     patch_excluded,
     prefetch_row,
-    row_dot4,
+    row_dot,
     row_f32,
     select_row,
     sorted_from_heaps,
@@ -44,7 +43,7 @@ DIRECT_MAX_Q = 4
 #: gallery rows per parallel chunk of the direct kernel, at least (tests lower it)
 DIRECT_CHUNK_ROWS = 1024
 #: the direct kernel requests rows this many bytes ahead of the row it scores
-PREFETCH_BYTES = 16384
+PREFETCH_BYTES = 8192
 
 
 @njit(inline="always", cache=True)
@@ -68,27 +67,15 @@ def _direct_kernel(X, G, kind, excl, ex_value, n_chunks, pf, hs, hi, cnt):
     chunk = (N + n_chunks - 1) // n_chunks
     for c in prange(n_chunks):
         buf = np.empty(G.shape[1], dtype=np.float32)
-        lo = c * chunk
-        hi_ = min(N, lo + chunk)
-        r = lo
-        if Q == 1:  # blocks of four rows, one fused decode + dot loop each
-            while r + 4 <= hi_:
-                if r + pf + 4 <= N:  # pf is a multiple of 4
-                    for t in range(4):
-                        prefetch_row(G, r + pf + t)
-                s0, s1, s2, s3 = row_dot4(X[0], G, r, kind)
-                _offer(s0, r, 0, c, excl, ex_value, hs, hi, cnt)
-                _offer(s1, r + 1, 0, c, excl, ex_value, hs, hi, cnt)
-                _offer(s2, r + 2, 0, c, excl, ex_value, hs, hi, cnt)
-                _offer(s3, r + 3, 0, c, excl, ex_value, hs, hi, cnt)
-                r += 4
-        while r < hi_:  # decode the row once, dot it with every query
+        for r in range(c * chunk, min(N, (c + 1) * chunk)):
             if r + pf < N:
                 prefetch_row(G, r + pf)
-            row = row_f32(G, r, kind, buf)
-            for q in range(Q):
-                _offer(dot(X[q], row), r, q, c, excl, ex_value, hs, hi, cnt)
-            r += 1
+            if Q == 1:  # one fused decode + dot pass over the row
+                _offer(row_dot(X[0], G, r, kind), r, 0, c, excl, ex_value, hs, hi, cnt)
+            else:  # decode the row once, dot it with every query
+                row = row_f32(G, r, kind, buf)
+                for q in range(Q):
+                    _offer(dot(X[q], row), r, q, c, excl, ex_value, hs, hi, cnt)
 
 
 @njit(cache=True)
@@ -132,8 +119,7 @@ def direct_topk(X: np.ndarray, gallery: Gallery, k: int, excl: np.ndarray, ex_va
     Q = X.shape[0]
     n_chunks = max(1, min(numba.get_num_threads() * 4, gallery.shape[0] // DIRECT_CHUNK_ROWS))
     hs, hi, cnt = _chunk_heaps(n_chunks, Q, k)
-    row_bytes = gallery.shape[1] * gallery.data.itemsize
-    pf = 4 * max(1, -(-PREFETCH_BYTES // (4 * row_bytes)))  # rows, a multiple of 4
+    pf = max(1, -(-PREFETCH_BYTES // (gallery.shape[1] * gallery.data.itemsize)))  # rows
     with balanced():
         _direct_kernel(X, gallery.data, KIND_CODES[gallery.kind], excl, ex_value, n_chunks, pf, hs, hi, cnt)
     return _merged(hs, hi, cnt)
