@@ -2,8 +2,8 @@
 
 * collects ``bench_*.py`` files (one per op; ``bench_encoders.py`` may sit beside them);
 * every bench file runs its providers round-robin (``round_robin``: round 0 of every
-  provider, then round 1, ...), so that on a shared machine a change of load hits all
-  providers alike; each test times one call and ``report.py`` takes the median per provider;
+  provider, then round 1, ..., each round in a shuffled order), so that on a shared machine a
+  change of load hits all providers alike; each test times one call and ``report.py`` takes the median per provider;
 * ``run_provider`` times one provider on one size, in the group ``<op> <size>``, and records
   in ``extra_info`` the op, size, baseline, round, and in round 0 the top-k agreement with
   the float32 result and, where asked, the peak extra memory measured in a fresh
@@ -49,8 +49,19 @@ def memory_in_subprocess(bench_file: str, size: str, provider: str) -> dict:
 
 
 def round_robin(providers, rounds: int) -> list:
-    """``(provider, round)`` parameters in round-robin order (ids ``<provider>-r<round>``)."""
-    return [pytest.param(p, r, id=f"{p}-r{r}") for r in range(rounds) for p in providers]
+    """``(provider, round)`` parameters in round-robin order (ids ``<provider>-r<round>``), the
+    providers of each round in a shuffled order (seeded, the same in every run): with one fixed
+    order a provider always follows the same one, and on a host whose memory speed changes
+    within a second that alone moved the ratios of side-by-side probes by 10-20%."""
+    import random
+
+    rng = random.Random(len(providers) * 1000 + rounds)
+    order = []
+    for r in range(rounds):
+        ps = list(providers)
+        rng.shuffle(ps)
+        order += [pytest.param(p, r, id=f"{p}-r{r}") for p in ps]
+    return order
 
 
 def run_provider(benchmark, module, size: dict, provider: str, inputs: dict, round_: int, *,
