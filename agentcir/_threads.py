@@ -1,21 +1,27 @@
-"""Process-wide thread policy, applied when ``agentcir`` is imported (before numpy loads BLAS).
+"""Process-wide thread policy, applied when ``agentcir`` is imported.
 
 Cause (issue #14, measured on 2 cores): after a numpy BLAS call, OpenBLAS's worker threads
 busy-wait for new work for ``2**28`` cycles (about 0.1 s) before they sleep. A numba kernel
 started in that window shares its cores with the spinning threads, and the memory-bound
-gallery scan ran 1.5-2x slower right after a BLAS call or inside a round-robin benchmark.
+gallery scan ran 1.3-2x slower right after a BLAS call or inside a round-robin benchmark.
 
-Policy: ``OPENBLAS_THREAD_TIMEOUT`` (OpenBLAS reads it once, when it loads) defaults to
-``THREAD_TIMEOUT_LOG2`` = 20, i.e. ``2**20`` cycles (~0.4 ms): back-to-back BLAS calls
-still find their threads awake; a kernel started later does not share the cores with
-them. The scoring core itself makes no BLAS calls (``kernels/numba/_gemm.py``) and runs
-on the one OpenMP runtime numba and torch share. A value the user set is kept;
-``AGENTCIR_THREAD_POLICY=off`` disables the policy. It has no effect when numpy was
-imported before ``agentcir`` (``applied()`` says whether it took effect).
+Policy: ``OPENBLAS_THREAD_TIMEOUT`` defaults to ``THREAD_TIMEOUT_LOG2`` = 20, i.e. ``2**20``
+cycles (~0.4 ms): back-to-back BLAS calls still find their threads awake; a kernel started
+later does not share the cores with them. The scoring core itself makes no BLAS calls
+(``kernels/numba/_gemm.py``) and runs on the one OpenMP runtime numba and torch share.
+
+OpenBLAS reads the variable when it loads. When numpy (so its OpenBLAS) was imported before
+``agentcir``, every OpenBLAS already loaded in the process (found in ``/proc/self/maps``) is
+told to read its environment again (``openblas_read_env``) and its idle thread pool is shut
+down (``blas_thread_shutdown_``, what OpenBLAS itself does before a fork); its next call
+starts the pool again with the new timeout. A value the user set is kept and nothing is
+re-read; ``AGENTCIR_THREAD_POLICY=off`` disables the policy. ``applied()`` says whether it
+is in effect.
 """
 
 from __future__ import annotations
 
+import ctypes
 import os
 import sys
 
@@ -24,17 +30,41 @@ THREAD_TIMEOUT_LOG2 = 20
 _state = {"applied": False}
 
 
+def loaded_openblas() -> list[str]:
+    """Paths of the OpenBLAS libraries mapped into this process (Linux; elsewhere none)."""
+    try:
+        with open("/proc/self/maps") as f:
+            paths = {line.split(None, 5)[5].strip() for line in f if "openblas" in line.lower() and ".so" in line}
+    except (OSError, IndexError):
+        return []
+    return sorted(p for p in paths if os.path.isfile(p))
+
+
+def _reload_timeout(path: str) -> bool:
+    """Make the OpenBLAS at ``path`` (already loaded) adopt the environment's thread timeout."""
+    try:
+        lib = ctypes.CDLL(path)
+        read_env, shutdown, timeout = lib.openblas_read_env, lib.blas_thread_shutdown_, lib.openblas_thread_timeout
+    except (OSError, AttributeError):   # another build (OpenMP threading, no such symbols): leave it
+        return False
+    read_env()
+    shutdown()
+    return timeout() == int(os.environ["OPENBLAS_THREAD_TIMEOUT"])
+
+
 def apply() -> bool:
-    """Set the defaults above unless disabled or too late (numpy already imported); True when set."""
+    """Set the policy unless disabled or set by the user; True when it is in effect."""
     if os.environ.get("AGENTCIR_THREAD_POLICY", "").strip().lower() in ("off", "0", "false", "no"):
         return False
-    if "numpy" in sys.modules:
-        return False
-    os.environ.setdefault("OPENBLAS_THREAD_TIMEOUT", str(THREAD_TIMEOUT_LOG2))
-    _state["applied"] = True
-    return True
+    if "OPENBLAS_THREAD_TIMEOUT" in os.environ:   # the user's value, read by OpenBLAS itself
+        _state["applied"] = True
+        return True
+    os.environ["OPENBLAS_THREAD_TIMEOUT"] = str(THREAD_TIMEOUT_LOG2)
+    late = "numpy" in sys.modules
+    _state["applied"] = all([_reload_timeout(p) for p in loaded_openblas()]) if late else True
+    return _state["applied"]
 
 
 def applied() -> bool:
-    """Whether :func:`apply` set the policy in this process."""
+    """Whether the policy is in effect in this process."""
     return _state["applied"]

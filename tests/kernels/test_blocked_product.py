@@ -98,5 +98,15 @@ def test_thread_policy_sets_openblas_idle_timeout():
     assert _policy_env(code) == "20 True"
     assert _policy_env(code, OPENBLAS_THREAD_TIMEOUT="7") == "7 True"  # the user's value is kept
     assert _policy_env(code, AGENTCIR_THREAD_POLICY="off") == "None False"
-    late = "import numpy, agentcir, os; print(os.environ.get('OPENBLAS_THREAD_TIMEOUT'), agentcir._threads.applied())"
-    assert _policy_env(late) == "None False"  # too late: OpenBLAS already read its environment
+    # numpy first: its OpenBLAS read its environment already, so agentcir makes it read it again
+    late = ("import ctypes, numpy, agentcir, os\n"
+            "from agentcir._threads import loaded_openblas\n"
+            "libs = loaded_openblas()\n"
+            "a = numpy.arange(90000, dtype=numpy.float64).reshape(300, 300) / 9e4\n"
+            "ok = numpy.allclose(a @ a, numpy.einsum('ij,jk->ik', a, a))\n"  # BLAS works after the pool restart
+            "print(os.environ.get('OPENBLAS_THREAD_TIMEOUT'), agentcir._threads.applied(), ok,\n"
+            "      sorted({ctypes.CDLL(p).openblas_thread_timeout() for p in libs}), len(libs) > 0)")
+    assert _policy_env(late) == "20 True True [20] True"
+    before = ("import ctypes, numpy\nfrom agentcir._threads import loaded_openblas\n"
+              "print(sorted({ctypes.CDLL(p).openblas_thread_timeout() for p in loaded_openblas()}))")
+    assert _policy_env(before, AGENTCIR_THREAD_POLICY="off") == "[0]"  # untouched: OpenBLAS's own default
