@@ -20,7 +20,7 @@ from agentcir import kernels as K
 
 OP = "cosine_topk"
 BASELINE = "torch-naive-f32"
-ROUNDS = 7
+ROUNDS = 15
 #: providers timed only for a single query (they read the gallery once; they rank nothing)
 BOUNDS = ("numpy-sum-read", "numpy-gemv-read")
 #: peers that copy the gallery into their own index: run up to this many gallery rows

@@ -19,7 +19,7 @@ from agentcir import kernels as K
 
 OP = "octopus_topk"
 BASELINE = "torch-naive-f32"
-ROUNDS = 7
+ROUNDS = 11
 #: providers timed only for a single query (they read the galleries; they rank nothing)
 BOUNDS = ("numpy-sum-read", "numpy-sum-read-2pass")
 
