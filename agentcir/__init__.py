@@ -8,6 +8,6 @@ composed with :func:`agentcir.framework.recipe.compose`, runs go through
 
 __version__ = "0.1.0"
 
-from . import _threads  # noqa: E402  (thread policy: must run before numpy loads OpenBLAS)
+from . import _threads  # noqa: E402  (thread policy: best before numpy loads OpenBLAS)
 
 _threads.apply()
