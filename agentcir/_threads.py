@@ -14,7 +14,8 @@ OpenBLAS reads the variable when it loads. When numpy (so its OpenBLAS) was impo
 ``agentcir``, every OpenBLAS already loaded in the process (found in ``/proc/self/maps``) is
 told to read its environment again (``openblas_read_env``) and its idle thread pool is shut
 down (``blas_thread_shutdown_``, what OpenBLAS itself does before a fork); its next call
-starts the pool again with the new timeout. A value the user set is kept and nothing is
+starts the pool again with the new timeout (this runs at import, before the caller's own
+threads run BLAS). A value the user set is kept and nothing is
 re-read; ``AGENTCIR_THREAD_POLICY=off`` disables the policy. ``applied()`` says whether it
 is in effect.
 """
