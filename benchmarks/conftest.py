@@ -14,6 +14,7 @@
 from __future__ import annotations
 
 import os
+import random
 import subprocess
 import sys
 from pathlib import Path
@@ -53,8 +54,6 @@ def round_robin(providers, rounds: int) -> list:
     providers of each round in a shuffled order (seeded, the same in every run): with one fixed
     order a provider always follows the same one, and on a host whose memory speed changes
     within a second that alone moved the ratios of side-by-side probes by 10-20%."""
-    import random
-
     rng = random.Random(len(providers) * 1000 + rounds)
     order = []
     for r in range(rounds):

@@ -8,6 +8,11 @@ from __future__ import annotations
 import json
 import sys
 
+#: the embed part's variants (benchmarks/scale/run.py), in table order
+EMBED_VARIANTS = {"job_local": "job, `engine=local`", "job_ray": "job, Ray Data",
+                  "cmd_local": "command, `--engine local`", "cmd_ray_join": "command, `--engine ray --address` (joins)",
+                  "cmd_ray_own": "command, `--engine ray` starting its own Ray"}
+
 
 def main(path: str) -> None:
     r = json.loads(open(path).read())
@@ -72,12 +77,6 @@ def main(path: str) -> None:
                 rounds = " / ".join(str(x) for x in b.get(f"{v}_ratios", []))
                 print(f"| {label} | {b[f'{v}_s']} | {b[f'{v}_img_s']} | {ratio} | {rounds} |")
         print(f"\n{'; '.join(f'{k}: {w}' for k, w in b['includes'].items())}.\n")
-
-
-#: the embed part's variants (benchmarks/scale/run.py), in table order
-EMBED_VARIANTS = {"job_local": "job, `engine=local`", "job_ray": "job, Ray Data",
-                  "cmd_local": "command, `--engine local`", "cmd_ray_join": "command, `--engine ray --address` (joins)",
-                  "cmd_ray_own": "command, `--engine ray` starting its own Ray"}
 
 
 if __name__ == "__main__":
