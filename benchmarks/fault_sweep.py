@@ -51,6 +51,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from agentcir.components.llms.scripted_server import Request, ScriptedServer, Step, chat_completion, error_body  # noqa: E402
+from tests.full_disk import fill, mount_tmpfs, umount  # noqa: E402
 
 CHAT = "/chat/completions"
 METHODS: dict[str, list[str]] = {
@@ -417,9 +418,9 @@ class Sweep:
             row = Row(sid, "disk full")
             mnt = self.work / "tmpfs"
             mnt.mkdir(exist_ok=True)
-            r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=8m", "tmpfs", str(mnt)], capture_output=True, text=True)
-            if r.returncode != 0:
-                row.notes.append(f"not run: cannot mount a tmpfs here ({r.stderr.strip()[:120]}); "
+            why = mount_tmpfs(mnt, "8m")
+            if why:
+                row.notes.append(f"not run: cannot mount a tmpfs here ({why[:120]}); "
                                  f"tests/framework/test_reliability.py injects ENOSPC instead")
                 self.record(row)
                 continue
@@ -427,15 +428,7 @@ class Sweep:
                 root = mnt / "root"
                 shutil.copytree(self.work / "root" / "_galleries", root / "_galleries")
                 name = f"d-{method}"
-                fd = os.open(mnt / "filler", os.O_WRONLY | os.O_CREAT)
-                try:
-                    while True:
-                        os.write(fd, b"\0" * 4096)
-                except OSError:
-                    pass
-                finally:
-                    os.close(fd)
-                os.truncate(mnt / "filler", max(0, (mnt / "filler").stat().st_size - free_kb * 1024))
+                fill(mnt / "filler", free_kb * 1024)
                 cmd = self.cmd(method, name, root=root)
                 o = self.run(cmd)
                 row.tried = 1
@@ -447,7 +440,7 @@ class Sweep:
                 row.identical = int(o.rc == 2 and "no space left" in said and o2.rc == 0
                                     and self.metrics(name, root) == ref["metrics"])
             finally:
-                subprocess.run(["umount", "-l", str(mnt)], capture_output=True)
+                umount(mnt)
             self.record(row)
 
 

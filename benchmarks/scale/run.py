@@ -21,10 +21,11 @@ parts already there, ``--redo PART`` repeats one):
   recall@10 >= 0.95, build time.
 * ``embed``: the catalog encoder over the fashion photos, ``engine=local`` (one process,
   torch's threads) against the Ray Data job (encoder actors of 1 CPU each, one per core unless
-  ``--embed-actors``) on a local Ray started once before the rounds, interleaved rounds:
-  the jobs in this process (each including its encoder loading), and the whole
-  ``agentcir index`` commands (local; Ray joining that running cluster with ``--address``; Ray
-  starting its own): images/s.
+  ``--embed-actors``) on a local Ray started once before the rounds, interleaved rounds (the
+  variants in a seeded shuffled order in each): the jobs in this process (each including its
+  encoder loading), and the whole ``agentcir index`` commands (local; Ray joining that running
+  cluster with ``--address``; Ray starting its own): images/s. The local engine's work at 1
+  torch thread and at every core's, before and after the rounds, records the host's state.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ import argparse
 import dataclasses
 import json
 import os
+import random
 import shutil
 import sys
 import time
@@ -252,6 +254,28 @@ def part_ann(args, data: Path) -> dict:
 
 
 # -- embedding ----------------------------------------------------------------------------------
+def tower_rates(recipe, paths) -> dict:
+    """The local engine's work (read, decode, embed) over ``paths`` in this process, with torch's
+    threads at 1 (one encoder actor's share) and at every core (the local engine): images/s, the
+    host's state, which moves the engines' speeds (docs/scale.md)."""
+    import torch
+
+    from agentcir.framework.recipe import ComponentPool
+
+    encoder = ComponentPool(recipe).get("encoder")
+    before, rates = torch.get_num_threads(), {}
+    try:
+        for threads in (1, os.cpu_count() or 1):
+            torch.set_num_threads(threads)
+            encoder.encode_images(paths[:64], progress=False)       # warm
+            t = time.perf_counter()
+            encoder.encode_images(paths, progress=False)
+            rates[f"threads_{threads}_img_s"] = round(len(paths) / (time.perf_counter() - t), 1)
+    finally:
+        torch.set_num_threads(before)
+    return rates
+
+
 def part_embed(args, data: Path) -> dict:
     import subprocess
 
@@ -300,9 +324,14 @@ def part_embed(args, data: Path) -> dict:
                      "cmd_ray_join": command(*ray_flags, "--address", address),
                      "cmd_ray_own": command(*ray_flags, f"scale.object_store_mb={args.object_store_mb}")}
     times: dict[str, list[float]] = {v: [] for v in variants}
+    order = random.Random(0)
+    out["tower_before"] = tower_rates(recipe, [it.path for it in items[:512]])
     try:
         for r in range(args.embed_rounds):       # interleaved: one run, side by side, the same page cache
-            for name, fn in variants.items():
+            names = list(variants)
+            order.shuffle(names)                 # no variant always runs after the same one
+            for name in names:
+                fn = variants[name]
                 d = data / f"embed-{name}"
                 shutil.rmtree(d, ignore_errors=True)
                 t = time.perf_counter()
@@ -311,6 +340,7 @@ def part_embed(args, data: Path) -> dict:
             log(f"  round {r + 1}/{args.embed_rounds}: " + ", ".join(f"{k} {v[-1]:.1f} s" for k, v in times.items()))
     finally:
         ray.shutdown()
+    out["tower_after"] = tower_rates(recipe, [it.path for it in items[:512]])
     for name, ts in times.items():
         out[f"{name}_s"] = round(float(np.median(ts)), 2)
         out[f"{name}_img_s"] = round(len(items) / out[f"{name}_s"], 1)

@@ -20,6 +20,7 @@ from agentcir.framework.files import StorageError, atomic_path, storage_error, u
 from agentcir.framework.locks import LockedError, hold_lock
 from agentcir.framework.recipe import compose
 from agentcir.framework.runner import resolve_run_dir, run_lock_file, run_recipe
+from tests.full_disk import fill, mount_tmpfs, umount
 
 
 def toy_recipe(root, *extra, cache=None):
@@ -133,40 +134,18 @@ def test_temporary_files_are_unique_and_renamed_atomically(tmp_path):
 
 
 # -- full disk, read-only --------------------------------------------------------------------
-def _mount_tmpfs(path: Path, size: str, *opts: str) -> bool:
-    path.mkdir(parents=True, exist_ok=True)
-    if sys.platform != "linux" or os.geteuid() != 0:
-        return False
-    r = subprocess.run(["mount", "-t", "tmpfs", "-o", ",".join([f"size={size}", *opts]), "tmpfs", str(path)],
-                       capture_output=True)
-    return r.returncode == 0
-
-
-def _umount(path: Path) -> None:
-    subprocess.run(["umount", "-l", str(path)], capture_output=True)
-
-
 def test_full_disk_is_a_clear_error_and_a_rerun_resumes(plugin_path, tmp_path, monkeypatch):
     """A run root on a full file system (a real 1 MB tmpfs when this process may mount one, else
     writes that fail with ENOSPC): a StorageError naming the path and what to do; after space is
     freed the same command finishes with the metrics of a run that had room."""
     ref = run_recipe(toy_recipe(tmp_path / "ref", cache=tmp_path / "ref.sqlite"))
     root = tmp_path / "small"
-    mounted = _mount_tmpfs(root, "1m")
+    mounted = not mount_tmpfs(root, "1m")
     try:
         r = toy_recipe(root / "runs", cache=tmp_path / "c.sqlite")
         filler = root / "filler"
         if mounted:
-            fd = os.open(filler, os.O_WRONLY | os.O_CREAT)   # fill the disk, leaving a few KB
-            try:
-                while True:
-                    os.write(fd, b"\0" * 4096)
-            except OSError:
-                pass
-            finally:
-                os.close(fd)
-            filler_size = filler.stat().st_size
-            os.truncate(filler, filler_size - 8192)
+            fill(filler, 8192)   # the disk full but for 8 KB
         else:
             real = os.replace
 
@@ -188,19 +167,19 @@ def test_full_disk_is_a_clear_error_and_a_rerun_resumes(plugin_path, tmp_path, m
         assert res.metrics["final"] == ref.metrics["final"] and res.metrics["stages"] == ref.metrics["stages"]
     finally:
         if mounted:
-            _umount(root)
+            umount(root)
 
 
 def test_read_only_run_root_and_cache(plugin_path, tmp_path):
     root = tmp_path / "ro"
-    if _mount_tmpfs(root, "1m", "ro"):
+    if not mount_tmpfs(root, "1m", "ro"):
         try:
             with pytest.raises(StorageError, match=rf"cannot write .*'{root}.*': the file system is read-only; choose a writable folder"):
                 run_recipe(toy_recipe(root / "runs", cache=tmp_path / "c.sqlite"))
             with pytest.raises(StorageError, match=r"cannot write the call cache .*: it cannot be written \(sqlite"):
                 run_recipe(toy_recipe(tmp_path / "runs", cache=root / "c.sqlite"))
         finally:
-            _umount(root)
+            umount(root)
     err = storage_error(OSError(errno.EROFS, "Read-only file system", "/x/y"), "/x", "the run directory")
     assert str(err).startswith("cannot write the run directory '/x/y': the file system is read-only")
     import sqlite3

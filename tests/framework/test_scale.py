@@ -211,6 +211,19 @@ def test_encoder_actors_fill_the_cluster_unless_set():
         encoder_actors(scale_settings({"num_gpus": 1}), {"CPU": 8.0}, 10)
 
 
+def test_job_blocks_keep_every_actor_fed_and_the_tail_short():
+    from agentcir.framework.scale.embed import BATCHES_PER_BLOCK, job_blocks
+
+    assert job_blocks(105, 2) == 8             # the fashion photos on 2 actors: 4 blocks each
+    assert job_blocks(3, 2) == 3               # never an empty block
+    assert job_blocks(1, 16) == 1
+    big = 10_000_000 // 64                     # 10M photos on 8 actors: blocks of 16 batches, not 32 of 4,883
+    assert job_blocks(big, 8) == -(-big // BATCHES_PER_BLOCK)
+    for batches, actors in [(105, 2), (210, 2), (big, 8), (500, 64)]:
+        n = job_blocks(batches, actors)
+        assert n >= min(batches, 4 * actors) and -(-batches // n) <= BATCHES_PER_BLOCK
+
+
 def test_joining_a_ray_cluster_that_refuses_names_address_and_token(monkeypatch):
     from agentcir.framework.scale import init_ray
 

@@ -170,6 +170,18 @@ def encoder_actors(scale: dict[str, Any], resources: dict[str, float], batches: 
     return max(1, min(n, batches))
 
 
+#: encoder batches per Ray Data block at most: a block is one task of an actor, so the tail a job
+#: waits on at its end (the slowest actor's last block) stays a few seconds of work, while the
+#: cost of a task (about 10 ms here) stays under 1% of it
+BATCHES_PER_BLOCK = 16
+
+
+def job_blocks(batches: int, actors: int) -> int:
+    """Blocks of the job's dataset: at least 4 per actor (each actor holds two tasks in flight, so
+    the pool balances itself) and at most :data:`BATCHES_PER_BLOCK` batches each."""
+    return max(1, min(batches, 4 * actors), -(-batches // BATCHES_PER_BLOCK))
+
+
 def _embed_ray(dirs, ranges, todo, items, encoder, recipe, scale, dtype, progress) -> None:
     ray = init_ray(scale)
     b = encoder._batch(None) if hasattr(encoder, "_batch") else 64
@@ -179,7 +191,7 @@ def _embed_ray(dirs, ranges, todo, items, encoder, recipe, scale, dtype, progres
         shard_of[a:z] = s
     actors = encoder_actors(scale, ray.cluster_resources(), len(rows))
     log.info("Ray Data job: %d encoder batch(es) on %d encoder actor(s)", len(rows), actors)
-    ds = ray.data.from_items(rows, override_num_blocks=max(1, min(len(rows), 4 * actors, 200)))
+    ds = ray.data.from_items(rows, override_num_blocks=job_blocks(len(rows), actors))
     ds = ds.map_batches(EncodeBatch, fn_constructor_kwargs={"encoder_node": recipe["encoder"],
                                                             "identity": encoder.identity},
                         batch_size=1, compute=ray.data.ActorPoolStrategy(size=actors), num_gpus=scale["num_gpus"] or None,
