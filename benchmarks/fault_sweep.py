@@ -418,8 +418,8 @@ class Sweep:
             row = Row(sid, "disk full")
             mnt = self.work / "tmpfs"
             mnt.mkdir(exist_ok=True)
-            why = mount_tmpfs(mnt, "8m")
-            if why:
+            mounted, why = mount_tmpfs(mnt, "8m")
+            if not mounted:
                 row.notes.append(f"not run: cannot mount a tmpfs here ({why[:120]}); "
                                  f"tests/framework/test_reliability.py injects ENOSPC instead")
                 self.record(row)

@@ -9,14 +9,16 @@ import sys
 from pathlib import Path
 
 
-def mount_tmpfs(path: Path, size: str, *opts: str) -> str:
-    """Mount a tmpfs of ``size`` (e.g. ``8m``) at ``path``; '' when mounted, else why not."""
+def mount_tmpfs(path: Path, size: str, *opts: str) -> tuple[bool, str]:
+    """Mount a tmpfs of ``size`` (e.g. ``8m``) at ``path``: (mounted, why not)."""
     path.mkdir(parents=True, exist_ok=True)
     if sys.platform != "linux" or os.geteuid() != 0:
-        return "mounting needs root on Linux"
+        return False, "mounting needs root on Linux"
     r = subprocess.run(["mount", "-t", "tmpfs", "-o", ",".join([f"size={size}", *opts]), "tmpfs", str(path)],
                        capture_output=True, text=True)
-    return "" if r.returncode == 0 else (r.stderr.strip() or f"mount exited {r.returncode}")
+    if r.returncode:
+        return False, r.stderr.strip() or f"mount exited {r.returncode}"
+    return True, ""
 
 
 def umount(path: Path) -> None:

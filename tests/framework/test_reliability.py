@@ -140,7 +140,7 @@ def test_full_disk_is_a_clear_error_and_a_rerun_resumes(plugin_path, tmp_path, m
     freed the same command finishes with the metrics of a run that had room."""
     ref = run_recipe(toy_recipe(tmp_path / "ref", cache=tmp_path / "ref.sqlite"))
     root = tmp_path / "small"
-    mounted = not mount_tmpfs(root, "1m")
+    mounted, _ = mount_tmpfs(root, "1m")
     try:
         r = toy_recipe(root / "runs", cache=tmp_path / "c.sqlite")
         filler = root / "filler"
@@ -172,7 +172,7 @@ def test_full_disk_is_a_clear_error_and_a_rerun_resumes(plugin_path, tmp_path, m
 
 def test_read_only_run_root_and_cache(plugin_path, tmp_path):
     root = tmp_path / "ro"
-    if not mount_tmpfs(root, "1m", "ro"):
+    if mount_tmpfs(root, "1m", "ro")[0]:
         try:
             with pytest.raises(StorageError, match=rf"cannot write .*'{root}.*': the file system is read-only; choose a writable folder"):
                 run_recipe(toy_recipe(root / "runs", cache=tmp_path / "c.sqlite"))
