@@ -53,3 +53,24 @@ def test_scale_benchmark_runs_resumes_and_reports(tmp_path):
                             capture_output=True, text=True, timeout=60)
     assert report.returncode == 0, report.stderr[-2000:]
     assert "command, `--engine ray --address` (joins)" in report.stdout and "**Exact search**" in report.stdout
+
+
+@pytest.mark.slow
+def test_embed_timeline_times_every_encoder_call_of_the_job(tmp_path):
+    """benchmarks/scale/embed_timeline.py: the job of `agentcir index --engine ray` over 8 demo
+    photos in batches of 2, every call stamped inside its actor, next to the local build."""
+    out = tmp_path / "t.json"
+    env = dict(os.environ)
+    env.pop("RAY_ADDRESS", None)
+    done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "scale" / "embed_timeline.py"), "--photos", str(DEMO),
+                           "--n", "8", "--rounds", "1", "--batch-size", "2", "--out", str(out)],
+                          env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    r = json.loads(out.read_text())
+    job = r["rounds"][0]
+    assert r["images"] == 8 and job["actors"] == len(job["per_actor"]) >= 1
+    assert sum(a["calls"] for a in job["per_actor"]) == 4                   # 8 photos in 4 encoder batches
+    for a in job["per_actor"]:
+        assert 0 <= a["born_s"] <= a["ready_s"] <= a["first_call_s"] < a["last_end_s"] <= job["wall_s"]
+        assert 0 < a["busy_s"] <= a["last_end_s"] - a["first_call_s"] and a["idle_between_calls_s"] >= 0
+    assert job["local_s"] > 0 and job["tail_s"] >= 0 and r["median_wall_s"] == job["wall_s"]

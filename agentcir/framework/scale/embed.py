@@ -182,20 +182,26 @@ def job_blocks(batches: int, actors: int) -> int:
     return max(1, min(batches, 4 * actors), -(-batches // BATCHES_PER_BLOCK))
 
 
-def _embed_ray(dirs, ranges, todo, items, encoder, recipe, scale, dtype, progress) -> None:
-    ray = init_ray(scale)
+def embedding_job(ray, items, ranges, todo, encoder, recipe, scale, udf=EncodeBatch):
+    """The Ray Data dataset that embeds the shards ``todo`` (rows: one encoder batch each, read,
+    decoded and embedded by ``udf`` actors), and its number of actors."""
     b = encoder._batch(None) if hasattr(encoder, "_batch") else 64
     rows = [{"start": a, "paths": [items[i].path for i in range(a, z)]} for a, z in encoder_batches(ranges, todo, b)]
-    shard_of = np.zeros(len(items), np.int32)
-    for s, (a, z) in enumerate(ranges):
-        shard_of[a:z] = s
     actors = encoder_actors(scale, ray.cluster_resources(), len(rows))
     log.info("Ray Data job: %d encoder batch(es) on %d encoder actor(s)", len(rows), actors)
     ds = ray.data.from_items(rows, override_num_blocks=job_blocks(len(rows), actors))
-    ds = ds.map_batches(EncodeBatch, fn_constructor_kwargs={"encoder_node": recipe["encoder"],
-                                                            "identity": encoder.identity},
+    ds = ds.map_batches(udf, fn_constructor_kwargs={"encoder_node": recipe["encoder"], "identity": encoder.identity},
                         batch_size=1, compute=ray.data.ActorPoolStrategy(size=actors), num_gpus=scale["num_gpus"] or None,
                         num_cpus=scale["num_cpus"], batch_format="numpy")
+    return ds, actors
+
+
+def _embed_ray(dirs, ranges, todo, items, encoder, recipe, scale, dtype, progress) -> None:
+    ray = init_ray(scale)
+    shard_of = np.zeros(len(items), np.int32)
+    for s, (a, z) in enumerate(ranges):
+        shard_of[a:z] = s
+    ds, _ = embedding_job(ray, items, ranges, todo, encoder, recipe, scale)
     pending = {s: {} for s in todo}
     t0, done_rows = time.perf_counter(), 0
     for batch in ds.iter_batches(batch_size=None, batch_format="numpy"):
