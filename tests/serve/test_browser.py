@@ -127,7 +127,7 @@ def test_upload_results_refine_by_click(page, server, gallery, artifacts, search
     _shot(page, artifacts, "01-start")
     ref = folder / f"{facts['products'][0]}.jpg"
     page.set_input_files("#file", str(ref))
-    assert page.is_visible("#ref-img")
+    _expect(page.locator("#ref-img")).to_be_visible()   # waits: the page shows the file once it has read it
     page.fill("#text", "in red")
     page.fill("#k", "12")
     page.click("#go")
