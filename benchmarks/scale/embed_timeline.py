@@ -29,6 +29,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from agentcir.framework.files import atomic_write_text  # noqa: E402
+from agentcir.framework.scale import scale_settings  # noqa: E402
 from agentcir.framework.scale.embed import EncodeBatch, embedding_job  # noqa: E402
 
 
@@ -89,7 +90,7 @@ def main(argv=None) -> int:
     items, _ = items_from_folder(args.photos)
     items = items[:args.n] if args.n else items
     recipe = compose(["encoder=catalog"] + ([f"encoder.batch_size={args.batch_size}"] if args.batch_size else []))
-    scale = {"engine": "ray", "concurrency": 0, "num_cpus": 1, "num_gpus": 0}
+    scale = scale_settings({"engine": "ray"})   # the command's defaults: one 1-CPU actor per core
     ray.init(num_cpus=os.cpu_count() or 1, include_dashboard=False, log_to_driver=False, _node_ip_address="127.0.0.1",
              runtime_env={"env_vars": {"PYTHONPATH": str(ROOT)}})
     ray.data.DataContext.get_current().enable_progress_bars = False
