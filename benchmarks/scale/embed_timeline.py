@@ -79,6 +79,8 @@ def main(argv=None) -> int:
     p.add_argument("--n", type=int, default=0, help="first N photos only (0: all)")
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--batch-size", type=int, default=0, help="the encoder's batch size (0: the recipe's, 64)")
+    p.add_argument("--encoder", nargs="+", default=["encoder=catalog"],
+                   help="recipe overrides choosing the encoder (e.g. encoder=onnx encoder.path=DIR)")
     p.add_argument("--out", required=True, help="results JSON")
     args = p.parse_args(argv)
 
@@ -89,13 +91,13 @@ def main(argv=None) -> int:
 
     items, _ = items_from_folder(args.photos)
     items = items[:args.n] if args.n else items
-    recipe = compose(["encoder=catalog"] + ([f"encoder.batch_size={args.batch_size}"] if args.batch_size else []))
+    recipe = compose(args.encoder + ([f"encoder.batch_size={args.batch_size}"] if args.batch_size else []))
     scale = scale_settings({"engine": "ray"})   # the command's defaults: one 1-CPU actor per core
     ray.init(num_cpus=os.cpu_count() or 1, include_dashboard=False, log_to_driver=False, _node_ip_address="127.0.0.1",
              runtime_env={"env_vars": {"PYTHONPATH": str(ROOT)}})
     ray.data.DataContext.get_current().enable_progress_bars = False
     work = Path(tempfile.mkdtemp(prefix="embed-timeline-"))
-    out = {"images": len(items), "encoder": "catalog", "rounds": []}
+    out = {"images": len(items), "encoder": " ".join(args.encoder), "rounds": []}
     try:
         t = time.perf_counter()
         timed_job(ray, items[:64], ComponentPool(recipe).get("encoder"), recipe, scale)   # the cluster's helper actors

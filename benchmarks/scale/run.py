@@ -19,7 +19,7 @@ parts already there, ``--redo PART`` repeats one):
   rows), each memory-mapped as the shard workers map them: recall@10 against the exact top-10, Q=64 and Q=1 time against the exact per-shard
   scan of the same shards (in one process), the speed-up at the first setting with
   recall@10 >= 0.95, build time.
-* ``embed``: the catalog encoder over the fashion photos, ``engine=local`` (one process,
+* ``embed``: the catalog encoder (or ``--embed-encoder``'s) over the fashion photos, ``engine=local`` (one process,
   torch's threads) against the Ray Data job (encoder actors of 1 CPU each, one per core unless
   ``--embed-actors``) on a local Ray started once before the rounds, interleaved rounds (the
   variants in a seeded shuffled order in each): the jobs in this process (each including its
@@ -255,24 +255,23 @@ def part_ann(args, data: Path) -> dict:
 
 # -- embedding ----------------------------------------------------------------------------------
 def tower_rates(recipe, paths) -> dict:
-    """The local engine's work (read, decode, embed) over ``paths`` in this process, with torch's
-    threads at 1 (one encoder actor's share) and at every core (the local engine): images/s, the
-    host's state, which moves the engines' speeds (docs/scale.md)."""
+    """The local engine's work (read, decode, embed) over ``paths`` in this process, with the
+    encoder's threads at 1 (one encoder actor's share) and at every core (the local engine):
+    images/s, the host's state, which moves the engines' speeds (docs/scale.md)."""
     import torch
 
     from agentcir.framework.recipe import ComponentPool
 
-    encoder = ComponentPool(recipe).get("encoder")
     before, rates = torch.get_num_threads(), {}
     try:
         for threads in (1, os.cpu_count() or 1):
-            torch.set_num_threads(threads)
+            encoder = ComponentPool({"encoder": {**recipe["encoder"], "num_threads": threads}}).get("encoder")
             encoder.encode_images(paths[:64], progress=False)       # warm
             t = time.perf_counter()
             encoder.encode_images(paths, progress=False)
             rates[f"threads_{threads}_img_s"] = round(len(paths) / (time.perf_counter() - t), 1)
     finally:
-        torch.set_num_threads(before)
+        torch.set_num_threads(before)      # a torch encoder sets the process's threads
     return rates
 
 
@@ -290,9 +289,9 @@ def part_embed(args, data: Path) -> dict:
     if args.embed_repeat > 1:   # a longer job over the same files: what the fixed costs amount to
         items = [dataclasses.replace(it, id=f"{it.id}#{r}") for r in range(args.embed_repeat) for it in items]
     commands = args.embed_commands and not args.embed_n and args.embed_repeat == 1   # a command takes the folder
-    recipe = compose(["encoder=catalog"])
+    recipe = compose(args.embed_encoder)
     scale = {"engine": "ray", "shards": args.embed_shards, "concurrency": args.embed_actors, "num_cpus": 1}
-    out = {"images": len(items), "encoder": "catalog", "actors": args.embed_actors or "cluster's CPUs",
+    out = {"images": len(items), "encoder": " ".join(args.embed_encoder), "actors": args.embed_actors or "cluster's CPUs",
            "rounds": args.embed_rounds, "repeat": args.embed_repeat}
     cores = os.cpu_count() or 1
     t = time.perf_counter()
@@ -303,7 +302,7 @@ def part_embed(args, data: Path) -> dict:
     address = ray.get_runtime_context().gcs_address
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
     env.pop("RAY_ADDRESS", None)
-    index = [sys.executable, "-m", "agentcir.cli", "index", args.photos, "--no-metadata", "-q"]
+    index = [sys.executable, "-m", "agentcir.cli", "index", args.photos, "--no-metadata", "-q", *args.embed_encoder]
     ray_flags = ["--engine", "ray", "--shards", str(args.embed_shards)] + (
         [f"scale.concurrency={args.embed_actors}"] if args.embed_actors else [])
 
@@ -370,6 +369,9 @@ def main(argv=None) -> int:
     p.add_argument("--ann-reps", type=int, default=5)
     p.add_argument("--photos", default=str(ROOT.parent / "shared" / "data" / "fashion-products" / "images"))
     p.add_argument("--embed-n", type=int, default=0, help="first N photos only (0: all)")
+    p.add_argument("--embed-encoder", nargs="+", default=["encoder=catalog"],
+                   help="recipe overrides choosing the encoder of both engines (e.g. encoder=onnx encoder.path=DIR, "
+                        "the catalog encoder exported by `agentcir export-onnx`)")
     p.add_argument("--embed-actors", type=int, default=0, help="encoder actors (0: the recipe default, one per CPU)")
     p.add_argument("--embed-shards", type=int, default=4)
     p.add_argument("--embed-rounds", type=int, default=3)

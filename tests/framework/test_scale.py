@@ -211,6 +211,19 @@ def test_encoder_actors_fill_the_cluster_unless_set():
         encoder_actors(scale_settings({"num_gpus": 1}), {"CPU": 8.0}, 10)
 
 
+def test_encoder_actors_get_their_cpu_share_of_threads():
+    from agentcir.framework.scale import scale_settings
+    from agentcir.framework.scale.embed import actor_encoder_node
+
+    node = {"name": "onnx", "path": "x", "num_threads": 0}
+    assert actor_encoder_node(node, scale_settings({}))["num_threads"] == 1        # a 1-CPU actor: 1 thread
+    assert actor_encoder_node(node, scale_settings({"num_cpus": 4}))["num_threads"] == 4
+    assert actor_encoder_node(node, scale_settings({"num_cpus": 0.5}))["num_threads"] == 1
+    assert actor_encoder_node({**node, "num_threads": 3}, scale_settings({}))["num_threads"] == 3   # as the recipe says
+    assert "num_threads" not in actor_encoder_node({"name": "features", "path": "x"}, scale_settings({}))
+    assert node["num_threads"] == 0                                                # the recipe's node is not changed
+
+
 def test_job_blocks_keep_every_actor_fed_and_the_tail_short():
     from agentcir.framework.scale.embed import BATCHES_PER_BLOCK, job_blocks
 

@@ -92,6 +92,34 @@ def test_ray_embedding_equals_local_and_actor_search_equals_single(local_ray, tm
         viaray.close()
 
 
+@pytest.mark.slow
+def test_onnx_encoder_actors_use_their_cpu_share_and_embed_as_local(local_ray, tmp_path):
+    """onnxruntime sizes its thread pool by the node's cores, not by Ray's OMP_NUM_THREADS: each
+    1-CPU encoder actor must run it with 1 thread (two actors with 2 spinning threads each ran at
+    half speed on 2 cores), and the job still writes what a local build writes."""
+    pytest.importorskip("onnxruntime", reason="needs the onnx extra: pip install 'agentcir[onnx]'")
+    pytest.importorskip("onnx", reason="needs the onnx extra: pip install 'agentcir[onnx]'")
+    from agentcir.components.encoders.onnx import export_onnx
+    from agentcir.framework.scale import scale_settings
+    from agentcir.framework.scale.embed import EncodeBatch, actor_encoder_node
+    from agentcir.registry import ENCODERS
+
+    path = export_onnx(ENCODERS.build("catalog", {}), tmp_path / "onnx")
+    recipe = compose(["encoder=onnx", f"encoder.path={path}"])
+    enc = ComponentPool(recipe).get("encoder")
+    scale = scale_settings({"engine": "ray", "shards": 2})
+    actor = EncodeBatch(encoder_node=actor_encoder_node(recipe["encoder"], scale), identity=enc.identity)
+    assert actor.encoder.session("image").get_session_options().intra_op_num_threads == 1   # what each actor runs
+    its = demo_items(96)
+    local = build_sharded(tmp_path / "local", its, enc, {"shards": 2}, progress=False)
+    viaray = build_sharded(tmp_path / "ray", its, enc, scale, recipe=recipe, progress=False)
+    assert viaray.ids == local.ids
+    for s in range(2):
+        np.testing.assert_array_equal(np.load(local.shard_dir(s) / "image_emb.npy"),
+                                      np.load(viaray.shard_dir(s) / "image_emb.npy"))
+    viaray.close()
+
+
 def test_method_runs_on_ray_shards(local_ray, plugin_path, tmp_path):
     single = run = None
     from agentcir.framework.runner import run_recipe
@@ -163,6 +191,31 @@ def test_killed_embedding_job_reruns_only_unfinished_shards(local_ray, plugin_en
     assert g.ids == local.ids and len(g.shards) == 4
     np.testing.assert_array_equal(np.asarray(g.image_emb), np.asarray(local.image_emb))
     assert json.loads((out / "gallery.json").read_text())["n"] == len(local)
+
+
+def test_without_an_address_a_local_ray_starts_even_past_a_stale_cluster_file():
+    """No address: engine=ray starts its own local Ray, as documented, even when a killed `ray
+    start` left /tmp/ray/ray_current_cluster naming a cluster that is gone (a plain ray.init()
+    joins that one, and fails)."""
+    from ray._common.utils import get_ray_address_file
+
+    f = Path(get_ray_address_file(None))
+    old = f.read_text() if f.is_file() else None
+    f.parent.mkdir(parents=True, exist_ok=True)
+    f.write_text("127.0.0.1:9")                 # loopback's discard port: no cluster there
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    env.pop("RAY_ADDRESS", None)
+    code = ("from agentcir.framework.scale import init_ray\n"
+            "r = init_ray({'num_cpus_total': 1})\nprint('CPUs', r.cluster_resources()['CPU'])\nr.shutdown()")
+    try:
+        done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    finally:
+        if old is None:
+            f.unlink(missing_ok=True)
+        else:
+            f.write_text(old)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "CPUs 1.0" in done.stdout
 
 
 def test_index_command_joins_a_running_cluster_by_address(local_ray, plugin_env, tmp_path):

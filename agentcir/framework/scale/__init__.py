@@ -125,8 +125,10 @@ def init_ray(scale: dict[str, Any]):
             kw["num_cpus"] = scale["num_cpus_total"]
         if scale.get("object_store_mb"):
             kw["object_store_memory"] = scale["object_store_mb"] * 2 ** 20
-        # a local cluster on loopback: nothing of it listens on the machine's network addresses
-        ray.init(include_dashboard=False, log_to_driver=False, _node_ip_address="127.0.0.1", **kw)
+        # a local cluster on loopback: nothing of it listens on the machine's network addresses.
+        # address="local": a new one, as documented; without it Ray joins the cluster named in
+        # /tmp/ray/ray_current_cluster, which a killed `ray start` leaves pointing at nothing
+        ray.init(address="local", include_dashboard=False, log_to_driver=False, _node_ip_address="127.0.0.1", **kw)
     return ray
 
 

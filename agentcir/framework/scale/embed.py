@@ -182,6 +182,18 @@ def job_blocks(batches: int, actors: int) -> int:
     return max(1, min(batches, 4 * actors), -(-batches // BATCHES_PER_BLOCK))
 
 
+def actor_encoder_node(node: dict[str, Any], scale: dict[str, Any]) -> dict[str, Any]:
+    """The recipe's encoder node as an encoder actor builds it: an encoder with a ``num_threads``
+    setting left at 0 (the backend's default) gets the actor's CPUs. Ray tells torch its share
+    (``OMP_NUM_THREADS``), but onnxruntime sizes its pool by the node's cores, so two 1-CPU
+    actors on 2 cores ran 4 spinning threads, at half speed. ``num_threads`` is not part of an
+    encoder's identity: the embeddings are the same."""
+    node = dict(node)
+    if node.get("num_threads") == 0:
+        node["num_threads"] = max(1, int(scale["num_cpus"]))
+    return node
+
+
 def embedding_job(ray, items, ranges, todo, encoder, recipe, scale, udf=EncodeBatch):
     """The Ray Data dataset that embeds the shards ``todo`` (rows: one encoder batch each, read,
     decoded and embedded by ``udf`` actors), and its number of actors."""
@@ -190,7 +202,8 @@ def embedding_job(ray, items, ranges, todo, encoder, recipe, scale, udf=EncodeBa
     actors = encoder_actors(scale, ray.cluster_resources(), len(rows))
     log.info("Ray Data job: %d encoder batch(es) on %d encoder actor(s)", len(rows), actors)
     ds = ray.data.from_items(rows, override_num_blocks=job_blocks(len(rows), actors))
-    ds = ds.map_batches(udf, fn_constructor_kwargs={"encoder_node": recipe["encoder"], "identity": encoder.identity},
+    node = actor_encoder_node(recipe["encoder"], scale)
+    ds = ds.map_batches(udf, fn_constructor_kwargs={"encoder_node": node, "identity": encoder.identity},
                         batch_size=1, compute=ray.data.ActorPoolStrategy(size=actors), num_gpus=scale["num_gpus"] or None,
                         num_cpus=scale["num_cpus"], batch_format="numpy")
     return ds, actors
