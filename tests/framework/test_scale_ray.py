@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections import Counter
 from pathlib import Path
 
 import numpy as np
@@ -154,6 +155,57 @@ def test_dead_shard_actor_is_restarted_or_named(local_ray, tmp_path):
     with pytest.raises(ShardError, match="shard 'shard-00002'"):
         kernels.cosine_topk(q, g.image_emb, 5)
     g.close()
+
+
+@pytest.mark.slow
+def test_shard_actors_spread_over_the_cluster_nodes(local_ray, tmp_path):
+    """On a cluster of two Ray nodes (ray.cluster_utils.Cluster on loopback, in a child process)
+    the 8 shard actors sit evenly on both nodes (Ray's own placement of these num_cpus=0 actors
+    was uneven: 5 and 3, with or without SPREAD; 6 of 6 on one node in a probe) and answer exactly."""
+    from ray._common.utils import get_ray_address_file
+
+    root = tmp_path / "g"
+    build_sharded(root, demo_items(80), ComponentPool(toy_recipe(tmp_path)).get("encoder"), {"shards": 8},
+                  progress=False)
+    q = np.asarray(Gallery.open(root).image_emb[[3, 40]], np.float32)
+    want = kernels.cosine_topk(q, Gallery.open(root).image_emb, 5).ids.tolist()
+    code = f"""
+import json, os
+os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"      # every node on loopback
+import numpy as np, ray
+from ray.cluster_utils import Cluster
+from agentcir import kernels
+from agentcir.framework.gallery import Gallery
+c = Cluster(initialize_head=True, head_node_args={{"num_cpus": 1, "include_dashboard": False}})
+c.add_node(num_cpus=1)
+c.wait_for_nodes()
+try:
+    g = Gallery.open({str(root)!r}, scale={{"engine": "ray", "shards": 8, "address": c.address}})
+    ids = kernels.cosine_topk(np.array({q.tolist()!r}, np.float32), g.image_emb, 5).ids.tolist()
+    nodes = ray.get([a.__ray_call__.remote(lambda self: ray.get_runtime_context().get_node_id())
+                     for a in g.search_engine.workers.actors])
+    print(json.dumps({{"ids": ids, "nodes": nodes, "cluster": len(ray.nodes())}}))
+    g.close()
+finally:
+    ray.shutdown()
+    c.shutdown()
+"""
+    f = Path(get_ray_address_file(None))       # the Cluster writes the address file: put it back
+    old = f.read_text() if f.is_file() else None
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    env.pop("RAY_ADDRESS", None)
+    try:
+        done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=240)
+    finally:
+        if old is None:
+            f.unlink(missing_ok=True)
+        else:
+            f.write_text(old)
+    assert done.returncode == 0, done.stderr[-3000:]
+    got = json.loads(done.stdout.strip().splitlines()[-1])
+    assert got["cluster"] == 2 and len(got["nodes"]) == 8
+    assert sorted(Counter(got["nodes"]).values()) == [4, 4]       # the nodes hold 4 shards each
+    assert got["ids"] == want
 
 
 def test_killed_embedding_job_reruns_only_unfinished_shards(local_ray, plugin_env, tmp_path):
