@@ -224,6 +224,28 @@ def test_encoder_actors_get_their_cpu_share_of_threads():
     assert node["num_threads"] == 0                                                # the recipe's node is not changed
 
 
+def test_shard_actors_are_pinned_to_nodes_in_turn_with_their_share_of_cores():
+    from agentcir.framework.scale.ray_search import shard_placement
+    from agentcir.framework.shards import ShardError
+
+    class Cluster:                          # what ray.nodes() says of a cluster
+        def __init__(self, nodes):
+            self._nodes = nodes
+
+        def nodes(self):
+            return self._nodes
+
+    nodes = [{"NodeID": "b", "Alive": True, "Resources": {"CPU": 8.0}},
+             {"NodeID": "a", "Alive": True, "Resources": {"CPU": 4.0}},
+             {"NodeID": "head", "Alive": True, "Resources": {"memory": 1.0}},     # no CPUs: holds no shard
+             {"NodeID": "c", "Alive": False, "Resources": {"CPU": 64.0}}]          # gone
+    assert shard_placement(Cluster(nodes), 5) == [("a", 1), ("b", 4), ("a", 1), ("b", 4), ("a", 1)]
+    assert shard_placement(Cluster(nodes), 2, threads=3) == [("a", 3), ("b", 3)]   # as the recipe says
+    assert shard_placement(Cluster(nodes[:1]), 16) == [("b", 1)] * 16             # never under 1 thread
+    with pytest.raises(ShardError, match="no alive node with CPUs"):
+        shard_placement(Cluster(nodes[2:]), 2)
+
+
 def test_job_blocks_keep_every_actor_fed_and_the_tail_short():
     from agentcir.framework.scale.embed import BATCHES_PER_BLOCK, job_blocks
 

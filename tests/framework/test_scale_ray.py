@@ -161,7 +161,8 @@ def test_dead_shard_actor_is_restarted_or_named(local_ray, tmp_path):
 def test_shard_actors_spread_over_the_cluster_nodes(local_ray, tmp_path):
     """On a cluster of two Ray nodes (ray.cluster_utils.Cluster on loopback, in a child process)
     the 8 shard actors sit evenly on both nodes (Ray's own placement of these num_cpus=0 actors
-    was uneven: 5 and 3, with or without SPREAD; 6 of 6 on one node in a probe) and answer exactly."""
+    was uneven: 5 and 3, with or without SPREAD; 6 of 6 on one node in a probe), each with its
+    node's kernel threads, and answer exactly."""
     from ray._common.utils import get_ray_address_file
 
     root = tmp_path / "g"
@@ -182,9 +183,11 @@ c.wait_for_nodes()
 try:
     g = Gallery.open({str(root)!r}, scale={{"engine": "ray", "shards": 8, "address": c.address}})
     ids = kernels.cosine_topk(np.array({q.tolist()!r}, np.float32), g.image_emb, 5).ids.tolist()
-    nodes = ray.get([a.__ray_call__.remote(lambda self: ray.get_runtime_context().get_node_id())
+    where = ray.get([a.__ray_call__.remote(lambda self: (ray.get_runtime_context().get_node_id(),
+                                                           os.environ["NUMBA_NUM_THREADS"]))
                      for a in g.search_engine.workers.actors])
-    print(json.dumps({{"ids": ids, "nodes": nodes, "cluster": len(ray.nodes())}}))
+    print(json.dumps({{"ids": ids, "nodes": [w[0] for w in where], "threads": [w[1] for w in where],
+                      "cluster": len(ray.nodes())}}))
     g.close()
 finally:
     ray.shutdown()
@@ -205,6 +208,7 @@ finally:
     got = json.loads(done.stdout.strip().splitlines()[-1])
     assert got["cluster"] == 2 and len(got["nodes"]) == 8
     assert sorted(Counter(got["nodes"]).values()) == [4, 4]       # the nodes hold 4 shards each
+    assert got["threads"] == ["1"] * 8                            # a 1-CPU node's CPU over its 4 shards, at least 1
     assert got["ids"] == want
 
 
