@@ -4,6 +4,7 @@ Data embedding job (identical to engine=local; a killed job reruns only its unfi
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -43,6 +44,26 @@ def local_ray(plugin_path):
             os.environ.pop("PYTHONPATH", None)
         else:
             os.environ["PYTHONPATH"] = old
+
+
+@contextlib.contextmanager
+def address_file(text: str | None = None):
+    """Ray's /tmp/ray/ray_current_cluster, set to ``text`` for the block (a ray.cluster_utils
+    Cluster writes it too) and put back as it was after."""
+    from ray._common.utils import get_ray_address_file
+
+    f = Path(get_ray_address_file(None))
+    old = f.read_text() if f.is_file() else None
+    if text is not None:
+        f.parent.mkdir(parents=True, exist_ok=True)
+        f.write_text(text)
+    try:
+        yield f
+    finally:
+        if old is None:
+            f.unlink(missing_ok=True)
+        else:
+            f.write_text(old)
 
 
 def demo_items(n: int | None = None):
@@ -158,13 +179,11 @@ def test_dead_shard_actor_is_restarted_or_named(local_ray, tmp_path):
 
 
 @pytest.mark.slow
-def test_shard_actors_spread_over_the_cluster_nodes(local_ray, tmp_path):
+def test_shard_actors_sit_evenly_on_the_cluster_nodes(local_ray, tmp_path):
     """On a cluster of two Ray nodes (ray.cluster_utils.Cluster on loopback, in a child process)
     the 8 shard actors sit evenly on both nodes (Ray's own placement of these num_cpus=0 actors
     was uneven: 5 and 3, with or without SPREAD; 6 of 6 on one node in a probe), each with its
     node's kernel threads, and answer exactly."""
-    from ray._common.utils import get_ray_address_file
-
     root = tmp_path / "g"
     build_sharded(root, demo_items(80), ComponentPool(toy_recipe(tmp_path)).get("encoder"), {"shards": 8},
                   progress=False)
@@ -193,17 +212,10 @@ finally:
     ray.shutdown()
     c.shutdown()
 """
-    f = Path(get_ray_address_file(None))       # the Cluster writes the address file: put it back
-    old = f.read_text() if f.is_file() else None
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     env.pop("RAY_ADDRESS", None)
-    try:
+    with address_file():                        # the Cluster writes it: put back after
         done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=240)
-    finally:
-        if old is None:
-            f.unlink(missing_ok=True)
-        else:
-            f.write_text(old)
     assert done.returncode == 0, done.stderr[-3000:]
     got = json.loads(done.stdout.strip().splitlines()[-1])
     assert got["cluster"] == 2 and len(got["nodes"]) == 8
@@ -253,23 +265,12 @@ def test_without_an_address_a_local_ray_starts_even_past_a_stale_cluster_file():
     """No address: engine=ray starts its own local Ray, as documented, even when a killed `ray
     start` left /tmp/ray/ray_current_cluster naming a cluster that is gone (a plain ray.init()
     joins that one, and fails)."""
-    from ray._common.utils import get_ray_address_file
-
-    f = Path(get_ray_address_file(None))
-    old = f.read_text() if f.is_file() else None
-    f.parent.mkdir(parents=True, exist_ok=True)
-    f.write_text("127.0.0.1:9")                 # loopback's discard port: no cluster there
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     env.pop("RAY_ADDRESS", None)
     code = ("from agentcir.framework.scale import init_ray\n"
             "r = init_ray({'num_cpus_total': 1})\nprint('CPUs', r.cluster_resources()['CPU'])\nr.shutdown()")
-    try:
+    with address_file("127.0.0.1:9"):          # loopback's discard port: no cluster there
         done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
-    finally:
-        if old is None:
-            f.unlink(missing_ok=True)
-        else:
-            f.write_text(old)
     assert done.returncode == 0, done.stderr[-2000:]
     assert "CPUs 1.0" in done.stdout
 

@@ -21,9 +21,9 @@ def shard_placement(ray, n: int, threads: int = 0) -> list[tuple[str, int]]:
     """The node and kernel threads of each of ``n`` shard actors: the cluster's alive nodes with
     CPUs in turn (ordered by node id, so a node holds the same shards, and keeps their pages
     cached, from one opening to the next), and ``threads``, or (0) the node's CPUs over the shards
-    it holds. Ray's own placement of these ``num_cpus=0`` actors is uneven (all 6 of 6 on one
-    node, 5 and 3 of 8 with SPREAD, measured; a soft node affinity too, once a node is busy
-    starting workers): one machine would hold most shards. And 4 shards of 2 threads each on 2
+    it holds. Ray's own placement of these ``num_cpus=0`` actors is uneven (on two local nodes:
+    all 6 of 6 on one node; 5 and 3 of 8, with SPREAD too; a soft node affinity gave 5 and 3 in
+    one run of three): one machine would hold most shards. And 4 shards of 2 threads each on 2
     cores scanned 1M rows in 45 ms (Q=1) where 1 thread each took 36 ms."""
     cpus = {x["NodeID"]: x["Resources"].get("CPU", 0) for x in ray.nodes() if x["Alive"]}
     nodes = sorted(node for node, c in cpus.items() if c > 0)
