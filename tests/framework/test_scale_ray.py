@@ -187,8 +187,9 @@ def test_shard_actors_sit_evenly_on_the_cluster_nodes(local_ray, tmp_path):
     root = tmp_path / "g"
     build_sharded(root, demo_items(80), ComponentPool(toy_recipe(tmp_path)).get("encoder"), {"shards": 8},
                   progress=False)
-    q = np.asarray(Gallery.open(root).image_emb[[3, 40]], np.float32)
-    want = kernels.cosine_topk(q, Gallery.open(root).image_emb, 5).ids.tolist()
+    single = Gallery.open(root).image_emb
+    q = np.asarray(single[[3, 40]], np.float32)
+    want = kernels.cosine_topk(q, single, 5).ids.tolist()
     code = f"""
 import json, os
 os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"      # every node on loopback
