@@ -190,3 +190,44 @@ def lazy(x: dict, key: str, build):
     if key not in cache:
         cache[key] = build()
     return cache[key]
+
+
+
+
+def machine_busy_s() -> float | None:
+    """Core-seconds this machine's cores have been busy since boot (``/proc/stat``; None where
+    there is none)."""
+    import os
+
+    try:
+        with open("/proc/stat", encoding="ascii") as f:
+            user, nice, system, idle, iowait, irq, softirq, steal = (int(x) for x in f.readline().split()[1:9])
+    except OSError:
+        return None
+    return (user + nice + system + irq + softirq + steal) / os.sysconf("SC_CLK_TCK")
+
+
+def busy_cores(window: float = 0.25) -> float | None:
+    """Cores of this machine busy over the next ``window`` seconds (None without ``/proc/stat``)."""
+    import time
+
+    b0, t0 = machine_busy_s(), time.perf_counter()
+    time.sleep(window)
+    b1 = machine_busy_s()
+    return None if b0 is None or b1 is None else (b1 - b0) / (time.perf_counter() - t0)
+
+
+def quiet(below: float = 0.2, limit: float = 15.0) -> float:
+    """Wait until the machine is idle (under ``below`` cores busy in two windows running), at
+    most ``limit`` seconds; the seconds waited. Between timed variants: what one leaves running
+    (Ray actors exiting, about 0.8 s of a core each to unload torch; a command's Ray shutting
+    down) would otherwise be timed in the next."""
+    import time
+
+    t, calm = time.perf_counter(), 0
+    while calm < 2 and time.perf_counter() - t < limit:
+        busy = busy_cores()
+        if busy is None:
+            break
+        calm = calm + 1 if busy < below else 0
+    return round(time.perf_counter() - t, 2)

@@ -7,9 +7,11 @@ same photos, in interleaved rounds on one local Ray:
 
 Per round and actor: when its constructor ran and finished, when its first encoder call began
 (the first one imports torch), when its last one ended, its calls and the seconds they took, and
-the idle seconds between them. Per job: its wall time, the start (its first call's start), the
-tail (the spread of the actors' last ends: one actor idle while another finishes its last block),
-and the local engine's time over the same photos.
+the idle seconds between them, and its process's CPU seconds (its start and imports included). Per
+job: its wall time, the start (its first call's start), the tail (the spread of the actors' last
+ends: one actor idle while another finishes its last block), the machine's busy core-seconds and
+what of them was not the actors' (Ray's processes, the driver), and the local engine's time over
+the same photos. Each is timed on an idle machine.
 """
 
 from __future__ import annotations
@@ -26,7 +28,9 @@ from pathlib import Path
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT))
+sys.path[:0] = [str(ROOT), str(ROOT / "benchmarks")]
+
+from _data import machine_busy_s, quiet  # noqa: E402
 
 from agentcir.framework.files import atomic_write_text  # noqa: E402
 from agentcir.framework.scale import scale_settings  # noqa: E402
@@ -44,33 +48,38 @@ class TimedEncodeBatch(EncodeBatch):
     def __call__(self, batch):
         t0 = time.time()
         out = super().__call__(batch)
-        n = len(out["row"])
-        for k, v in (("t0", t0), ("t1", time.time()), ("born", self.born), ("ready", self.ready)):
+        n, cpu = len(out["row"]), os.times()
+        for k, v in (("t0", t0), ("t1", time.time()), ("born", self.born), ("ready", self.ready),
+                     ("cpu", cpu.user + cpu.system)):     # the process's CPU seconds so far, its start included
             out[k] = np.full(n, v)
         out["pid"] = np.full(n, os.getpid())
         return out
 
 
 def timed_job(ray, items, encoder, recipe, scale) -> dict:
-    T = time.time()
+    T, busy = time.time(), machine_busy_s()
     ds, actors = embedding_job(ray, items, [(0, len(items))], [0], encoder, recipe, scale, udf=TimedEncodeBatch)
     calls: dict[int, dict[float, tuple]] = {}
     for b in ds.iter_batches(batch_size=None, batch_format="numpy"):
-        for pid, t0, t1, born, ready in zip(b["pid"], b["t0"], b["t1"], b["born"], b["ready"]):
-            calls.setdefault(int(pid), {})[float(t0)] = (t1 - T, born - T, ready - T)
+        for pid, t0, t1, born, ready, cpu in zip(b["pid"], b["t0"], b["t1"], b["born"], b["ready"], b["cpu"]):
+            calls.setdefault(int(pid), {})[float(t0)] = (t1 - T, born - T, ready - T, float(cpu))
     wall = time.time() - T
+    busy = machine_busy_s() - busy if busy is not None else None
     per = []
     for pid, cs in sorted(calls.items()):
-        spans = sorted((t0 - T, t1) for t0, (t1, _, _) in cs.items())
-        _, born, ready = next(iter(cs.values()))
+        spans = sorted((t0 - T, t1) for t0, (t1, *_) in cs.items())
+        _, born, ready, _ = next(iter(cs.values()))
         per.append({"pid": pid, "born_s": round(born, 2), "ready_s": round(ready, 2),
                     "first_call_s": round(spans[0][0], 2), "first_call_took_s": round(spans[0][1] - spans[0][0], 2),
                     "last_end_s": round(spans[-1][1], 2), "calls": len(spans),
-                    "busy_s": round(sum(b - a for a, b in spans), 2),
+                    "busy_s": round(sum(b - a for a, b in spans), 2), "cpu_s": round(max(c[3] for c in cs.values()), 2),
                     "idle_between_calls_s": round(sum(n[0] - p[1] for p, n in zip(spans, spans[1:])), 2)})
     ends = [a["last_end_s"] for a in per]
-    return {"wall_s": round(wall, 2), "actors": actors, "start_s": min(a["first_call_s"] for a in per),
-            "tail_s": round(max(ends) - min(ends), 2), "per_actor": per}
+    out = {"wall_s": round(wall, 2), "actors": actors, "start_s": min(a["first_call_s"] for a in per),
+           "tail_s": round(max(ends) - min(ends), 2), "per_actor": per}
+    if busy is not None:   # the machine's busy core-seconds over the job: the actors', and the rest (Ray, the driver)
+        out |= {"machine_cpu_s": round(busy, 2), "others_cpu_s": round(busy - sum(a["cpu_s"] for a in per), 2)}
+    return out
 
 
 def main(argv=None) -> int:
@@ -103,16 +112,20 @@ def main(argv=None) -> int:
         timed_job(ray, items[:64], ComponentPool(recipe).get("encoder"), recipe, scale)   # the cluster's helper actors
         out["first_job_s"] = round(time.perf_counter() - t, 2)
         for r in range(args.rounds):
+            quiet()        # each timed on an idle machine: the last job's actors unload torch as they exit
             t = time.perf_counter()
             Gallery.build(work / f"local-{r}", items, ComponentPool(recipe).get("encoder"), progress=False)
             local = time.perf_counter() - t
+            quiet()
             job = timed_job(ray, items, ComponentPool(recipe).get("encoder"), recipe, scale)
             job["local_s"] = round(local, 2)
             out["rounds"].append(job)
             print(f"round {r + 1}/{args.rounds}: local {local:.2f} s, job {job['wall_s']:.2f} s (start "
-                  f"{job['start_s']:.2f} s, tail {job['tail_s']:.2f} s); actors: " + "; ".join(
+                  f"{job['start_s']:.2f} s, tail {job['tail_s']:.2f} s, others' CPU {job.get('others_cpu_s')} s); "
+                  f"actors: " + "; ".join(
                       f"ready {a['ready_s']:.2f} s, first call {a['first_call_took_s']:.2f} s, {a['calls']} calls "
-                      f"busy {a['busy_s']:.2f} s, idle {a['idle_between_calls_s']:.2f} s" for a in job["per_actor"]),
+                      f"busy {a['busy_s']:.2f} s, CPU {a['cpu_s']:.2f} s, idle {a['idle_between_calls_s']:.2f} s"
+                      for a in job["per_actor"]),
                   flush=True)
     finally:
         ray.shutdown()

@@ -24,7 +24,9 @@ parts already there, ``--redo PART`` repeats one):
   ``--embed-actors``) on a local Ray started once before the rounds, interleaved rounds (the
   variants in a seeded shuffled order in each): the jobs in this process (each including its
   encoder loading), and the whole ``agentcir index`` commands (local; Ray joining that running
-  cluster with ``--address``; Ray starting its own): images/s. The local engine's work at 1
+  cluster with ``--address``; Ray starting its own): images/s. Each variant starts on an idle
+  machine (what the previous one left running, such as Ray actors unloading torch as they exit,
+  is waited out, not timed). The local engine's work at 1
   torch thread and at every core's, before and after the rounds, records the host's state.
 """
 
@@ -43,7 +45,9 @@ from pathlib import Path
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT))
+sys.path[:0] = [str(ROOT), str(ROOT / "benchmarks")]
+
+from _data import quiet  # noqa: E402
 
 from agentcir import kernels  # noqa: E402
 from agentcir.framework.files import atomic_write_text  # noqa: E402
@@ -323,6 +327,7 @@ def part_embed(args, data: Path) -> dict:
                      "cmd_ray_join": command(*ray_flags, "--address", address),
                      "cmd_ray_own": command(*ray_flags, f"scale.object_store_mb={args.object_store_mb}")}
     times: dict[str, list[float]] = {v: [] for v in variants}
+    waits: list[float] = []
     order = random.Random(0)
     out["tower_before"] = tower_rates(recipe, [it.path for it in items[:512]])
     try:
@@ -333,6 +338,7 @@ def part_embed(args, data: Path) -> dict:
                 fn = variants[name]
                 d = data / f"embed-{name}"
                 shutil.rmtree(d, ignore_errors=True)
+                waits.append(quiet())            # the previous variant's leftovers are not timed here
                 t = time.perf_counter()
                 fn(d)
                 times[name].append(time.perf_counter() - t)
@@ -340,6 +346,7 @@ def part_embed(args, data: Path) -> dict:
     finally:
         ray.shutdown()
     out["tower_after"] = tower_rates(recipe, [it.path for it in items[:512]])
+    out["quiet_wait_s"] = {"median": round(float(np.median(waits)), 2), "max": max(waits)}
     for name, ts in times.items():
         out[f"{name}_s"] = round(float(np.median(ts)), 2)
         out[f"{name}_img_s"] = round(len(items) / out[f"{name}_s"], 1)

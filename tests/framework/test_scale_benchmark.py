@@ -4,11 +4,13 @@ included (one of them joining the benchmark's running Ray by address)."""
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -72,5 +74,30 @@ def test_embed_timeline_times_every_encoder_call_of_the_job(tmp_path):
     assert sum(a["calls"] for a in job["per_actor"]) == 4                   # 8 photos in 4 encoder batches
     for a in job["per_actor"]:
         assert 0 <= a["born_s"] <= a["ready_s"] <= a["first_call_s"] < a["last_end_s"] <= job["wall_s"]
-        assert 0 < a["busy_s"] <= a["last_end_s"] - a["first_call_s"] and a["idle_between_calls_s"] >= 0
+        assert 0 < a["busy_s"] <= a["last_end_s"] - a["first_call_s"] + 0.01 and a["idle_between_calls_s"] >= 0  # rounded
+        assert a["cpu_s"] > 0                                                # its start and its calls
+    assert job["machine_cpu_s"] >= sum(a["cpu_s"] for a in job["per_actor"]) - 0.1   # /proc/stat's 10 ms ticks
+    assert job["others_cpu_s"] == round(job["machine_cpu_s"] - sum(a["cpu_s"] for a in job["per_actor"]), 2)
     assert job["local_s"] > 0 and job["tail_s"] >= 0 and r["median_wall_s"] == job["wall_s"]
+
+
+@pytest.mark.skipif(not Path("/proc/stat").is_file(), reason="reads /proc/stat (Linux)")
+def test_variants_are_timed_on_an_idle_machine():
+    """benchmarks/_data.py quiet(): it waits while another process keeps a core busy (as Ray
+    actors unloading torch do after a job), and returns at once on an idle machine."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        data = importlib.import_module("_data")
+    finally:
+        sys.path.remove(str(ROOT / "benchmarks"))
+    data.quiet(limit=10)                                  # whatever the suite left running
+    assert data.busy_cores() < 0.5
+    spin = subprocess.Popen([sys.executable, "-c", "import time\nt = time.time()\nwhile time.time() - t < 1.5: pass"])
+    try:
+        time.sleep(0.2)
+        assert data.busy_cores() > 0.7
+        waited = data.quiet(limit=10)
+    finally:
+        spin.wait(5)
+    assert 0.8 < waited < 10                              # it waited out the spinning process
+    assert data.quiet(limit=10) < 1.5                     # idle: two calm windows
