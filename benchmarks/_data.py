@@ -192,8 +192,6 @@ def lazy(x: dict, key: str, build):
     return cache[key]
 
 
-
-
 def machine_busy_s() -> float | None:
     """Core-seconds this machine's cores have been busy since boot (``/proc/stat``; None where
     there is none)."""

@@ -76,7 +76,8 @@ def test_embed_timeline_times_every_encoder_call_of_the_job(tmp_path):
         assert 0 <= a["born_s"] <= a["ready_s"] <= a["first_call_s"] < a["last_end_s"] <= job["wall_s"]
         assert 0 < a["busy_s"] <= a["last_end_s"] - a["first_call_s"] + 0.01 and a["idle_between_calls_s"] >= 0  # rounded
         assert a["cpu_s"] > 0                                                # its start and its calls
-    assert job["machine_cpu_s"] >= sum(a["cpu_s"] for a in job["per_actor"]) - 0.1   # /proc/stat's 10 ms ticks
+    # the actors' CPU is part of the machine's (give or take /proc/stat's ticks and a worker Ray started before the job)
+    assert job["machine_cpu_s"] >= sum(a["cpu_s"] for a in job["per_actor"]) - 0.5
     assert job["others_cpu_s"] == round(job["machine_cpu_s"] - sum(a["cpu_s"] for a in job["per_actor"]), 2)
     assert job["local_s"] > 0 and job["tail_s"] >= 0 and r["median_wall_s"] == job["wall_s"]
 
