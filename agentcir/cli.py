@@ -22,6 +22,7 @@ import argparse
 import json
 import logging
 import sys
+import time
 from pathlib import Path
 from typing import Callable, Sequence
 
@@ -163,22 +164,28 @@ def cmd_index(args) -> int:
             it.meta = {"user": args.user}
     encoder = ComponentPool(recipe).get("encoder")
     scale = _scale_args(recipe, args)
+    out = Path(args.out)
+    fresh = not out.is_dir() or not any(out.iterdir())   # else a build resumed, or done already
+    t0 = time.perf_counter()   # the embedding: the encoder's loading (or the Ray job's start) included
     if scale is None:
         g = Gallery.build(args.out, items, encoder, dtype=args.dtype, progress=not args.quiet, source=str(Path(args.folder).resolve()))
     else:  # a sharded gallery, embedded in this process or by a Ray Data job (docs/scale.md)
         from .framework.scale.embed import build_sharded
 
         g = build_sharded(args.out, items, encoder, scale, dtype=args.dtype, recipe=recipe, progress=not args.quiet,
-                          source=str(Path(args.folder).resolve()))
+                          source=str(Path(args.folder).resolve()), domain_check=True)
         print(f"{len(g.shards)} shard(s), engine {scale['engine']}")
+    took = time.perf_counter() - t0
     g.set_meta({it.id: it.meta for it in items})  # a re-index refreshes metadata without re-embedding
     print(f"indexed {len(g)} image(s) from '{args.folder}' into '{args.out}' with encoder '{recipe['encoder']['name']}' "
           f"(dim {g.dim}, {g.info['dtype']}); skipped {len(g.skipped)} unreadable image(s) and {len(others)} non-image file(s)")
+    print(f"embedding took {took:.2f} s" + (f" ({len(items) / took:.1f} images/s)" if fresh else
+                                             " (the folder held an earlier build: only what it lacked was embedded)"))
     if scan is not None:
         print(scan.line() + (f"; user '{args.user}'" if args.user else ""))
     from .framework.domain import domain_check  # photos far from the encoder's domain: say so, measured
 
-    check = domain_check(encoder, g.image_emb, name=recipe["encoder"]["name"])
+    check = domain_check(encoder, g.image_emb, name=recipe["encoder"]["name"], folder=args.out)
     if check is not None:
         print(check.line())
     return 0

@@ -1,6 +1,7 @@
 """The `agentcir` command: help, list, index, search, eval, clear one-line errors."""
 
 import json
+import re
 import subprocess
 import sys
 
@@ -44,6 +45,9 @@ def test_index_search_eval(plugin_env, image_folder, tmp_path):
     assert r.returncode == 0, r.stderr
     assert "indexed 12 image(s)" in r.stdout and "skipped 1 unreadable image(s) and 1 non-image file(s)" in r.stdout
     assert "broken.jpg" in r.stderr  # the skipped file is named
+    assert re.search(r"^embedding took [0-9.]+ s \([0-9.]+ images/s\)$", r.stdout, re.M)
+    again = run_cli(["index", str(image_folder), "--out", str(gal), "encoder=toy", "-q"], env=plugin_env)
+    assert again.returncode == 0 and "only what it lacked was embedded" in again.stdout and "images/s" not in again.stdout
     ref = next(image_folder.glob("img01.png"))
     r = run_cli(["search", "--gallery", str(gal), "--image", str(ref), "--text", "brighter", "-k", "3",
                  "encoder=toy", "-q", f"run.cache={tmp_path / 'c.sqlite'}"], env=plugin_env)

@@ -16,16 +16,27 @@ product photos are far, 15 % of ``../shared/data/fashion-products`` (the same ca
 consumer photos of ``../shared/data/clothing`` and 66 % of the 122 photos of ``../shared/data/exif-photos``.
 
 Encoders without a ``domain_sample`` (general ones such as open_clip) are not checked.
+
+The reference photos' embeddings are kept in the gallery folder (:data:`REFERENCE_FILE`, keyed by
+the encoder's identity and the photos' bytes), so a re-index computes nothing, and a Ray
+embedding job embeds them on its encoder actors with the gallery's photos: the command's own
+process then never loads the encoder (which may be set to a GPU only the actors' nodes have).
 """
 
 from __future__ import annotations
 
+import logging
+import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
+from .files import atomic_path
+from .hashing import stable_hash
 from .images import list_images
+
+log = logging.getLogger("agentcir")
 
 REFERENCE_SIZE = 96
 QUANTILE = 5.0
@@ -68,10 +79,37 @@ def reference_images(encoder) -> list[Path]:
     return list_images(folder, recursive=False)[0][:REFERENCE_SIZE]
 
 
-def domain_check(encoder, image_emb: np.ndarray, *, name: str = "") -> DomainCheck | None:
+#: the reference photos' embeddings in a gallery folder (see the module docstring)
+REFERENCE_FILE = "domain_reference.npz"
+
+
+def _reference_key(encoder, refs: list[Path]) -> str:
+    return stable_hash(encoder.identity, list(refs))     # the photos by their bytes
+
+
+def store_reference(folder: str | Path, encoder, refs: list[Path], emb: np.ndarray) -> None:
+    """Keep the embeddings ``emb`` of the reference photos ``refs`` in gallery ``folder``. Best
+    effort: a folder that cannot take them (full, read-only) only means they are embedded again."""
+    try:
+        with atomic_path(Path(folder) / REFERENCE_FILE) as tmp:
+            with open(tmp, "wb") as f:
+                np.savez(f, emb=np.asarray(emb, np.float32), key=np.array(_reference_key(encoder, refs)))
+    except OSError as e:
+        log.warning("domain check: the reference embeddings could not be kept in '%s' (%s)", folder, e)
+
+
+def _stored_reference(folder: str | Path, encoder, refs: list[Path]) -> np.ndarray | None:
+    try:
+        with np.load(Path(folder) / REFERENCE_FILE) as z:
+            return z["emb"] if str(z["key"]) == _reference_key(encoder, refs) else None
+    except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile):   # none yet, unreadable: embed them again
+        return None
+
+
+def domain_check(encoder, image_emb: np.ndarray, *, name: str = "", folder: str | Path | None = None) -> DomainCheck | None:
     """Measure how far ``image_emb`` (``[n, d]``, L2-normalised) lies from ``encoder``'s domain
     (see the module docstring); ``None`` when the encoder names no domain or there are fewer than
-    5 photos."""
+    5 photos. ``folder``: the gallery's, where the reference embeddings are kept."""
     refs = reference_images(encoder)
     n = len(image_emb)
     if len(refs) < 5 or n < 5:
@@ -80,7 +118,11 @@ def domain_check(encoder, image_emb: np.ndarray, *, name: str = "") -> DomainChe
     # sharded gallery is read only at these rows)
     rows = np.linspace(0, n - 1, MAX_PHOTOS).astype(np.int64) if n > MAX_PHOTOS else slice(None)
     emb = np.asarray(image_emb[rows], np.float32)
-    ref = np.asarray(encoder.encode_images([str(p) for p in refs], progress=False), np.float32)
+    ref = _stored_reference(folder, encoder, refs) if folder is not None else None
+    if ref is None:
+        ref = np.asarray(encoder.encode_images([str(p) for p in refs], progress=False), np.float32)
+        if folder is not None:
+            store_reference(folder, encoder, refs, ref)
     within = ref @ ref.T
     np.fill_diagonal(within, -np.inf)
     ref_nn = within.max(1)

@@ -11,7 +11,9 @@ import sys
 #: the embed part's variants (benchmarks/scale/run.py), in table order
 EMBED_VARIANTS = {"job_local": "job, `engine=local`", "job_ray": "job, Ray Data",
                   "cmd_local": "command, `--engine local`", "cmd_ray_join": "command, `--engine ray --address` (joins)",
-                  "cmd_ray_own": "command, `--engine ray` starting its own Ray"}
+                  "cmd_ray_own": "command, `--engine ray` starting its own Ray",
+                  "build_local": "its embedding, `--engine local`", "build_ray_join": "its embedding, Ray joining",
+                  "build_ray_own": "its embedding, Ray starting its own"}
 
 
 def main(path: str) -> None:

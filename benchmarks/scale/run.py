@@ -37,6 +37,7 @@ import dataclasses
 import json
 import os
 import random
+import re
 import shutil
 import sys
 import time
@@ -317,8 +318,9 @@ def part_embed(args, data: Path) -> dict:
         build_sharded(d, items, ComponentPool(recipe).get("encoder"), scale, recipe=recipe, progress=False)
 
     def command(*extra):
-        def run(d):
-            subprocess.run(index + ["--out", str(d), *extra], env=env, check=True, capture_output=True)
+        def run(d):            # -> the seconds of the command's embedding, as it prints them
+            r = subprocess.run(index + ["--out", str(d), *extra], env=env, check=True, capture_output=True, text=True)
+            return float(re.search(r"embedding took ([0-9.]+) s", r.stdout).group(1))
         return run
 
     variants = {"job_local": job_local, "job_ray": job_ray}
@@ -327,6 +329,7 @@ def part_embed(args, data: Path) -> dict:
                      "cmd_ray_join": command(*ray_flags, "--address", address),
                      "cmd_ray_own": command(*ray_flags, f"scale.object_store_mb={args.object_store_mb}")}
     times: dict[str, list[float]] = {v: [] for v in variants}
+    builds: dict[str, list[float]] = {v: [] for v in variants if v.startswith("cmd_")}   # each command's embedding
     waits: list[float] = []
     order = random.Random(0)
     out["tower_before"] = tower_rates(recipe, [it.path for it in items[:512]])
@@ -340,24 +343,31 @@ def part_embed(args, data: Path) -> dict:
                 shutil.rmtree(d, ignore_errors=True)
                 waits.append(quiet())            # the previous variant's leftovers are not timed here
                 t = time.perf_counter()
-                fn(d)
+                took = fn(d)
                 times[name].append(time.perf_counter() - t)
+                if name in builds:
+                    builds[name].append(took)
             log(f"  round {r + 1}/{args.embed_rounds}: " + ", ".join(f"{k} {v[-1]:.1f} s" for k, v in times.items()))
     finally:
         ray.shutdown()
     out["tower_after"] = tower_rates(recipe, [it.path for it in items[:512]])
     out["quiet_wait_s"] = {"median": round(float(np.median(waits)), 2), "max": max(waits)}
+    times |= {f"build_{name[4:]}": ts for name, ts in builds.items()}
     for name, ts in times.items():
         out[f"{name}_s"] = round(float(np.median(ts)), 2)
         out[f"{name}_img_s"] = round(len(items) / out[f"{name}_s"], 1)
-    pairs = [("job_ray", "job_local")] + ([("cmd_ray_join", "cmd_local"), ("cmd_ray_own", "cmd_local")] if commands else [])
+    pairs = [("job_ray", "job_local")] + ([(f"{k}_ray_{how}", f"{k}_local") for k in ("build", "cmd") for how in ("join", "own")]
+                                          if commands else [])
     for ray_v, local_v in pairs:
         out[f"{ray_v}_vs_local"] = round(out[f"{local_v}_s"] / out[f"{ray_v}_s"], 3)
         out[f"{ray_v}_ratios"] = [round(a / b, 3) for a, b in zip(times[local_v], times[ray_v])]
     out["includes"] = {"job_*": "in this process (torch imported already): the encoder's loading, Ray Data's start-up "
                                 "and the actors' start (importing torch) for Ray, the embedding, the shards' writing",
                        "cmd_*": "the whole `agentcir index --no-metadata` command in a fresh process (imports, the "
-                                "domain check); cmd_ray_join joins the running local Ray, cmd_ray_own starts its own"}
+                                "domain check); cmd_ray_join joins the running local Ray, cmd_ray_own starts its own",
+                       "build_*": "the embedding inside each cmd_* command, as the command prints it ('embedding took'): "
+                                  "the encoder's loading with its imports (local), or joining / starting Ray and the "
+                                  "Ray Data job with its actors' start (ray), the embedding, the shards' writing"}
     return out
 
 

@@ -3,18 +3,21 @@
 import numpy as np
 from PIL import Image
 
-from agentcir.framework.domain import FAR_FRACTION, domain_check
+from agentcir.framework.domain import FAR_FRACTION, REFERENCE_FILE, domain_check
 
 
 class FakeEncoder:
     """Embeds a reference photo near axis 0 (its domain); knows its domain folder."""
 
     registry_key = "fake"
+    identity = "fake-1"
 
     def __init__(self, folder):
         self.domain_sample = folder
+        self.calls = 0
 
     def encode_images(self, paths, progress=None):
+        self.calls += 1
         rng = np.random.default_rng(len(paths))
         e = np.zeros((len(paths), 16), np.float32)
         e[:, 0] = 1.0
@@ -87,3 +90,35 @@ def test_the_bundled_catalog_encoder_names_its_domain():
 
     enc = ENCODERS.build("catalog", {})   # lazy: no weights are loaded here
     assert enc.domain_sample.name == "images" and enc.domain_sample.parent.name == "demo"
+
+
+def test_the_reference_embeddings_are_kept_in_the_gallery_folder(tmp_path, caplog):
+    """Kept by the first check, read by the next (no embedding); another encoder identity, other
+    reference photos or a damaged file embed them again; a folder that cannot take them only warns."""
+    enc = FakeEncoder(_photos(tmp_path / "domain"))
+    gallery = tmp_path / "g"
+    gallery.mkdir()
+    emb = enc.encode_images([str(i) for i in range(40)])
+    enc.calls = 0
+    first = domain_check(enc, emb, folder=gallery)
+    assert enc.calls == 1 and (gallery / REFERENCE_FILE).is_file()
+    again = domain_check(enc, emb, folder=gallery)
+    assert enc.calls == 1 and again == first
+    enc.identity = "fake-2"                      # another encoder: its own reference embeddings
+    domain_check(enc, emb, folder=gallery)
+    assert enc.calls == 2
+    domain_check(enc, emb, folder=gallery)
+    assert enc.calls == 2
+    Image.new("RGB", (4, 4), (9, 1, 1)).save(enc.domain_sample / "r00.jpg")   # a reference photo changed
+    domain_check(enc, emb, folder=gallery)
+    assert enc.calls == 3
+    (gallery / REFERENCE_FILE).write_bytes(b"not an npz")                        # damaged
+    domain_check(enc, emb, folder=gallery)
+    assert enc.calls == 4
+    domain_check(enc, emb, folder=gallery)
+    assert enc.calls == 4                                                         # and kept again
+    (gallery / REFERENCE_FILE).unlink()
+    (gallery / REFERENCE_FILE).mkdir()                                            # a path no file can take
+    with caplog.at_level("WARNING", logger="agentcir"):
+        assert domain_check(enc, emb, folder=gallery) == domain_check(enc, emb)   # the check itself goes on
+    assert "could not be kept" in caplog.text

@@ -41,9 +41,12 @@ def test_scale_benchmark_runs_resumes_and_reports(tmp_path):
     assert {"machine", "exact", "ann", "embed"} <= set(r)
     e = r["embed"]
     assert e["images"] == 8
-    for v in ("job_local", "job_ray", "cmd_local", "cmd_ray_join", "cmd_ray_own"):
+    for v in ("job_local", "job_ray", "cmd_local", "cmd_ray_join", "cmd_ray_own", "build_local", "build_ray_join",
+              "build_ray_own"):
         assert e[f"{v}_s"] > 0 and e[f"{v}_img_s"] > 0
-    assert all(e[f"{v}_vs_local"] > 0 for v in ("job_ray", "cmd_ray_join", "cmd_ray_own"))
+    for how in ("local", "ray_join", "ray_own"):   # a command's embedding is part of it
+        assert e[f"build_{how}_s"] < e[f"cmd_{how}_s"]
+    assert all(e[f"{v}_vs_local"] > 0 for v in ("job_ray", "cmd_ray_join", "cmd_ray_own", "build_ray_join", "build_ray_own"))
     indexes = r["ann"]["indexes"]
     assert {"ivf_flat", "ivf_sq_fp16", "ivf_sq_8bit", "ivf_pq", "hnsw"} <= set(indexes)
     for v in indexes.values():
@@ -54,7 +57,7 @@ def test_scale_benchmark_runs_resumes_and_reports(tmp_path):
     report = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "scale" / "report.py"), str(out)],
                             capture_output=True, text=True, timeout=60)
     assert report.returncode == 0, report.stderr[-2000:]
-    assert "command, `--engine ray --address` (joins)" in report.stdout and "**Exact search**" in report.stdout
+    assert "command, `--engine ray --address` (joins)" in report.stdout and "its embedding, Ray joining" in report.stdout and "**Exact search**" in report.stdout
 
 
 @pytest.mark.slow

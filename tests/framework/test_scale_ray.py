@@ -278,18 +278,29 @@ def test_without_an_address_a_local_ray_starts_even_past_a_stale_cluster_file():
 
 def test_index_command_joins_a_running_cluster_by_address(local_ray, plugin_env, tmp_path):
     """`agentcir index --engine ray --address A` joins the cluster at A (the module's local Ray)
-    instead of starting one, and writes the gallery a local build writes."""
-    out = tmp_path / "g"
+    instead of starting one, and writes the gallery a local build writes. Its encoder actors embed
+    the domain check's reference photos too: the command's own process embeds nothing."""
+    from agentcir.framework.domain import REFERENCE_FILE, reference_images
+
+    out, log = tmp_path / "g", tmp_path / "embedded.log"
     folder = DEMO / "images" if (DEMO / "images").is_dir() else DEMO
     address = local_ray.get_runtime_context().gcs_address
     env = dict(plugin_env, PYTHONPATH=os.pathsep.join([str(ROOT), plugin_env.get("PYTHONPATH", "")]))
     env.pop("RAY_ADDRESS", None)
+    toy = ["encoder=toy", f"encoder.domain={folder}", f"encoder.log={log}"]
     done = subprocess.run([sys.executable, "-m", "agentcir.cli", "index", str(folder), "--out", str(out),
-                           "--engine", "ray", "--address", address, "--shards", "2", "--no-metadata",
-                           "encoder=toy"], env=env, capture_output=True, text=True, timeout=300)
+                           "--engine", "ray", "--address", address, "--shards", "2", "--no-metadata", *toy],
+                          env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     assert f"Connecting to existing Ray cluster at address: {address}" in done.stderr
     assert "on 2 encoder actor(s)" in done.stderr               # the joined cluster's 2 CPUs
+    assert "domain check: encoder 'toy'" in done.stdout
+    who = Counter(line.split()[0] for line in log.read_text().splitlines())
+    assert "cli.py" not in who and sum(who.values()) > 0, who    # every batch on an actor, none in the command
+    enc = ComponentPool(compose(toy)).get("encoder")
+    refs = reference_images(enc)
+    with np.load(out / REFERENCE_FILE) as z:                     # as the command's process would embed them
+        np.testing.assert_array_equal(z["emb"], enc.encode_images([str(p) for p in refs], progress=False))
     recipe = toy_recipe(tmp_path)
     enc = ComponentPool(recipe).get("encoder")
     local = build_sharded(tmp_path / "local", demo_items(), enc, {"shards": 2}, progress=False)

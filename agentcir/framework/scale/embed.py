@@ -23,6 +23,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from ..domain import reference_images, store_reference
 from ..errors import InputError
 from ..files import atomic_write_text
 from ..gallery import CHUNK, Gallery, GalleryItem
@@ -45,11 +46,12 @@ def _shard_done(d: Path) -> bool:
 
 def build_sharded(root: str | Path, items: Sequence[GalleryItem], encoder, scale: dict[str, Any], *,
                   dtype: str = "float32", recipe: dict[str, Any] | None = None, progress: bool = True,
-                  source: str = ""):
+                  source: str = "", domain_check: bool = False):
     """Embed ``items`` into a sharded gallery at ``root`` (resuming), open it with ``scale``.
 
     ``recipe`` (its ``encoder`` section) is how the Ray encoder actors build the encoder;
-    it is required with ``engine=ray``.
+    it is required with ``engine=ray``. ``domain_check``: a Ray job embeds the encoder's domain
+    reference photos too and keeps them in ``root`` (:mod:`agentcir.framework.domain`).
     """
     scale = scale_settings(scale)
     root = Path(root)
@@ -82,7 +84,10 @@ def build_sharded(root: str | Path, items: Sequence[GalleryItem], encoder, scale
     if scale["engine"] == "ray" and todo:
         if recipe is None or "encoder" not in recipe:
             raise InputError("engine=ray needs the recipe (its encoder section) to build the encoder actors")
-        _embed_ray(dirs, ranges, todo, items, encoder, recipe, scale, dtype, progress)
+        refs = reference_images(encoder) if domain_check else []
+        ref_emb = _embed_ray(dirs, ranges, todo, items, encoder, recipe, scale, dtype, progress, refs)
+        if refs:
+            store_reference(root, encoder, refs, ref_emb)
     else:
         for s in todo:
             a, b = ranges[s]
@@ -194,11 +199,13 @@ def actor_encoder_node(node: dict[str, Any], scale: dict[str, Any]) -> dict[str,
     return node
 
 
-def embedding_job(ray, items, ranges, todo, encoder, recipe, scale, udf=EncodeBatch):
+def embedding_job(ray, items, ranges, todo, encoder, recipe, scale, udf=EncodeBatch, extra: Sequence = ()):
     """The Ray Data dataset that embeds the shards ``todo`` (rows: one encoder batch each, read,
-    decoded and embedded by ``udf`` actors), and its number of actors."""
+    decoded and embedded by ``udf`` actors), and its number of actors. The images ``extra``
+    are embedded too, as rows ``len(items) + i``."""
     b = encoder._batch(None) if hasattr(encoder, "_batch") else 64
     rows = [{"start": a, "paths": [items[i].path for i in range(a, z)]} for a, z in encoder_batches(ranges, todo, b)]
+    rows += [{"start": len(items) + i, "paths": [str(p) for p in extra[i:i + b]]} for i in range(0, len(extra), b)]
     actors = encoder_actors(scale, ray.cluster_resources(), len(rows))
     log.info("Ray Data job: %d encoder batch(es) on %d encoder actor(s)", len(rows), actors)
     ds = ray.data.from_items(rows, override_num_blocks=job_blocks(len(rows), actors))
@@ -209,17 +216,23 @@ def embedding_job(ray, items, ranges, todo, encoder, recipe, scale, udf=EncodeBa
     return ds, actors
 
 
-def _embed_ray(dirs, ranges, todo, items, encoder, recipe, scale, dtype, progress) -> None:
+def _embed_ray(dirs, ranges, todo, items, encoder, recipe, scale, dtype, progress, extra: Sequence = ()) -> np.ndarray:
+    """Run the job, writing each shard as its rows come in; -> the embeddings of the images
+    ``extra`` that could be read."""
     ray = init_ray(scale)
-    shard_of = np.zeros(len(items), np.int32)
+    n = len(items)
+    shard_of = np.zeros(n, np.int32)
     for s, (a, z) in enumerate(ranges):
         shard_of[a:z] = s
-    ds, _ = embedding_job(ray, items, ranges, todo, encoder, recipe, scale)
-    pending = {s: {} for s in todo}
+    ds, _ = embedding_job(ray, items, ranges, todo, encoder, recipe, scale, extra=extra)
+    pending, others = {s: {} for s in todo}, {}
     t0, done_rows = time.perf_counter(), 0
     for batch in ds.iter_batches(batch_size=None, batch_format="numpy"):
         for r, e, why in zip(batch["row"], batch["emb"], batch["reason"]):
-            pending[int(shard_of[r])][int(r)] = (e, str(why))
+            if r >= n:
+                others[int(r) - n] = (e, str(why))
+            else:
+                pending[int(shard_of[r])][int(r)] = (e, str(why))
         done_rows += len(batch["row"])
         for s in [s for s, got in pending.items() if len(got) == ranges[s][1] - ranges[s][0]]:
             a, b = ranges[s]
@@ -231,3 +244,5 @@ def _embed_ray(dirs, ranges, todo, items, encoder, recipe, scale, dtype, progres
                 print(f"  {dirs[s].name}: {b - a} image(s) embedded ({done_rows / (time.perf_counter() - t0):.1f} img/s)")
     if pending:
         raise InputError(f"the Ray embedding job ended with shard(s) {sorted(pending)} incomplete")
+    kept = [others[i][0] for i in sorted(others) if not others[i][1]]
+    return np.stack(kept) if kept else np.zeros((0, encoder.dim), np.float32)

@@ -1,6 +1,7 @@
 """Components registered through entry points, for testing the registry and the runner.
 
-- encoder ``toy``: image = normalised colour statistics, text = hashed words (no learning).
+- encoder ``toy``: image = normalised colour statistics, text = hashed words (no learning); a
+  domain folder and a log of who embedded which batch, when asked.
 - llm ``counting``: deterministic replies, a delay, and one line appended to a file per
   real call (so tests can count calls across processes).
 - method ``llm_then_rank``: a per-query LLM stage, then an embedding ranking stage.
@@ -8,6 +9,7 @@
 
 import hashlib
 import os
+import sys
 import time
 from dataclasses import dataclass
 
@@ -27,13 +29,23 @@ class ToyEncoder(Encoder):
     class Config:
         batch_size: int = 16
         seed: int = 0
+        domain: str = ""   # a folder of photos: its domain_sample (agentcir.framework.domain)
+        log: str = ""      # a file: one line per image batch, naming the program that embedded it
 
     dim = DIM
+    volatile_fields = (*Encoder.volatile_fields, "log")
+
+    @property
+    def domain_sample(self):
+        return self.cfg.domain or None
 
     def _proj(self):
         return np.random.default_rng(self.cfg.seed).standard_normal((12, DIM)).astype(np.float32)
 
     def _embed_images(self, images):
+        if self.cfg.log:
+            with open(self.cfg.log, "a") as f:
+                f.write(f"{os.path.basename(sys.argv[0])} {len(images)}\n")
         feats = []
         for im in images:
             a = np.asarray(im.resize((16, 16)), np.float32) / 255.0
