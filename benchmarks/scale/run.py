@@ -24,7 +24,8 @@ parts already there, ``--redo PART`` repeats one):
   ``--embed-actors``) on a local Ray started once before the rounds, interleaved rounds (the
   variants in a seeded shuffled order in each): the jobs in this process (each including its
   encoder loading), and the whole ``agentcir index`` commands (local; Ray joining that running
-  cluster with ``--address``; Ray starting its own): images/s. Each variant starts on an idle
+  cluster with ``--address``; Ray starting its own) with the embedding inside each, as the
+  command prints it (``build_*``: both engines from a process without the encoder loaded): images/s. Each variant starts on an idle
   machine (what the previous one left running, such as Ray actors unloading torch as they exit,
   is waited out, not timed). The local engine's work at 1
   torch thread and at every core's, before and after the rounds, records the host's state.

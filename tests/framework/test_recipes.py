@@ -123,5 +123,5 @@ def test_config_yaml_lists_every_run_field():
 def test_plugins_ship_recipes(plugin_path):
     """Entry-point group ``agentcir.recipes``: a plugin's recipe folders are searched too."""
     r = compose(["encoder=toy", "llm=counting", "llm.delay=0.5"])
-    assert r["encoder"] == {"name": "toy", "batch_size": 16, "seed": 0}
+    assert r["encoder"] == {"name": "toy", "batch_size": 16, "seed": 0, "domain": "", "log": ""}
     assert r["llm"]["delay"] == 0.5
