@@ -28,6 +28,10 @@ class Component:
     volatile_fields: ClassVar[tuple[str, ...]] = ("batch_size", "device", "num_threads", "concurrency",
                                                   "timeout", "retries", "api_key", "progress")
     registry_key: str = ""
+    #: an explicit version of this class's code: when set on a class, it replaces the digest of
+    #: the class's module in the identity (:mod:`agentcir.framework.code_identity`), and the author
+    #: bumps it whenever the outputs change; empty (the default): the code itself is digested
+    version: ClassVar[str] = ""
 
     @dataclasses.dataclass
     class Config:
@@ -53,16 +57,25 @@ class Component:
         """The prompt named by config field ``field``."""
         return load_prompt(getattr(self.cfg, field))
 
+    def code_digest(self) -> str:
+        """Digest of the code that computes this component's outputs: its class's module and the
+        modules it imports within its package, or the class's ``version``
+        (:func:`agentcir.framework.code_identity.class_code`)."""
+        from .code_identity import class_code
+
+        return stable_hash(class_code(type(self)), n=24)
+
     @functools.cached_property
     def identity(self) -> str:
         """Hash of everything that can change this component's outputs: kind, key, class,
-        config, model identity, prompt files, and the identities of injected components."""
+        its code (:meth:`code_digest`), config, model identity, prompt files, and the identities
+        of injected components."""
         deps = {k: getattr(getattr(self, k, None), "identity", None) for k in (*self.requires, *self.optional)}
         prompts = {f: self.prompt(f).sha256 for f in self.prompt_fields if getattr(self.cfg, f, None)}
         cfg = dataclasses.asdict(self.cfg) if dataclasses.is_dataclass(self.cfg) else {}
         cfg = {k: v for k, v in cfg.items() if k not in self.volatile_fields}
         return stable_hash(self.kind, self.registry_key, f"{type(self).__module__}.{type(self).__qualname__}",
-                           cfg, self.model_identity(), prompts, deps, n=24)
+                           cfg, self.model_identity(), prompts, deps, self.code_digest(), n=24)
 
     def call_prompts(self, op: str, inputs: dict[str, Any]) -> list[str]:
         """Prompt files that the call ``self.<op>(**inputs)`` reads; their sha256 joins the

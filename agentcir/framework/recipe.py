@@ -17,7 +17,7 @@ import dataclasses
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Dict, Sequence
+from typing import Any, Dict, List, Sequence
 
 from ..kernels.dispatch import BACKENDS as KERNEL_BACKENDS
 from ..registry import REGISTRIES, ConfigError, make_config
@@ -54,6 +54,12 @@ class RunConfig:
             (:mod:`agentcir.framework.imports`).
         prices: per component kind, ``input_per_1m`` / ``output_per_1m`` / ``per_call`` / ``per_item``
             (the cost estimate of ``agentcir run --plan``, :mod:`agentcir.framework.plan`).
+        plugins: modules imported before the recipe is checked, so that they can register
+            components and methods without being packaged (``run.plugins=[my_method]``, as
+            mmengine's ``custom_imports``); not part of the run's identity (the code of what
+            they register is, :mod:`agentcir.framework.code_identity`).
+        preflight: before any gallery or query work, check that every endpoint the recipe uses
+            answers (one ``GET /models`` each, :mod:`agentcir.framework.preflight`).
     """
 
     root: str = "runs"
@@ -68,6 +74,8 @@ class RunConfig:
     max_image_pixels: int = 100_000_000
     imports: Dict[str, Any] = field(default_factory=dict)
     prices: Dict[str, Any] = field(default_factory=dict)
+    plugins: List[str] = field(default_factory=list)
+    preflight: bool = True
 
 
 @dataclass
@@ -79,7 +87,38 @@ class KernelsConfig:
 
 
 #: run settings that cannot change results (excluded from the run's identity)
-VOLATILE_RUN_FIELDS = ("concurrency", "progress", "show", "fresh", "name", "root", "cache", "max_image_pixels", "prices")
+VOLATILE_RUN_FIELDS = ("concurrency", "progress", "show", "fresh", "name", "root", "cache", "max_image_pixels", "prices",
+                       "plugins", "preflight")
+
+
+def import_plugins(modules: Any) -> list[str]:
+    """Import the modules of ``run.plugins`` (a module name or a list of them), so that what they
+    register is known before the recipe is checked. Modules are found on ``sys.path``
+    (``PYTHONPATH``), then in the current folder. Returns the names imported; a module that
+    cannot be imported is an :class:`InputError` naming it."""
+    import importlib
+
+    if modules is None or modules == "":
+        return []
+    names = [modules] if isinstance(modules, str) else modules
+    if not isinstance(names, (list, tuple)) or not all(isinstance(m, str) and m.strip() for m in names):
+        raise InputError(f"run.plugins: expected a list of module names (run.plugins=[my_module]), got {modules!r}")
+    import sys
+
+    if names and os.getcwd() not in sys.path and "" not in sys.path:  # as `python -m` would: the current folder too
+        sys.path.append(os.getcwd())
+    out = []
+    for name in (m.strip() for m in names):
+        try:
+            importlib.import_module(name)
+        except ModuleNotFoundError as e:
+            where = "" if e.name == name else f" (it imports '{e.name}', which is missing)"
+            raise InputError(f"run.plugins: cannot import module '{name}'{where}: {e}; put its folder on "
+                             f"PYTHONPATH (or install it) and name it as Python imports it (package.module)") from None
+        except Exception as e:
+            raise InputError(f"run.plugins: importing module '{name}' failed: {type(e).__name__}: {e}") from e
+        out.append(name)
+    return out
 
 
 def _hydra_compose(overrides: Sequence[str], config_name: str, recipes_dir: Path, extra_dirs: Sequence[str]):
@@ -125,6 +164,7 @@ def validate(raw: dict[str, Any], check_devices: bool = True) -> dict[str, Any]:
 
     Returns the resolved recipe as plain containers.
     """
+    import_plugins((raw.get("run") or {}).get("plugins"))  # before the registry keys are checked
     known = {*GROUPS, "kernels", "run", "scale"}
     unknown = sorted(set(raw) - known)
     if unknown:
@@ -151,7 +191,10 @@ def validate(raw: dict[str, Any], check_devices: bool = True) -> dict[str, Any]:
     if out["kernels"]["backend"] not in KERNEL_BACKENDS:
         raise ConfigError(f"kernels: field 'backend': unknown kernel backend '{out['kernels']['backend']}'; "
                           f"choose one of {', '.join(KERNEL_BACKENDS)}")
-    out["run"] = dataclasses.asdict(make_config(RunConfig, raw.get("run") or {}, where="run"))
+    run_node = dict(raw.get("run") or {})
+    if isinstance(run_node.get("plugins"), str):  # run.plugins=my_module: one module
+        run_node["plugins"] = [run_node["plugins"]]
+    out["run"] = dataclasses.asdict(make_config(RunConfig, run_node, where="run"))
     if raw.get("scale"):  # only when given: recipes without it keep their identity
         from .scale import scale_settings
 
@@ -242,6 +285,7 @@ class ComponentPool:
         if "run" in recipe:  # the decoder's pixel limit, before any component reads an image
             from .images import set_max_pixels
 
+            import_plugins(recipe["run"].get("plugins"))  # a recipe resolved in another process
             set_max_pixels(recipe["run"].get("max_image_pixels", 0))
         self._built: dict[str, Any] = dict(prebuilt or {})
         self._building: list[str] = []

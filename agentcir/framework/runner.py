@@ -402,31 +402,86 @@ def prepare_run_dir(run_dir: Path, recipe: dict[str, Any]) -> None:
     atomic_write_text(rfile, yaml.safe_dump(recipe, sort_keys=False))
 
 
-def check_run_inputs(run_dir: Path, inputs: dict[str, str]) -> None:
+def check_run_inputs(run_dir: Path, inputs: dict[str, Any],
+                     stage_inputs: Sequence[tuple[str, Sequence[str]]] = ()) -> list[str]:
     """Finished stages are only reused when they were computed from the same inputs.
 
     The run directory is named by the recipe, but the same recipe can meet other inputs:
-    new encoder weights at the same path, edited prompt files, a rebuilt dataset. ``inputs``
-    holds the identities that decide the outputs (the method's, which covers every injected
-    component's weights, config and prompts; the gallery; the queries). When they differ
-    from those stored in ``inputs.json``, or a run has stages but no such file, the stages
-    are discarded and recomputed; unchanged model calls still come from the call cache.
+    new encoder weights at the same path, edited prompt files, edited code, a rebuilt dataset.
+    ``inputs`` holds the identities that decide the outputs (the method's, which covers every
+    injected component's code, weights, config and prompts; the gallery; the queries; ``code``:
+    ``{module: digest}`` of that code, :mod:`agentcir.framework.code_identity`, so that the
+    warning names the edited modules). When they differ from those stored in ``inputs.json``, or
+    a run has stages but no such file, the stages are discarded and recomputed; unchanged model
+    calls still come from the call cache.
+
+    ``stage_inputs`` lists the leading stages that depend on some inputs only, in run order, as
+    ``(stage, input keys)`` (the ``gallery_captions`` stage: the gallery and the captioner): such
+    a stage is kept while its inputs are unchanged; every stage after the first affected one
+    (downstream of it) is recomputed. Returns the names of the stages kept.
     """
     import shutil
+
+    from .code_identity import changed_modules
 
     path = run_dir / "inputs.json"
     stages = run_dir / "stages"
     old = json.loads(path.read_text()) if path.is_file() else None
+    kept: list[str] = []
     if old != inputs and stages.is_dir() and any(stages.iterdir()):
         changed = sorted(k for k in set(inputs) | set(old or {}) if (old or {}).get(k) != inputs.get(k))
-        why = f"{', '.join(changed)} changed" if old is not None else "they were not recorded"
-        log.warning("run '%s' was computed from other inputs (%s); its stages are recomputed "
-                    "(unchanged model calls come from the call cache)", run_dir, why)
-        shutil.rmtree(stages)
+        if old is None:
+            why = "they were not recorded"
+        else:
+            parts = []
+            if "code" in changed:
+                parts.append(f"code edited: {', '.join(changed_modules(old.get('code'), inputs.get('code') or {}))}"
+                             if "code" in old else "the code was not recorded")
+            rest = [k for k in changed if k != "code"]
+            if rest:
+                parts.append(f"{', '.join(rest)} changed")
+            why = "; ".join(parts)
+            for name, keys in stage_inputs:
+                if any(k in changed for k in keys):
+                    break
+                kept.append(name)
+        if kept:
+            which = "the stages after " + ", ".join(f"'{k}'" for k in kept) + " are"
+            for f in stages.iterdir():
+                if not any(f.name.startswith(k + ".") for k in kept):
+                    f.unlink() if f.is_file() else shutil.rmtree(f)
+        else:
+            which = "its stages are"
+            shutil.rmtree(stages)
+        log.warning("run '%s' was computed from other inputs (%s); %s recomputed "
+                    "(unchanged model calls come from the call cache)", run_dir, why, which)
         for stale in ("metrics.json", "report.md", "rankings.jsonl"):
             (run_dir / stale).unlink(missing_ok=True)
     if old != inputs:
         atomic_write_text(path, json.dumps(inputs, indent=1))
+    return kept
+
+
+def run_inputs(recipe: dict[str, Any], pool, method: Method, gallery, gdir: Path, queries) -> tuple[dict[str, Any], list]:
+    """The inputs a run's stages are computed from (``inputs.json``, :func:`check_run_inputs`) and
+    the leading stages that depend on some of them only."""
+    from .code_identity import code_modules
+    from .imports import imports_identity, parse_imports
+
+    run = recipe["run"]
+    inputs: dict[str, Any] = {"method": method.identity, "gallery": gdir.name, "queries": stable_hash(queries)}
+    imports = parse_imports(run.get("imports"))
+    if imports:
+        inputs["imports"] = imports_identity(imports)
+    code = code_modules(method)
+    if method.needs_captions and (run["gallery_captions"] == "captioner"
+                                  or (run["gallery_captions"] == "auto" and gallery.captions("dataset") is None)):
+        captioner = pool.get("captioner")
+        inputs["captioner"] = captioner.identity
+        code = {**code_modules(captioner), **code}
+    inputs["code"] = dict(sorted(code.items()))
+    stage_inputs = [("gallery_captions", ("gallery", "captioner"))] if method.needs_captions else []
+    return inputs, stage_inputs
 
 
 def gallery_dir(root: Path, dataset_key: str, items_hash: str, encoder_identity: str, dtype: str) -> Path:
@@ -492,7 +547,7 @@ def _run_locked(recipe: dict[str, Any], run_dir: Path, pool, progress: bool | No
     and ``concurrency``: the request limit of every component that has one."""
     from .accounting import Phases, follow_concurrency
     from .cache import open_call_cache
-    from .imports import apply_imports, imports_identity, parse_imports
+    from .imports import apply_imports, parse_imports
     from .recipe import ComponentPool
     from .report import write_report
 
@@ -522,14 +577,9 @@ def _run_locked(recipe: dict[str, Any], run_dir: Path, pool, progress: bool | No
     queries = dataset.queries()
     if not queries:
         raise InputError(f"dataset '{recipe['dataset']['name']}' has no queries")
-    inputs = {"method": method.identity, "gallery": gdir.name, "queries": stable_hash(queries)}
+    inputs, stage_inputs = run_inputs(recipe, pool, method, gallery, gdir, queries)
+    check_run_inputs(run_dir, inputs, stage_inputs)
     imports = parse_imports(run.get("imports"))
-    if imports:
-        inputs["imports"] = imports_identity(imports)
-    if method.needs_captions and (run["gallery_captions"] == "captioner"
-                                  or (run["gallery_captions"] == "auto" and gallery.captions("dataset") is None)):
-        inputs["captioner"] = pool.get("captioner").identity
-    check_run_inputs(run_dir, inputs)
     cache = open_call_cache(pool, run)
     ctx = RunContext(cache=cache, run_dir=run_dir, concurrency=run["concurrency"], progress=show_progress,
                      kernels=recipe["kernels"]["backend"])
