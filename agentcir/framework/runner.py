@@ -561,6 +561,12 @@ def _run_locked(recipe: dict[str, Any], run_dir: Path, pool, progress: bool | No
         encoder = pool.get("encoder")
         method: Method = pool.get("method")
     limits = follow_concurrency(pool.built(), run["concurrency"])
+    if run.get("preflight", True):  # every endpoint answers, before any gallery or query work
+        from .preflight import check_endpoints
+
+        if method.needs_captions and run["gallery_captions"] == "captioner":
+            pool.get("captioner")
+        check_endpoints(pool.built().values())
     items = dataset.gallery_items()
     if not items:
         raise InputError(f"dataset '{recipe['dataset']['name']}' has an empty gallery")

@@ -340,3 +340,56 @@ def test_run_plugins_are_not_part_of_the_run_identity(tmp_path, monkeypatch):
     a = compose([f"run.root={tmp_path}"])
     b = compose([f"run.root={tmp_path}", "run.plugins=[noop_plugin_mod]", "run.preflight=false"])
     assert b["run"]["plugins"] == ["noop_plugin_mod"] and resolve_run_dir(a) == resolve_run_dir(b)
+
+
+# -- endpoints: the served model, not the URL -------------------------------------------------------
+def _rewrite_replier():
+    from agentcir.components.llms.scripted_server import Step, chat_completion
+
+    def reply(req):
+        text = json.dumps(req.json["messages"], sort_keys=True)
+        return Step(json=chat_completion(json.dumps({"caption": f"caption {abs(hash(text)) % 997}"})))
+
+    return reply
+
+
+def test_moving_the_server_to_another_port_keeps_the_call_cache(tmp_path, monkeypatch):
+    pytest.importorskip("httpx")
+    from agentcir.components.llms.scripted_server import ScriptedServer, Step
+
+    plug, rec, pkg = make_plugin(tmp_path, "port")
+    monkeypatch.syspath_prepend(str(plug))
+    models = Step(json={"object": "list", "data": [{"id": "served-model", "object": "model"}]})
+
+    def run(srv):
+        srv.script("/chat/completions", _rewrite_replier())
+        srv.script("/models", models)
+        args = [*recipe_args(tmp_path, "port", pkg)[:3], "llm=openai", f"llm.base_url={srv.base_url}",
+                "llm.model=served-model", "llm.retries=0", *recipe_args(tmp_path, "port", pkg)[3:]]
+        return run_recipe(compose(args, extra_dirs=[str(rec)]))
+
+    with ScriptedServer() as a:
+        first = run(a)
+        port_a, chats_a = a.base_url, len(a.requests_to("/chat/completions"))
+    assert chats_a > 0 and len(a.requests_to("/models")) == 1  # the pre-flight check
+    with ScriptedServer() as b:  # restarted: another port
+        assert b.base_url != port_a
+        second = run(b)
+        assert b.requests_to("/chat/completions") == []  # zero new model calls
+    assert second.stats["rewrite"].calls == 0 and second.stats["rewrite"].cache_hits == len(first.queries)
+    np.testing.assert_array_equal(first.candidates.ids, second.candidates.ids)
+
+
+# -- --plan counts what the cache holds ----------------------------------------------------------------
+def test_plan_after_a_full_run_predicts_no_uncached_call(tmp_path, monkeypatch):
+    from agentcir.framework.plan import plan_recipe
+
+    plug, rec, pkg = make_plugin(tmp_path, "plan")
+    monkeypatch.syspath_prepend(str(plug))
+    args = [*recipe_args(tmp_path, "plan", pkg), "dataset.limit=12"]
+    before = plan_recipe(compose(args, extra_dirs=[str(rec)]))
+    assert before.total_calls > 0
+    run_recipe(compose(args, extra_dirs=[str(rec)]))
+    after = plan_recipe(compose(args, extra_dirs=[str(rec)]))
+    assert after.total_calls == 0, after.render()
+    assert not any("estimated" in n for n in after.notes), after.notes

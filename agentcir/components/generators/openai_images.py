@@ -62,6 +62,9 @@ class OpenAIImagesGenerator(Generator):
     Config:
         base_url: API root (``.../v1``); e.g. a local server's ``http://127.0.0.1:8000/v1``.
         model: image model name.
+        revision: the served model's version as the user declares it; with ``model`` (and the
+            image settings) it is the generator's identity: ``base_url`` is not, so a server moved
+            to another host or port keeps the cache.
         api_key: key (empty: read from the environment variable ``api_key_env``).
         api_key_env: environment variable holding the key.
         size: image size, e.g. ``1024x1024``.
@@ -75,7 +78,8 @@ class OpenAIImagesGenerator(Generator):
         backoff: first retry delay in seconds (doubles per attempt; ``Retry-After`` wins).
     """
 
-    volatile_fields: ClassVar[tuple[str, ...]] = (*Component.volatile_fields, "backoff", "api_key_env")
+    volatile_fields: ClassVar[tuple[str, ...]] = (*Component.volatile_fields, "backoff", "api_key_env",
+                                                  "base_url")
     #: ``generate`` blocks on HTTP: the runner gives it a thread per call slot, not a CPU worker
     io_bound: ClassVar[bool] = True
 
@@ -83,6 +87,7 @@ class OpenAIImagesGenerator(Generator):
     class Config:
         base_url: str = "https://api.openai.com/v1"
         model: str = "gpt-image-1"
+        revision: str = ""
         api_key: str = ""
         api_key_env: str = "OPENAI_API_KEY"
         size: str = "1024x1024"
@@ -103,7 +108,16 @@ class OpenAIImagesGenerator(Generator):
         self.requests_sent = 0
 
     def model_identity(self) -> str:
-        return f"{self.cfg.base_url.rstrip('/')}|{self.cfg.model}"
+        """The served model: its name and declared revision (never the URL it is reached at)."""
+        return f"{self.cfg.model}@{self.cfg.revision}" if self.cfg.revision else self.cfg.model
+
+    def endpoint_info(self):
+        """What the run's pre-flight check asks of the server (:mod:`agentcir.framework.preflight`)."""
+        from ...framework.preflight import EndpointInfo
+
+        key = self.cfg.api_key or os.environ.get(self.cfg.api_key_env, "") or None
+        return EndpointInfo(f"generator 'openai_images' (model {self.cfg.model})", self.cfg.base_url.rstrip("/"),
+                            self.cfg.model, key, self.cfg.api_key_env)
 
     # -- HTTP ---------------------------------------------------------------------------
     def client(self) -> Any:

@@ -103,8 +103,10 @@ class Endpoint:
         return self.api_key or (os.environ.get(self.api_key_env) if self.api_key_env else None) or None
 
 
-#: Endpoint fields that cannot change a model's outputs (never part of an identity)
-ENDPOINT_VOLATILE = ("api_key", "api_key_env", "timeout", "retries", "backoff", "backoff_max",
+#: Endpoint fields that cannot change a model's outputs (never part of an identity): an endpoint's
+#: identity is the model it serves (its name and the user-declared ``revision``), not the URL it is
+#: reached at, so moving a server to another host or port keeps the call cache
+ENDPOINT_VOLATILE = ("base_url", "api_key", "api_key_env", "timeout", "retries", "backoff", "backoff_max",
                      "retry_after_max", "concurrency", "headers")
 
 

@@ -37,6 +37,10 @@ class OpenAILLM(PromptedLLM):
 
     Config (besides the endpoint fields of :class:`~agentcir.components.llms.http.Endpoint`):
         model: the model name the server knows (e.g. ``gpt-4o-mini``, ``Qwen/Qwen2.5-VL-7B-Instruct``).
+        revision: the served model's version as the user declares it (e.g. a checkpoint hash, a
+            dated snapshot); with ``model`` it is the LLM's identity: the URL (``base_url``) is not,
+            so a server moved to another host or port keeps the call cache, and a server that
+            starts serving other weights under the same name needs a new ``revision``.
         temperature: sampling temperature (0: as deterministic as the server allows).
         max_tokens: reply length cap (``None``: the server's default).
         seed: sampling seed sent to servers that honour it.
@@ -56,6 +60,7 @@ class OpenAILLM(PromptedLLM):
     @dataclass
     class Config(Endpoint):
         model: str = "gpt-4o-mini"
+        revision: str = ""
         temperature: float = 0.0
         max_tokens: int | None = None
         seed: int | None = None
@@ -78,10 +83,19 @@ class OpenAILLM(PromptedLLM):
         self.http = HttpClient(c, who=f"llm 'openai' (model {c.model})")
 
     def model_identity(self) -> str:
-        return f"{self.cfg.model}@{public_url(self.http.base_url)}"
+        """The served model: its name and declared revision (never the URL it is reached at)."""
+        return f"{self.cfg.model}@{self.cfg.revision}" if self.cfg.revision else self.cfg.model
 
     def describe(self) -> str:
         return f"llm 'openai' (model {self.cfg.model} at {public_url(self.http.base_url)})"
+
+    def endpoint_info(self):
+        """What the run's pre-flight check asks of the server (:mod:`agentcir.framework.preflight`)."""
+        from ...framework.preflight import EndpointInfo
+
+        ep = self.cfg
+        return EndpointInfo(f"llm 'openai' (model {ep.model})", self.http.base_url, ep.model,
+                            ep.resolved_api_key(), ep.api_key_env, dict(ep.headers))
 
     # -- requests ------------------------------------------------------------------------
     def _part(self, part: Any) -> dict:

@@ -230,6 +230,9 @@ def test_identity(make):
     assert make(api_key="other", timeout=9.0, retries=0, backoff=3.0).identity == a.identity  # volatile
     assert make(model="other-model").identity != a.identity
     assert make(size="512x512").identity != a.identity
+    # the served model, not where it is reached: another host or port keeps the cache
+    assert make(base_url="http://127.0.0.1:1/v1").identity == a.identity
+    assert make(revision="v2").identity != a.identity
 
 
 def test_connection_refused_is_retried_and_named(tmp_path):

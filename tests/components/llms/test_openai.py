@@ -412,24 +412,26 @@ def test_run_context_calls_are_cached(server, tmp_path):
     assert a == b == '{"caption": "a blue dress"}' and len(server.requests) == 1
 
 
-def test_identity_changes_with_model_and_server_not_key(server):
+def test_identity_is_the_served_model_not_the_url_or_key(server):
     a = make_llm(server)
     b = make_llm(server, model="other-model")
     c = make_llm(server, api_key="sk-another", timeout=9.0, retries=0, concurrency=3)
-    d = make_llm(server, base_url="http://127.0.0.1:1/v1")
+    d = make_llm(server, base_url="http://127.0.0.1:1/v1")  # the same model, reached elsewhere
     e = make_llm(server, temperature=0.7)
+    f = make_llm(server, revision="2026-01-01")  # the same name, other weights (declared)
     try:
-        assert a.identity != b.identity and a.identity != d.identity and a.identity != e.identity
-        assert a.identity == c.identity
+        assert a.identity != b.identity and a.identity != e.identity and a.identity != f.identity
+        assert a.identity == c.identity == d.identity
+        assert f.model_identity().endswith("@2026-01-01")
         assert "sk-secret" not in a.model_identity() and "sk-secret" not in a.describe()
     finally:
-        for x in (a, b, c, d, e):
+        for x in (a, b, c, d, e, f):
             x.close()
 
 
 def test_credentials_in_the_url_never_reach_the_identity():
     llm = LLMS.build("openai", {"base_url": "https://user:pw@example.com/v1?key=abc", "model": "m"})
-    assert llm.model_identity() == "m@https://example.com/v1"
+    assert llm.model_identity() == "m" and "pw" not in llm.identity
 
 
 def test_bad_config_is_named():
