@@ -7,9 +7,17 @@ every model operation of the recipe's components (encoder ``encode_images`` /
 the call and answers offline:
 
 - calls found in the call cache (same key as a run would compute: component identity +
-  inputs) are counted as cached, not as calls;
-- the gallery index counts as cached when the run's gallery folder is built already;
-  imported stages (``run.imports``) make no calls, as in a run;
+  inputs) are counted as cached, not as calls, and answer with the value the cache holds, so
+  the later stages see what a run would see and their calls are looked up by the real keys;
+- the gallery index counts as cached when the run's gallery folder is built already, and the
+  plan then retrieves over its real embeddings (read through links in a temporary folder: the
+  gallery is never written); imported stages (``run.imports``) make no calls, as in a run;
+- the stages the run directory holds as finished (computed from the same inputs,
+  ``inputs.json``) are read from it and make no calls, and the queries a cut-off stage logged
+  are skipped, as a resumed run would;
+- a call that is not cached gets a stand-in answer, and the plan says so: the stages after one
+  that made uncached calls see stand-in values, so their counts are estimates (the notes name
+  those stages); the stand-ins:
 - LLM replies come from the offline ``rules`` model (so parsing and the next stages go on);
   the verifier answers "no", so every verified query uses its whole depth (which queries an
   uncertainty gate lets through depends on the real scores); an agent's chat gets an empty
@@ -43,6 +51,7 @@ from typing import Any
 
 import numpy as np
 
+from .cache import MISSING
 from .errors import InputError
 from .hashing import stable_hash
 from .interfaces import ChatReply, l2_normalize
@@ -288,6 +297,61 @@ def _prices(run: dict) -> dict[str, dict[str, float]]:
     return out
 
 
+def _linked_gallery(src: Path, dest: Path, encoder, scale: dict | None):
+    """Open the built gallery ``src`` through a folder of links to its files (``dest``): whatever
+    the plan writes there (captions, caption embeddings) never reaches the real gallery."""
+    import os
+
+    from .gallery import Gallery
+
+    for folder, _dirs, files in os.walk(src):
+        rel = Path(folder).relative_to(src)
+        (dest / rel).mkdir(parents=True, exist_ok=True)
+        for f in files:
+            os.symlink(Path(folder, f).resolve(), dest / rel / f)
+    return Gallery.open(dest, encoder=encoder, scale=scale)
+
+
+def _read_records(path: Path) -> list[dict]:
+    """The records of a trace file (a torn last line skipped; the file is not touched)."""
+    out = []
+    if path.is_file():
+        for line in path.read_text(encoding="utf-8").splitlines():
+            try:
+                out.append(json.loads(line))
+            except ValueError:
+                continue
+    return out
+
+
+def _load_finished(run_dir: Path, stages, state) -> list[str]:
+    """Load the leading stages ``run_dir`` holds as finished into ``state`` (as a resumed run
+    would, reading only); the first unfinished stage's logged queries too. Returns the names loaded."""
+    from .runner import PERSISTED_STATE
+    from .types import Candidates
+
+    loaded = []
+    for stage in stages:
+        d = run_dir / "stages"
+        for row in _read_records(d / f"{stage.name}.jsonl"):
+            state.traces.setdefault(row["query"], {})[stage.name] = row["record"]
+        done = d / f"{stage.name}.done"
+        if not done.is_file():
+            break
+        arrays, cands = d / f"{stage.name}.arrays.npz", d / f"{stage.name}.candidates.npz"
+        if arrays.is_file():
+            with np.load(arrays) as z:
+                state.arrays.update({k: z[k] for k in z.files})
+        if cands.is_file():
+            state.candidates = Candidates.load(cands)
+            state.stage_candidates[stage.name] = state.candidates
+        for k, v in (json.loads(done.read_text()).get("state") or {}).items():
+            if k in PERSISTED_STATE:
+                setattr(state, k, v)
+        loaded.append(stage.name)
+    return loaded
+
+
 def plan_recipe(recipe: dict[str, Any], *, pool=None, image_tokens: int = IMAGE_TOKENS) -> Plan:
     """The :class:`Plan` of a resolved recipe (see the module docstring); calls no model."""
     from .cache import open_call_cache
@@ -295,7 +359,7 @@ def plan_recipe(recipe: dict[str, Any], *, pool=None, image_tokens: int = IMAGE_
     from .imports import apply_imports, parse_imports
     from .method import RunState
     from .recipe import COMPONENT_GROUPS, ComponentPool
-    from .runner import Runner, caption_stage, run_gallery_dir
+    from .runner import Runner, caption_stage, resolve_run_dir, run_gallery_dir, run_inputs
 
     pool = pool or ComponentPool(recipe)
     run = recipe["run"]
@@ -314,34 +378,63 @@ def plan_recipe(recipe: dict[str, Any], *, pool=None, image_tokens: int = IMAGE_
     for c in components.values():  # identities (cache keys) before patching: they read files, not models
         c.identity
     cache = _ReadOnlyCache(open_call_cache(pool, run))
-    with tempfile.TemporaryDirectory(prefix="agentcir-plan-") as tmp, \
-            _Recorder(plan, components, Path(tmp), image_tokens) as rec:
-        gallery = Gallery.build(Path(tmp) / "gallery", items, encoder, progress=False)
-        if built:  # a run opens it: no call
-            for r in (r for k, r in plan.rows.items() if k[0] == "index"):
-                r.cached, r.calls, r.items = r.items, 0, 0
+    run_dir = resolve_run_dir(recipe)
+    prepare = [caption_stage(pool, run["gallery_captions"])] if method.needs_captions else []
+    stages = [*prepare, *method.stages()]
+    with tempfile.TemporaryDirectory(prefix="agentcir-plan-") as tmp:
+        source = None
+        if built:  # the run opens it (no call); the plan retrieves over its real embeddings
+            gallery = _linked_gallery(gdir, Path(tmp) / "gallery", encoder, recipe.get("scale"))
             plan.notes.append(f"the gallery is indexed already ({gdir})")
-        ctx = _plan_context(rec, cache=cache, run_dir=None, concurrency=run["concurrency"], progress=False,
-                           kernels=recipe["kernels"]["backend"])
-        state = RunState(queries=queries, gallery=gallery)
-        prepare = [caption_stage(pool, run["gallery_captions"])] if method.needs_captions else []
-        plan.imported = apply_imports(state.traces, queries, parse_imports(run.get("imports")),
-                                      [s.name for s in (*prepare, *method.stages())])
-        asyncio.run(Runner(method, ctx, state, prepare=prepare).execute())
-    if any(o == "verify" for _, _, o in plan.rows):
+            if (run_dir / "inputs.json").is_file():
+                inputs, _ = run_inputs(recipe, pool, method, gallery, gdir, queries)
+                old = json.loads((run_dir / "inputs.json").read_text())
+                if old == inputs:
+                    source = run_dir
+                else:
+                    changed = sorted(k for k in set(inputs) | set(old) if old.get(k) != inputs.get(k))
+                    plan.notes.append(f"the run directory {run_dir} was computed from other inputs "
+                                      f"({', '.join(changed)} changed): its stages are recomputed")
+        with _Recorder(plan, components, Path(tmp), image_tokens) as rec:
+            if not built:
+                gallery = Gallery.build(Path(tmp) / "gallery", items, encoder, progress=False)
+            ctx = _plan_context(rec, cache=cache, run_dir=None, concurrency=run["concurrency"], progress=False,
+                               kernels=recipe["kernels"]["backend"])
+            state = RunState(queries=queries, gallery=gallery)
+            plan.imported = apply_imports(state.traces, queries, parse_imports(run.get("imports")),
+                                          [s.name for s in stages])
+            finished = _load_finished(source, stages, state) if source is not None else []
+            if finished:
+                plan.notes.append(f"finished in the run directory (read, no call): stage(s) {', '.join(finished)}")
+            runner = Runner(method, ctx, state, prepare=prepare)
+            runner.stages = [s for s in runner.stages if s.name not in finished]
+            asyncio.run(runner.execute())
+    if not built:
+        plan.notes.append("the gallery is not indexed yet: retrieval runs over stand-in embeddings, so which "
+                          "candidates the later stages see is estimated")
+    names = [s.name for s in stages]
+    estimated = [n for n in names if any(r.calls for (st, _, _), r in plan.rows.items() if st == n)]
+    if estimated:
+        later = names[names.index(estimated[0]) + 1:]
+        plan.notes.append(f"estimated: stage(s) {', '.join(estimated)} make calls the cache does not hold, answered "
+                          f"here by stand-ins" + (f"; the counts of the stages after them ({', '.join(later)}) are "
+                                                  f"estimates" if later else ""))
+    uncached_ops = {o for (_, _, o), r in plan.rows.items() if r.calls}
+    if "verify" in uncached_ops:
         plan.notes.append("verification: the stand-in verifier says no, so every gated query uses its whole depth "
                           "(alpha); which queries pass the uncertainty gate depends on the real scores")
-    if any(o == "chat" for _, _, o in plan.rows):
+    if "chat" in uncached_ops:
         plan.notes.append("agent chats counted at one turn per query (a lower bound)")
-    if any(o == "run_task" for _, _, o in plan.rows):
+    if "run_task" in uncached_ops:
         plan.notes.append("output tokens are those of the offline rules model's replies: indicative only")
     return plan
 
 
 def _plan_context(rec: _Recorder, **kw):
     """A :class:`RunContext` that records instead of caching: a call already in the call cache
-    (or made earlier in this plan: a run would have cached it) counts as cached and gets a
-    stand-in answer; its stage is the recorder's, so direct component calls count too."""
+    counts as cached and answers with the cached value (what a run would get); a call made
+    earlier in this plan (a run would have cached it) counts as cached with a stand-in answer;
+    its stage is the recorder's, so direct component calls count too."""
     from .runner import RunContext, StageStats
 
     seen: set[str] = set()
@@ -357,9 +450,14 @@ def _plan_context(rec: _Recorder, **kw):
 
         async def call(self, component, op, /, **inputs):
             key = self.call_key(component, op, inputs)
-            if key in seen or key in self.cache.inner:
+            n = len(inputs.get("images") or inputs.get("texts") or [None])
+            hit = self.cache.get(key) if key not in seen else MISSING
+            if hit is not MISSING:
                 self.stats.setdefault(self.stage, StageStats()).cache_hits += 1
-                n = len(inputs.get("images") or inputs.get("texts") or [None])
+                with rec.muted(component, op, n):
+                    return hit
+            if key in seen:
+                self.stats.setdefault(self.stage, StageStats()).cache_hits += 1
                 with rec.muted(component, op, n):
                     return getattr(component, op)(**inputs)
             seen.add(key)

@@ -382,14 +382,32 @@ def test_moving_the_server_to_another_port_keeps_the_call_cache(tmp_path, monkey
 
 # -- --plan counts what the cache holds ----------------------------------------------------------------
 def test_plan_after_a_full_run_predicts_no_uncached_call(tmp_path, monkeypatch):
+    """The stand-in replies of --plan differ from the endpoint's: a cached call must answer with
+    its cached value, or the next stages' calls get other keys and are counted as new."""
+    pytest.importorskip("httpx")
+    from agentcir.components.llms.scripted_server import ScriptedServer, Step
     from agentcir.framework.plan import plan_recipe
 
     plug, rec, pkg = make_plugin(tmp_path, "plan")
     monkeypatch.syspath_prepend(str(plug))
-    args = [*recipe_args(tmp_path, "plan", pkg), "dataset.limit=12"]
-    before = plan_recipe(compose(args, extra_dirs=[str(rec)]))
-    assert before.total_calls > 0
-    run_recipe(compose(args, extra_dirs=[str(rec)]))
-    after = plan_recipe(compose(args, extra_dirs=[str(rec)]))
-    assert after.total_calls == 0, after.render()
-    assert not any("estimated" in n for n in after.notes), after.notes
+    with ScriptedServer() as srv:
+        srv.script("/chat/completions", _rewrite_replier())
+        srv.script("/models", Step(json={"data": [{"id": "m"}]}))
+        base = [*recipe_args(tmp_path, "plan", pkg)[:3], "llm=openai", f"llm.base_url={srv.base_url}", "llm.model=m",
+                "llm.retries=0", *recipe_args(tmp_path, "plan", pkg)[3:], "dataset.limit=12"]
+        before = plan_recipe(compose(base, extra_dirs=[str(rec)]))
+        assert before.total_calls > 0 and any(n.startswith("estimated: stage(s) rewrite") for n in before.notes)
+        run_recipe(compose(base, extra_dirs=[str(rec)]))
+        n_chats = len(srv.requests_to("/chat/completions"))
+        # the same command: every stage is in the run directory
+        after = plan_recipe(compose(base, extra_dirs=[str(rec)]))
+        assert after.total_calls == 0, after.render()
+        assert not any(n.startswith("estimated") for n in after.notes), after.notes
+        # another run directory (the same recipe): every call is in the cache, and the stages
+        # after the LLM's see its cached replies, so their calls are found too
+        elsewhere = plan_recipe(compose([*base, "run.name=elsewhere"], extra_dirs=[str(rec)]))
+        assert elsewhere.total_calls == 0, elsewhere.render()
+        assert elsewhere.rows[("rewrite", "llm:openai", "run_task")].cached == 12
+        assert elsewhere.rows[("rank", f"encoder:plan_enc", "encode_texts")].cached == 12
+        assert not any(n.startswith("estimated") for n in elsewhere.notes), elsewhere.notes
+        assert len(srv.requests_to("/chat/completions")) == n_chats  # the plans called no model

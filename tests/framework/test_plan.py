@@ -56,9 +56,12 @@ def test_plan_reads_the_cache_and_imports(tmp_path, capsys):
     assert before.total_calls == 2  # the index, the reference images
     assert before.rows[("embed", "encoder:features", "encode_images")].items == 3  # 3 distinct references
     run_recipe(compose(args), progress=False)
-    after = plan_recipe(compose(args))
+    after = plan_recipe(compose(args))  # the run directory holds every stage: read, no call
     assert after.total_calls == 0 and all(r.calls == 0 for r in after.rows.values())
-    assert after.rows[("embed", "encoder:features", "encode_images")].cached == 3
+    assert any(n.startswith("finished in the run directory (read, no call): stage(s) embed") for n in after.notes)
+    elsewhere = plan_recipe(compose([*args, "run.name=elsewhere"]))  # no run directory: the call cache
+    assert elsewhere.total_calls == 0 and all(r.calls == 0 for r in elsewhere.rows.values())
+    assert elsewhere.rows[("embed", "encoder:features", "encode_images")].cached == 3
     assert main(["run", "--plan", *args]) == 0
     out = capsys.readouterr().out
     assert "no model was called" in out and "total: 0 model calls" in out
