@@ -145,11 +145,11 @@ class _ReadOnlyCache:
         return None
 
 
-def _vectors(values, salt: str) -> np.ndarray:
-    out = np.zeros((len(values), DIM), np.float32)
+def _vectors(values, salt: str, dim: int = DIM) -> np.ndarray:
+    out = np.zeros((len(values), dim), np.float32)
     for i, v in enumerate(values):
         seed = int.from_bytes(hashlib.sha256(f"{salt}:{v}".encode()).digest()[:8], "little")
-        out[i] = np.random.default_rng(seed).standard_normal(DIM)
+        out[i] = np.random.default_rng(seed).standard_normal(dim)
     return l2_normalize(out)
 
 
@@ -161,6 +161,7 @@ class _Recorder:
 
         self.plan, self.components, self.tmp, self.image_tokens = plan, components, tmp, image_tokens
         self.stage = "index"
+        self.dim = DIM  #: of stand-in embeddings: the real gallery's when the plan retrieves over it
         self.lock = threading.Lock()
         self._mute = threading.local()
         self._saved: list[tuple[type, str, Any]] = []
@@ -210,13 +211,13 @@ class _Recorder:
 
         def encode_images(self, images, batch_size=None, *, progress=None, skipped=None):
             rec.record(self, "encode_images", len(images))
-            return _vectors([str(p) for p in images], "image")
+            return _vectors([str(p) for p in images], "image", rec.dim)
 
         def encode_texts(self, texts, batch_size=None, *, progress=None):
             if isinstance(texts, str):
                 raise TypeError("encode_texts takes a list of strings, not a single string")
             rec.record(self, "encode_texts", len(texts))
-            return _vectors([str(t) for t in texts], "text")
+            return _vectors([str(t) for t in texts], "text", rec.dim)
 
         def run_task(self, task, variables, *, prompt=None, images=(), json_mode=False):
             from .prompts import load_prompt
@@ -396,7 +397,9 @@ def plan_recipe(recipe: dict[str, Any], *, pool=None, image_tokens: int = IMAGE_
                     plan.notes.append(f"the run directory {run_dir} was computed from other inputs "
                                       f"({', '.join(changed)} changed): its stages are recomputed")
         with _Recorder(plan, components, Path(tmp), image_tokens) as rec:
-            if not built:
+            if built:
+                rec.dim = gallery.dim
+            else:
                 gallery = Gallery.build(Path(tmp) / "gallery", items, encoder, progress=False)
             ctx = _plan_context(rec, cache=cache, run_dir=None, concurrency=run["concurrency"], progress=False,
                                kernels=recipe["kernels"]["backend"])

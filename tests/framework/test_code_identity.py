@@ -32,21 +32,16 @@ def describe(text):
     return text
 '''
 
-METHOD = '''\
-"""A small plugin: an encoder and a method, registered when imported (run.plugins)."""
+ENCODER = '''\
+"""A tiny encoder: colour statistics for images, hashed words for texts."""
 
 import hashlib
-import json
 from dataclasses import dataclass
 
 import numpy as np
 
 from agentcir.framework.interfaces import Encoder
-from agentcir.framework.method import Method, Stage
-from agentcir.framework.types import Candidates
-from agentcir.registry import ENCODERS, METHODS
-
-from . import helpers
+from agentcir.registry import ENCODERS
 
 DIM = 16
 
@@ -70,11 +65,27 @@ class HashEncoder(Encoder):
                 h = int(hashlib.md5(w.encode()).hexdigest()[:8], 16)
                 out[i, h % DIM] += 1.0 if (h >> 8) % 2 else -1.0
         return out
+'''
+
+METHOD = '''\
+"""A small plugin method, registered when imported (run.plugins), with its encoder."""
+
+import json
+from dataclasses import dataclass
+
+import numpy as np
+
+from agentcir.framework.method import Method, Stage
+from agentcir.framework.types import Candidates
+from agentcir.registry import METHODS
+
+from . import encoder, helpers  # noqa: F401 (encoder: registers {prefix}_enc)
 
 
 @METHODS.register("{prefix}_m")
 class Rewrite(Method):
     requires = ("encoder", "llm")
+    needs_captions = True  # a gallery_captions stage first (which the method's edits do not affect)
 
     @dataclass
     class Config:
@@ -111,6 +122,7 @@ def make_plugin(tmp_path: Path, prefix: str) -> tuple[Path, Path, str]:
     (pkg / "__init__.py").write_text("")
     (pkg / "helpers.py").write_text(HELPERS)
     (pkg / "method.py").write_text(METHOD.format(prefix=prefix))
+    (pkg / "encoder.py").write_text(ENCODER.format(prefix=prefix))
     rec = tmp_path / "recipes"
     (rec / "method").mkdir(parents=True)
     (rec / "encoder").mkdir()
@@ -142,12 +154,13 @@ def test_editing_a_plugin_method_recomputes_its_stages_and_keeps_the_model_calls
     assert recipe["run"]["plugins"] == [f"{pkg}.method"]
     res = run_recipe(recipe)
     inputs = json.loads((res.dir / "inputs.json").read_text())
-    assert set(inputs["code"]) >= {f"{pkg}.method", f"{pkg}.helpers"}
+    assert set(inputs["code"]) >= {f"{pkg}.method", f"{pkg}.helpers", f"{pkg}.encoder"}
     assert not any(ci.is_neutral(m) for m in inputs["code"])  # the runner, the registry, ... are not code inputs
     assert all(len(d) == 12 for d in inputs["code"].values())
     calls = res.stats["rewrite"].calls
     assert calls > 0
     traces = (res.dir / "stages" / "describe.jsonl").read_text()
+    captions_done = (res.dir / "stages" / "gallery_captions.done").stat().st_mtime_ns
 
     again = run_recipe(compose(args, extra_dirs=[str(rec)]))  # nothing edited: loaded, not recomputed
     assert again.stats["rank"].resumed_queries == len(res.queries)
@@ -163,7 +176,9 @@ def test_editing_a_plugin_method_recomputes_its_stages_and_keeps_the_model_calls
     with caplog.at_level("WARNING", logger="agentcir"):
         res2 = run_recipe(compose(args, extra_dirs=[str(rec)]))
     assert res2.dir == res.dir
-    assert f"code edited: {pkg}.helpers" in caplog.text and "recomputed" in caplog.text
+    assert f"code edited: {pkg}.helpers" in caplog.text
+    assert "the stages after 'gallery_captions' are recomputed" in caplog.text  # upstream of the edit: kept
+    assert (res.dir / "stages" / "gallery_captions.done").stat().st_mtime_ns == captions_done
     assert f"{pkg}.method" not in caplog.text.split("code edited: ")[1].split(";")[0]  # only the edited module
     assert res2.stats["describe"].resumed_queries == 0 and res2.stats["rank"].resumed_queries == 0
     new_traces = (res.dir / "stages" / "describe.jsonl").read_text()
@@ -184,7 +199,7 @@ def test_editing_a_component_changes_its_identity_not_the_others(tmp_path, monke
     pool = ComponentPool(recipe)
     enc, llm, method = pool.get("encoder"), pool.get("llm"), pool.get("method")
     before = (enc.identity, llm.identity, method.identity)
-    edit(plug / pkg / "method.py", "/ 255.0", "/ 256.0")  # the encoder's module (the method's too)
+    edit(plug / pkg / "encoder.py", "/ 255.0", "/ 256.0")  # the encoder's module (the method imports it)
     pool2 = ComponentPool(recipe)
     enc2, llm2, method2 = pool2.get("encoder"), pool2.get("llm"), pool2.get("method")
     assert enc2.identity != before[0] and method2.identity != before[2]
@@ -396,7 +411,7 @@ def test_plan_after_a_full_run_predicts_no_uncached_call(tmp_path, monkeypatch):
         base = [*recipe_args(tmp_path, "plan", pkg)[:3], "llm=openai", f"llm.base_url={srv.base_url}", "llm.model=m",
                 "llm.retries=0", *recipe_args(tmp_path, "plan", pkg)[3:], "dataset.limit=12"]
         before = plan_recipe(compose(base, extra_dirs=[str(rec)]))
-        assert before.total_calls > 0 and any(n.startswith("estimated: stage(s) rewrite") for n in before.notes)
+        assert before.total_calls > 0 and any(n.startswith("estimated: stage(s)") and "rewrite" in n for n in before.notes)
         run_recipe(compose(base, extra_dirs=[str(rec)]))
         n_chats = len(srv.requests_to("/chat/completions"))
         # the same command: every stage is in the run directory

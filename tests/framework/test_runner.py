@@ -90,7 +90,7 @@ def test_same_recipe_with_changed_inputs_recomputes_its_stages(plugin_path, tmp_
     r = toy_recipe(tmp_path, f"llm.counter={counter}")
     res = run_recipe(r)
     calls = len(counter.read_text().splitlines())
-    assert set(json.loads((res.dir / "inputs.json").read_text())) == {"method", "gallery", "queries"}
+    assert set(json.loads((res.dir / "inputs.json").read_text())) == {"method", "gallery", "queries", "code"}
     res_again = run_recipe(r)  # same inputs: loaded, not recomputed
     assert res_again.stats["rank"].resumed_queries == 40
     monkeypatch.setattr(tp.ToyEncoder, "model_identity", lambda self: "other weights")
@@ -98,7 +98,7 @@ def test_same_recipe_with_changed_inputs_recomputes_its_stages(plugin_path, tmp_
 
     seen = []
     monkeypatch.setattr("agentcir.framework.runner.check_run_inputs",
-                        lambda d, i: (check_run_inputs(d, i), seen.append(sorted(p.name for p in d.iterdir()))))
+                        lambda d, i, *a: (check_run_inputs(d, i, *a), seen.append(sorted(p.name for p in d.iterdir()))))
     with caplog.at_level("WARNING", logger="agentcir"):
         res2 = run_recipe(r)
     assert seen == [["inputs.json", "recipe.yaml"]]  # no stale stages, metrics or report left behind
