@@ -67,7 +67,7 @@ def test_octopus_overlaps_its_model_calls(bench, plugin_path, tmp_path, caplog):
         with caplog.at_level("INFO", logger="agentcir"):
             row = bench.run_once("octopus", data, tmp_path / "runs", srv.base_url, c, delay,
                                  ["kernels=reference", "encoder=toy"])
-        n_requests = len(srv.requests)
+        n_requests = len(srv.requests_to("/chat/completions"))  # besides the pre-flight GET /models
     assert "follows run.concurrency" in caplog.text
     assert active.max == c  # the endpoint saw run.concurrency requests at once, never more
     assert row["calls"] == n_requests  # each model call is one request (no retries, nothing else)

@@ -172,7 +172,7 @@ def test_2x2_sweep_calls_each_distinct_model_call_once(demo_root, tmp_path, caps
         srv.script(CHAT, ep)
         overrides = [*SWEEP, *llm_overrides(srv, tmp_path / "cache.sqlite"), f"run.root={demo_root}"]
         res = run_sweep(overrides, name="two-by-two")
-        n_requests = len(srv.requests)
+        n_requests = len(srv.requests_to("/chat/completions"))  # besides the pre-flight GET /models
         assert [j["status"] for j in res.jobs] == ["done"] * 4
         assert n_requests == len(ep.answered) == len(set(ep.answered)) > 0  # no call twice at the server
         per_n = {n: sum(f"Write {n} diverse" in a for a in ep.answered) for n in (2, 3)}
@@ -206,7 +206,7 @@ def test_2x2_sweep_calls_each_distinct_model_call_once(demo_root, tmp_path, caps
         mtimes = [(Path(j["dir"]) / "metrics.json").stat().st_mtime_ns for j in res.jobs]
         seen = []
         again = run_sweep(overrides, name="two-by-two", on_job=lambda rec, earlier: seen.append(earlier))
-        assert seen == [True] * 4 and len(srv.requests) == n_requests
+        assert seen == [True] * 4 and len(srv.requests_to(CHAT)) == n_requests
         assert [(Path(j["dir"]) / "metrics.json").stat().st_mtime_ns for j in again.jobs] == mtimes
         # eval --compare labels the runs by what differs
         capsys.readouterr()
