@@ -100,18 +100,36 @@ class Encoder(Component):
 
 @dataclass
 class ToolCall:
+    """A tool call of a chat reply: ``name(**arguments)``, answered by a tool message of ``id``."""
+
     id: str
     name: str
     arguments: dict
 
+    @classmethod
+    def from_json(cls, d: dict) -> "ToolCall":
+        args = d.get("arguments")
+        return cls(str(d.get("id") or ""), str(d.get("name") or ""), dict(args) if isinstance(args, dict) else (args or {}))
+
 
 @dataclass
 class ChatReply:
+    """What ``LLM.chat`` returns (also when ``ctx.call`` reads it from the call cache)."""
+
     text: str
     tool_calls: list[ToolCall] = field(default_factory=list)
 
     def to_json(self) -> dict:
         return {"text": self.text, "tool_calls": [vars(t) for t in self.tool_calls]}
+
+    @classmethod
+    def from_json(cls, d: dict) -> "ChatReply":
+        """The reply stored by :meth:`to_json` (a bad value is an ``InputError`` naming it)."""
+        from .errors import InputError
+
+        if not isinstance(d, dict) or not isinstance(d.get("tool_calls", []), list):
+            raise InputError(f"a chat reply must be {{'text': str, 'tool_calls': [...]}}, got {d!r:.200}")
+        return cls(str(d.get("text") or ""), [ToolCall.from_json(t) for t in d.get("tool_calls") or []])
 
 
 def user_message(text: str, images: Sequence[Path | str] = ()) -> dict:
