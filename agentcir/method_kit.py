@@ -57,7 +57,7 @@ Tasks and prompts: :func:`register_task`, :func:`register_replier`, :func:`load_
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Sequence
 
 import numpy as np
 
@@ -91,28 +91,32 @@ __all__ = [
 
 
 def rank(ctx: Any, state: RunState, queries: np.ndarray, k: int, *, exclude_reference: bool = True,
-         against: str = "images", encoder: Any = None) -> Candidates:
+         against: str = "images", encoder: Any = None, of: Sequence[Query] | None = None) -> Candidates:
     """The top ``k`` gallery rows of each query embedding by inner product, as :class:`Candidates`.
 
     Args:
         ctx: the stage's context (its kernel backend is used).
         state: the run state (its gallery and queries).
-        queries: ``[Q, d]`` L2-normalised query embeddings, one row per query of ``state.queries``.
+        queries: ``[Q, d]`` L2-normalised query embeddings, one row per query of ``state.queries``
+            (or of ``of``).
         k: ranking depth (beyond the gallery size the rows are padded with id ``-1``).
         exclude_reference: leave each query's reference item out of its ranking (the convention of
             every method here: the reference is never the answer).
         against: ``images`` (the gallery's image embeddings) or ``captions`` (the embeddings of the
             run's gallery captions, by ``encoder``; the method must set ``needs_captions = True``).
         encoder: the encoder of the caption embeddings (``against="captions"`` only).
+        of: the queries the rows belong to, when not all of ``state.queries`` (e.g. ``[q]`` inside
+            a per-query ``ctx.map`` function).
 
     Returns:
         ``Candidates`` with ids ``int32 [Q, k]`` (``-1`` = padding) and scores ``float32 [Q, k]``.
     """
     from .kernels import cosine_topk
 
+    batch = list(state.queries if of is None else of)
     q = np.ascontiguousarray(queries, np.float32)
-    if q.ndim != 2 or q.shape[0] != len(state.queries):
-        raise InputError(f"rank: queries must be [{len(state.queries)}, d] (one row per query), got {list(q.shape)}")
+    if q.ndim != 2 or q.shape[0] != len(batch):
+        raise InputError(f"rank: queries must be [{len(batch)}, d] (one row per query), got {list(q.shape)}")
     if against == "images":
         gallery = state.gallery.image_emb
     elif against == "captions":
@@ -125,5 +129,8 @@ def rank(ctx: Any, state: RunState, queries: np.ndarray, k: int, *, exclude_refe
         raise InputError(f"rank: query dimension {q.shape[1]} differs from the gallery's {state.gallery.dim}")
     if int(k) < 1:
         raise InputError(f"rank: k must be at least 1, got {k}")
-    exclude = reference_rows(state) if exclude_reference else None
+    exclude = None
+    if exclude_reference:
+        g = state.gallery
+        exclude = np.array([g.index_of(x.reference_id) if x.reference_id else -1 for x in batch], np.int32)
     return to_candidates(cosine_topk(q, gallery, int(k), exclude=exclude, backend=ctx.kernels))

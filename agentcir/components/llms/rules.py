@@ -91,7 +91,10 @@ class RulesLLM(LLM):
     def model_identity(self) -> str:
         files = {name: file_digest(self._vocab_dir / f"{name}.txt") for name in SLOT_VOCAB.values()
                  if (self._vocab_dir / f"{name}.txt").is_file()}
-        return stable_hash("rules", RULES_VERSION, files, n=24)
+        plugins = plugin_repliers_identity()
+        # no plugin replier: the identity rules runs have always had
+        return stable_hash("rules", RULES_VERSION, files, n=24) if not plugins else \
+            stable_hash("rules", RULES_VERSION, files, plugins, n=24)
 
     def call_prompts(self, op: str, inputs: dict[str, Any]) -> list[str]:
         return []  # the rules read no prompt file: prompt edits do not invalidate their cache
@@ -284,6 +287,29 @@ class RulesLLM(LLM):
 
 
 # -- helpers ------------------------------------------------------------------------------------
+def plugin_repliers_identity() -> dict[str, str]:
+    """Per plugin task with an offline replier: a digest of its spec and of the file that defines
+    the replier, so that editing a replier recomputes (and re-caches) the rules LLM's answers."""
+    import inspect
+
+    from ...framework.tasks import PLUGIN_TASKS, load_task_plugins
+
+    load_task_plugins()
+    out = {}
+    for name, spec in sorted(PLUGIN_TASKS.items()):
+        if spec.replier is None:
+            continue
+        try:
+            src = inspect.getsourcefile(spec.replier)
+            code = file_digest(Path(src)) if src else ""
+        except (TypeError, OSError):
+            code = ""
+        fn = getattr(spec.replier, "__qualname__", type(spec.replier).__qualname__)
+        out[name] = stable_hash(spec.variables, spec.reply, spec.fields, spec.count, spec.optional,
+                                f"{getattr(spec.replier, '__module__', '')}.{fn}", code, n=16)
+    return out
+
+
 def _take(items: list[str], n: int) -> list[str]:
     """Exactly ``n`` items, repeating the list when it is shorter (the variants run out)."""
     if not items:
