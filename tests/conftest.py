@@ -1,4 +1,5 @@
-"""Shared fixtures: the test plugin (installed with pip into a temp dir), ../shared, tiny images."""
+"""Shared fixtures: the test plugin (installed with pip into a temp dir), ../shared, and the testing kit's
+(agentcir.testing.pytest_plugin: tiny images, a tiny dataset, a scripted LLM endpoint)."""
 
 from __future__ import annotations
 
@@ -9,8 +10,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-import numpy as np
 import pytest
+
+from agentcir.testing.data import make_image  # noqa: F401  (tests import it from here)
 
 # Triton kernels run natively when CUDA is visible, else in the interpreter (tiny shapes only). The
 # flag must be set before anything imports triton (diffusers and torch can, during collection), so
@@ -58,22 +60,5 @@ def plugin_env(plugin_path, tmp_path) -> dict:
     return env
 
 
-def make_image(path: Path, seed: int, size: int = 24) -> Path:
-    from PIL import Image
-
-    rng = np.random.default_rng(seed)
-    arr = (rng.random((size, size, 3)) * 255).astype(np.uint8)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    Image.fromarray(arr).save(path)
-    return path
-
-
-@pytest.fixture
-def image_folder(tmp_path) -> Path:
-    """12 small real JPEG/PNG files, one broken JPEG, one text file."""
-    d = tmp_path / "photos"
-    for i in range(12):
-        make_image(d / ("sub" if i % 3 == 0 else "") / f"img{i:02d}.{'png' if i % 2 else 'jpg'}", i)
-    (d / "broken.jpg").write_bytes(b"\xff\xd8\xff\xe0 this is not really a jpeg")
-    (d / "notes.txt").write_text("not an image")
-    return d
+# the method authors' testing kit: image_folder, tiny_dataset, scripted_llm, agentcir_env
+pytest_plugins = ["agentcir.testing.pytest_plugin"]

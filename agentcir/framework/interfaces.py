@@ -19,7 +19,7 @@ import numpy as np
 
 from .component import Component
 from .images import Skipped, decode_many, report_skipped
-from .prompts import PROMPTS_DIR, load_prompt
+from .prompts import find_prompt, load_prompt
 
 log = logging.getLogger("agentcir")
 
@@ -100,18 +100,36 @@ class Encoder(Component):
 
 @dataclass
 class ToolCall:
+    """A tool call of a chat reply: ``name(**arguments)``, answered by a tool message of ``id``."""
+
     id: str
     name: str
     arguments: dict
 
+    @classmethod
+    def from_json(cls, d: dict) -> "ToolCall":
+        args = d.get("arguments")
+        return cls(str(d.get("id") or ""), str(d.get("name") or ""), dict(args) if isinstance(args, dict) else (args or {}))
+
 
 @dataclass
 class ChatReply:
+    """What ``LLM.chat`` returns (also when ``ctx.call`` reads it from the call cache)."""
+
     text: str
     tool_calls: list[ToolCall] = field(default_factory=list)
 
     def to_json(self) -> dict:
         return {"text": self.text, "tool_calls": [vars(t) for t in self.tool_calls]}
+
+    @classmethod
+    def from_json(cls, d: dict) -> "ChatReply":
+        """The reply stored by :meth:`to_json` (a bad value is an ``InputError`` naming it)."""
+        from .errors import InputError
+
+        if not isinstance(d, dict) or not isinstance(d.get("tool_calls", []), list):
+            raise InputError(f"a chat reply must be {{'text': str, 'tool_calls': [...]}}, got {d!r:.200}")
+        return cls(str(d.get("text") or ""), [ToolCall.from_json(t) for t in d.get("tool_calls") or []])
 
 
 def user_message(text: str, images: Sequence[Path | str] = ()) -> dict:
@@ -136,6 +154,14 @@ def tool_message(call_id: str, content: Any) -> dict:
     return {"role": "tool", "tool_call_id": call_id, "content": text}
 
 
+def default_task_prompt(task: str) -> str:
+    """The prompt a task runs when the caller names none: the registered task's, else ``tasks/<task>``."""
+    from .tasks import find_task
+
+    spec = find_task(task)
+    return spec.prompt_name if spec is not None else f"tasks/{task}"
+
+
 class LLM(Component):
     """A (vision-)language model.
 
@@ -155,7 +181,7 @@ class LLM(Component):
 
     def run_task(self, task: str, variables: dict[str, Any], *, prompt: str | None = None,
                  images: Sequence[Path | str] = (), json_mode: bool = False) -> str:
-        text = load_prompt(prompt or f"tasks/{task}").render(variables)
+        text = load_prompt(prompt or default_task_prompt(task)).render(variables)
         return self.chat([user_message(text, images)], json_mode=json_mode).text
 
     async def arun_task(self, task: str, variables: dict[str, Any], *, prompt: str | None = None,
@@ -164,11 +190,11 @@ class LLM(Component):
         return await asyncio.to_thread(self.run_task, task, variables, prompt=prompt, images=images, json_mode=json_mode)
 
     def call_prompts(self, op: str, inputs: dict[str, Any]) -> list[str]:
-        """A task call reads ``prompt`` or, by default, ``tasks/<task>`` (when that file exists):
-        that file is in the call's cache key."""
+        """A task call reads ``prompt`` or, by default, the task's prompt (``tasks/<task>``, or the
+        one a plugin task registered; when that file exists): that file is in the call's cache key."""
         if op in ("run_task", "arun_task") and inputs.get("task") and not inputs.get("prompt"):
-            default = f"tasks/{inputs['task']}"
-            return [default] if (PROMPTS_DIR / f"{default}.txt").is_file() else []
+            default = default_task_prompt(str(inputs["task"]))
+            return [default] if find_prompt(default) is not None else []
         return super().call_prompts(op, inputs)
 
 

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from .component import Component
 from .state import RunState, Stage, StageFn
@@ -26,6 +26,15 @@ class Method(Component):
     needs_reference: ClassVar[bool] = True
     #: whether the method answers a set of items (its ranking's order and scores are not scores)
     answers_set: ClassVar[bool] = False
+    #: what the method needs its components to support, per kind: ``chat``, ``tools``, ``images``,
+    #: ``task:<name>`` (:mod:`agentcir.framework.capabilities`); a recipe whose component cannot
+    #: serve a need is refused when it is composed. Config-dependent needs: override :meth:`needs_for`
+    needs: ClassVar[dict[str, tuple[str, ...]]] = {}
+
+    @classmethod
+    def needs_for(cls, config: dict[str, Any]) -> dict[str, tuple[str, ...]]:
+        """What the method configured by recipe node ``config`` needs (default: :attr:`needs`)."""
+        return dict(cls.needs)
 
     @classmethod
     def memory_config(cls, dependency: str, node: dict[str, Any]) -> dict[str, Any]:

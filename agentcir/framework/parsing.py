@@ -350,6 +350,8 @@ def parse_task_reply(task: str, text: Any, variables: Mapping[str, Any] | None =
         ReplyParseError: the reply lacks the JSON, a required field, or has a wrong type.
     """
     spec = task_spec(task)
+    if spec.parser is not None:  # a plugin task with its own reader
+        return spec.parser(text, dict(variables or {}))
     if spec.reply == "text":
         return clean_caption(text)
     if spec.reply == "yes_no":

@@ -1,4 +1,5 @@
-"""Checks of a composed recipe that need more than the field types: paths, ranges, devices.
+"""Checks of a composed recipe that need more than the field types: paths, ranges, devices,
+and what the method needs its components to support (:mod:`agentcir.framework.capabilities`).
 
 Run by :func:`agentcir.framework.recipe.validate` (so by ``compose``), before any component
 or model is built: a bad value fails in a second, naming the field, instead of deep inside
@@ -97,8 +98,11 @@ def check_devices(recipe: dict[str, Any], groups: tuple[str, ...]) -> None:
 def check_recipe(recipe: dict[str, Any], groups: tuple[str, ...], devices: bool = True) -> None:
     """Every check of this module on a resolved recipe (raises :class:`ConfigError`); ``devices``
     false skips the devices' availability (``--plan``, ``--print-recipe``: nothing runs here)."""
+    from .capabilities import check_capabilities
+
     check_run_name(recipe["run"])
     check_ranges(recipe)
+    check_capabilities(recipe, groups)  # what the method needs of its components (no model loads)
     if devices:
         check_devices(recipe, groups)
 

@@ -40,6 +40,7 @@ import numpy as np
 
 from .accounting import CallClock, loading_seconds
 from .cache import MISSING, CallCache, decode_value, encode_value
+from .call_types import restore
 from .errors import AgentcirError, InputError
 from .files import atomic_path, atomic_write_text
 from .gallery import Gallery, GalleryItem
@@ -137,7 +138,7 @@ class RunContext:
         hit = self.cache.get(key)
         if hit is not MISSING:
             st.cache_hits += 1
-            return hit
+            return restore(component, op, hit)
         fut = asyncio.get_running_loop().create_future()
         self._inflight[key] = fut
         clock = self.clocks.setdefault(self.stage, CallClock())
@@ -157,7 +158,9 @@ class RunContext:
             st.calls += 1
             st.by_component[name] = st.by_component.get(name, 0) + 1
             # hand back what a cache hit would return, so a resumed run sees identical values
-            out = out if isinstance(out, (str, int, float, bool, type(None))) else decode_value(encode_value(out))
+            # (typed as the operation declares: a ChatReply stays a ChatReply, call_types)
+            out = out if isinstance(out, (str, int, float, bool, type(None))) else \
+                restore(component, op, decode_value(encode_value(out)))
             fut.set_result(out)
             return out
         except BaseException as e:

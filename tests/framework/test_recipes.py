@@ -13,13 +13,21 @@ EXPERIMENTS = sorted(p.stem for p in (RECIPES_DIR / "experiment").glob("*.yaml")
 KERNELS = sorted(p.stem for p in (RECIPES_DIR / "kernels").glob("*.yaml"))
 
 
+VISION_LLM_USERS = {("captioner", "vlm"), ("detector", "vlm"), ("verifier", "vlm")}
+
+
 def test_there_are_recipes():
     assert GROUP_FILES and ("method", "image_text_sum") in GROUP_FILES
 
 
 @pytest.mark.parametrize("group,option", GROUP_FILES, ids=[f"{g}/{o}" for g, o in GROUP_FILES])
 def test_every_group_recipe_composes_and_builds(group, option, tmp_path):
-    recipe = compose([f"{group}={option}", f"run.root={tmp_path}"])
+    # the vision-language components need an llm that reads images: the default (rules) cannot
+    companion = ["llm=openai"] if (group, option) in VISION_LLM_USERS else []
+    if companion:
+        with pytest.raises(ConfigError, match=f"{group} '{option}' needs llm 'rules' to serve images"):
+            compose([f"{group}={option}", f"run.root={tmp_path}"])
+    recipe = compose([f"{group}={option}", f"run.root={tmp_path}", *companion])
     assert recipe[group]["name"]
     if recipe[group]["name"] != "none":
         comp = ComponentPool(recipe).get(group)

@@ -26,6 +26,7 @@ class VLMCaptioner(Captioner):
     """
 
     requires: ClassVar[tuple[str, ...]] = ("llm",)
+    needs: ClassVar[dict[str, tuple[str, ...]]] = {"llm": ("images", "task:caption")}
     prompt_fields: ClassVar[tuple[str, ...]] = ("prompt",)
 
     @dataclass

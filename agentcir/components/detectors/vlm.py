@@ -41,6 +41,7 @@ class VLMDetector(Detector):
     """
 
     requires: ClassVar[tuple[str, ...]] = ("llm",)
+    needs: ClassVar[dict[str, tuple[str, ...]]] = {"llm": ("images", "task:list_objects")}
     prompt_fields: ClassVar[tuple[str, ...]] = ("prompt",)
 
     @dataclass

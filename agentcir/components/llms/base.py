@@ -10,10 +10,10 @@ from pathlib import Path
 from typing import Any, ClassVar, Coroutine, Sequence
 
 from ...framework.errors import InputError
-from ...framework.interfaces import LLM, ChatReply, user_message
+from ...framework.interfaces import LLM, ChatReply, default_task_prompt, user_message
 from ...framework.prompts import load_prompt
 from ...framework.parsing import ReplyParseError, parse_task_reply
-from ...framework.tasks import TASKS, TaskSpec, check_variables
+from ...framework.tasks import TaskSpec, check_variables, find_task
 
 _AGAIN = {"json": "Reply again with only the JSON object, no other text.",
           "yes_no": "Reply again with only one word: yes or no.",
@@ -34,7 +34,7 @@ def run_sync(coro: Coroutine) -> Any:
 class PromptedLLM(LLM):
     """An LLM that renders ``tasks/<task>`` (or ``prompt``) and chats.
 
-    For the tasks of :data:`agentcir.framework.tasks.TASKS` the variables are checked
+    For the tasks of the task table (built in or registered by plugins) the variables are checked
     first, JSON tasks are sent in JSON mode, and a reply that :func:`parse_task_reply` cannot
     read is answered with a short correction, up to ``cfg.parse_retries`` times; if it still
     does not parse, :class:`ReplyParseError` is raised (nothing unusable reaches the cache).
@@ -43,10 +43,12 @@ class PromptedLLM(LLM):
 
     #: whether this backend sends image parts (text-only backends fail clearly instead)
     vision: ClassVar[bool] = True
+    #: capabilities (agentcir.framework.capabilities): chat, tool calls, images, every task with a prompt
+    supports: ClassVar[tuple[str, ...]] = ("chat", "tools", "images", "task:*")
 
     def _task_request(self, task: str, variables: dict[str, Any] | None, prompt: str | None,
                       images: Sequence[Path | str]) -> tuple[list[dict], TaskSpec | None, dict[str, Any]]:
-        spec = TASKS.get(task)
+        spec = find_task(task)
         values = check_variables(task, variables) if spec is not None else dict(variables or {})
         images = list(images or ())
         if spec is not None and spec.needs_images and not images:
@@ -54,7 +56,7 @@ class PromptedLLM(LLM):
         if images and not self.vision:
             raise InputError(f"{self.describe()} is text-only and cannot read the {len(images)} image(s) of task "
                              f"'{task}'; use a vision-language backend (llm=openai with a VLM)")
-        text = load_prompt(prompt or f"tasks/{task}").render(values)
+        text = load_prompt(prompt or default_task_prompt(task)).render(values)
         return [user_message(text, images)], spec, values
 
     async def arun_task(self, task: str, variables: dict[str, Any], *, prompt: str | None = None,

@@ -15,7 +15,9 @@ to the caption verbatim, and the modification list is the raw text). It cannot s
 optional reference image of ``target_caption`` is ignored.
 
 Replies are the JSON / yes-no / true-false texts the task table promises, so callers
-parse them exactly as they parse a real model's replies.
+parse them exactly as they parse a real model's replies. A task a plugin registers
+(:func:`agentcir.framework.tasks.register_task`) is answered by the task's offline
+``replier``; a plugin task without one is refused when the recipe is composed.
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ from ...framework.vocab import VOCAB_DIR
 from ...registry import LLMS
 from .edits import (ATTRIBUTES, GENDER_FORMS, MASS_NOUNS, PATTERN_ADJ, SLOT_VOCAB, USAGE_ADJ, Lexicon, Modification,
                     ParsedCaption, apply_edits, object_phrase, strip_photo_prefix, tidy, with_article)
-from ...framework.tasks import TASKS, check_variables
+from ...framework.tasks import TASKS, check_variables, find_task, offline_reply
 
 #: bump when the rules change what they output (part of the identity, so caches refresh)
 RULES_VERSION = "2"
@@ -62,6 +64,16 @@ class RulesLLM(LLM):
         fallback: str = "append"
 
     FALLBACKS: ClassVar[tuple[str, ...]] = ("append", "keep", "error")
+    #: the built-in text tasks (plugin tasks: :meth:`can_serve`); no chat, tools or images
+    supports: ClassVar[tuple[str, ...]] = tuple(f"task:{t}" for t in TASKS if t not in VISION_TASKS)
+
+    @classmethod
+    def can_serve(cls, need: str, config: dict) -> bool | None:
+        """A plugin task is served when it registered an offline replier."""
+        if need.startswith("task:") and need[5:] not in TASKS:
+            spec = find_task(need[5:])
+            return spec is not None and spec.replier is not None
+        return None
 
     def __init__(self, cfg: Any = None, **deps: Any):
         super().__init__(cfg, **deps)
@@ -79,7 +91,10 @@ class RulesLLM(LLM):
     def model_identity(self) -> str:
         files = {name: file_digest(self._vocab_dir / f"{name}.txt") for name in SLOT_VOCAB.values()
                  if (self._vocab_dir / f"{name}.txt").is_file()}
-        return stable_hash("rules", RULES_VERSION, files, n=24)
+        plugins = plugin_repliers_identity()
+        # no plugin replier: the identity rules runs have always had
+        return stable_hash("rules", RULES_VERSION, files, n=24) if not plugins else \
+            stable_hash("rules", RULES_VERSION, files, plugins, n=24)
 
     def call_prompts(self, op: str, inputs: dict[str, Any]) -> list[str]:
         return []  # the rules read no prompt file: prompt edits do not invalidate their cache
@@ -87,12 +102,16 @@ class RulesLLM(LLM):
     # -- the LLM interface ---------------------------------------------------------------
     def chat(self, messages: list[dict], *, tools: list[dict] | None = None, json_mode: bool = False) -> ChatReply:
         raise InputError("llm 'rules' has no free-form chat (it is a rule-based offline editor); it only runs the "
-                         f"tasks {', '.join(t for t in TASKS if t not in VISION_TASKS)} through run_task. "
+                         f"tasks {', '.join(t for t in TASKS if t not in VISION_TASKS)} (and plugin tasks that "
+                         "register an offline replier) through run_task. "
                          "Use llm=openai or llm=transformers for chat and tool calling")
 
     def run_task(self, task: str, variables: dict[str, Any], *, prompt: str | None = None,
                  images: Sequence[Path | str] = (), json_mode: bool = False) -> str:
-        """The reply to ``task`` (JSON text, ``yes``/``no`` or ``true``/``false``); ``prompt`` is ignored."""
+        """The reply to ``task`` (JSON text, ``yes``/``no`` or ``true``/``false``); ``prompt`` is ignored.
+        A plugin task is answered by its registered offline replier."""
+        if task not in TASKS and find_task(task) is not None:
+            return offline_reply(task, variables)
         values = check_variables(task, variables)
         if task in VISION_TASKS:
             raise NeedsVisionError(
@@ -268,6 +287,29 @@ class RulesLLM(LLM):
 
 
 # -- helpers ------------------------------------------------------------------------------------
+def plugin_repliers_identity() -> dict[str, str]:
+    """Per plugin task with an offline replier: a digest of its spec and of the file that defines
+    the replier, so that editing a replier recomputes (and re-caches) the rules LLM's answers."""
+    import inspect
+
+    from ...framework.tasks import PLUGIN_TASKS, load_task_plugins
+
+    load_task_plugins()
+    out = {}
+    for name, spec in sorted(PLUGIN_TASKS.items()):
+        if spec.replier is None:
+            continue
+        try:
+            src = inspect.getsourcefile(spec.replier)
+            code = file_digest(Path(src)) if src else ""
+        except (TypeError, OSError):
+            code = ""
+        fn = getattr(spec.replier, "__qualname__", type(spec.replier).__qualname__)
+        out[name] = stable_hash(spec.variables, spec.reply, spec.fields, spec.count, spec.optional,
+                                f"{getattr(spec.replier, '__module__', '')}.{fn}", code, n=16)
+    return out
+
+
 def _take(items: list[str], n: int) -> list[str]:
     """Exactly ``n`` items, repeating the list when it is shorter (the variants run out)."""
     if not items:

@@ -83,6 +83,10 @@ class TransformersLLM(PromptedLLM):
     volatile_fields: ClassVar[tuple[str, ...]] = ("device", "parse_retries", "local_files_only", "progress")
     DTYPES: ClassVar[tuple[str, ...]] = ("auto", "float32", "bfloat16", "float16")
 
+    #: whether the model reads images is known once its config is read (``vision``)
+    supports: ClassVar[tuple[str, ...]] = ("chat", "tools", "task:*")
+    maybe_supports: ClassVar[tuple[str, ...]] = ("images",)
+
     @dataclass
     class Config:
         model: str = "Qwen/Qwen2.5-1.5B-Instruct"

@@ -31,6 +31,7 @@ class EntailmentVerifier(Verifier):
     """
 
     requires: ClassVar[tuple[str, ...]] = ("llm",)
+    needs: ClassVar[dict[str, tuple[str, ...]]] = {"llm": ("task:entail",)}
     prompt_fields: ClassVar[tuple[str, ...]] = ("prompt",)
 
     @dataclass

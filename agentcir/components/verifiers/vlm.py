@@ -39,6 +39,7 @@ class VLMVerifier(Verifier):
     """
 
     requires: ClassVar[tuple[str, ...]] = ("llm",)
+    needs: ClassVar[dict[str, tuple[str, ...]]] = {"llm": ("images", "task:verify", "task:answer")}
     prompt_fields: ClassVar[tuple[str, ...]] = ("verify_prompt", "verify_caption_prompt", "answer_prompt")
 
     @dataclass

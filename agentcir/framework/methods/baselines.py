@@ -109,6 +109,8 @@ class CIReVL(_Captioned):
         num_keyframes: keyframes captioned for a video reference (uniformly sampled).
     """
 
+    needs: ClassVar[dict[str, tuple[str, ...]]] = {"llm": ("task:target_caption", "task:summarize_captions")}
+
     @dataclass
     class Config:
         top_k: int = 100
@@ -164,6 +166,8 @@ class LDRE(_Captioned):
     """
 
     ENSEMBLES: ClassVar[tuple[str, ...]] = ("adaptive", "mean")
+
+    needs: ClassVar[dict[str, tuple[str, ...]]] = {"llm": ("task:divergent_captions", "task:summarize_captions")}
 
     @dataclass
     class Config:

@@ -127,6 +127,20 @@ class Octopus(Method):
         bonus: float = 100.0
         verify_instruction: str = "modification"
 
+    @classmethod
+    def needs_for(cls, config: dict) -> dict[str, tuple[str, ...]]:
+        """The LLM tasks the configured stages run (a video reference adds ``summarize_captions``)."""
+        import dataclasses
+
+        c = {**dataclasses.asdict(cls.Config()), **config}
+        tasks = ["summarize_captions"]
+        tasks += ["target_caption"] if c["modification_reasoning"] else []
+        tasks += ["refine"] if c["refinement"] else []
+        if c["creator"]:
+            tasks += ["filter_objects"] if c["objects"] else []
+            tasks += ["textual_proxies"] if c["textual_proxies"] else []
+        return {"llm": tuple(f"task:{t}" for t in tasks)}
+
     def __init__(self, cfg=None, **deps):
         super().__init__(cfg, **deps)
         c, where = self.cfg, "method 'octopus'"

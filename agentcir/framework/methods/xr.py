@@ -168,6 +168,20 @@ class XR(Method):
         exclude_reference: bool = True
         verify_instruction: str = "modification"
 
+    @classmethod
+    def needs_for(cls, config: dict) -> dict[str, tuple[str, ...]]:
+        """The LLM tasks the configured stages run; ``upstream_compat`` runs the released prompts
+        as unchecked tasks, which needs a prompt-reading llm (chat)."""
+        import dataclasses
+
+        c = {**dataclasses.asdict(cls.Config()), **config}
+        tasks = ["summarize_captions", "target_descriptions", "rewrite_caption"]
+        if c["s2_mode"] != "none":
+            if c["upstream_compat"]:
+                return {"llm": (*(f"task:{t}" for t in tasks), "chat")}
+            tasks += ["questions"] + (["entail"] if c["s2_mode"] in ("both", "caption") else [])
+        return {"llm": tuple(f"task:{t}" for t in tasks)}
+
     def __init__(self, cfg=None, **deps):
         super().__init__(cfg, **deps)
         c, where = self.cfg, "method 'xr'"

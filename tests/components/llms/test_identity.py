@@ -6,7 +6,7 @@ import shutil
 
 import pytest
 
-from agentcir.framework import interfaces, prompts
+from agentcir.framework import prompts
 from agentcir.framework.cache import CallCache
 from agentcir.framework.runner import RunContext
 from agentcir.registry import LLMS
@@ -20,7 +20,6 @@ def prompt_dir(tmp_path, monkeypatch):
     d = tmp_path / "prompts"
     shutil.copytree(prompts.PROMPTS_DIR, d)
     monkeypatch.setattr(prompts, "PROMPTS_DIR", d)
-    monkeypatch.setattr(interfaces, "PROMPTS_DIR", d)
     return d
 
 

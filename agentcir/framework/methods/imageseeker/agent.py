@@ -107,6 +107,18 @@ class ImageSeeker(Method):
     needs_reference: ClassVar[bool] = False
     answers_set: ClassVar[bool] = True
 
+    @classmethod
+    def needs_for(cls, config: dict) -> dict[str, tuple[str, ...]]:
+        """``planner=llm`` needs an llm that chats with tools (and reads images when it views
+        photos); ``summarizer=llm`` needs task ``compress_context``. ``planner=auto`` needs
+        nothing: it falls back to the offline planner."""
+        llm: list[str] = []
+        if config.get("planner") == "llm":
+            llm += ["chat", "tools"] + (["images"] if config.get("view_images", True) else [])
+        if config.get("summarizer") == "llm":
+            llm.append("task:compress_context")
+        return {"llm": tuple(llm)} if llm else {}
+
     @dataclass
     class Config:
         planner: str = "auto"
