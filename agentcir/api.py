@@ -106,7 +106,7 @@ def load_recipe(path: PathLike, *overrides: str | Iterable[str],
         >>> import agentcir as ac, yaml
         >>> _ = open("mine.yaml", "w").write(yaml.safe_dump(ac.compose("method=image_text_sum")))
         >>> ac.load_recipe("mine.yaml", "method.top_k=20")["method"]
-        {'name': 'image_text_sum', 'top_k': 20, 'alpha': 0.5}
+        {'name': 'image_text_sum', 'top_k': 20, 'image_weight': 0.5}
     """
     import yaml
 
@@ -259,13 +259,16 @@ def index(folder: PathLike, *overrides: str | Iterable[str], out: PathLike, reci
     unfinished build and refreshes the metadata. ``shards`` / ``engine`` / ``address``: a
     sharded gallery (``docs/scale.md``). Returns an :class:`~agentcir.framework.indexing.IndexReport`.
 
-    Example:
+    Example (``photos``: 12 photos, two of them in the folder ``Trip 2019`` with EXIF dates and GPS):
         >>> import agentcir as ac
         >>> report = ac.index(photos, out="gallery")
         >>> report.indexed, report.encoder, report.gallery.dim
-        (12, 'catalog', 256)
-        >>> sorted(report.gallery.items[0].meta)[:3]
-        ['album', 'camera', 'keywords']
+        (12, 'catalog', 384)
+        >>> print(report.metadata)
+        metadata of 12 photo(s): 2 with a date, 2 with GPS, 0 with named people; 0 partial record(s) (unreadable or malformed metadata)
+        >>> meta = report.gallery.items[report.gallery.index_of("Trip 2019/rome")].meta
+        >>> meta["album"], meta["taken_time"], meta["city"]
+        ('Trip 2019', '2019-05-03 10:00:00', 'Rome')
     """
     from .framework.indexing import index_folder, scale_for
 

@@ -127,9 +127,16 @@ def _examples():
     return sorted((t for t in tests if t.examples), key=lambda t: t.name)
 
 
+@pytest.fixture(scope="session")
+def examples_dir(tmp_path_factory) -> Path:
+    """Where the examples run: their run directories, galleries and files land here, shared, so
+    that a gallery or a run one example made is reused by the next (each example stays whole)."""
+    return tmp_path_factory.mktemp("examples")
+
+
 @pytest.mark.parametrize("test", _examples(), ids=lambda t: t.name.removeprefix("agentcir.api."))
-def test_docstring_example(test, photos, bench, tmp_path, monkeypatch):
-    monkeypatch.chdir(tmp_path)  # run directories, galleries and files of the examples land here
+def test_docstring_example(test, photos, bench, examples_dir, monkeypatch):
+    monkeypatch.chdir(examples_dir)
     test.globs = {**test.globs, "photos": str(photos), "bench": str(bench)}
     runner = doctest.DocTestRunner(optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE)
     out: list[str] = []
