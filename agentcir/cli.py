@@ -22,7 +22,6 @@ import argparse
 import json
 import logging
 import sys
-import time
 from pathlib import Path
 from typing import Callable, Sequence
 
@@ -147,62 +146,33 @@ def cmd_list(args) -> int:
 # -- index --------------------------------------------------------------------------------
 @_command("index")
 def cmd_index(args) -> int:
-    from .framework.gallery import Gallery, items_from_folder
-    from .framework.recipe import ComponentPool
+    from .framework.indexing import index_folder
 
     recipe = _compose(args)
-    items, others = items_from_folder(args.folder)
-    scan = None
-    if not args.no_metadata:  # photo metadata (EXIF/XMP, gazetteer places, folder = album) into each item's meta
-        from .framework.methods.imageseeker.exif import scan_folder
-
-        records, scan = scan_folder([it.path for it in items], args.folder, progress=not args.quiet)
-        for it, rec in zip(items, records):
-            it.meta = {**rec, **({"user": args.user} if args.user else {})}
-    elif args.user:
-        for it in items:
-            it.meta = {"user": args.user}
-    encoder = ComponentPool(recipe).get("encoder")
-    scale = _scale_args(recipe, args)
-    out = Path(args.out)
-    fresh = not out.is_dir() or not any(out.iterdir())   # else a build resumed, or done already
-    t0 = time.perf_counter()   # the embedding: the encoder's loading (or the Ray job's start) included
-    if scale is None:
-        g = Gallery.build(args.out, items, encoder, dtype=args.dtype, progress=not args.quiet, source=str(Path(args.folder).resolve()))
-    else:  # a sharded gallery, embedded in this process or by a Ray Data job (docs/scale.md)
-        from .framework.scale.embed import build_sharded
-
-        g = build_sharded(args.out, items, encoder, scale, dtype=args.dtype, recipe=recipe, progress=not args.quiet,
-                          source=str(Path(args.folder).resolve()), domain_check=True)
-        print(f"{len(g.shards)} shard(s), engine {scale['engine']}")
-    took = time.perf_counter() - t0
-    g.set_meta({it.id: it.meta for it in items})  # a re-index refreshes metadata without re-embedding
-    print(f"indexed {len(g)} image(s) from '{args.folder}' into '{args.out}' with encoder '{recipe['encoder']['name']}' "
-          f"(dim {g.dim}, {g.info['dtype']}); skipped {len(g.skipped)} unreadable image(s) and {len(others)} non-image file(s)")
-    print(f"embedding took {took:.2f} s" + (f" ({len(items) / took:.1f} images/s)" if fresh else
-                                             " (the folder held an earlier build: only what it lacked was embedded)"))
-    if scan is not None:
-        print(scan.line() + (f"; user '{args.user}'" if args.user else ""))
-    from .framework.domain import domain_check  # photos far from the encoder's domain: say so, measured
-
-    check = domain_check(encoder, g.image_emb, name=recipe["encoder"]["name"], folder=args.out)
-    if check is not None:
-        print(check.line())
+    # photo metadata (EXIF/XMP, gazetteer places, folder = album) goes into each item's meta
+    r = index_folder(recipe, args.folder, args.out, dtype=args.dtype, user=args.user, metadata=not args.no_metadata,
+                     scale=_scale_args(recipe, args), progress=not args.quiet)
+    if r.shards:
+        print(f"{r.shards} shard(s), engine {r.engine}")
+    print(f"indexed {r.indexed} image(s) from '{args.folder}' into '{args.out}' with encoder '{r.encoder}' "
+          f"(dim {r.gallery.dim}, {r.gallery.info['dtype']}); skipped {len(r.skipped)} unreadable image(s) and "
+          f"{len(r.non_images)} non-image file(s)")
+    print(f"embedding took {r.seconds:.2f} s" + (f" ({r.images / r.seconds:.1f} images/s)" if r.fresh else
+                                                 " (the folder held an earlier build: only what it lacked was embedded)"))
+    if r.metadata:
+        print(r.metadata)
+    if r.domain:
+        print(r.domain)
     return 0
 
 
 def _scale_args(recipe: dict, args) -> dict | None:
     """The recipe's ``scale`` section with ``--engine/--address/--shards`` applied, validated and
     with every default filled; None: unsharded."""
-    from .framework.scale import scale_settings
+    from .framework.indexing import scale_for
 
-    scale = dict(recipe.get("scale") or {})
-    for flag in ("engine", "address", "shards"):
-        if getattr(args, flag, None) is not None:
-            scale[flag] = getattr(args, flag)
-    if scale.get("engine") == "ray" and not scale.get("shards"):
-        scale["shards"] = 1
-    return scale_settings(scale) if scale.get("shards") else None
+    return scale_for(recipe, engine=getattr(args, "engine", None), address=getattr(args, "address", None),
+                     shards=getattr(args, "shards", None))
 
 
 @_command("build-index")

@@ -1,0 +1,135 @@
+"""Index a folder of images into a gallery directory (``agentcir index`` and ``agentcir.index``).
+
+:func:`index_folder` is the one code path behind both: it lists the images under a folder,
+reads each photo's metadata (EXIF/XMP date, GPS and place, camera, album = folder, people,
+keywords: :mod:`agentcir.framework.methods.imageseeker.exif`) into the item's ``meta``, embeds
+the images with the recipe's encoder (unsharded, or sharded and possibly by a Ray Data job,
+``docs/scale.md``), stores the metadata in the gallery (a re-index refreshes it without
+re-embedding) and measures how far the photos lie from the encoder's domain
+(:mod:`agentcir.framework.domain`). It returns an :class:`IndexReport`; printing is the
+caller's business.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .errors import InputError
+
+
+@dataclass
+class IndexReport:
+    """What :func:`index_folder` did.
+
+    Attributes:
+        gallery: the opened gallery (a ``Gallery``, or a sharded one).
+        out: the gallery directory.
+        folder: the indexed folder.
+        encoder: the encoder's registry key.
+        images: the image files found under the folder.
+        indexed: images in the gallery.
+        skipped: the images that could not be decoded, ``{"path", "reason"}`` each.
+        non_images: the files under the folder that are not images.
+        seconds: the embedding's wall time (the encoder's loading, or the Ray job's start, included).
+        fresh: the gallery directory was empty before (else a build resumed, or done already).
+        shards: the number of shards (0: an unsharded gallery).
+        engine: the sharded build's engine (``local`` or ``ray``), ``""`` unsharded.
+        metadata: the metadata scan's summary line, ``""`` when metadata was not read.
+        domain: the domain check's line, ``""`` when the encoder names no domain.
+    """
+
+    gallery: Any
+    out: Path
+    folder: Path
+    encoder: str
+    images: int
+    indexed: int
+    skipped: list[dict[str, str]] = field(default_factory=list)
+    non_images: list[Path] = field(default_factory=list)
+    seconds: float = 0.0
+    fresh: bool = True
+    shards: int = 0
+    engine: str = ""
+    metadata: str = ""
+    domain: str = ""
+
+
+def scale_for(recipe: dict[str, Any], *, engine: str | None = None, address: str | None = None,
+              shards: int | None = None) -> dict[str, Any] | None:
+    """The recipe's ``scale`` section with ``engine`` / ``address`` / ``shards`` applied (each
+    when not None), validated and with every default filled; None: an unsharded gallery."""
+    from .scale import scale_settings
+
+    scale = dict(recipe.get("scale") or {})
+    for name, value in (("engine", engine), ("address", address), ("shards", shards)):
+        if value is not None:
+            scale[name] = value
+    if scale.get("engine") == "ray" and not scale.get("shards"):
+        scale["shards"] = 1
+    return scale_settings(scale) if scale.get("shards") else None
+
+
+def index_folder(recipe: dict[str, Any], folder: str | Path, out: str | Path, *, dtype: str = "float32",
+                 user: str | None = None, metadata: bool = True, scale: dict[str, Any] | None = None,
+                 progress: bool = False, encoder=None) -> IndexReport:
+    """Embed every image under ``folder`` (recursively) with ``recipe``'s encoder into ``out``.
+
+    Args:
+        recipe: a resolved recipe (:func:`agentcir.framework.recipe.compose`); its ``encoder``.
+        folder: the photo folder; unreadable images and non-image files are skipped and counted.
+        out: the gallery directory (an unfinished build there resumes; a finished one is reused).
+        dtype: embedding storage, ``float32`` or ``float16``.
+        user: a user id stored in every item's metadata (photo histories of several users).
+        metadata: read each photo's EXIF/XMP metadata into its item's ``meta``.
+        scale: a sharded build's settings (:func:`scale_for`); None: unsharded.
+        progress: progress bars on stderr.
+        encoder: an encoder already built from ``recipe`` (else it is built here).
+    """
+    from .gallery import Gallery, items_from_folder
+
+    if dtype not in ("float32", "float16"):
+        raise InputError(f"dtype must be float32 or float16, got '{dtype}'")
+    if recipe.get("encoder", {}).get("name") in (None, "none"):
+        raise InputError("indexing needs an encoder: the recipe selects none")
+    folder = Path(folder)
+    items, others = items_from_folder(folder)
+    scan = None
+    if metadata:
+        from .methods.imageseeker.exif import scan_folder
+
+        records, scan = scan_folder([it.path for it in items], folder, progress=progress)
+        for it, rec in zip(items, records):
+            it.meta = {**rec, **({"user": user} if user else {})}
+    elif user:
+        for it in items:
+            it.meta = {"user": user}
+    if encoder is None:
+        from .recipe import ComponentPool
+
+        encoder = ComponentPool(recipe).get("encoder")
+    out = Path(out)
+    fresh = not out.is_dir() or not any(out.iterdir())
+    source = str(folder.resolve())
+    t0 = time.perf_counter()
+    if scale is None:
+        g = Gallery.build(out, items, encoder, dtype=dtype, progress=progress, source=source)
+    else:
+        from .scale.embed import build_sharded
+
+        g = build_sharded(out, items, encoder, scale, dtype=dtype, recipe=recipe, progress=progress,
+                          source=source, domain_check=True)
+    took = time.perf_counter() - t0
+    g.set_meta({it.id: it.meta for it in items})
+    from .domain import domain_check
+
+    name = recipe["encoder"]["name"]
+    check = domain_check(encoder, g.image_emb, name=name, folder=out)
+    return IndexReport(
+        gallery=g, out=out, folder=folder, encoder=name, images=len(items), indexed=len(g), skipped=list(g.skipped), non_images=list(others),
+        seconds=took, fresh=fresh, shards=len(getattr(g, "shards", ())) if scale is not None else 0,
+        engine=scale["engine"] if scale is not None else "",
+        metadata=scan.line() + (f"; user '{user}'" if user else "") if scan is not None else "",
+        domain=check.line() if check is not None else "")
