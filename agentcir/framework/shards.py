@@ -414,7 +414,7 @@ class ShardSearch:
         return _softmax(np.where(mx > 0, s / np.where(mx > 0, mx, 1.0) / a["tau"], 0.0))
 
     def _octopus_topk(self, kernels, a):
-        I, C = a["images"], a.get("captions")
+        C = a.get("captions")  # each shard scores its own image rows
         ref, p = np.asarray(a["reference"], np.float32), np.asarray(a["proxies"], np.float32)
         target = np.asarray(a["target"], np.float32)
         visual = None if a.get("visual") is None else np.asarray(a["visual"], np.float32)

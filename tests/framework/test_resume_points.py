@@ -4,7 +4,6 @@ SIGKILL leaves there) finishes with the metrics of an uninterrupted run."""
 from __future__ import annotations
 
 import json
-import shutil
 
 import pytest
 
