@@ -36,7 +36,7 @@ from .files import atomic_path
 from .hashing import stable_hash
 from .images import list_images
 
-log = logging.getLogger("agentcir")
+log = logging.getLogger(__name__)
 
 REFERENCE_SIZE = 96
 QUANTILE = 5.0

@@ -29,7 +29,7 @@ from .hashing import stable_hash
 from .images import Skipped, list_images
 from .locks import hold_lock
 
-log = logging.getLogger("agentcir")
+log = logging.getLogger(__name__)
 
 FORMAT = 1
 CHUNK = 2048

@@ -21,7 +21,7 @@ from .component import Component
 from .images import Skipped, decode_many, report_skipped
 from .prompts import PROMPTS_DIR, load_prompt
 
-log = logging.getLogger("agentcir")
+log = logging.getLogger(__name__)
 
 
 def _progress(total: int, desc: str, enabled: bool | None, min_total: int):

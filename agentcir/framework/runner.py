@@ -49,7 +49,7 @@ from .prompts import load_prompt
 from .state import RunResult, RunState, Stage, StageStats
 from .types import Candidates, Query
 
-log = logging.getLogger("agentcir")
+log = logging.getLogger(__name__)
 
 
 #: scalar ``RunState`` fields a stage may set; saved in its ``.done`` marker and restored when a

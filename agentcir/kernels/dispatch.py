@@ -23,7 +23,7 @@ from types import ModuleType
 from ..errors import AgentcirError
 from ._inputs import KernelInputError
 
-log = logging.getLogger("agentcir.kernels")
+log = logging.getLogger(__name__)
 
 #: every accepted value of ``backend=`` / recipe ``kernels.backend`` / ``$AGENTCIR_KERNELS``
 BACKENDS = ("auto", "numba", "torch", "triton", "reference")

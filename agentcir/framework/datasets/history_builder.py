@@ -134,7 +134,7 @@ def _photos_from_csv(spec: HistorySpec) -> list[_Photo]:
     if missing:
         import logging
 
-        logging.getLogger("agentcir").warning("build-disbench: %d photo(s) of the CSV are missing in '%s' (skipped)", missing, images)
+        logging.getLogger(__name__).warning("build-disbench: %d photo(s) of the CSV are missing in '%s' (skipped)", missing, images)
     return photos
 
 
