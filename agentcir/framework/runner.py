@@ -316,6 +316,7 @@ class Runner:
         return done
 
     async def execute(self) -> None:
+        """Run the method's stages in order, skipping those a resumed run directory has finished."""
         persist = self.ctx.run_dir is not None
         if persist:
             (self.ctx.run_dir / "stages").mkdir(parents=True, exist_ok=True)

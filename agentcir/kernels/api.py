@@ -142,7 +142,9 @@ def proxy_scores_topk(proxies: Any, gallery: Any, k: int, *, agg: str = "mean", 
             adaptive weights of :func:`octopus_weights`; needs ``reference``).
         tau: temperature of ``logsumexp`` and of the OCTOPUS weights.
         reference: float ``[Q, d]`` reference embeddings (``agg="octopus"`` only).
-        exclude, exclude_score, backend: as in :func:`cosine_topk`.
+        exclude: as in :func:`cosine_topk`.
+        exclude_score: as in :func:`cosine_topk`.
+        backend: as in :func:`cosine_topk`.
     """
     g = check_gallery(gallery)
     N, d = g.shape
