@@ -1,4 +1,4 @@
-"""The data that flows through a run (DESIGN.md §3)."""
+"""The data that flows through a run (docs/design/principles.md)."""
 
 from __future__ import annotations
 
