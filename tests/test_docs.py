@@ -38,10 +38,11 @@ UNOPENABLE = [r"DESIGN\.md", r"\bissues? #\d+", r"\bissue \d+\b", r"\bissue-#\d+
 
 
 def _mkdocs() -> bool:
-    return all(importlib.util.find_spec(m) is not None for m in ("mkdocs", "mkdocstrings", "mkdocstrings_handlers.python"))
+    return all(importlib.util.find_spec(m) is not None for m in ("mkdocs", "material", "mkdocstrings", "mkdocstrings_handlers.python"))
 
 
-@pytest.mark.skipif(not _mkdocs(), reason="mkdocs and mkdocstrings[python] are not installed (pip install 'agentcir[docs]')")
+@pytest.mark.slow
+@pytest.mark.skipif(not _mkdocs(), reason="mkdocs, mkdocs-material and mkdocstrings[python] are not installed (pip install 'agentcir[docs]')")
 def test_site_builds_in_strict_mode(tmp_path):
     out = tmp_path / "site"
     proc = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(out)],
@@ -95,6 +96,7 @@ def test_a_missing_docstring_is_found(tmp_path, monkeypatch):
     assert undocumented("undoc_mod", None) == ["undoc_mod.bare", "undoc_mod.K.method"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("page", TUTORIALS, ids=[p.stem for p in TUTORIALS])
 def test_tutorial_code_runs(page, tmp_path):
     blocks = RUNNABLE.findall(page.read_text(encoding="utf-8"))
