@@ -1,5 +1,7 @@
 # make run   : create .venv (torch CPU first), install agentcir, run the default recipe on the bundled demo
 # make test  : install the dev extras and run the test suite (then the open_clip tests in .venv-clip)
+# make lint  : ruff check . (ruff.toml)
+# make docs  : build the documentation site into site/ (mkdocs.yml, strict)
 # make bench : run the pytest-benchmark suites (results saved as JSON under benchmarks/results/)
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
@@ -10,7 +12,7 @@ TORCH  ?= torch==2.13.0
 TORCHVISION ?= torchvision==0.28.0
 VENV_CLIP   ?= .venv-clip
 
-.PHONY: run test test-clip bench venv clean
+.PHONY: run test test-clip bench venv clean lint docs
 
 $(VENV)/.torch:
 	python3 -m venv $(VENV)
@@ -35,6 +37,12 @@ test: $(VENV)/.dev-deps
 	$(PY) -m pytest -q $(PYTEST_ARGS)
 	$(MAKE) --no-print-directory test-clip
 
+lint: $(VENV)/.dev-deps
+	$(VENV)/bin/ruff check .
+
+docs: $(VENV)/.dev-deps
+	$(VENV)/bin/mkdocs build --strict --site-dir site
+
 $(VENV_CLIP)/.deps: setup.py
 	python3 -m venv $(VENV_CLIP)
 	$(VENV_CLIP)/bin/python -m pip install -q --disable-pip-version-check $(TORCH)
@@ -51,4 +59,4 @@ bench: $(VENV)/.dev-deps
 	$(PY) benchmarks/report.py benchmarks/results/latest.json
 
 clean:
-	rm -rf runs .pytest_cache build *.egg-info $(VENV_CLIP)
+	rm -rf runs site .pytest_cache build *.egg-info $(VENV_CLIP)

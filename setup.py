@@ -48,10 +48,15 @@ EXTRAS = {
     "features": [TORCH, "pyarrow>=14"],
     # agentcir/framework/datasets/video.py: decoding WebVid-CoVR videos into keyframes (PyAV bundles FFmpeg)
     "video": ["av>=12"],
+    # the documentation site (mkdocs.yml, docs/): `mkdocs build --strict`, the API reference from docstrings
+    "docs": ["mkdocs>=1.6", "mkdocs-material>=9.5", "mkdocstrings[python]>=0.26"],
 }
 EXTRAS["dev"] = sorted({
     *EXTRAS["catalog"], *EXTRAS["onnx"], *EXTRAS["gpu"], *EXTRAS["llm"], *EXTRAS["hf"], *EXTRAS["diffusion"],
     *EXTRAS["photos"], *EXTRAS["scale"], *EXTRAS["plot"], *EXTRAS["video"], *EXTRAS["serve"], *EXTRAS["features"],
+    *EXTRAS["docs"],
+    # the linter (ruff.toml; `make lint`, run by .ci/run)
+    "ruff>=0.6",
     # the test and benchmark tools
     "pytest>=8", "pytest-benchmark>=4", "pytest-timeout>=2",
     # tests/kernels and benchmarks/: bfloat16 numpy galleries

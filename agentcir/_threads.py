@@ -1,6 +1,6 @@
 """Process-wide thread policy, applied when ``agentcir`` is imported.
 
-Cause (issue #14, measured on 2 cores): after a numpy BLAS call, OpenBLAS's worker threads
+Cause (measured on 2 cores): after a numpy BLAS call, OpenBLAS's worker threads
 busy-wait for new work for ``2**28`` cycles (about 0.1 s) before they sleep. A numba kernel
 started in that window shares its cores with the spinning threads, and the memory-bound
 gallery scan ran 1.3-2x slower right after a BLAS call or inside a round-robin benchmark.

@@ -91,7 +91,7 @@ def torch_octopus_weights(ref, P, I, tau: float = 0.04):
 
 
 def torch_octopus(ref, P, qt, qv, I, C, exclude, k: int, lam: float = 0.2, tau: float = 0.04):
-    """The straightforward torch OCTOPUS fusion of DESIGN.md §5 (matmuls, elementwise, topk)."""
+    """The straightforward torch OCTOPUS fusion of docs/design/methods.md (matmuls, elementwise, topk)."""
     import torch
 
     w = torch_octopus_weights(ref, P, I, tau)

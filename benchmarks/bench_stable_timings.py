@@ -1,4 +1,4 @@
-"""Stable timings (issue #14 point 2): the numba scan right after a BLAS call vs on a quiet pool.
+"""Stable timings: the numba scan right after a BLAS call vs on a quiet pool.
 
     python benchmarks/bench_stable_timings.py            # about a minute
 

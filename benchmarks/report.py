@@ -6,7 +6,7 @@ One table per group (``<op> <size>``): median time, time relative to the group's
 baseline (``x base``: below 1 is faster), speed-up over it, peak extra memory (measured
 in a subprocess, see memory.py) and top-k agreement with the float32 result; the CPU of the
 run (model, AVX-512, AVX512-BF16, AMX: from the run's saved machine info) heads every table.
-Then the targets of issues #4 and #14, each with its measured ratio and PASS / MISS. Only
+Then the performance targets, each with its measured ratio and PASS / MISS. Only
 ratios within one run mean anything on a shared machine.
 """
 
@@ -135,7 +135,7 @@ def targets(groups) -> list[tuple[str, bool | None, str]]:
 
 
 def targets_14(groups) -> list[tuple[str, bool | None, str]]:
-    """The targets of issue #14 (scoring core ahead of every peer), from the same run."""
+    """The targets of the scoring core (ahead of every peer), from the same run."""
     out = []
     c64 = "cosine_topk Q64-N100k-d512"
     f32 = _med(groups, c64, "numba-f32")
@@ -187,7 +187,7 @@ def main(path: str) -> int:
     print(f"run: {data.get('datetime', '?')}, commit {data.get('commit_info', {}).get('id', '?')[:10]}, "
           f"cpu {cpu}")
     print_tables(groups, cpu)
-    print(f"\n## targets (issues #4 and #14)   CPU: {cpu}")
+    print(f"\n## targets   CPU: {cpu}")
     for name, ok, detail in targets(groups):
         print(f"[{'PASS' if ok else 'MISS'}] {name}: {detail}")
     return 0

@@ -1,6 +1,5 @@
 """The `agentcir` command: help, list, index, search, eval, clear one-line errors."""
 
-import json
 import re
 import subprocess
 import sys

@@ -26,7 +26,7 @@ import time
 from contextlib import contextmanager
 from typing import Any, Iterator
 
-log = logging.getLogger("agentcir")
+log = logging.getLogger(__name__)
 
 _IMPORTED = time.time()
 _last_run_end: float | None = None

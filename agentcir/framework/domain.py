@@ -36,7 +36,7 @@ from .files import atomic_path
 from .hashing import stable_hash
 from .images import list_images
 
-log = logging.getLogger("agentcir")
+log = logging.getLogger(__name__)
 
 REFERENCE_SIZE = 96
 QUANTILE = 5.0
@@ -129,7 +129,7 @@ def domain_check(encoder, image_emb: np.ndarray, *, name: str = "", folder: str 
     nn = (emb @ ref.T).max(1)
     cut = float(np.percentile(ref_nn, QUANTILE))
     return DomainCheck(encoder=name or getattr(encoder, "registry_key", type(encoder).__name__),
-                       reference=f"{len(refs)} photos of {'/'.join(Path(getattr(encoder, 'domain_sample')).parts[-2:])}",
+                       reference=f"{len(refs)} photos of {'/'.join(Path(encoder.domain_sample).parts[-2:])}",
                        photos=len(emb), far_fraction=float(np.mean(nn < cut)), median_nn=float(np.median(nn)),
                        reference_median_nn=float(np.median(ref_nn)), threshold=cut)
 

@@ -29,7 +29,7 @@ from .hashing import stable_hash
 from .images import Skipped, list_images
 from .locks import hold_lock
 
-log = logging.getLogger("agentcir")
+log = logging.getLogger(__name__)
 
 FORMAT = 1
 CHUNK = 2048
@@ -195,14 +195,17 @@ class Gallery:
 
     @property
     def dim(self) -> int:
+        """The embedding dimension."""
         return int(self.info["dim"])
 
     @property
     def encoder_identity(self) -> str:
+        """The identity of the encoder that embedded the gallery."""
         return self.info["encoder"]["identity"]
 
     @property
     def skipped(self) -> list[dict]:
+        """The files left out of the gallery, each with the reason."""
         return list(self.info.get("skipped", []))
 
     @property
@@ -217,6 +220,7 @@ class Gallery:
         return self._index.get(item_id, -1)
 
     def path_of(self, row: int) -> Path:
+        """The image file of gallery row ``row``."""
         return Path(self.paths[row])
 
     def set_meta(self, meta_by_id: dict[str, dict[str, Any]]) -> int:
@@ -249,6 +253,7 @@ class Gallery:
         return self._captions[key]
 
     def save_captions(self, key: str, captions: Sequence[str]) -> None:
+        """Store one caption per item under ``key`` (a captioner's identity), beside the gallery."""
         if len(captions) != len(self):
             raise ValueError(f"gallery '{self.root}' has {len(self)} items, got {len(captions)} captions")
         d = self.root / "captions"

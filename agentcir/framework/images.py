@@ -10,7 +10,7 @@ from typing import Iterable, Sequence
 
 from .errors import InputError
 
-log = logging.getLogger("agentcir")
+log = logging.getLogger(__name__)
 
 #: images above this many pixels are refused before decoding (``run.max_image_pixels``; 0 = no limit).
 #: A small file can hold a huge image (a 128 KB PNG of 132 megapixels decodes to 400 MB and more).

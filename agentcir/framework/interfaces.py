@@ -21,7 +21,7 @@ from .component import Component
 from .images import Skipped, decode_many, report_skipped
 from .prompts import find_prompt, load_prompt
 
-log = logging.getLogger("agentcir")
+log = logging.getLogger(__name__)
 
 
 def _progress(total: int, desc: str, enabled: bool | None, min_total: int):
@@ -32,6 +32,7 @@ def _progress(total: int, desc: str, enabled: bool | None, min_total: int):
 
 
 def l2_normalize(x: np.ndarray, eps: float = 1e-12) -> np.ndarray:
+    """Rows of ``x`` scaled to unit L2 norm, as float32 (``eps`` guards zero rows)."""
     x = np.asarray(x, dtype=np.float32)
     return x / np.maximum(np.linalg.norm(x, axis=-1, keepdims=True), eps)
 
@@ -120,6 +121,7 @@ class ChatReply:
     tool_calls: list[ToolCall] = field(default_factory=list)
 
     def to_json(self) -> dict:
+        """The reply as a JSON-ready dict (text and tool calls)."""
         return {"text": self.text, "tool_calls": [vars(t) for t in self.tool_calls]}
 
     @classmethod
@@ -174,13 +176,16 @@ class LLM(Component):
     kind: ClassVar[str] = "llm"
 
     def chat(self, messages: list[dict], *, tools: list[dict] | None = None, json_mode: bool = False) -> ChatReply:
+        """Answer a chat ``messages`` list (OpenAI format), optionally with ``tools`` to call or in JSON mode."""
         raise NotImplementedError
 
     async def achat(self, messages: list[dict], *, tools: list[dict] | None = None, json_mode: bool = False) -> ChatReply:
+        """:meth:`chat` as a coroutine (by default on a worker thread)."""
         return await asyncio.to_thread(self.chat, messages, tools=tools, json_mode=json_mode)
 
     def run_task(self, task: str, variables: dict[str, Any], *, prompt: str | None = None,
                  images: Sequence[Path | str] = (), json_mode: bool = False) -> str:
+        """Render the prompt file of ``task`` (or ``prompt``) with ``variables`` and return the reply's text."""
         text = load_prompt(prompt or default_task_prompt(task)).render(variables)
         return self.chat([user_message(text, images)], json_mode=json_mode).text
 
@@ -199,9 +204,11 @@ class LLM(Component):
 
 
 class Captioner(Component):
+    """Describes an image in one caption."""
     kind: ClassVar[str] = "captioner"
 
     def caption(self, image: Path) -> str:
+        """The caption of ``image``."""
         raise NotImplementedError
 
 
@@ -221,6 +228,7 @@ class Generator(Component):
         return self
 
     def generate(self, description: str, *, reference: Path | None = None) -> Path | None:
+        """An image file for ``description`` (the visual proxy), or ``None`` when none is made."""
         raise NotImplementedError
 
 
@@ -230,6 +238,7 @@ class Detector(Component):
     kind: ClassVar[str] = "detector"
 
     def detect(self, image: Path) -> list[dict]:
+        """The objects found in ``image``, one dict each (at least a ``label``)."""
         raise NotImplementedError
 
 
@@ -265,4 +274,5 @@ class Verifier(Component):
 
 
 class Memory(Component):
+    """Stores what a method or agent keeps between calls (cache, subsets, context)."""
     kind: ClassVar[str] = "memory"

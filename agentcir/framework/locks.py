@@ -19,7 +19,7 @@ from typing import Iterator
 
 from .errors import AgentcirError
 
-log = logging.getLogger("agentcir")
+log = logging.getLogger(__name__)
 
 
 class LockedError(AgentcirError):

@@ -42,8 +42,10 @@ class Method(Component):
         return {}
 
     def stages(self) -> list[Stage]:  # pragma: no cover - abstract
+        """The method's stages, in the order they run."""
         raise NotImplementedError
 
     @property
     def top_k(self) -> int:
+        """The ranking depth (the config's ``top_k``, else 50)."""
         return int(getattr(self.cfg, "top_k", 50))

@@ -97,6 +97,7 @@ class Plan:
     notes: list[str] = field(default_factory=list)
 
     def cost(self, component: str, row: Row) -> float | None:
+        """The estimated cost of ``row`` at the recipe's prices (``None``: the component has no price)."""
         kind = component.split(":")[0]
         p = self.prices.get(component) or self.prices.get(kind) or (self.prices.get(row.priced_as) if row.priced_as else None)
         if not p:
@@ -106,9 +107,11 @@ class Plan:
 
     @property
     def total_calls(self) -> int:
+        """Model calls planned over every stage and component."""
         return sum(r.calls for r in self.rows.values())
 
     def to_json(self) -> dict[str, Any]:
+        """The plan as JSON: one entry per (stage, component, op), totals, imports and notes."""
         rows = [{"stage": s, "component": c, "op": o, **vars(r), "cost": self.cost(c, r)}
                 for (s, c, o), r in self.rows.items()]
         costs = [r["cost"] for r in rows if r["cost"] is not None]
@@ -117,6 +120,7 @@ class Plan:
                 "imported": self.imported, "notes": self.notes}
 
     def render(self) -> str:
+        """The plan as the markdown table ``agentcir run --plan`` prints."""
         head = f"plan: {self.num_queries} queries, gallery {self.gallery_size} items; no model was called\n\n"
         lines = ["| stage | component | op | calls | items | cached | input tokens | output tokens | cost |",
                  "|---|---|---|---|---|---|---|---|---|"]

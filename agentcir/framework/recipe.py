@@ -334,10 +334,12 @@ class ComponentPool:
         self._building: list[str] = []
 
     def has(self, kind: str) -> bool:
+        """Whether the recipe selects a component of ``kind`` (not ``none``) or one was built."""
         node = self.recipe.get(kind)
         return kind in self._built or (node is not None and node.get("name") != NONE_KEY)
 
     def get(self, kind: str) -> Any:
+        """The component of ``kind``, built on first use with its dependencies injected."""
         if kind in self._built:
             return self._built[kind]
         if kind not in REGISTRIES:
@@ -379,6 +381,7 @@ class ComponentPool:
         return dict(self._built)
 
     def close(self) -> None:
+        """Close every built component that holds resources (clients, pools)."""
         for comp in self._built.values():
             close = getattr(comp, "close", None)
             if callable(close):

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:  # pragma: no cover
     from .state import RunResult
 
-log = logging.getLogger("agentcir")
+log = logging.getLogger(__name__)
 
 
 def _fmt(v: Any) -> str:

@@ -50,7 +50,7 @@ from .prompts import load_prompt
 from .state import RunResult, RunState, Stage, StageStats
 from .types import Candidates, Query
 
-log = logging.getLogger("agentcir")
+log = logging.getLogger(__name__)
 
 
 #: scalar ``RunState`` fields a stage may set; saved in its ``.done`` marker and restored when a
@@ -319,6 +319,7 @@ class Runner:
         return done
 
     async def execute(self) -> None:
+        """Run the method's stages in order, skipping those a resumed run directory has finished."""
         persist = self.ctx.run_dir is not None
         if persist:
             (self.ctx.run_dir / "stages").mkdir(parents=True, exist_ok=True)

@@ -69,6 +69,7 @@ class Hit:
     verified: bool = False
 
     def to_json(self) -> dict[str, Any]:
+        """The hit as a JSON-ready dict."""
         return asdict(self)
 
 
@@ -80,6 +81,7 @@ class SearchResult:
     trace: dict[str, Any] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
+        """The hits and the trace as one JSON-ready dict (``agentcir search --json``)."""
         return {"hits": [h.to_json() for h in self.hits], "trace": self.trace}
 
 
@@ -139,6 +141,7 @@ class Searcher:
 
     @property
     def method_name(self) -> str:
+        """The recipe's method key."""
         return self.recipe["method"]["name"]
 
     def _context(self, hook: Progress | None) -> RunContext:

@@ -47,7 +47,7 @@ from .files import atomic_write_text
 from .hashing import stable_hash
 from .recipe import ComponentPool, compose, parse_override
 
-log = logging.getLogger("agentcir")
+log = logging.getLogger(__name__)
 
 #: metrics a sensitivity plot shows when the dataset reports them (in this order), else its first ones
 PLOT_METRICS = ("mAP@10", "R@10", "R@50", "R@1", "mAP@50", "Recall@1")

@@ -1,4 +1,4 @@
-"""The data that flows through a run (DESIGN.md §3)."""
+"""The data that flows through a run (docs/design/principles.md)."""
 
 from __future__ import annotations
 
@@ -29,14 +29,17 @@ class Query:
 
     @property
     def reference_paths(self) -> list[Path]:
+        """The reference image (or keyframe) files as paths."""
         return [Path(p) for p in self.reference]
 
     def to_json(self) -> dict:
+        """The query as a JSON-ready dict (the inverse of :meth:`from_json`)."""
         return {"id": self.id, "text": self.text, "reference": list(self.reference), "reference_id": self.reference_id,
                 "user": self.user, "targets": list(self.targets), "meta": self.meta}
 
     @classmethod
     def from_json(cls, d: dict) -> "Query":
+        """A query from the dict :meth:`to_json` wrote."""
         return cls(**d)
 
 
@@ -55,17 +58,21 @@ class Candidates:
 
     @property
     def num_queries(self) -> int:
+        """Q, the number of ranked queries."""
         return self.ids.shape[0]
 
     @property
     def k(self) -> int:
+        """The depth of each ranking."""
         return self.ids.shape[1]
 
     def row(self, q: int) -> list[int]:
+        """Query ``q``'s ranked gallery rows, without the ``-1`` padding."""
         r = self.ids[q]
         return [int(i) for i in r[r >= 0]]
 
     def save(self, path: str | Path) -> None:
+        """Write ids and scores to the ``.npz`` file ``path`` atomically."""
         path = Path(path)
         tmp = path.with_suffix(".tmp.npz")
         np.savez(tmp, ids=self.ids, scores=self.scores)
@@ -73,6 +80,7 @@ class Candidates:
 
     @classmethod
     def load(cls, path: str | Path) -> "Candidates":
+        """Read candidates written by :meth:`save`."""
         with np.load(path) as z:
             return cls(z["ids"], z["scores"])
 

@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from ..framework.errors import InputError
+from ..errors import InputError
 
 GALLERY_KINDS = ("float32", "float16", "bfloat16")
 #: ids are int32: galleries up to this many items

@@ -142,7 +142,9 @@ def proxy_scores_topk(proxies: Any, gallery: Any, k: int, *, agg: str = "mean", 
             adaptive weights of :func:`octopus_weights`; needs ``reference``).
         tau: temperature of ``logsumexp`` and of the OCTOPUS weights.
         reference: float ``[Q, d]`` reference embeddings (``agg="octopus"`` only).
-        exclude, exclude_score, backend: as in :func:`cosine_topk`.
+        exclude: as in :func:`cosine_topk`.
+        exclude_score: as in :func:`cosine_topk`.
+        backend: as in :func:`cosine_topk`.
     """
     g = check_gallery(gallery)
     N, d = g.shape
@@ -175,7 +177,7 @@ def proxy_scores_topk(proxies: Any, gallery: Any, k: int, *, agg: str = "mean", 
 @_routable("gallery")
 def octopus_weights(reference: Any, proxies: Any, gallery: Any, *, tau: float = 0.04,
                     backend: str = "auto") -> Any:
-    """OCTOPUS adaptive proxy weights (DESIGN.md §5): ``w = softmax(s / tau)`` with
+    """OCTOPUS adaptive proxy weights (docs/design/methods.md): ``w = softmax(s / tau)`` with
     ``s_i = mean_j relu(S_r[j] - S_E[i, j])``, ``S_r = ref . I^T``, ``S_E[i] = P_i . I^T``.
 
     One streamed pass over the gallery; returns float32 ``[Q, K]`` (rows sum to 1).
@@ -269,7 +271,7 @@ def ldre_top_drops(before: Any, proxies: Any, gallery: Any, *, topk: int = 5, ba
 def octopus_topk(reference: Any, proxies: Any, target: Any, images: Any, k: int, *, visual: Any = None,
                  captions: Any = None, lam: float = 0.2, tau: float = 0.04, entropy_tau: float = 0.02,
                  exclude: Any = None, exclude_score: float | None = -10.0, backend: str = "auto") -> OctopusTopK:
-    """OCTOPUS bidirectional fused scoring with top-k (DESIGN.md §5), in two streamed passes.
+    """OCTOPUS bidirectional fused scoring with top-k (docs/design/methods.md), in two streamed passes.
 
     ``w`` = :func:`octopus_weights`; ``e = norm(sum_i w_i P_i)``;
     ``S_t2v = ((e + target) / 2) . I^T``; ``S_v2t = visual . C^T``;
@@ -419,7 +421,7 @@ def _ranked(ids: Any, scores: Any, names: tuple[str, str]) -> tuple[np.ndarray, 
 
 
 def xr_rerank(ids: Any, sims: Any, qa: Any, cap: Any, *, qa_weight: float = 0.5, backend: str = "auto") -> TopK:
-    """XR stage-2 re-rank of the head (DESIGN.md §5).
+    """XR stage-2 re-rank of the head (docs/design/methods.md).
 
     ``score = (qa_weight * qa + (1 - qa_weight) * cap) * minmax(sims over the head)``; the
     head (the first ``H = qa.shape[1]`` candidates) is re-sorted by score (ties keep their

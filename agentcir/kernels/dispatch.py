@@ -17,13 +17,13 @@ import importlib
 import importlib.util
 import logging
 import os
-from functools import lru_cache
+from functools import cache
 from types import ModuleType
 
-from ..framework.errors import AgentcirError
+from ..errors import AgentcirError
 from ._inputs import KernelInputError
 
-log = logging.getLogger("agentcir.kernels")
+log = logging.getLogger(__name__)
 
 #: every accepted value of ``backend=`` / recipe ``kernels.backend`` / ``$AGENTCIR_KERNELS``
 BACKENDS = ("auto", "numba", "torch", "triton", "reference")
@@ -81,7 +81,7 @@ def check_name(name: str, where: str = "backend") -> str:
     return name
 
 
-@lru_cache(maxsize=None)
+@cache
 def _probe() -> str:
     skipped = []
     for name in PROBE_ORDER:

@@ -169,7 +169,7 @@ def proxy_scores_topk(proxies: np.ndarray, gallery: Gallery, k: int, agg: str, t
 def octopus_topk(reference: np.ndarray, proxies: np.ndarray, target: np.ndarray, visual: np.ndarray | None,
                  images: Gallery, captions: Gallery | None, k: int, lam: float, tau: float, entropy_tau: float,
                  exclude: np.ndarray | None, exclude_score: float | None):
-    """``S = lam * S_t2v + (1 - lam) * (S_v2t * S_t2v)`` (DESIGN.md §5), masked, top-k, entropy."""
+    """``S = lam * S_t2v + (1 - lam) * (S_v2t * S_t2v)`` (docs/design/methods.md), masked, top-k, entropy."""
     w = octopus_weights(reference, proxies, images, tau)
     e = _octopus_query(proxies, w)
     t = (e + target.astype(np.float64)) / 2.0

@@ -43,6 +43,7 @@ class Entry:
 
     @property
     def origin(self) -> str:
+        """Where the key is defined: ``module.QualifiedName``."""
         return f"{self.module}.{getattr(self.obj, '__qualname__', self.obj)}"
 
 
@@ -140,6 +141,7 @@ class Registry:
         return entry
 
     def config_class(self, key: str) -> type:
+        """The ``Config`` dataclass registered with ``key`` (imports its module)."""
         return self.get(key).config
 
     def build(self, key: str, config: Any = None, /, **deps: Any) -> Any:

@@ -17,7 +17,7 @@ from ..framework.errors import AgentcirError, InputError, require
 from ..framework.search import Searcher
 from .files import THUMB_SIZES, UPLOAD_NAME, BoundedDir, Decoder, GalleryFiles, TooLarge
 
-log = logging.getLogger("agentcir")
+log = logging.getLogger(__name__)
 
 STATIC = Path(__file__).with_name("static")
 TOKEN_ENV = "AGENTCIR_TOKEN"

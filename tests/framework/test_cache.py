@@ -1,13 +1,11 @@
 """The content-addressed call cache: keys, values, persistence across processes."""
 
 import asyncio
-import dataclasses
 import subprocess
 import sys
 from pathlib import Path
 
 import numpy as np
-import pytest
 
 from agentcir.framework.cache import MISSING, CallCache
 from agentcir.framework.hashing import stable_hash

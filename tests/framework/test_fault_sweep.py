@@ -33,7 +33,7 @@ def sweep(sweep_module, plugin_path, tmp_path_factory):
 
 @pytest.mark.slow
 def test_xr_killed_after_gallery_captions_and_inside_an_llm_stage(sweep):
-    """Issue 13 points 1 and 2: the XR run resumes after a SIGKILL right after gallery_captions (it
+    """The XR run resumes after a SIGKILL right after gallery_captions (it
     failed with "'NoneType' object is not subscriptable" before), and a kill inside an LLM stage repeats
     no more model calls than run.concurrency (counted at the server)."""
     sweep.kills("xr", inside=1, boundaries=1)
@@ -48,7 +48,7 @@ def test_xr_killed_after_gallery_captions_and_inside_an_llm_stage(sweep):
 
 @pytest.mark.slow
 def test_bad_200_replies_at_30_percent_lose_no_query(sweep):
-    """Issue 13 point 3, end to end: with 30% of the replies truncated, prose or without choices (drawn
+    """With 30% of the replies truncated, prose or without choices (drawn
     per request, seeded), every query finishes with the metrics of a run against a healthy endpoint."""
     sweep.faults("xr", [0.3], kinds=("bad200",))
     (row,) = [r for r in sweep.done.values() if r["group"] == "fault bad200"]

@@ -1,4 +1,4 @@
-"""Issue 13 point 8: images above the pixel limit are refused from their header (a small file can
+"""Images above the pixel limit are refused from their header (a small file can
 hold a huge image), with a clear skip reason; JPEGs decode at a reduced scale when asked."""
 
 from __future__ import annotations

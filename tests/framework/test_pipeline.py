@@ -26,7 +26,6 @@ from agentcir.framework.accounting import CallClock, follow_concurrency
 from agentcir.framework.cache import CallCache
 from agentcir.framework.interfaces import user_message
 from agentcir.framework.parsing import parse_task_reply
-from agentcir.framework.recipe import ComponentPool
 from agentcir.framework.runner import RunContext
 from agentcir.framework.tasks import TASKS
 from agentcir.registry import LLMS

@@ -1,4 +1,4 @@
-"""Issue 13 point 7: paths, ranges and devices are checked when the recipe is composed, before
+"""Paths, ranges and devices are checked when the recipe is composed, before
 any component is built."""
 
 from __future__ import annotations

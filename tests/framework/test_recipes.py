@@ -1,6 +1,5 @@
 """Every recipe file composes and builds; bad recipes fail at compose time naming the field."""
 
-from pathlib import Path
 
 import pytest
 

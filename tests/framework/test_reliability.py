@@ -191,7 +191,7 @@ def test_read_only_run_root_and_cache(plugin_path, tmp_path):
 
 # -- failed runs -----------------------------------------------------------------------------
 def test_a_run_that_fails_before_computing_anything_leaves_no_directory(plugin_path, tmp_path):
-    """Issue 13 point 9: a run that fails before any stage finished removes its directory."""
+    """A run that fails before any stage finished removes its directory."""
     from agentcir.framework.errors import InputError
 
     r = compose(["method=text_only", "encoder=toy", "dataset=composed", f"dataset.root={tmp_path / 'nope'}",
@@ -204,7 +204,7 @@ def test_a_run_that_fails_before_computing_anything_leaves_no_directory(plugin_p
 
 # -- calls in flight -------------------------------------------------------------------------
 def test_model_calls_in_flight_never_exceed_run_concurrency():
-    """Issue 13 point 2: a kill loses (and a resumed run repeats) only the calls in flight, so they are
+    """A kill loses (and a resumed run repeats) only the calls in flight, so they are
     bounded by run.concurrency even when a stage gathers several calls per query (XR's fine stage)."""
     import asyncio
 

@@ -4,7 +4,6 @@ SIGKILL leaves there) finishes with the metrics of an uninterrupted run."""
 from __future__ import annotations
 
 import json
-import shutil
 
 import pytest
 
@@ -30,7 +29,7 @@ def cut_after(run_dir, stage: str, order: list[str]) -> None:
 @pytest.mark.parametrize("method", [["method=xr", "method.k_prime=5", "method.stage3=true"],
                                     ["method=octopus", "method.gate=0"]])
 def test_resume_after_gallery_captions(plugin_path, tmp_path, method):
-    """Issue 13 point 1: the captions key chosen by the gallery_captions stage is persisted, so a
+    """The captions key chosen by the gallery_captions stage is persisted, so a
     resumed run that skips the finished stage still finds the gallery captions."""
     r = recipe(tmp_path, *method)
     ref = run_recipe(r)

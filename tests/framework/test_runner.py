@@ -8,7 +8,6 @@ import sqlite3
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -16,7 +15,7 @@ import pytest
 from agentcir.framework.cache import CallCache
 from agentcir.framework.errors import InputError
 from agentcir.framework.method import Method, RunState, Stage
-from agentcir.framework.recipe import ComponentPool, compose
+from agentcir.framework.recipe import compose
 from agentcir.framework.runner import RunContext, Runner, StageError, _read_jsonl_tolerant, run_recipe
 from agentcir.framework.types import Candidates, Query
 

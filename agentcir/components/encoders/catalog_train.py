@@ -42,7 +42,7 @@ from ...framework.interfaces import l2_normalize
 from . import catalog as C
 from .common import square_pixels
 
-log = logging.getLogger("agentcir")
+log = logging.getLogger(__name__)
 
 MEAN = (0.4815, 0.4578, 0.4082)
 STD = (0.2686, 0.2613, 0.2758)

@@ -28,7 +28,7 @@ import numpy as np
 
 from ...framework.errors import InputError
 
-log = logging.getLogger("agentcir")
+log = logging.getLogger(__name__)
 _RESAMPLE = {"bilinear": 2, "bicubic": 3}  # PIL.Image.BILINEAR / BICUBIC
 
 

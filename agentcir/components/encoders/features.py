@@ -137,9 +137,9 @@ class FeaturesEncoder(Encoder):
     def _embed_texts(self, texts: list[str]) -> np.ndarray:
         enc = self.text_encoder
         if enc is None:
-            raise InputError(f"encoder 'features' serves precomputed image features only: it has no text tower. "
-                             f"Name the text encoder the features were made with, e.g. "
-                             f"encoder.text.name=open_clip encoder.text.model=ViT-L-14 encoder.text.pretrained=FILE")
+            raise InputError("encoder 'features' serves precomputed image features only: it has no text tower. "
+                             "Name the text encoder the features were made with, e.g. "
+                             "encoder.text.name=open_clip encoder.text.model=ViT-L-14 encoder.text.pretrained=FILE")
         out = enc.encode_texts(texts)
         if out.shape[1] != self.dim:
             raise InputError(f"encoder 'features': the text encoder '{enc.registry_key}' gives {out.shape[1]}-d "

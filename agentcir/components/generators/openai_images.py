@@ -25,7 +25,7 @@ from ...framework.interfaces import Generator
 from ...registry import GENERATORS
 from .files import save_content_addressed
 
-log = logging.getLogger("agentcir")
+log = logging.getLogger(__name__)
 #: longest ``Retry-After`` honoured, in seconds
 MAX_RETRY_AFTER = 60.0
 

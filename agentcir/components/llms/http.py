@@ -30,7 +30,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 from ...framework.errors import AgentcirError, InputError, require
 
-log = logging.getLogger("agentcir")
+log = logging.getLogger(__name__)
 
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
 #: requests in flight when neither the endpoint's ``concurrency`` nor a run sets it

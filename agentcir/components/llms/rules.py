@@ -430,7 +430,7 @@ def entails(lex: Lexicon, caption: str, statement: str) -> bool:
         return False
     for m in rest:
         if m.slot in ("object",) or m.slot == "article":
-            if not (m.value in cap.absent):
+            if m.value not in cap.absent:
                 return False
         elif not have[m.slot] or m.value in have[m.slot]:
             return False

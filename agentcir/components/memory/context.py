@@ -26,7 +26,7 @@ from ...framework.errors import InputError, require
 from ...framework.interfaces import Memory
 from ...registry import MEMORIES
 
-log = logging.getLogger("agentcir")
+log = logging.getLogger(__name__)
 
 #: tokens added per message for the role and separators (OpenAI counts 3-4)
 MESSAGE_OVERHEAD = 4

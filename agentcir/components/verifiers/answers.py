@@ -17,7 +17,7 @@ from typing import Any, Awaitable, Callable
 from ...framework.errors import InputError
 from ...framework.parsing import ReplyParseError, parse_bool_reply
 
-log = logging.getLogger("agentcir")
+log = logging.getLogger(__name__)
 
 #: what a verifier does with an unclear reply (config field ``unclear``)
 UNCLEAR_POLICIES = {"no": False, "yes": True, "error": None}

@@ -22,7 +22,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from ..gallery import Gallery, GalleryItem
     from ..types import Candidates, Query
 
-log = logging.getLogger("agentcir")
+log = logging.getLogger(__name__)
 
 
 @dataclass

@@ -25,7 +25,7 @@ from ..gallery import GalleryItem
 from ..types import Candidates, Query
 from .base import Dataset, Record, check_unique
 
-log = logging.getLogger("agentcir")
+log = logging.getLogger(__name__)
 
 DEMO_ROOT = Path(__file__).resolve().parent.parent.parent / "data" / "demo"
 KS = (1, 5, 10, 50)

@@ -134,7 +134,7 @@ def _photos_from_csv(spec: HistorySpec) -> list[_Photo]:
     if missing:
         import logging
 
-        logging.getLogger("agentcir").warning("build-disbench: %d photo(s) of the CSV are missing in '%s' (skipped)", missing, images)
+        logging.getLogger(__name__).warning("build-disbench: %d photo(s) of the CSV are missing in '%s' (skipped)", missing, images)
     return photos
 
 
@@ -251,7 +251,7 @@ def _queries(photos: list[_Photo], events: list[dict], spec: HistorySpec) -> lis
         cands.sort(key=lambda c: -c[0])
         taken, n_intra, n_inter = set(), 0, 0
         half = max(1, spec.queries_per_user // 2)
-        for hard, kind, clue, target, evlist in cands:
+        for _hard, kind, clue, target, evlist in cands:
             if len(taken) >= spec.queries_per_user:
                 break
             if (kind == "intra-event" and n_intra >= half and n_inter < half) or \

@@ -18,7 +18,7 @@ from ..errors import InputError, require
 from ..hashing import stable_hash
 from ..images import IMAGE_SUFFIXES
 
-log = logging.getLogger("agentcir")
+log = logging.getLogger(__name__)
 
 VIDEO_SUFFIXES = (".mp4", ".webm", ".mkv", ".avi", ".mov", ".m4v", ".mpg", ".mpeg")
 

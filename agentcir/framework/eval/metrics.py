@@ -1,6 +1,6 @@
 """Retrieval metrics on rankings of gallery item ids (lists, best first).
 
-Each function reproduces one benchmark's official evaluation code (DESIGN.md §7) and
+Each function reproduces one benchmark's official evaluation code (docs/design/evaluation.md) and
 says which; all results are percentages (0-100). Rankings are plain id lists, so the
 functions serve run outputs, submission files and hand-written cases alike.
 

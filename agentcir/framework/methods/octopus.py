@@ -1,5 +1,5 @@
 """``method=octopus``: OCTOPUS, multi-agentic universal compositional visual retrieval (ECCV 2026;
-code: github.com/zbzzbzzbz/OCTOPUS). Exact to the released code (DESIGN.md §5).
+code: github.com/zbzzbzzbz/OCTOPUS). Exact to the released code (docs/design/methods.md).
 
 Stages (each leaves a ranking snapshot, so the report shows recall after every agent):
 

@@ -1,5 +1,5 @@
 """``method=xr``: XR, cross-modal agents for composed image retrieval (Yang, Pang, Yuan, WWW 2026;
-code: 01yzzyu/xr.github.io ``XR/xr.py``). Exact to the released code (DESIGN.md §5).
+code: 01yzzyu/xr.github.io ``XR/xr.py``). Exact to the released code (docs/design/methods.md).
 
 Stages (each that ranks leaves a snapshot, so the report shows recall after every agent):
 
@@ -28,7 +28,7 @@ Stages (each that ranks leaves a snapshot, so the report shows recall after ever
    ``s2_mode``; ``none`` skips stages 3-4.
 5. ``verify`` (stage 3, off by default): the top ``alpha`` candidates are judged yes/no in
    order (``verifier.verify``); the first yes moves to the front. (The released code judges
-   all ``alpha`` and moves every yes to the front in order; DESIGN.md §5 specifies the first
+   all ``alpha`` and moves every yes to the front in order; docs/design/methods.md specifies the first
    yes, which also stops the calls there.)
 
 Answer parsing: correct by default (``framework.parsing``: the expected answer of a statement is a

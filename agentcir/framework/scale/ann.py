@@ -19,7 +19,7 @@ import numpy as np
 
 from ..errors import InputError, require
 from ..files import atomic_path, atomic_write_text
-from ..shards import merge_topk
+from .merge import merge_topk
 
 #: rows converted to float32 at a time while adding to an index
 ADD_ROWS = 262144

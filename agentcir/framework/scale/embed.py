@@ -32,7 +32,7 @@ from ..images import Skipped
 from ..shards import SHARD_DIR, open_sharded, shard_ranges, write_manifest
 from . import init_ray, scale_settings
 
-log = logging.getLogger("agentcir")
+log = logging.getLogger(__name__)
 
 
 def _plan(items: Sequence[GalleryItem], encoder, dtype: str, shards: int) -> dict:

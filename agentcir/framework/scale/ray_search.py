@@ -1,10 +1,10 @@
-"""One Ray actor per shard, each holding its :class:`~agentcir.framework.shards.ShardWorker`
+"""One Ray actor per shard, each holding its :class:`~agentcir.framework.scale.worker.ShardWorker`
 (the shard memory-mapped, scored by the scoring core through the usual dispatch), pinned to the
 cluster's nodes in turn, each with its share of the node's cores (:func:`shard_placement`).
 
 An actor that dies is restarted by Ray on its node up to ``scale.restarts`` times and the call
 that was in flight is retried on the new actor; past that, or when its node is gone, the query
-fails with a :class:`~agentcir.framework.shards.ShardError` naming the shard (opening the
+fails with a :class:`~agentcir.framework.scale.worker.ShardError` naming the shard (opening the
 gallery again places its shards on the nodes alive then).
 """
 
@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any, Sequence
 
-from ..shards import ShardError, ShardWorker
+from .worker import ShardError, ShardWorker
 from . import init_ray
 
 

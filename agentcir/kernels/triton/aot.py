@@ -117,7 +117,7 @@ def compile_all(archs: list[int], kinds: tuple[str, ...] = KINDS) -> dict[str, A
     out: dict[str, Any] = {}
     previous = driver._active  # None until something asked for the real driver
     try:
-        for m, mod in mods.items():  # tensors stay on the CPU: nothing is launched
+        for mod in mods.values():  # tensors stay on the CPU: nothing is launched
             mod.on_device = lambda g: g
         for arch in archs:
             log: list[dict[str, Any]] = []

@@ -201,7 +201,7 @@ def test_reply_without_choices_is_retried_then_fails_clearly(server):
     Step(json=chat_completion("x"), fault="reset"),                                      # reset without a reply
 ], ids=["truncated-json", "truncated-body", "prose", "empty-choices", "reset"])
 def test_bad_200_replies_are_transient(server, bad):
-    """Issue 13 point 3: a 200 with an unusable body is retried (with backoff) like a 5xx."""
+    """A 200 with an unusable body is retried (with backoff) like a 5xx."""
     server.script(CHAT, [bad, bad, Step(json=chat_completion("recovered"))])
     llm = make_llm(server)
     try:

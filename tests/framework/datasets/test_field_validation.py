@@ -1,4 +1,4 @@
-"""Issue 13 point 4: every annotation field is type-checked; an error names the file, the record,
+"""Every annotation field is type-checked; an error names the file, the record,
 the field, what was expected and what came (no bare TypeError, no silent "None" caption, no string
 split into characters, no duplicate ids)."""
 

@@ -143,4 +143,4 @@ def test_gallery_from_video_files(tmp_path, h):
     (item,) = ds.gallery_items()
     assert item.id == "002/20" and item.path.startswith(str(tmp_path / "_keyframes")) and item.path.endswith("000004.jpg")
     (q,) = ds.queries()
-    assert len(q.reference) == 2 and all(p.endswith((".jpg")) for p in q.reference)
+    assert len(q.reference) == 2 and all(p.endswith(".jpg") for p in q.reference)

@@ -1,4 +1,4 @@
-"""OCTOPUS: every stage's scores equal DESIGN.md §5 computed here in numpy, for the full method and
+"""OCTOPUS: every stage's scores equal docs/design/methods.md computed here in numpy, for the full method and
 each Table 3 ablation switch; the verification gate, order and promotion; bad configurations."""
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ def build(world, tmp_path, *, accept=("g5",), **cfg):
 
 def expected(world, *, reasoning=True, refinement=True, proxies=True, visual=True, objects=True, creator=True,
              v2v=False, drop_visual=False, lam=0.2, tau=0.04):
-    """The OCTOPUS scores of the three queries, from the formulas (DESIGN.md §5)."""
+    """The OCTOPUS scores of the three queries, from the formulas (docs/design/methods.md)."""
     I, C = world.I, world.C
     frames = unit(np.stack([world.image_vector(20 + i) for i in FRAMES]))
     f_ref = np.stack([world.image_vector(0), world.image_vector(1), unit(frames.mean(0))])

@@ -1,5 +1,5 @@
 """XR: the coarse filter (per-text similarity, RRF), the fine filter (questions on image and
-caption, re-rank of the head) and stage 3 equal DESIGN.md §5 computed here in numpy; the
+caption, re-rank of the head) and stage 3 equal docs/design/methods.md computed here in numpy; the
 upstream answer-parsing bugs under ``upstream_compat``; the ablation rows; bad configurations."""
 
 from __future__ import annotations

@@ -44,7 +44,7 @@ from .tools import TOOLS, AnswerArgs, Toolbox, parse_arguments
 from .visual import PROMPT, ClueVocabulary
 from .web import make_web_search
 
-log = logging.getLogger("agentcir")
+log = logging.getLogger(__name__)
 
 #: LLM backends that cannot call tools (the offline planner drives the tools instead)
 NO_TOOL_CALLING = ("rules",)

@@ -46,7 +46,7 @@ from typing import Any, Iterable
 
 from .dates import format_timestamp, parse_timestamp
 
-log = logging.getLogger("agentcir")
+log = logging.getLogger(__name__)
 
 #: bytes of a file searched for an embedded XMP packet
 XMP_SCAN_BYTES = 8 << 20

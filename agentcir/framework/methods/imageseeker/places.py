@@ -95,7 +95,7 @@ class Gazetteer:
                 self._pop[canon] = max(self._pop.get(canon, 0), city.population)
                 for a in filter(None, aliases.split("|")):
                     self._add(fold(a), canon)
-        for code, name in self.countries.items():
+        for name in self.countries.values():
             self._add(fold(name), fold(name))
             self._pop[fold(name)] = 10**10
         for divs in self.divisions.values():

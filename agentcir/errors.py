@@ -1,0 +1,34 @@
+"""Errors and the optional-dependency guard shared across agentcir.
+
+The ground floor of the package: it imports nothing of agentcir, so every layer (kernels,
+registry, framework, components, serve, cli) can import it without a cycle.
+"""
+
+from __future__ import annotations
+
+import importlib
+from types import ModuleType
+
+
+class AgentcirError(Exception):
+    """Base class: a clear, user-facing error (the CLI prints its message, no traceback)."""
+
+
+class MissingExtraError(AgentcirError, ImportError):
+    """An optional dependency is not installed; the message names the pip extra."""
+
+
+class InputError(AgentcirError, ValueError):
+    """Bad user input: the message names the input and what is wrong with it."""
+
+
+def require(module: str, extra: str, *, feature: str | None = None) -> ModuleType:
+    """Import ``module`` or fail with the exact install line for agentcir's ``extra``."""
+    try:
+        return importlib.import_module(module)
+    except ImportError as e:
+        what = feature or module
+        raise MissingExtraError(
+            f"{what} needs the optional package '{module.split('.')[0]}' ({e}); "
+            f"install it with: pip install 'agentcir[{extra}]'"
+        ) from e
