@@ -276,3 +276,18 @@ def test_register_and_list():
 
     with pytest.raises(RegistryError, match="duplicate encoder key 'api_pixels'"):
         ac.register("encoder", "api_pixels")(Other)
+
+
+def test_readme_python_api_section_runs(photos, bench, examples_dir, monkeypatch):
+    """README's "Python API" lines are the API's examples too: they run as written."""
+    text = (ROOT / "README.md").read_text()
+    section = text.split("## Python API\n", 1)[1].split("\n## ", 1)[0]
+    section = "\n".join("" if line.startswith("```") else line for line in section.splitlines())  # the fences
+    monkeypatch.chdir(examples_dir)
+    test = doctest.DocTestParser().get_doctest(section, {"photos": str(photos), "bench": str(bench),
+                                                         "__name__": "readme"}, "README Python API", "README.md", 0)
+    assert len(test.examples) > 10
+    runner = doctest.DocTestRunner(optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE)
+    out: list[str] = []
+    runner.run(test, out=out.append)
+    assert runner.failures == 0, "".join(out)
