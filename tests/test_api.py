@@ -111,7 +111,7 @@ def test_import_is_light_and_names_load_on_use():
 
 
 def test_every_public_name_has_an_example():
-    import agentcir.api as api
+    from agentcir import api
 
     for name in api.__all__:
         doc = getattr(api, name).__doc__ or ""
@@ -121,7 +121,7 @@ def test_every_public_name_has_an_example():
 
 # -- the docstring examples, run --------------------------------------------------------------------
 def _examples():
-    import agentcir.api as api
+    from agentcir import api
 
     tests = doctest.DocTestFinder().find(api, "agentcir.api")
     return sorted((t for t in tests if t.examples), key=lambda t: t.name)
