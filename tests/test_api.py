@@ -154,6 +154,8 @@ def test_a_registered_component_needs_no_recipe_file(tmp_path):
     (tmp_path / "encoder").mkdir()
     (tmp_path / "encoder" / "api_pixels.yaml").write_text("name: api_pixels\nbatch_size: 5\n")
     assert ac.compose("encoder=api_pixels", recipes=tmp_path)["encoder"]["batch_size"] == 5
+    # `none` selects no component of a group, file or not
+    assert ac.compose("method=text_only", "verifier=none")["verifier"] == {"name": "none"}
 
 
 def test_an_unknown_key_says_which_file_to_add(tmp_path):
