@@ -254,6 +254,12 @@ def test_load_recipe(tmp_path):
     r = ac.load_recipe(top, "method.top_k=7")
     assert r["encoder"] == {"name": "api_pixels", "batch_size": 4, "scale": 1.0}
     assert r["method"]["top_k"] == 7 and r["run"]["show"] == 1 and "llm" not in r
+    (tmp_path / "mine.yaml").write_text("defaults:\n  - encoder: api_pixels\n  - method: text_only\n  - _self_\n")
+    assert ac.load_recipe(tmp_path / "mine.yaml")["encoder"]["name"] == "api_pixels"  # registered: no file needed
+    (tmp_path / "other.yaml").write_text("defaults:\n  - encoder: api_nowhere\n  - _self_\n")
+    with pytest.raises(ac.InputError) as e:  # the file to add: beside the recipe, never in the package
+        ac.load_recipe(tmp_path / "other.yaml")
+    assert f"add the file {tmp_path / 'encoder' / 'api_nowhere.yaml'}" in str(e.value)
     with pytest.raises(ac.InputError, match="not found"):
         ac.load_recipe(tmp_path / "none.yaml")
     (tmp_path / "bad.yaml").write_text("- a\n- b\n")

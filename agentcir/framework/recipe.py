@@ -92,7 +92,8 @@ def _hydra_compose(overrides: Sequence[str], config_name: str, recipes_dir: Path
 
     dirs = [*extra_dirs, *plugin_recipe_dirs()]
     overrides = project_overrides(overrides, recipe_groups([recipes_dir, *dirs]))
-    generated = registered_recipes(overrides, [recipes_dir, *dirs], extra_dirs)  # keys registered from Python
+    generated = registered_recipes(overrides, [recipes_dir, *dirs], extra_dirs,  # keys registered from Python
+                                   recipes_dir / f"{config_name}.yaml")
     if generated is not None:
         dirs.append(generated.name)  # searched last: a recipe file of the same name wins
     if dirs:
@@ -111,23 +112,39 @@ def _hydra_compose(overrides: Sequence[str], config_name: str, recipes_dir: Path
             generated.cleanup()
 
 
+def _default_selections(config_file: Path) -> list[str]:
+    """``group=key`` of each plain ``- group: key`` entry of a recipe file's ``defaults`` list."""
+    import yaml
+
+    try:
+        raw = yaml.safe_load(config_file.read_text()) if config_file.is_file() else None
+    except (OSError, yaml.YAMLError):
+        return []  # Hydra reports it
+    defaults = raw.get("defaults") if isinstance(raw, dict) else None
+    return [f"{g}={k}" for e in (defaults if isinstance(defaults, list) else []) if isinstance(e, dict) and len(e) == 1
+            for g, k in e.items() if g in GROUPS and isinstance(k, str)]
+
+
 def registered_recipes(overrides: Sequence[str], dirs: Sequence[str | os.PathLike],
-                       extra_dirs: Sequence[str] = ()) -> tempfile.TemporaryDirectory | None:
-    """A temporary recipe folder holding a file for each override that selects a registry key
-    which no recipe folder in ``dirs`` has a file for (``encoder=mine``, no ``encoder/mine.yaml``);
-    None when every selected key has its file. The caller cleans the folder up.
+                       extra_dirs: Sequence[str] = (), config_file: Path | None = None) -> tempfile.TemporaryDirectory | None:
+    """A temporary recipe folder holding a file for each override (or entry of ``config_file``'s
+    ``defaults`` list that no override replaces) that selects a registry key which no recipe folder
+    in ``dirs`` has a file for (``encoder=mine``, no ``encoder/mine.yaml``); None when every
+    selected key has its file. The caller cleans the folder up.
 
     A key registered from Python (``agentcir.register("encoder", "mine")``, or a plugin's entry
     point) needs no recipe file: its file here holds only ``name: mine``, and :func:`validate`
     fills every field from the registered ``Config`` dataclass's defaults; ``none`` selects no
     component. A key that is neither registered nor has a file is an :class:`InputError` that
-    names the file to add and where (in ``extra_dirs[0]``, else ``./recipes``).
+    names the file to add and where (in the first of ``extra_dirs``, else ``./recipes``).
     """
     from hydra.core.override_parser.types import OverrideType
 
     written: list[tuple[str, str]] = []
-    for text in overrides:
-        o = parse_override(text)
+    parsed = [parse_override(text) for text in overrides]
+    chosen = {o.key_or_group for o in parsed}
+    defaults = [text for text in (_default_selections(config_file) if config_file else []) if text.split("=")[0] not in chosen]
+    for o in [*parsed, *map(parse_override, defaults)]:
         group, key = o.key_or_group, o.value() if not o.is_sweep_override() else None
         if group not in GROUPS or o.package is not None or o.type == OverrideType.DEL or not isinstance(key, str):
             continue
@@ -135,7 +152,8 @@ def registered_recipes(overrides: Sequence[str], dirs: Sequence[str | os.PathLik
             continue
         reg = REGISTRIES[group]
         if key != NONE_KEY and key not in reg:
-            where = Path(extra_dirs[0]).resolve() if extra_dirs else Path.cwd() / "recipes"
+            own = [Path(d).resolve() for d in extra_dirs if Path(d).resolve() != RECIPES_DIR]  # the user's folders
+            where = own[0] if own else Path.cwd() / "recipes"
             raise InputError(
                 f"recipe error: {group} '{key}' has no recipe file {group}/{key}.yaml and no {group} is registered as "
                 f"'{key}' (registered {reg.plural}: {', '.join(reg.keys()) or '(none)'}{closest_hint(key, reg.keys())}). "
