@@ -48,17 +48,20 @@ _LAZY = {
     "ConfigError": ("agentcir.registry.config", "ConfigError"),
 }
 
-__all__ = ["__version__", *_LAZY]
+__all__ = [
+    "LLM", "AgentcirError", "ConfigError", "Encoder", "Hit", "IndexReport", "InputError", "Method", "Retriever",
+    "RunResult", "SearchResult", "Stage", "__version__", "compose", "index", "list", "load_recipe", "register", "run",
+]
 
 if TYPE_CHECKING:  # pragma: no cover  (type checkers and IDEs see the real names)
     from .api import Retriever, RunResult, compose, index, load_recipe, register, run
-    from .api import list_components as list  # noqa: A004
+    from .api import list_components as list
     from .framework.errors import AgentcirError, InputError
-    from .registry.config import ConfigError
     from .framework.indexing import IndexReport
     from .framework.interfaces import LLM, Encoder
     from .framework.method import Method, Stage
     from .framework.search import Hit, SearchResult
+    from .registry.config import ConfigError
 
 
 def __getattr__(name: str) -> Any:

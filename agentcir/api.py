@@ -22,9 +22,10 @@ from __future__ import annotations
 
 import builtins
 import os
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, TypeVar
+from typing import TYPE_CHECKING, Any, Self, TypeVar
 
 from .framework.errors import InputError
 
@@ -33,7 +34,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from .framework.search import SearchResult
     from .framework.state import RunResult as _FrameworkResult
 
-__all__ = ["compose", "load_recipe", "run", "RunResult", "index", "Retriever", "register", "list_components"]
+__all__ = ["Retriever", "RunResult", "compose", "index", "list_components", "load_recipe", "register", "run"]
 
 #: a resolved recipe: plain mappings, one per group (``encoder``, ``method``, ``run``, ...)
 Recipe = dict[str, Any]
@@ -182,7 +183,7 @@ class RunResult:
     num_queries: int
     gallery_size: int
     recipe: Recipe = field(repr=False)
-    result: "_FrameworkResult" = field(repr=False)
+    result: _FrameworkResult = field(repr=False)
 
     @property
     def report(self) -> Path:
@@ -205,13 +206,14 @@ class RunResult:
         return self.dir / "recipe.yaml"
 
 
-def run(recipe: Recipe | PathLike, *, progress: bool = False, wait: bool = False) -> RunResult:
+def run(recipe: Recipe | PathLike, *, progress: bool | None = None, wait: bool = False) -> RunResult:
     """Run a recipe end to end, as ``agentcir run`` does, and return its :class:`RunResult`.
 
     ``recipe``: what :func:`compose` or :func:`load_recipe` returns, or a recipe file / run
     directory. Rerunning the same recipe resumes its run directory (under ``run.root``) and
-    reuses every finished stage and cached model call. ``wait``: wait for another process
-    working in the same run directory instead of failing.
+    reuses every finished stage and cached model call. ``progress``: progress bars on stderr
+    (default: the recipe's ``run.progress``). ``wait``: wait for another process working in the
+    same run directory instead of failing.
 
     Example (``bench``: a benchmark folder in the agentcir format, here 3 queries of the demo):
         >>> import agentcir as ac
@@ -249,7 +251,7 @@ def _recipe(overrides: tuple, recipe: Recipe | None, recipes, what: str) -> Reci
 def index(folder: PathLike, *overrides: str | Iterable[str], out: PathLike, recipe: Recipe | None = None,
           recipes: PathLike | Iterable[PathLike] | None = None, user: str | None = None, metadata: bool = True,
           dtype: str = "float32", shards: int | None = None, engine: str | None = None, address: str | None = None,
-          progress: bool = False) -> "IndexReport":
+          progress: bool = False) -> IndexReport:
     """Embed every image under ``folder`` into the gallery directory ``out``, as ``agentcir index``.
 
     The recipe's encoder embeds the images (``overrides`` such as ``encoder=open_clip``, or a
@@ -313,7 +315,7 @@ class Retriever:
         """The opened gallery (``ids``, ``paths``, ``items`` with their ``meta``, ``image_emb``)."""
         return self._searcher.gallery
 
-    def search(self, *, image: PathLike | None = None, text: str = "", k: int = 10) -> "SearchResult":
+    def search(self, *, image: PathLike | None = None, text: str = "", k: int = 10) -> SearchResult:
         """Rank the gallery for a reference ``image`` and/or a ``text``: the top ``k`` hits.
 
         Returns a :class:`~agentcir.framework.search.SearchResult`: ``hits`` (``rank``, ``id``,
@@ -335,7 +337,7 @@ class Retriever:
         """Release the components (endpoint clients, models)."""
         self._searcher.pool.close()
 
-    def __enter__(self) -> "Retriever":
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc) -> None:

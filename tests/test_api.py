@@ -111,7 +111,7 @@ def test_import_is_light_and_names_load_on_use():
 
 
 def test_every_public_name_has_an_example():
-    import agentcir.api as api
+    from agentcir import api
 
     for name in api.__all__:
         doc = getattr(api, name).__doc__ or ""
@@ -121,7 +121,7 @@ def test_every_public_name_has_an_example():
 
 # -- the docstring examples, run --------------------------------------------------------------------
 def _examples():
-    import agentcir.api as api
+    from agentcir import api
 
     tests = doctest.DocTestFinder().find(api, "agentcir.api")
     return sorted((t for t in tests if t.examples), key=lambda t: t.name)
@@ -154,6 +154,8 @@ def test_a_registered_component_needs_no_recipe_file(tmp_path):
     (tmp_path / "encoder").mkdir()
     (tmp_path / "encoder" / "api_pixels.yaml").write_text("name: api_pixels\nbatch_size: 5\n")
     assert ac.compose("encoder=api_pixels", recipes=tmp_path)["encoder"]["batch_size"] == 5
+    # `none` selects no component of a group, file or not
+    assert ac.compose("method=text_only", "verifier=none")["verifier"] == {"name": "none"}
 
 
 def test_an_unknown_key_says_which_file_to_add(tmp_path):
@@ -252,6 +254,12 @@ def test_load_recipe(tmp_path):
     r = ac.load_recipe(top, "method.top_k=7")
     assert r["encoder"] == {"name": "api_pixels", "batch_size": 4, "scale": 1.0}
     assert r["method"]["top_k"] == 7 and r["run"]["show"] == 1 and "llm" not in r
+    (tmp_path / "mine.yaml").write_text("defaults:\n  - encoder: api_pixels\n  - method: text_only\n  - _self_\n")
+    assert ac.load_recipe(tmp_path / "mine.yaml")["encoder"]["name"] == "api_pixels"  # registered: no file needed
+    (tmp_path / "other.yaml").write_text("defaults:\n  - encoder: api_nowhere\n  - _self_\n")
+    with pytest.raises(ac.InputError) as e:  # the file to add: beside the recipe, never in the package
+        ac.load_recipe(tmp_path / "other.yaml")
+    assert f"add the file {tmp_path / 'encoder' / 'api_nowhere.yaml'}" in str(e.value)
     with pytest.raises(ac.InputError, match="not found"):
         ac.load_recipe(tmp_path / "none.yaml")
     (tmp_path / "bad.yaml").write_text("- a\n- b\n")
@@ -276,3 +284,18 @@ def test_register_and_list():
 
     with pytest.raises(RegistryError, match="duplicate encoder key 'api_pixels'"):
         ac.register("encoder", "api_pixels")(Other)
+
+
+def test_readme_python_api_section_runs(photos, bench, examples_dir, monkeypatch):
+    """README's "Python API" lines are the API's examples too: they run as written."""
+    text = (ROOT / "README.md").read_text()
+    section = text.split("## Python API\n", 1)[1].split("\n## ", 1)[0]
+    section = "\n".join("" if line.startswith("```") else line for line in section.splitlines())  # the fences
+    monkeypatch.chdir(examples_dir)
+    test = doctest.DocTestParser().get_doctest(section, {"photos": str(photos), "bench": str(bench),
+                                                         "__name__": "readme"}, "README Python API", "README.md", 0)
+    assert len(test.examples) > 10
+    runner = doctest.DocTestRunner(optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE)
+    out: list[str] = []
+    runner.run(test, out=out.append)
+    assert runner.failures == 0, "".join(out)

@@ -131,39 +131,59 @@ def _hydra_compose(overrides: Sequence[str], config_name: str, recipes_dir: Path
 
     dirs = [*extra_dirs, *plugin_recipe_dirs()]
     overrides = project_overrides(overrides, recipe_groups([recipes_dir, *dirs]))
-    with tempfile.TemporaryDirectory(prefix="agentcir-recipes-") as generated:
-        if registered_recipes(overrides, [recipes_dir, *dirs], generated, extra_dirs):
-            dirs.append(generated)  # searched last: a recipe file of the same name wins
-        if dirs:
-            paths = ",".join(f"file://{Path(d).resolve()}" for d in dirs)
-            overrides.append(f"hydra.searchpath=[{paths}]")
+    generated = registered_recipes(overrides, [recipes_dir, *dirs], extra_dirs,  # keys registered from Python
+                                   recipes_dir / f"{config_name}.yaml")
+    if generated is not None:
+        dirs.append(generated.name)  # searched last: a recipe file of the same name wins
+    if dirs:
+        paths = ",".join(f"file://{Path(d).resolve()}" for d in dirs)
+        overrides.append(f"hydra.searchpath=[{paths}]")
+    GlobalHydra.instance().clear()
+    try:
+        with initialize_config_dir(config_dir=str(recipes_dir), version_base="1.3"):
+            return compose(config_name=config_name, overrides=overrides)
+    except (HydraException, OmegaConfBaseException) as e:
+        msg = " ".join(str(e).split())
+        raise InputError(f"recipe error: {msg}") from None
+    finally:
         GlobalHydra.instance().clear()
-        try:
-            with initialize_config_dir(config_dir=str(recipes_dir), version_base="1.3"):
-                return compose(config_name=config_name, overrides=overrides)
-        except (HydraException, OmegaConfBaseException) as e:
-            msg = " ".join(str(e).split())
-            raise InputError(f"recipe error: {msg}") from None
-        finally:
-            GlobalHydra.instance().clear()
+        if generated is not None:
+            generated.cleanup()
 
 
-def registered_recipes(overrides: Sequence[str], dirs: Sequence[str | os.PathLike], out: str | os.PathLike,
-                       extra_dirs: Sequence[str] = ()) -> list[str]:
-    """Recipe files, written under ``out``, for the overrides that select a registry key which
-    no recipe folder has a file for (``encoder=mine`` with no ``encoder/mine.yaml``).
+def _default_selections(config_file: Path) -> list[str]:
+    """``group=key`` of each plain ``- group: key`` entry of a recipe file's ``defaults`` list."""
+    import yaml
+
+    try:
+        raw = yaml.safe_load(config_file.read_text()) if config_file.is_file() else None
+    except (OSError, yaml.YAMLError):
+        return []  # Hydra reports it
+    defaults = raw.get("defaults") if isinstance(raw, dict) else None
+    return [f"{g}={k}" for e in (defaults if isinstance(defaults, list) else []) if isinstance(e, dict) and len(e) == 1
+            for g, k in e.items() if g in GROUPS and isinstance(k, str)]
+
+
+def registered_recipes(overrides: Sequence[str], dirs: Sequence[str | os.PathLike],
+                       extra_dirs: Sequence[str] = (), config_file: Path | None = None) -> tempfile.TemporaryDirectory | None:
+    """A temporary recipe folder holding a file for each override (or entry of ``config_file``'s
+    ``defaults`` list that no override replaces) that selects a registry key which no recipe folder
+    in ``dirs`` has a file for (``encoder=mine``, no ``encoder/mine.yaml``); None when every
+    selected key has its file. The caller cleans the folder up.
 
     A key registered from Python (``agentcir.register("encoder", "mine")``, or a plugin's entry
     point) needs no recipe file: its file here holds only ``name: mine``, and :func:`validate`
     fills every field from the registered ``Config`` dataclass's defaults; ``none`` selects no
     component. A key that is neither registered nor has a file is an :class:`InputError` that
-    names the file to add and where. Returns the ``group/key`` of each file written.
+    names the file to add and where (in the first of ``extra_dirs``, else ``./recipes``).
     """
     from hydra.core.override_parser.types import OverrideType
 
-    written = []
-    for text in overrides:
-        o = parse_override(text)
+    written: list[tuple[str, str]] = []
+    parsed = [parse_override(text) for text in overrides]
+    chosen = {o.key_or_group for o in parsed}
+    defaults = [text for text in (_default_selections(config_file) if config_file else []) if text.split("=")[0] not in chosen]
+    for o in [*parsed, *map(parse_override, defaults)]:
         group, key = o.key_or_group, o.value() if not o.is_sweep_override() else None
         if group not in GROUPS or o.package is not None or o.type == OverrideType.DEL or not isinstance(key, str):
             continue
@@ -171,7 +191,8 @@ def registered_recipes(overrides: Sequence[str], dirs: Sequence[str | os.PathLik
             continue
         reg = REGISTRIES[group]
         if key != NONE_KEY and key not in reg:
-            where = Path(extra_dirs[0]) if extra_dirs else Path("recipes")
+            own = [Path(d).resolve() for d in extra_dirs if Path(d).resolve() != RECIPES_DIR]  # the user's folders
+            where = own[0] if own else Path.cwd() / "recipes"
             raise InputError(
                 f"recipe error: {group} '{key}' has no recipe file {group}/{key}.yaml and no {group} is registered as "
                 f"'{key}' (registered {reg.plural}: {', '.join(reg.keys()) or '(none)'}{closest_hint(key, reg.keys())}). "
@@ -179,11 +200,15 @@ def registered_recipes(overrides: Sequence[str], dirs: Sequence[str | os.PathLik
                 f"(its defaults become the recipe), or add the file {where / group / f'{key}.yaml'} holding "
                 f"'name: <a registered {group}>' and its fields, and pass the folder {where} with --recipes {where} "
                 f"(Python: recipes=['{where}']); searched: {', '.join(str(d) for d in dirs)}")
-        path = Path(out) / group / f"{key}.yaml"
+        written.append((group, key))
+    if not written:
+        return None
+    out = tempfile.TemporaryDirectory(prefix="agentcir-recipes-")
+    for group, key in written:
+        path = Path(out.name) / group / f"{key}.yaml"
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(f"# {group} '{key}': registered from Python; fields from its Config defaults\nname: {json.dumps(key)}\n")
-        written.append(f"{group}/{key}")
-    return written
+    return out
 
 
 def plugin_recipe_dirs() -> list[str]:
