@@ -18,6 +18,11 @@ class InputError(AgentcirError, ValueError):
     """Bad user input: the message names the input and what is wrong with it."""
 
 
+class StorageError(AgentcirError):
+    """A file could not be written (a full disk, a read-only or forbidden folder, a short
+    write); the message names the path."""
+
+
 def require(module: str, extra: str, *, feature: str | None = None) -> ModuleType:
     """Import ``module`` or fail with the exact install line for agentcir's ``extra``."""
     try:

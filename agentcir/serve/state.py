@@ -24,7 +24,10 @@ class ServeConfig:
 
     Attributes:
         token: a bearer token every route requires (``Authorization: Bearer``, or the cookie
-            the page sets after being opened once as ``/?token=...``); empty = no token.
+            set by opening the page once as ``/?token=...``, which redirects to ``/``); empty = no token.
+        host: the address the server is bound to (one of the names the Host header may give).
+        allow_hosts: more names the Host header may give (besides ``localhost``, ``127.0.0.1``,
+            ``[::1]``, ``host`` and ``$AGENTCIR_ALLOW_HOSTS``); see :mod:`agentcir.serve.guard`.
         max_upload_mb: an upload larger than this is refused while it streams in (HTTP 413).
         max_pixels: an image (upload or gallery file) larger than this is refused before decoding.
         decode_concurrency: decodes (upload checks, thumbnails) running at once.
@@ -36,6 +39,8 @@ class ServeConfig:
     """
 
     token: str = ""
+    host: str = "127.0.0.1"
+    allow_hosts: tuple[str, ...] = ()
     max_upload_mb: float = 20.0
     max_pixels: int = 50_000_000
     decode_concurrency: int = 2
@@ -100,10 +105,10 @@ class ServeState:
         self.gallery = g = searcher.gallery
         run_root = Path(searcher.recipe["run"]["root"])
         self.uploads = BoundedDir(uploads or run_root / "_uploads", max_bytes=int(cfg.uploads_mb * 2**20),
-                                  max_files=cfg.uploads_files)
+                                  max_files=cfg.uploads_files, what="upload folder")
         gid = hashlib.sha256(str(g.root.resolve()).encode()).hexdigest()[:12]
         self.thumbs = BoundedDir(Path(thumbs or run_root / "_thumbs") / gid, max_bytes=int(cfg.thumbs_mb * 2**20),
-                                 max_files=10**9)
+                                 max_files=10**9, what="thumbnail folder")
         self.files = GalleryFiles(g)
         self.decoder = Decoder(max_pixels=cfg.max_pixels, concurrency=cfg.decode_concurrency)
         self.max_upload = int(cfg.max_upload_mb * 2**20)

@@ -2,17 +2,20 @@
 
 # no `from __future__ import annotations`: FastAPI reads the route annotations at run time
 
+import logging
 from pathlib import Path
 from typing import Annotated
 
 from fastapi import APIRouter, HTTPException, Query
 from fastapi.responses import FileResponse, Response
 
-from ...framework.errors import InputError
+from ...framework.errors import InputError, StorageError
 from .. import models as M
 from ..files import THUMB_SIZES
 from ..state import ServeState
 from . import State
+
+log = logging.getLogger("agentcir")
 
 router = APIRouter()
 
@@ -32,9 +35,14 @@ def thumb_response(st: ServeState, key: str, src: Path, size: int):
     hit = st.thumbs.get(key)
     if hit is None:
         try:
-            hit = st.thumbs.put(key, st.decoder.thumbnail(src, size))
+            data = st.decoder.thumbnail(src, size)
         except InputError as e:
             raise HTTPException(415, str(e)) from None
+        try:
+            hit = st.thumbs.put(key, data)
+        except StorageError as e:  # the cache is a convenience: the thumbnail is sent without it
+            log.warning("thumbnail not cached: %s", e)
+            return Response(data, media_type="image/jpeg", headers={"cache-control": "private, max-age=3600"})
     return FileResponse(hit, media_type="image/jpeg", headers={"cache-control": "private, max-age=3600"})
 
 

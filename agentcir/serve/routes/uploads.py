@@ -8,8 +8,8 @@ from pathlib import Path
 
 from fastapi import APIRouter, HTTPException, UploadFile
 
-from ...framework.errors import InputError
-from ..files import UPLOAD_NAME, TooLarge
+from ...framework.errors import InputError, StorageError
+from ..files import UPLOAD_NAME, NoSpace, TooLarge, storage_error
 from ..state import ServeState
 from . import State
 from .images import THUMB_DOC, thumb_response
@@ -37,7 +37,14 @@ async def store_upload(st: ServeState, image: UploadFile) -> tuple[Path, str]:
     except InputError as e:
         raise HTTPException(400, str(e)) from None
     name = hashlib.sha256(data).hexdigest()[:32] + "." + suffix
-    return st.uploads.get(name) or st.uploads.put(name, data), name
+    try:
+        return st.uploads.get(name) or await asyncio.to_thread(st.uploads.put, name, data), name
+    except OSError as e:  # anything the store did not name itself
+        err: StorageError = storage_error(st.uploads.root, e, "upload folder")
+    except StorageError as e:
+        err = e
+    # 507 Insufficient Storage for a full disk, else 500: in words, never a traceback
+    raise HTTPException(507 if isinstance(err, NoSpace) else 500, f"the upload cannot be stored: {err}") from None
 
 
 @router.get("/upload/{name}/thumb", summary="a stored upload as a JPEG thumbnail", **THUMB_DOC)
