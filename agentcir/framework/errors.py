@@ -18,9 +18,9 @@ class InputError(AgentcirError, ValueError):
     """Bad user input: the message names the input and what is wrong with it."""
 
 
-class StorageError(AgentcirError):
-    """A file could not be written (a full disk, a read-only or forbidden folder, a short
-    write); the message names the path."""
+class StorageError(AgentcirError, OSError):
+    """A file cannot be written (a full disk, a read-only or forbidden folder, a short write);
+    the message names the path and what to do. Nothing written before is lost."""
 
 
 def require(module: str, extra: str, *, feature: str | None = None) -> ModuleType:

@@ -39,10 +39,10 @@ async def store_upload(st: ServeState, image: UploadFile) -> tuple[Path, str]:
     name = hashlib.sha256(data).hexdigest()[:32] + "." + suffix
     try:
         return st.uploads.get(name) or await asyncio.to_thread(st.uploads.put, name, data), name
-    except OSError as e:  # anything the store did not name itself
-        err: StorageError = storage_error(st.uploads.root, e, "upload folder")
     except StorageError as e:
-        err = e
+        err: StorageError = e
+    except OSError as e:  # anything the store did not name itself
+        err = storage_error(st.uploads.root, e, "upload folder")
     # 507 Insufficient Storage for a full disk, else 500: in words, never a traceback
     raise HTTPException(507 if isinstance(err, NoSpace) else 500, f"the upload cannot be stored: {err}") from None
 
