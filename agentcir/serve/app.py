@@ -34,7 +34,8 @@ def create_app(searcher: Searcher, *, uploads: str | Path | None = None, thumbs:
 
     from . import models as M
     from .guard import Guard
-    from .routes import images, jobs, pages, search, uploads as upload_routes
+    from .routes import images, jobs, pages, search
+    from .routes import uploads as upload_routes
 
     st = ServeState(searcher, uploads=uploads, thumbs=thumbs, config=config, ask=ask)
     app = fastapi.FastAPI(

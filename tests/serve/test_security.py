@@ -189,3 +189,22 @@ def test_thumbnails_are_served_when_their_cache_cannot_be_written(searcher, ask_
     monkeypatch.setattr(Path, "write_bytes", failing)
     r = c.get("/thumb/1?size=128")
     assert r.status_code == 200 and r.headers["content-type"] == "image/jpeg" and r.content[:2] == b"\xff\xd8"
+
+
+def test_the_serve_command_passes_its_host_and_allowed_names(gallery, monkeypatch):
+    import uvicorn
+    from fastapi.testclient import TestClient
+
+    from agentcir.cli import main
+
+    _, gdir, root, _ = gallery
+    apps = []
+    monkeypatch.setattr(uvicorn, "run", lambda app, **kw: apps.append(app))
+    monkeypatch.delenv("AGENTCIR_ALLOW_HOSTS", raising=False)
+    assert main(["serve", "--gallery", str(gdir), "--host", "10.1.2.3", "--allow-host", "nas.local", "--token", "t",
+                 "--allow-host", "photos.lan", f"run.root={root}", "--no-questions"]) == 0
+    c = TestClient(apps[-1], base_url="http://nas.local")
+    auth = {"Authorization": "Bearer t"}
+    for host in ("nas.local", "photos.lan:8000", "10.1.2.3:8000", "localhost"):
+        assert c.get("/api/progress", headers={**auth, "Host": host}).status_code == 200, host
+    assert c.get("/api/progress", headers={**auth, "Host": "10.1.2.4"}).status_code == 400
