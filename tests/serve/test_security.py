@@ -160,19 +160,33 @@ def test_uploads_into_a_folder_that_cannot_be_written(searcher, ask_factory, tmp
     assert c.post("/api/search", data={"text": "in red", "k": "3"}).status_code == 200  # searches without upload still work
 
 
-def test_uploads_into_a_read_only_folder(searcher, ask_factory, tmp_path):
-    import os
+def test_uploads_into_a_real_read_only_or_full_file_system(searcher, ask_factory, tmp_path):
+    """A real tmpfs (when this process may mount one): read-only -> 500, full -> 507, both in words."""
+    from tests.full_disk import fill, mount_tmpfs, umount
 
-    if os.geteuid() == 0:
-        pytest.skip("root writes into read-only folders")
-    (tmp_path / "up").mkdir()
-    (tmp_path / "up").chmod(0o500)
+    up = tmp_path / "up"
+    mounted, why = mount_tmpfs(up, "1m", "ro")
+    if not mounted:
+        pytest.skip(f"no tmpfs: {why}")
     try:
         c = make_client(searcher, ask_factory, tmp_path)
         r = c.post("/api/search", files={"image": ("mine.png", _png(), "image/png")}, data={"text": "in red"})
-        assert r.status_code == 500 and "cannot be written" in r.json()["detail"]
+        assert r.status_code == 500, r.text
+        assert r.json()["detail"] == (f"the upload cannot be stored: the upload folder '{up}' cannot be written (it is on "
+                                      f"a read-only file system): give a writable folder")
     finally:
-        (tmp_path / "up").chmod(0o700)
+        umount(up)
+    assert mount_tmpfs(up, "256k")[0]
+    try:
+        fill(up / ".filler", 0)
+        c = make_client(searcher, ask_factory, tmp_path)
+        r = c.post("/api/search", files={"image": ("mine.png", _png((1, 2, 3)), "image/png")}, data={"text": "in red"})
+        assert r.status_code == 507, r.text
+        assert r.json()["detail"].startswith(f"the upload cannot be stored: the disk holding the upload folder '{up}' is "
+                                             f"full") and "Traceback" not in r.text
+        assert not [p for p in up.iterdir() if p.name != ".filler"]  # no torn or temporary file left
+    finally:
+        umount(up)
 
 
 def test_thumbnails_are_served_when_their_cache_cannot_be_written(searcher, ask_factory, tmp_path, monkeypatch):
