@@ -251,7 +251,7 @@ def cmd_serve(args) -> int:
             keep = [o for o in args.overrides if not o.lstrip("+~").startswith("method")]  # the search method's settings
             return Searcher(compose([*keep, "method=imageseeker"], config_name=args.config,
                                     extra_dirs=args.recipes or ()), args.gallery)
-    cfg = ServeConfig(token=token, max_upload_mb=args.max_upload_mb, max_pixels=args.max_pixels,
+    cfg = ServeConfig(token=token, host=args.host, allow_hosts=tuple(args.allow_host or ()), max_upload_mb=args.max_upload_mb, max_pixels=args.max_pixels,
                       uploads_mb=args.uploads_mb, thumbs_mb=args.thumbs_mb)
     app = create_app(searcher, uploads=args.uploads, thumbs=args.thumbs, config=cfg, ask=ask)
     print(f"serving gallery '{args.gallery}' on http://{args.host}:{args.port}/{'?token=...' if token else ''}  "
@@ -482,6 +482,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--uploads", help="folder for uploaded reference images (default <run.root>/_uploads)")
     p.add_argument("--thumbs", help="thumbnail cache folder (default <run.root>/_thumbs)")
     p.add_argument("--token", help="bearer token required on every route (default: $AGENTCIR_TOKEN; none = no auth)")
+    p.add_argument("--allow-host", action="append", metavar="NAME",
+                   help="a name this server is reached by (the Host header; repeatable; also $AGENTCIR_ALLOW_HOSTS, "
+                        "comma-separated). Always allowed: localhost, 127.0.0.1, [::1] and --host; any other Host is "
+                        "refused (DNS rebinding)")
     p.add_argument("--max-upload-mb", type=float, default=20.0, help="largest upload, refused while streaming (default 20)")
     p.add_argument("--max-pixels", type=int, default=50_000_000, help="largest image decoded, in pixels (default 50M)")
     p.add_argument("--uploads-mb", type=float, default=200.0, help="stored uploads kept under this (default 200)")

@@ -22,6 +22,11 @@ class InputError(AgentcirError, ValueError):
     """Bad user input: the message names the input and what is wrong with it."""
 
 
+class StorageError(AgentcirError, OSError):
+    """A file cannot be written (a full disk, a read-only or forbidden folder, a short write);
+    the message names the path and what to do. Nothing written before is lost."""
+
+
 def require(module: str, extra: str, *, feature: str | None = None) -> ModuleType:
     """Import ``module`` or fail with the exact install line for agentcir's ``extra``."""
     try:

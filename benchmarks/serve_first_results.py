@@ -62,7 +62,7 @@ def serve(args) -> None:
     t0 = time.perf_counter()
     s = Searcher(compose([f"run.root={args.out}/runs", "run.progress=false", f"run.cache={cache}"]), gdir)
     c = TestClient(create_app(s, uploads=Path(args.out) / "up", thumbs=Path(args.out) / "thumbs",
-                              config=ServeConfig(warm_up=False)))
+                              config=ServeConfig(warm_up=False)), base_url="http://127.0.0.1")
     startup = time.perf_counter() - t0
     warm = s.warm_up() if args.warm_up else 0.0  # what `agentcir serve` does in the background at start
     photos = sorted((Path(args.out) / "photos").iterdir())

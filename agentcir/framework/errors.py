@@ -1,5 +1,5 @@
 """The errors of :mod:`agentcir.errors`, under the name the framework's modules import them by."""
 
-from ..errors import AgentcirError, InputError, MissingExtraError, require
+from ..errors import AgentcirError, InputError, MissingExtraError, StorageError, require
 
-__all__ = ["AgentcirError", "InputError", "MissingExtraError", "require"]
+__all__ = ["AgentcirError", "InputError", "MissingExtraError", "StorageError", "require"]

@@ -19,7 +19,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
 
-from .errors import AgentcirError
+from .errors import StorageError
 
 #: errno values that mean "this folder cannot be written", with what to do about each
 _FIXES = {
@@ -29,10 +29,6 @@ _FIXES = {
     errno.EACCES: ("permission denied", "make the folder writable or choose another one"),
     errno.EPERM: ("operation not permitted", "make the folder writable or choose another one"),
 }
-
-
-class StorageError(AgentcirError, OSError):
-    """A run's files cannot be written (disk full, read-only, no permission); nothing written before is lost."""
 
 
 def unique_tmp(dest: Path) -> Path:

@@ -28,7 +28,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 from .errors import InputError
 
-log = logging.getLogger("agentcir")
+log = logging.getLogger(__name__)
 
 __all__ = ["EndpointInfo", "EndpointUnavailable", "check_endpoints"]
 

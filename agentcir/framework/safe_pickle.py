@@ -5,6 +5,15 @@ reads a pickle with an unpickler that resolves only the globals needed to rebuil
 data: lists, dicts, strings, numbers, numpy arrays and torch tensors. Any other global
 is refused before it is called (:class:`UnsafePickleError`, an :class:`InputError`).
 
+Every pickle protocol is read. Protocols 0-2 write bytes (an array's data) as a call of
+``_codecs.encode(text, "latin1")``: allowed with that encoding only. Protocol 5 rebuilds an
+array with numpy's ``_frombuffer`` from in-band bytes: allowed for plain (non-object) dtypes.
+
+A pickled dtype's state can lie about its flags (an object dtype marked as holding no
+objects would have raw bytes from the file read as object pointers): every array is
+rebuilt with a clean copy of its dtype, made from the dtype's description, before its data
+is read.
+
 Torch tensors pickled with plain ``pickle.dump`` (the OCTOPUS/CoVR ``preload/*.pkl``
 files) name ``torch._utils._rebuild_tensor_v2`` and ``torch.storage._load_from_bytes``;
 torch's own ``_load_from_bytes`` calls ``torch.load(weights_only=False)`` on the embedded
@@ -67,15 +76,131 @@ def _multiarray(name: str):
     return get
 
 
+def _latin1(obj: Any, encoding: str = "utf-8", errors: str = "strict") -> bytes:
+    """``_codecs.encode`` as protocols 0-2 use it for bytes: text to latin-1 bytes, nothing else."""
+    if not isinstance(obj, str) or str(encoding).lower().replace("_", "-") not in ("latin1", "latin-1", "iso-8859-1"):
+        raise UnsafePickleError(f"refused '_codecs.encode' with encoding {encoding!r}: a pickle's bytes are latin-1 text")
+    return obj.encode("latin-1", errors="strict")
+
+
+def _clean_dtype(dt):
+    """``dt`` made again from its description: flags computed by numpy, not read from a pickle."""
+    import numpy as np
+
+    if dt.fields is not None:
+        names = list(dt.names)
+        return np.dtype({"names": names, "formats": [_clean_dtype(dt.fields[n][0]) for n in names],
+                         "offsets": [dt.fields[n][1] for n in names], "itemsize": dt.itemsize})
+    if dt.subdtype is not None:
+        return np.dtype((_clean_dtype(dt.subdtype[0]), dt.subdtype[1]))
+    return np.dtype(dt.str)
+
+
+def _array_class():
+    """``numpy.ndarray`` for the unpickler: arrays whose ``__setstate__`` takes a clean dtype."""
+    import numpy as np
+
+    global _SafeArray
+    if _SafeArray is None:
+        class SafeArray(np.ndarray):
+            def __setstate__(self, state):
+                if not isinstance(state, tuple) or len(state) not in (4, 5):
+                    raise UnsafePickleError("refused an array state that is not numpy's")
+                state = list(state)
+                i = len(state) - 3  # (version?, shape, dtype, is_fortran, data)
+                if not isinstance(state[i], np.dtype):
+                    raise UnsafePickleError(f"refused an array whose dtype is {type(state[i]).__name__}")
+                state[i] = _clean_dtype(state[i])
+                if state[i].hasobject and not isinstance(state[-1], list):
+                    raise UnsafePickleError("refused an object array whose data are raw bytes")
+                super().__setstate__(tuple(state))
+
+        _SafeArray = SafeArray
+    return _SafeArray
+
+
+_SafeArray = None
+
+
+def _plain(obj: Any, seen: dict | None = None) -> Any:
+    """``obj`` with every array of the unpickler's class turned back into a plain ``numpy.ndarray``."""
+    seen = {} if seen is None else seen
+    if id(obj) in seen:
+        return seen[id(obj)]
+    if _SafeArray is not None and isinstance(obj, _SafeArray):
+        import numpy as np
+
+        out = obj.view(np.ndarray)
+        seen[id(obj)] = out
+        if out.dtype.hasobject:
+            flat = out.reshape(-1) if out.flags.c_contiguous or out.flags.f_contiguous else out.ravel()
+            for j, v in enumerate(flat):
+                flat[j] = _plain(v, seen)
+        return out
+    if isinstance(obj, dict):
+        seen[id(obj)] = obj
+        for k in list(obj):
+            obj[k] = _plain(obj[k], seen)
+        return obj
+    if isinstance(obj, list):
+        seen[id(obj)] = obj
+        obj[:] = [_plain(v, seen) for v in obj]
+        return obj
+    if isinstance(obj, tuple):
+        out = tuple(_plain(v, seen) for v in obj)
+        seen[id(obj)] = out
+        return out
+    return obj
+
+
+def _scalar():
+    """numpy's ``multiarray.scalar(dtype, data)``, given a clean dtype (see :func:`_clean_dtype`)."""
+    import numpy as np
+
+    real = _multiarray("scalar")()
+
+    def scalar(dtype, *args):
+        if not isinstance(dtype, np.dtype):
+            raise UnsafePickleError(f"refused a numpy scalar with dtype {type(dtype).__name__}")
+        return real(_clean_dtype(dtype), *args)
+    return scalar
+
+
+def _frombuffer(name: str):
+    """numpy's ``_frombuffer(buffer, dtype, shape, order)`` (protocol 5 arrays), refusing object dtypes."""
+    def get():
+        try:
+            from numpy._core import numeric
+        except ImportError:  # numpy < 2
+            from numpy.core import numeric
+        real = getattr(numeric, name)
+
+        def frombuffer(buf, dtype, shape, order):
+            import numpy as np
+
+            if not isinstance(dtype, np.dtype):
+                raise UnsafePickleError(f"refused an array from a buffer with dtype {type(dtype).__name__}")
+            clean = _clean_dtype(dtype)
+            if clean.hasobject:
+                raise UnsafePickleError(f"refused an array of dtype {dtype!r} from a buffer: not plain data")
+            return real(buf, clean, shape, order)
+        return frombuffer
+    return get
+
+
 #: (module, name) -> a function returning the object the unpickler may use for it
 ALLOWED: dict[tuple[str, str], Any] = {
     ("torch._utils", "_rebuild_tensor_v2"): lambda: _rebuild_tensor_v2,
     ("torch.storage", "_load_from_bytes"): lambda: _load_storage_from_bytes,
     ("collections", "OrderedDict"): _attr("collections", "OrderedDict"),
-    **{(m, n): _multiarray(n) for m in ("numpy.core.multiarray", "numpy._core.multiarray")
-       for n in ("_reconstruct", "scalar")},
-    **{("numpy", t): _attr("numpy", t) for t in ("ndarray", "dtype", "float16", "float32", "float64", "int8", "int16",
-                                                  "int32", "int64", "uint8", "bool_")},
+    ("_codecs", "encode"): lambda: _latin1,
+    **{(m, "_frombuffer"): _frombuffer("_frombuffer") for m in ("numpy.core.numeric", "numpy._core.numeric")},
+    **{(m, "_reconstruct"): _multiarray("_reconstruct") for m in ("numpy.core.multiarray", "numpy._core.multiarray")},
+    **{(m, "scalar"): _scalar for m in ("numpy.core.multiarray", "numpy._core.multiarray")},
+    ("numpy", "ndarray"): _array_class,
+    **{("numpy", t): _attr("numpy", t) for t in ("dtype", "float16", "float32", "float64", "int8", "int16",
+                                                  "int32", "int64", "uint8", "uint16", "uint32", "uint64", "bool_",
+                                                  "complex64", "complex128")},
     **{("numpy.dtypes", f"{t}DType"): _attr("numpy.dtypes", f"{t}DType")
        for t in ("Float16", "Float32", "Float64", "Int32", "Int64", "UInt8", "Bool")},
 }
@@ -101,7 +226,7 @@ class _Restricted(pickle.Unpickler):
 def safe_loads(data: bytes, where: str = "pickle") -> Any:
     """Unpickle ``data`` allowing plain data, numpy arrays and torch tensors only."""
     try:
-        return _Restricted(io.BytesIO(data), where).load()
+        return _plain(_Restricted(io.BytesIO(data), where).load())
     except UnsafePickleError:
         raise
     except (pickle.UnpicklingError, EOFError, ValueError, TypeError, AttributeError, IndexError) as e:

@@ -14,8 +14,8 @@ Routes (OpenAPI at ``/openapi.json``, Swagger UI at ``/docs`` from local files):
     GET  /upload/{name}/thumb  a stored upload     GET /proxy/{key}/thumb   a generated visual proxy
 
 Both search routes answer :class:`~agentcir.serve.models.SearchResponse`, the shape of
-``agentcir search --json``. Limits and the token: :class:`~agentcir.serve.app.ServeConfig`;
-files: :mod:`agentcir.serve.files`. Bad input is a 4xx with a one-line ``detail``.
+``agentcir search --json``. Limits and the token: :class:`~agentcir.serve.state.ServeConfig`;
+files: :mod:`agentcir.serve.files`; routes by concern: :mod:`agentcir.serve.routes`. Bad input is a 4xx with a one-line ``detail``.
 """
 
 from .app import ServeConfig, create_app

@@ -14,6 +14,7 @@ they are stored, server-side thumbnails, and bounded on-disk stores for both.
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import io
 import os
@@ -23,7 +24,7 @@ import time
 from collections import OrderedDict
 from pathlib import Path
 
-from ..framework.errors import InputError
+from ..framework.errors import InputError, StorageError
 from ..framework.images import IMAGE_SUFFIXES, _enable_heif
 
 #: thumbnail edge lengths served (a closed set, so the cache stays bounded by item count)
@@ -47,8 +48,9 @@ class BoundedDir:
     #: seconds after which a ``put`` lists the folder again (other processes' files and deletions)
     RELIST_S = 30.0
 
-    def __init__(self, root: str | Path, *, max_bytes: int, max_files: int):
+    def __init__(self, root: str | Path, *, max_bytes: int, max_files: int, what: str = "folder"):
         self.root = Path(root)
+        self.what = what  # how errors name the folder
         self.max_bytes, self.max_files = int(max_bytes), int(max_files)
         self._lock = threading.Lock()
         self._files: OrderedDict[str, int] | None = None  # name -> bytes, least recently used first
@@ -69,16 +71,22 @@ class BoundedDir:
         return None
 
     def put(self, name: str, data: bytes) -> Path:
+        """Store ``data`` as ``name``; :class:`StorageError` (naming the folder) when it cannot be written."""
         with self._lock:
-            self.root.mkdir(parents=True, exist_ok=True)
-            if self._files is None or time.monotonic() - self._listed_at > self.RELIST_S:
-                self._files = self._listing()
-                self._bytes = sum(self._files.values())
-                self._listed_at = time.monotonic()
             p = self.root / name
             tmp = self.root / f".{name}.{threading.get_ident()}.tmp"
-            tmp.write_bytes(data)
-            tmp.replace(p)
+            try:
+                self.root.mkdir(parents=True, exist_ok=True)
+                if self._files is None or time.monotonic() - self._listed_at > self.RELIST_S:
+                    self._files = self._listing()
+                    self._bytes = sum(self._files.values())
+                    self._listed_at = time.monotonic()
+                tmp.write_bytes(data)
+                tmp.replace(p)
+            except OSError as e:
+                with contextlib.suppress(OSError):
+                    tmp.unlink(missing_ok=True)
+                raise storage_error(self.root, e, self.what) from e
             self._bytes += len(data) - self._files.pop(name, 0)
             self._files[name] = len(data)
             while (self._bytes > self.max_bytes or len(self._files) > self.max_files) and len(self._files) > 1:
@@ -94,6 +102,25 @@ class BoundedDir:
                 st = f.stat()
                 entries.append((st.st_mtime, f.name, st.st_size))
         return OrderedDict((name, size) for _, name, size in sorted(entries))
+
+
+#: errno values of a full disk or quota
+NO_SPACE = (errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC))
+
+
+class NoSpace(StorageError):
+    """A folder's disk (or quota) is full."""
+
+
+def storage_error(folder: Path, e: OSError, what: str = "folder") -> StorageError:
+    """The :class:`StorageError` (:class:`NoSpace` for a full disk) of failing to write into ``folder``."""
+    if e.errno in NO_SPACE:
+        return NoSpace(f"the disk holding the {what} '{folder}' is full ({e.strerror or e}): free some space, or give "
+                       f"another folder")
+    if e.errno in (errno.EROFS, errno.EACCES, errno.EPERM):
+        why = "it is on a read-only file system" if e.errno == errno.EROFS else "permission denied"
+        return StorageError(f"the {what} '{folder}' cannot be written ({why}): give a writable folder")
+    return StorageError(f"the {what} '{folder}' cannot be written ({e.strerror or e})")
 
 
 class Decoder:

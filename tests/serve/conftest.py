@@ -126,4 +126,4 @@ def make_client(searcher, ask_factory, tmp_path, **cfg):
     cfg.setdefault("warm_up", False)  # the package's searcher is warm already
     app = create_app(searcher, uploads=tmp_path / "up", thumbs=tmp_path / "thumbs", config=ServeConfig(**cfg),
                      ask=ask_factory)
-    return TestClient(app)
+    return TestClient(app, base_url="http://127.0.0.1")

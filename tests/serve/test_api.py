@@ -228,8 +228,9 @@ def test_bearer_token_on_every_route(searcher, ask_factory, tmp_path):
     assert c.get("/api/info", headers={"Authorization": "Bearer s3cret"}).status_code == 200
     spec = c.get("/openapi.json", headers={"Authorization": "Bearer s3cret"}).json()
     assert spec["security"] == [{"bearer": []}] and spec["components"]["securitySchemes"]["bearer"]["scheme"] == "bearer"
-    page = c.get("/?token=s3cret")  # the page opened once with the token sets a cookie for its files
-    assert page.status_code == 200 and "agentcir_token" in page.headers["set-cookie"]
+    page = c.get("/?token=s3cret")  # the page opened once with the token sets a cookie, then drops it from the URL
+    assert page.status_code == 200 and page.history[0].status_code == 303
+    assert "agentcir_token" in page.history[0].headers["set-cookie"] and str(page.url) == "http://127.0.0.1/"
     assert c.get("/static/app.js").status_code == 200 and c.get("/thumb/0").status_code == 200
 
 
@@ -289,7 +290,8 @@ def test_gallery_preparation_is_shown_once_with_counts(gallery, tmp_path):
     shutil.copytree(gdir, g2)
     shutil.rmtree(g2 / "captions", ignore_errors=True)
     s = Searcher(compose([f"run.root={tmp_path}", "run.progress=false"]), g2)
-    c = TestClient(create_app(s, uploads=tmp_path / "up", thumbs=tmp_path / "t", config=ServeConfig(warm_up=False)))
+    c = TestClient(create_app(s, uploads=tmp_path / "up", thumbs=tmp_path / "t", config=ServeConfig(warm_up=False)),
+                   base_url="http://localhost")
     deadline = time.time() + 120
     while not c.get("/api/progress").json()["prepared"] and time.time() < deadline:
         time.sleep(0.1)

@@ -2,7 +2,9 @@
 speaking ``POST /images/generations`` and ``POST /images/edits``). Extra:
 ``pip install 'agentcir[llm]'`` (httpx).
 
-Images come back as ``b64_json`` (or a ``url``, then fetched) and are saved as PNG under
+Images come back as ``b64_json`` (or a ``url``, then fetched: with a client of its own that
+carries no credentials, whatever host the URL names, under ``max_image_mb`` and within
+``fetch_timeout``; http(s) only) and are saved as PNG under
 ``output_dir`` with content-addressed names (the sha256 of the PNG bytes). 429 and 5xx
 replies, timeouts and connection errors are retried with exponential backoff
 (``Retry-After`` honoured); other errors fail at once with the server's message.
@@ -73,13 +75,15 @@ class OpenAIImagesGenerator(Generator):
         use_reference: edit the reference image (``/images/edits``) instead of drawing from
             text alone, when the query has a reference.
         output_dir: folder for the PNG files.
-        timeout: seconds per HTTP request.
+        timeout: seconds per HTTP request to the API.
+        max_image_mb: largest image fetched from a ``url`` reply (refused while it streams in).
+        fetch_timeout: seconds per fetch of a ``url`` reply (no credentials are sent with it).
         retries: extra attempts after a 429/5xx reply, a timeout or a connection error.
         backoff: first retry delay in seconds (doubles per attempt; ``Retry-After`` wins).
     """
 
     volatile_fields: ClassVar[tuple[str, ...]] = (*Component.volatile_fields, "backoff", "api_key_env",
-                                                  "base_url")
+                                                  "base_url", "max_image_mb", "fetch_timeout")
     #: ``generate`` blocks on HTTP: the runner gives it a thread per call slot, not a CPU worker
     io_bound: ClassVar[bool] = True
 
@@ -96,6 +100,8 @@ class OpenAIImagesGenerator(Generator):
         use_reference: bool = False
         output_dir: str = "runs/generated"
         timeout: float = 120.0
+        max_image_mb: float = 50.0
+        fetch_timeout: float = 60.0
         retries: int = 4
         backoff: float = 1.0
 
@@ -103,7 +109,12 @@ class OpenAIImagesGenerator(Generator):
         super().__init__(cfg, **deps)
         if self.cfg.retries < 0:
             raise InputError(f"generator 'openai_images': field 'retries' must be >= 0, got {self.cfg.retries}")
+        for name in ("max_image_mb", "fetch_timeout", "timeout"):
+            v = getattr(self.cfg, name)
+            if not v > 0:  # NaN too
+                raise InputError(f"generator 'openai_images': field '{name}' must be > 0, got {v}")
         self._client = None
+        self._fetcher = None
         self._lock = threading.Lock()
         self.requests_sent = 0
 
@@ -130,17 +141,49 @@ class OpenAIImagesGenerator(Generator):
                                             timeout=self.cfg.timeout)
             return self._client
 
+    def fetcher(self) -> Any:
+        """The client fetching the images a reply names by ``url``: no API key, no base URL,
+        no cookies: nothing of the endpoint's credentials reaches whatever host the URL names."""
+        with self._lock:
+            if self._fetcher is None:
+                httpx = require("httpx", "llm", feature="generator 'openai_images'")
+                self._fetcher = httpx.Client(timeout=self.cfg.fetch_timeout, follow_redirects=True, max_redirects=3)
+            return self._fetcher
+
     def close(self) -> None:
         with self._lock:
-            if self._client is not None:
-                self._client.close()
-                self._client = None
+            for name in ("_client", "_fetcher"):
+                c = getattr(self, name)
+                if c is not None:
+                    c.close()
+                    setattr(self, name, None)
 
-    def _send(self, method: str, url: str, **kwargs: Any) -> Any:
-        """One request with retries on 429/5xx, timeouts and connection errors."""
+    def _capped(self, client: Any, method: str, url: str, max_bytes: int) -> Any:
+        """``client``'s reply read as a stream, refused past ``max_bytes`` (declared or received)."""
         import httpx
 
-        client = self.client()
+        with client.stream(method, url) as resp:
+            if resp.status_code >= 400:
+                resp.read()
+                return resp
+            limit = f"the image at {url} is larger than max_image_mb={self.cfg.max_image_mb:g}"
+            declared = resp.headers.get("content-length", "")
+            if declared.isdigit() and int(declared) > max_bytes:
+                raise ImagesAPIError(f"generator 'openai_images': {limit} ({int(declared)} bytes declared)")
+            body = bytearray()
+            for chunk in resp.iter_bytes():
+                body += chunk
+                if len(body) > max_bytes:
+                    raise ImagesAPIError(f"generator 'openai_images': {limit} (refused after {len(body)} bytes)")
+            return httpx.Response(resp.status_code, headers=resp.headers, content=bytes(body), request=resp.request)
+
+    def _send(self, method: str, url: str, *, client: Any = None, max_bytes: int | None = None, **kwargs: Any) -> Any:
+        """One request with retries on 429/5xx, timeouts and connection errors (by the API
+        client, or ``client``; the body capped at ``max_bytes`` when given)."""
+        import httpx
+
+        client = client or self.client()
+        timeout = self.cfg.fetch_timeout if max_bytes is not None else self.cfg.timeout
         last = ""
         for attempt in range(self.cfg.retries + 1):
             if attempt:
@@ -148,9 +191,10 @@ class OpenAIImagesGenerator(Generator):
             delay = self.cfg.backoff * (2 ** attempt)
             self.requests_sent += 1
             try:
-                resp = client.request(method, url, **kwargs)
+                resp = client.request(method, url, **kwargs) if max_bytes is None else \
+                    self._capped(client, method, url, max_bytes)
             except httpx.TimeoutException:
-                last = f"timed out after {self.cfg.timeout:g} s"
+                last = f"timed out after {timeout:g} s"
                 log.warning("generator 'openai_images': %s %s %s (attempt %d)", method, url, last, attempt + 1)
                 continue
             except httpx.TransportError as e:
@@ -167,7 +211,8 @@ class OpenAIImagesGenerator(Generator):
                 raise ImagesAPIError(f"generator 'openai_images': {method} {resp.request.url} failed with HTTP "
                                      f"{resp.status_code}: {_server_message(resp)}")
             return resp
-        raise ImagesAPIError(f"generator 'openai_images': {method} {self.cfg.base_url.rstrip('/')}/{url} failed "
+        where = url if "://" in url else f"{self.cfg.base_url.rstrip('/')}/{url}"
+        raise ImagesAPIError(f"generator 'openai_images': {method} {where} failed "
                              f"after {self.cfg.retries + 1} attempt(s); last: {last}")
 
     def _image_bytes(self, resp: Any) -> bytes:
@@ -186,8 +231,19 @@ class OpenAIImagesGenerator(Generator):
             except ValueError as e:
                 raise ImagesAPIError(f"generator 'openai_images': 'b64_json' is not base64 ({e})") from None
         if item.get("url"):
-            return self._send("GET", item["url"]).content
+            return self._fetch_image(str(item["url"]))
         raise ImagesAPIError(f"generator 'openai_images': the image has neither 'b64_json' nor 'url': {str(item)[:200]}")
+
+    def _fetch_image(self, url: str) -> bytes:
+        """The image a reply names by ``url``: fetched without credentials, capped and timed out."""
+        from urllib.parse import urljoin, urlsplit
+
+        absolute = urljoin(self.cfg.base_url.rstrip("/") + "/", url)  # a relative URL is the endpoint's own
+        if urlsplit(absolute).scheme not in ("http", "https"):
+            raise ImagesAPIError(f"generator 'openai_images': the reply names an image URL that is not http(s): "
+                                 f"{url[:200]!r}")
+        return self._send("GET", absolute, client=self.fetcher(),
+                          max_bytes=int(self.cfg.max_image_mb * 2**20)).content
 
     # -- the Generator interface ------------------------------------------------------------
     def generate(self, description: str, *, reference: Path | None = None) -> Path:

@@ -189,6 +189,9 @@ class CompressedContext:
         self.findings: list[str] = []
         self.session_memory = ""
         self.working_memory = ""
+        #: ``f(text, what) -> text`` applied to the memories as they are sent (they summarise tool
+        #: results, which may carry untrusted text: e.g. :func:`agentcir.framework.untrusted.mark`)
+        self.mark_memory: Callable[[str, str], str] | None = None
         self.recent: list[dict] = []
         self.compressions: list[Compression] = []
 
@@ -207,10 +210,11 @@ class CompressedContext:
         parts = [MEMORY_HEADER, f"Goal: {self.goal}"]
         if self.findings:
             parts.append("Key findings:\n" + "\n".join(f"- {f}" for f in self.findings))
+        mark = self.mark_memory or (lambda text, what: text)
         if self.session_memory:
-            parts.append("Session memory:\n" + self.session_memory)
+            parts.append("Session memory:\n" + mark(self.session_memory, "session memory"))
         if self.working_memory:
-            parts.append("Working memory:\n" + self.working_memory)
+            parts.append("Working memory:\n" + mark(self.working_memory, "working memory"))
         return {"role": "user", "content": "\n\n".join(parts)}
 
     def messages(self) -> list[dict]:

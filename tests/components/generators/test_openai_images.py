@@ -247,3 +247,88 @@ def test_connection_refused_is_retried_and_named(tmp_path):
     with pytest.raises(ImagesAPIError, match=r"failed after 2 attempt\(s\); last: connection error \(ConnectError"):
         gen.generate("x")
     gen.close()
+
+
+class Foreign:
+    """Another host's file server: records every request's headers, serves one PNG (or a big body)."""
+
+    def __init__(self, body: bytes, *, declare_length: bool = True):
+        self.requests: list[dict] = []
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *a):
+                pass
+
+            def do_GET(self):
+                outer.requests.append({"path": self.path, "headers": {k.lower(): v for k, v in self.headers.items()}})
+                self.send_response(200)
+                self.send_header("Content-Type", "image/png")
+                if declare_length:
+                    self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                try:
+                    for i in range(0, len(body), 65536):
+                        self.wfile.write(body[i:i + 65536])
+                except (BrokenPipeError, ConnectionResetError):
+                    pass
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.httpd.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+
+    def close(self):
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+def test_an_image_url_on_another_host_gets_no_credentials(make, server):
+    """The endpoint's reply names a file on another server: it is fetched, and the API key is not sent there."""
+    foreign = Foreign(png((1, 2, 3)))
+    try:
+        server.script = [("raw", json.dumps({"data": [{"url": foreign.url + "/img/x.png?sig=1"}]}))]
+        path = make(api_key="sk-secret-key").generate("x")
+        assert path.read_bytes() == png((1, 2, 3))
+        assert server.requests[0]["headers"]["Authorization"] == "Bearer sk-secret-key"  # the API itself gets the key
+        [got] = foreign.requests
+        assert got["path"] == "/img/x.png?sig=1"
+        assert "authorization" not in got["headers"] and "sk-secret-key" not in json.dumps(got["headers"])
+        assert "cookie" not in got["headers"]
+    finally:
+        foreign.close()
+
+
+@pytest.mark.parametrize("declare_length", [True, False])
+def test_an_image_url_is_fetched_under_a_size_cap(make, server, declare_length):
+    foreign = Foreign(b"\x89PNG" + b"0" * (3 * 2**20), declare_length=declare_length)
+    try:
+        server.script = [("raw", json.dumps({"data": [{"url": foreign.url + "/big.png"}]}))]
+        with pytest.raises(ImagesAPIError, match=r"larger than max_image_mb=1"):
+            make(max_image_mb=1).generate("x")
+        assert len(foreign.requests) == 1  # refused, not retried
+    finally:
+        foreign.close()
+
+
+def test_an_image_url_fetch_times_out(make, server):
+    import socket
+
+    with socket.socket() as silent:  # accepts connections, never answers
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(4)
+        port = silent.getsockname()[1]
+        server.script = [("raw", json.dumps({"data": [{"url": f"http://127.0.0.1:{port}/slow.png"}]}))]
+        t = time.perf_counter()
+        with pytest.raises(ImagesAPIError, match=r"failed after 1 attempt\(s\); last: timed out after 0.3 s"):
+            make(fetch_timeout=0.3, retries=0).generate("x")
+        assert time.perf_counter() - t < 5
+
+
+def test_image_url_schemes_and_settings_are_checked(make, server):
+    server.script = [("raw", json.dumps({"data": [{"url": "file:///etc/passwd"}]}))]
+    with pytest.raises(ImagesAPIError, match="not http"):
+        make().generate("x")
+    for bad in ({"max_image_mb": 0}, {"fetch_timeout": -1}, {"max_image_mb": float("nan")}):
+        with pytest.raises(InputError, match=f"field '{next(iter(bad))}' must be > 0"):
+            make(**bad)

@@ -35,6 +35,7 @@ from ...method import Method, RunState, Stage
 from ...prompts import load_prompt
 from ...runner import RunContext
 from ...types import Candidates, Query
+from ...untrusted import mark as mark_untrusted
 from .dates import format_timestamp
 from .conditions import Facts
 from .graph import GraphConfig, MemoryGraph, build_graph
@@ -385,6 +386,7 @@ class ImageSeeker(Method):
 
         context = self.context_memory.new(goal, system=[{"role": "system", "content": system}])
         context.summarizer = summarize
+        context.mark_memory = mark_untrusted  # the memories summarise tool results
         return context
 
     def _system(self, tb: Toolbox) -> str:
@@ -449,12 +451,13 @@ class ImageSeeker(Method):
                     except InputError as e:
                         outcome.error = str(e)
                         answer = None
-                await context.aadd(tool_message(tc.id, outcome.text()))
+                # every tool result may carry the photos' metadata, captions, file names or web text: data
+                await context.aadd(tool_message(tc.id, mark_untrusted(outcome.text(), f"tool:{tc.name}")))
                 if outcome.saved:
                     context.note(f"subset '{outcome.saved}' = {outcome.result.get('count')} photos from {tc.name}")
                 if outcome.images:
-                    await context.aadd(user_message(f"The photos of view_photos, in order: {', '.join(r['id'] for r in outcome.result['photos'])}",
-                                                    outcome.images))
+                    shown = mark_untrusted(", ".join(r["id"] for r in outcome.result["photos"]), "photo ids")
+                    await context.aadd(user_message(f"The photos of view_photos, in order:\n{shown}", outcome.images))
             if stopped == "answered":
                 break
         subset = answer.subset if answer else None
