@@ -48,10 +48,14 @@ EXTRAS = {
     "features": [TORCH, "pyarrow>=14"],
     # agentcir/framework/datasets/video.py: decoding WebVid-CoVR videos into keyframes (PyAV bundles FFmpeg)
     "video": ["av>=12"],
+    # the side-by-side checks against the released AutoCIR / ImageScope code (benchmarks/upstream_*.py):
+    # ImageScope's code reads its replies with json_repair
+    "upstream": [TORCH, "json_repair>=0.30"],
 }
 EXTRAS["dev"] = sorted({
     *EXTRAS["catalog"], *EXTRAS["onnx"], *EXTRAS["gpu"], *EXTRAS["llm"], *EXTRAS["hf"], *EXTRAS["diffusion"],
     *EXTRAS["photos"], *EXTRAS["scale"], *EXTRAS["plot"], *EXTRAS["video"], *EXTRAS["serve"], *EXTRAS["features"],
+    *EXTRAS["upstream"],
     # the test and benchmark tools
     "pytest>=8", "pytest-benchmark>=4", "pytest-timeout>=2",
     # tests/kernels and benchmarks/: bfloat16 numpy galleries

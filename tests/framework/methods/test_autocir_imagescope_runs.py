@@ -100,7 +100,7 @@ def test_fashion_cir_end_to_end(plugin_path, tmp_path, name):
                  f"run.root={tmp_path / 'runs'}", f"run.cache={tmp_path / 'cache.sqlite'}", "run.progress=false",
                  *METHODS[name]])
     res = run_recipe(r)
-    assert list(res.metrics["stages"]) == STAGES[name] and res.metrics["queries"] == 6
+    assert list(res.metrics["stages"]) == STAGES[name] and len(res.state.queries) == 6
     with pytest.MonkeyPatch.context() as m:
         no_call(m)
         again = run_recipe(r)
