@@ -280,8 +280,8 @@ def ours_run(world, upstream_compat: bool, k: int = 20, alpha: int = 3) -> list[
         out.append({"step2": state.record(q, "reason")["step2"],
                     "questions": None if props is None else [x["question"] for x in props],
                     "values": state.record(q, "rerank")["values"],
-                    **{s: [world.names[j] for j in state.stage_candidates[s].ids[i, :50]]
-                       for s in ("retrieve", "rerank", "evaluate")}})
+                    **{s: [world.names[j] for j in state.stage_candidates[st].ids[i, :50]]
+                       for s, st in (("retrieve", "retrieve"), ("rerank", "rerank"), ("evaluate", "verify"))}})
     return out
 
 

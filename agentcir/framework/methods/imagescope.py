@@ -26,7 +26,7 @@ Stages (each that ranks leaves a snapshot):
    Python's stable sort (ties keep the stage-1 order); the tail keeps its order. Scores after this
    stage are the values in the head and the stage-1 similarity minus a constant below them in the
    tail, so the ranking reads in order.
-5. ``evaluate`` (stage-3 evaluator, released ``stage3_evaluate`` with
+5. ``verify`` (stage-3 evaluator, released ``stage3_evaluate`` with
    ``stage3_large_mllm_inference_batch_cmp_ray``): the top ``alpha`` (3) candidates are judged in
    order against the instruction (stripped of spaces and dots at both ends and lowercased, as
    released) with the reference image (``verifier.verify``); the judging stops at the first yes,
@@ -260,7 +260,8 @@ class ImageScope(Method):
         if "s2" in c.stages:
             out += [Stage("propositions", self._propositions), Stage("rerank", self._rerank)]
         if "s3" in c.stages:
-            out.append(Stage("evaluate", self._evaluate))
+            out.append(Stage("verify", self._evaluate))   # the released stage-3 evaluator; "verify" like every
+            #                                                 yes/no stage here (search marks the accepted hit)
         return out
 
     # -- stage 1 ------------------------------------------------------------------------------
@@ -352,7 +353,7 @@ class ImageScope(Method):
             return {"verdicts": verdicts, "accepted": (len(verdicts) - 1) if verdicts and verdicts[-1] else None}
 
         await ctx.map(state, one)
-        verdicts = [state.record(q, "evaluate")["verdicts"] for q in state.queries]
+        verdicts = [state.record(q, "verify")["verdicts"] for q in state.queries]
         top = promote_first_accepted(cands.ids, np.where(cands.ids >= 0, cands.scores, 0.0).astype(np.float32),
                                      accepted_matrix(verdicts, min(c.alpha, cands.k)), backend=ctx.kernels)
         state.candidates = to_candidates(top)

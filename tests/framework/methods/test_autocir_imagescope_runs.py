@@ -24,7 +24,7 @@ METHODS = {
     "autocir": ["method=autocir", "method.max_check_num=2"],
     "imagescope": ["method=imagescope", "method.k=5", "method.alpha=3"],
 }
-STAGES = {"autocir": ["plan", "round1", "round2"], "imagescope": ["retrieve", "rerank", "evaluate"]}
+STAGES = {"autocir": ["plan", "round1", "round2"], "imagescope": ["retrieve", "rerank", "verify"]}
 
 
 def recipe(tmp_path, *extra, limit=4):
@@ -133,3 +133,28 @@ def test_sigkill_inside_a_model_stage_and_after_a_boundary(sweep, name):
         assert r["tried"] == 1 and r["identical"] == 1, r
         assert r["tracebacks"] == 0 and r["failed_queries"] == 0, r
         assert 0 <= r["repeated_calls"] <= sweep.concurrency, r
+
+
+@pytest.mark.parametrize("name", list(METHODS))
+def test_agentcir_search_shows_the_loop(plugin_env, image_folder, tmp_path, name):
+    """``agentcir search --json`` with the new methods: the trace holds their rounds, suggestions
+    and verdicts (what the web app's trace view renders, stage by stage)."""
+    gal = tmp_path / "gallery"
+    env = {**plugin_env, "PYTHONPATH": f"{ROOT}:{plugin_env['PYTHONPATH']}"}
+    cli = [sys.executable, "-m", "agentcir.cli"]
+    r = subprocess.run([*cli, "index", str(image_folder), "--out", str(gal), "encoder=toy", "-q"], env=env,
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    ref = next(image_folder.glob("img01.png"))
+    r = subprocess.run([*cli, "search", "--gallery", str(gal), "--image", str(ref), "--text", "make it red", "-k", "3",
+                        "--json", "encoder=toy", *METHODS[name], f"run.cache={tmp_path / 'c.sqlite'}",
+                        f"run.root={tmp_path / 'runs'}"], env=env, capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    trace = out["trace"]
+    assert len(out["hits"]) == 3 and trace["search"]["method"] == name and trace["search"]["mode"] == "composed"
+    if name == "autocir":
+        assert {"plan", "round1"} <= set(trace) and "verdict" in trace["round1"] and "description" in trace["plan"]
+    else:
+        assert trace["reason"]["step2"] and "values" in trace["rerank"]
+        assert [v["rank"] for v in trace["search"]["verification"]] == list(range(1, len(trace["verify"]["verdicts"]) + 1))
