@@ -39,8 +39,9 @@ the CIRR rankings only (its ``compute_results.cirr``); ``exclude_reference`` (de
 every method here) removes it everywhere; ``exclude_reference=false`` is the FashionIQ / CIRCO
 behaviour.
 
-Prompts: the project's own files under ``agentcir/recipes/prompts/autocir`` follow the released
-structure and reply format. ``prompts=DIR`` reads ``planner.txt``, ``corrector.txt`` and
+Prompts: the project's own files (``tasks/autocir_plan``, ``tasks/autocir_check``,
+``tasks/autocir_replan`` under ``agentcir/recipes/prompts``, and ``autocir/planner_fashion`` for
+FashionIQ) follow the released structure and reply format. ``prompts=DIR`` reads ``planner.txt``, ``corrector.txt`` and
 ``replanner.txt`` from ``DIR`` instead (``python benchmarks/upstream_autocir.py --export-prompts
 DIR --autocir CHECKOUT`` writes the authors' wording there from their checkout, with this
 project's ``{{placeholders}}``).
