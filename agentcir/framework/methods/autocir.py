@@ -41,11 +41,10 @@ behaviour.
 
 Prompts: the project's own files (``tasks/autocir_plan``, ``tasks/autocir_check``,
 ``tasks/autocir_replan`` under ``agentcir/recipes/prompts``, and ``autocir/planner_fashion`` for
-FashionIQ) follow the released structure and reply format. ``prompts=DIR`` reads ``planner.txt``, ``corrector.txt`` and
-``replanner.txt`` from ``DIR`` instead (``python benchmarks/upstream_autocir.py --export-prompts
-DIR --autocir CHECKOUT`` writes the authors' wording there from their checkout, with this
-project's ``{{placeholders}}``).
-"""
+FashionIQ) follow the released structure and reply format. ``prompts=DIR`` reads ``planner.txt``,
+``corrector.txt`` and ``replanner.txt`` from ``DIR`` instead (``python
+benchmarks/upstream_autocir.py --export-prompts DIR --autocir CHECKOUT`` writes the authors' wording
+there from their checkout, with this project's ``{{placeholders}}``)."""
 
 from __future__ import annotations
 

@@ -54,11 +54,11 @@ evaluator sees the reference and candidate as two images, not the released side-
 concatenation (a verifier's input, not the method's).
 
 Prompts: the project's own files (``tasks/imagescope_reason``, ``tasks/imagescope_propositions``
-under ``agentcir/recipes/prompts``) follow the released structure and reply format. ``prompts=DIR`` points at a released per-dataset folder
-(``prompts/<DATASET>/`` of the authors' checkout): ``prompt1_stage1_reasoner.txt`` and
-``prompt2_stage2_reasoner.txt`` are read as they are; their ``[[INSTRUCTION]]``,
-``[[REF_IMAGE_DESC]]`` and ``[[ATOMIC_INST]]`` placeholders are filled like this project's.
-"""
+under ``agentcir/recipes/prompts``) follow the released structure and reply format. ``prompts=DIR``
+points at a released per-dataset folder (``prompts/<DATASET>/`` of the authors' checkout):
+``prompt1_stage1_reasoner.txt`` and ``prompt2_stage2_reasoner.txt`` are read as they are; their
+``[[INSTRUCTION]]``, ``[[REF_IMAGE_DESC]]`` and ``[[ATOMIC_INST]]`` placeholders are filled like
+this project's."""
 
 from __future__ import annotations
 
