@@ -50,6 +50,9 @@ EXTRAS = {
     "video": ["av>=12"],
     # the documentation site (mkdocs.yml, docs/): `mkdocs build --strict`, the API reference from docstrings
     "docs": ["mkdocs>=1.6", "mkdocs-material>=9.5", "mkdocstrings[python]>=0.26"],
+    # the side-by-side checks against the released AutoCIR / ImageScope code (benchmarks/upstream_*.py):
+    # ImageScope's code reads its replies with json_repair
+    "upstream": [TORCH, "json_repair>=0.30"],
 }
 EXTRAS["dev"] = sorted({
     *EXTRAS["catalog"], *EXTRAS["onnx"], *EXTRAS["gpu"], *EXTRAS["llm"], *EXTRAS["hf"], *EXTRAS["diffusion"],
@@ -57,8 +60,9 @@ EXTRAS["dev"] = sorted({
     *EXTRAS["docs"],
     # the linter (ruff.toml; `make lint`, run by .ci/run)
     "ruff>=0.6",
+    *EXTRAS["upstream"],
     # the test and benchmark tools
-    "pytest>=8", "pytest-benchmark>=4", "pytest-timeout>=2",
+    "pytest>=8", "pytest-benchmark>=4", "pytest-timeout>=2", "pytest-xdist>=3.5",
     # tests/kernels and benchmarks/: bfloat16 numpy galleries
     "ml_dtypes>=0.3",
     # tests/serve: the API fuzzed from its OpenAPI schema; the page driven in Debian's chromium (.ci/run)

@@ -63,6 +63,8 @@ METHODS: dict[str, list[str]] = {
     "text_only": ["method=text_only"],
     "image_only": ["method=image_only"],
     "image_text_sum": ["method=image_text_sum"],
+    "autocir": ["method=autocir", "method.max_check_num=2"],
+    "imagescope": ["method=imagescope", "method.k=10"],
 }
 FAULTS = ("429", "500", "503", "hang", "reset", "truncate", "prose", "empty", "huge")
 BAD_200 = ("truncate", "prose", "empty")   # kind "bad200": one of these, drawn per faulted request

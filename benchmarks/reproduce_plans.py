@@ -60,6 +60,15 @@ ROWS: list[tuple[str, str, str, str]] = [  # (bundle, table, row, paper's number
                             ("text_sim", "+ text similarity", "(not given)"), ("text_qa", "+ text QA", "(not given)"),
                             ("visual_qa", "+ visual QA (full XR)", ends[1]))],
 ]
+ROWS += [
+    ("autocir_fashioniq", "AutoCIR main", "FashionIQ average, ViT-B/32", "R@10 33.27"),
+    ("imagescope_fashioniq_b32", "ImageScope CIR", "FashionIQ average, ViT-B/32", "R@10 31.42, R@50 50.80"),
+    ("imagescope_cirr_b32", "ImageScope CIR", "CIRR, ViT-B/32", "R@1 38.43, R@10 76.96, R_s@1 75.93"),
+    ("imagescope_circo_b32", "ImageScope CIR", "CIRCO, ViT-B/32", "mAP@5 25.26, mAP@50 28.11"),
+    ("imagescope_fashioniq_l14", "ImageScope CIR", "FashionIQ average, ViT-L/14", "R@10 31.36, R@50 50.78"),
+    ("imagescope_cirr_l14", "ImageScope CIR", "CIRR, ViT-L/14", "R@1 39.37, R@10 78.05, R_s@1 76.36"),
+    ("imagescope_circo_l14", "ImageScope CIR", "CIRCO, ViT-L/14", "mAP@5 28.36, mAP@50 31.88"),
+]
 FULL_QUERIES = {"webvid": 2554, "fashioniq": 2017 + 2038 + 1961, "cirr": 4181, "circo": 220}
 FASHIONIQ_GALLERY = {"dress": 3817, "all": 3817 + 6346 + 5373}
 
@@ -132,11 +141,12 @@ def plan_row(bundle: str, roots: dict[str, Path], work: Path, queries: int) -> d
     from agentcir.framework.recipe import compose
 
     d = dataset_of(bundle)
-    small = d == "circo" and not (bundle.startswith(("octopus_t1_", "xr_circo_")) or bundle == "octopus_t3_circo_full")
+    small = d == "circo" and not (bundle.startswith(("octopus_t1_", "xr_circo_", "imagescope_circo_"))
+                                  or bundle == "octopus_t3_circo_full")
     root = roots["circo_small" if small else d]
     args = [*bundle_args(bundle), f"dataset.root={root}", f"dataset.limit={queries}", f"run.root={work / 'runs'}",
             "run.progress=false"]
-    plan = plan_recipe(compose(args)).to_json()
+    plan = plan_recipe(compose(args, check_devices=False)).to_json()   # a plan runs no model: any device
     weights = "encoder.text.pretrained=FILE" if bundle == "octopus_webvid_release" else "encoder.pretrained=FILE"
     plan["command"] = "agentcir run " + " ".join(bundle_args(bundle)) + f" dataset.root=ROOT {weights}"
     plan["small_gallery"] = small
@@ -174,7 +184,9 @@ def render(plans: dict[str, dict], queries: int) -> str:
            "(its loader's layout: `agentcir/recipes/dataset/<name>.yaml`), `FILE` the CLIP weights (open_clip",
            "`ViT-L-14` or `ViT-B-32`, OpenAI weights). OCTOPUS rows call GPT-4o-mini (`OPENAI_API_KEY`) and",
            "Qwen-Image (a GPU); XR rows call InternVL3-8B behind an OpenAI-compatible server",
-           "(`vllm serve OpenGVLab/InternVL3-8B`; `llm.base_url=...`). FashionIQ rows are one category per run",
+           "(`vllm serve OpenGVLab/InternVL3-8B`; `llm.base_url=...`). AutoCIR rows call GPT-4o-mini and BLIP-2",
+           "OPT-6.7B (a GPU); ImageScope rows InternVL2-8B behind an OpenAI-compatible server, for all four of",
+           "the paper's roles (docs/upstream.md). FashionIQ rows are one category per run",
            "(`dataset.category=dress|shirt|toptee`): the paper's number is the mean of the three",
            "(`agentcir eval RUN_DRESS RUN_SHIRT RUN_TOPTEE --compare`).", "",
            "**Model calls** are what `agentcir run --plan ...` reports (no model is called): the gallery-wide",
@@ -211,7 +223,11 @@ def render(plans: dict[str, dict], queries: int) -> str:
             "candidates every true/false statement of its query, once on the image (verifier `check`) and once on",
             "the caption (an LLM task): its count is k' x statements per query; the statements planned here are",
             "the offline stand-in's, the paper's InternVL3 writes up to `num_questions` (3), i.e. up to 300 + 300",
-            "calls per query.", "",
+            "calls per query. ImageScope's stage 2 asks each of its `k` (20) candidates every proposition of its",
+            "query (verifier `check`), then judges up to `alpha` (3) candidates (verifier `verify`): 20 x",
+            "propositions + 3 per query; the propositions planned here are the offline stand-in's (it finds few in",
+            "CIRR's free-form instructions). AutoCIR's round counts are upper bounds: a query the corrector stops",
+            "makes no re-planner call.", "",
             "`octopus_webvid_release` imports the release's target descriptions, enriched descriptions and",
             "generated-image features (`run.imports`), so only the text encoder runs (name it:",
             "`encoder.text.name=open_clip encoder.text.model=ViT-L-14 encoder.text.pretrained=FILE`);",

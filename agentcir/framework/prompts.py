@@ -34,7 +34,13 @@ PROMPTS_DIR = Path(__file__).resolve().parent.parent / "recipes" / "prompts"
 #: entry-point group of plugin prompt folders
 ENTRY_POINT_GROUP = "agentcir.prompts"
 ENV_VAR = "AGENTCIR_PROMPTS"
-_VAR = re.compile(r"\{\{\s*([A-Za-z_][A-Za-z0-9_]*)\s*\}\}")
+_VAR = re.compile(r"\{\{\s*([A-Za-z_][A-Za-z0-9_]*)\s*\}\}|\[\[([A-Z][A-Z0-9_]*)\]\]")
+
+
+def _var_name(m: re.Match) -> str:
+    """``{{name}}`` -> ``name``; ``[[NAME]]`` (the placeholder style of some released prompt files,
+    e.g. ImageScope's) -> ``name``."""
+    return m.group(1) or m.group(2).lower()
 
 
 @dataclass(frozen=True)
@@ -45,14 +51,14 @@ class Prompt:
 
     @property
     def variables(self) -> set[str]:
-        return set(_VAR.findall(self.text))
+        return {_var_name(m) for m in _VAR.finditer(self.text)}
 
     def render(self, variables: Mapping[str, Any] | None = None, **more: Any) -> str:
         values = {**(variables or {}), **more}
         missing = sorted(self.variables - set(values))
         if missing:
             raise InputError(f"prompt '{self.name}' needs variable(s) {', '.join(missing)}; given: {', '.join(sorted(values)) or '(none)'}")
-        return _VAR.sub(lambda m: _fmt(values[m.group(1)]), self.text)
+        return _VAR.sub(lambda m: _fmt(values[_var_name(m)]), self.text)
 
 
 def _fmt(v: Any) -> str:

@@ -108,6 +108,15 @@ TASKS: dict[str, TaskSpec] = {t.name: t for t in (
     TaskSpec("verify", ("modification", "reference_caption"), "[reference, candidate]", "yes_no"),
     TaskSpec("answer", ("statement",), "[candidate]", "true_false"),
     TaskSpec("entail", ("statement", "caption"), "", "true_false"),
+    # AutoCIR (methods/autocir.py): planner, corrector and re-planner; free-text replies read by the
+    # method as released ("Edited Description:" line, "Good retrieval" stop phrase, suggestions)
+    TaskSpec("autocir_plan", ("reference_caption", "modification"), "", "text"),
+    TaskSpec("autocir_check", ("reference_caption", "modification", "top_captions", "n"), "", "text", count="n"),
+    TaskSpec("autocir_replan", ("reference_caption", "modification", "last_description", "suggestions"), "", "text"),
+    # ImageScope (methods/imagescope.py): stage-1 and stage-2 reasoners; free text holding a ```json block
+    # read by the method as released (step1 atomic instructions + step2 descriptions; step2 [question, answer])
+    TaskSpec("imagescope_reason", ("instruction", "ref_image_desc"), "", "text"),
+    TaskSpec("imagescope_propositions", ("instruction", "atomic_inst"), "", "text"),
     # used by the compressed-context memory (agentcir.components.memory.context) when its
     # summariser is an LLM: compress an agent's history into session + working memory
     TaskSpec("compress_context", ("goal", "findings", "session_memory", "history"), "", "json",

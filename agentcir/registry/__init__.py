@@ -66,6 +66,8 @@ METHODS = Registry("method", {
     "ldre": f"{_F}.methods.baselines",
     "octopus": f"{_F}.methods.octopus",
     "xr": f"{_F}.methods.xr",
+    "autocir": f"{_F}.methods.autocir",
+    "imagescope": f"{_F}.methods.imagescope",
     "imageseeker": f"{_F}.methods.imageseeker.agent",
     "history_topk": f"{_F}.methods.imageseeker.baseline",
 })

@@ -121,6 +121,8 @@ class RulesLLM(LLM):
         out = getattr(self, f"_task_{task}")(values)
         if isinstance(out, bool):
             return "true" if out else "false"
+        if isinstance(out, str):   # a free-text task (AutoCIR, ImageScope): the reply as written
+            return out
         return json.dumps(out, ensure_ascii=False)
 
     # -- shared steps --------------------------------------------------------------------
@@ -264,6 +266,67 @@ class RulesLLM(LLM):
         return offline_summary(str(v["goal"]), _as_list(v["findings"]), str(v["session_memory"] or ""),
                                str(v["history"] or "").splitlines())
 
+    # -- AutoCIR: planner, corrector, re-planner (free text in the released reply format) ----------
+    def _task_autocir_plan(self, v: dict) -> str:
+        return f"Edited Description: {self._edit(v['reference_caption'], self._modification(v['modification']))}"
+
+    def _unmet(self, caption: str, mod: Modification) -> list[str]:
+        """The edits of ``mod`` that ``caption`` does not state (checked with :func:`entails`)."""
+        parsed = self.lexicon.parse_caption(caption)
+        head = parsed.head_noun if parsed.head is not None and parsed.head.slot == "article" else "item"
+        out = []
+        for e in mod.edits:
+            if e.op in ("set", "add"):
+                ok = all(entails(self.lexicon, caption, _statement(e.slot if e.op == "set" else "object", val, head))
+                         for val in e.values)
+            else:
+                ok = not any(entails(self.lexicon, caption, _statement("object" if e.slot == "article" else e.slot,
+                                                                       val, head)) for val in e.values)
+            if not ok:
+                out.append(e.describe())
+        return out
+
+    def _task_autocir_check(self, v: dict) -> str:
+        """Checks the top-1 retrieved caption (the first of the list) against the understood edits:
+        all stated -> the stop phrase; else the unmet edits as suggestions. A modification the rules
+        do not understand cannot be checked: its text is the suggestion."""
+        mod = self.lexicon.parse_modification(str(v["modification"]))
+        caps = _as_caption_list(v["top_captions"])
+        top = caps[0] if caps else ""
+        if not mod.edits:
+            return (f"Step 1: the request could not be split into attribute edits.\n"
+                    f"Suggestions: {str(v['modification']).strip()}")
+        unmet = self._unmet(top, mod)
+        phrases = "; ".join(e.describe() for e in mod.edits)
+        if not unmet:
+            return f"Step 1: {phrases}.\nStep 2: the top retrieved image states every edit.\nGood retrieval, no more loops needed."
+        return (f"Step 1: {phrases}.\nStep 2: the top retrieved image does not state: {'; '.join(unmet)}.\n"
+                f"Suggestions: {' and '.join(unmet)}")
+
+    def _task_autocir_replan(self, v: dict) -> str:
+        """The suggested edits applied to the last description (unchanged when none is understood)."""
+        last = str(v["last_description"]).strip()
+        mod = self.lexicon.parse_modification(str(v["suggestions"]))
+        return f"Edited Description: {apply_edits(self.lexicon, last, mod) if mod.edits else last}"
+
+    # -- ImageScope: stage-1 and stage-2 reasoners (a ```json block, as released) -----------------
+    def _task_imagescope_reason(self, v: dict) -> str:
+        mod = self._modification(v["instruction"])
+        ref = str(v["ref_image_desc"])
+        kinds = {"add": "Addition", "remove": "Removal", "set": "Modification"}
+        step1 = [[kinds.get(e.op, "Modification"), e.describe()] for e in mod.edits] + \
+            [["Addition", x] for x in mod.extras] or [["Modification", str(v["instruction"]).strip()]]
+        target = self._edit(ref, mod)
+        step2 = _take(self._variants(target, "descriptions"), 3)
+        return "```json\n" + json.dumps({"step1": step1, "step2": step2}, ensure_ascii=False) + "\n```"
+
+    def _task_imagescope_propositions(self, v: dict) -> str:
+        qs = self._task_questions({"reference_caption": "", "modification": v["instruction"], "target_caption": "",
+                                   "n": 8})["questions"]
+        step2 = [[q["statement"], "True" if q["answer"] else "False"] for q in qs]
+        return "```json\n" + json.dumps({"step1": [q["statement"] for q in qs], "step2": step2},
+                                         ensure_ascii=False) + "\n```"
+
     # -- variants (proxies, descriptions, divergent captions) -----------------------------
     def _variants(self, caption: str, purpose: str) -> list[str]:
         lex = self.lexicon
@@ -324,6 +387,19 @@ def _as_list(value: Any) -> list[str]:
         parts = [p.strip(" -•*\t") for line in value.splitlines() for p in line.split(",")]
         return [p for p in parts if p]
     return [str(x).strip() for x in value if str(x).strip()]
+
+
+def _as_caption_list(value: Any) -> list[str]:
+    """A list of captions given as a list, or as the Python list text AutoCIR's prompt shows."""
+    if isinstance(value, (list, tuple)):
+        return [str(x) for x in value]
+    import ast
+
+    try:
+        got = ast.literal_eval(str(value))
+    except (ValueError, SyntaxError):
+        return _as_list_lines(value)
+    return [str(x) for x in got] if isinstance(got, (list, tuple)) else [str(got)]
 
 
 def _as_list_lines(value: Any) -> list[str]:

@@ -155,6 +155,10 @@ const LABELS = {
   visual_proxy: "Visual proxy", objects: "Objects seen", kept_objects: "Kept objects", removed_objects: "Removed objects",
   descriptions: "Target descriptions", rewritten: "Rewritten description", questions: "Questions", uncertainty: "Uncertainty",
   verdicts: "Verdicts", accepted: "Accepted rank", reasoning: "Reasoning", subset_chain: "Subset chain",
+  // AutoCIR rounds and ImageScope stages
+  description: "Target description", round: "Round", verdict: "Corrector's verdict", suggestions: "Suggestions",
+  stopped: "Stopped (good retrieval)", checked_ids: "Candidates checked", step1: "Atomic instructions",
+  step2: "Target descriptions", values: "Questions answered as expected, per candidate", reply: "Model reply",
 };
 
 function valueNode(v) {
