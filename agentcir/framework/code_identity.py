@@ -35,11 +35,12 @@ import os
 import sys
 import threading
 import types
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
-__all__ = ["NEUTRAL_MODULES", "NEUTRAL_PACKAGES", "class_code", "code_modules", "module_closure", "is_neutral",
-           "changed_modules"]
+__all__ = ["NEUTRAL_MODULES", "NEUTRAL_PACKAGES", "changed_modules", "class_code", "code_modules", "is_neutral",
+           "module_closure"]
 
 #: modules that run, record or name a computation without changing its outputs: never digested,
 #: never followed (an import of one of them adds nothing to a closure)
@@ -184,7 +185,7 @@ def _in_site_packages(folder: str) -> bool:
     import site
     import sysconfig
 
-    roots = {os.path.abspath(p) for p in (*getattr(site, "getsitepackages", lambda: [])(),
+    roots = {os.path.abspath(p) for p in (*getattr(site, "getsitepackages", list)(),
                                           sysconfig.get_paths().get("purelib", ""), sysconfig.get_paths().get("platlib", ""),
                                           sysconfig.get_paths().get("stdlib", "")) if p}
     return os.path.abspath(folder) in roots or "site-packages" in Path(folder).parts
@@ -286,8 +287,7 @@ def _interactive_code(cls: type) -> dict[str, str]:
         codes = list(_code_objects(obj)) if isinstance(obj, type) else [obj.__code__]
         for n in sorted(set().union(*(_all_names(c) for c in codes)) if codes else ()):
             ref = space.get(n)
-            if (isinstance(ref, type) or isinstance(ref, types.FunctionType)) \
-                    and getattr(ref, "__module__", None) == cls.__module__:
+            if isinstance(ref, (type, types.FunctionType)) and getattr(ref, "__module__", None) == cls.__module__:
                 todo.append((getattr(ref, "__qualname__", n), ref))
     return out
 
