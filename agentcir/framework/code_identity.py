@@ -4,7 +4,8 @@ A component's :attr:`~agentcir.framework.component.Component.identity` (hence ev
 the run directory's ``inputs.json``) covers the code of its class, so that a result is never
 reused after the code that produced it was edited:
 
-- for each class in the component's class hierarchy, the module that defines it and the modules
+- for each class in the component's class hierarchy that belongs to the project (the class's
+  own top-level package, or agentcir), the module that defines it and the modules
   that module imports **within the same top-level package** (a static import closure read from
   the source files, every ``import`` statement counted, including those inside functions);
   a loose top-level module (``my_method.py`` on ``PYTHONPATH``) also covers the modules of its own
@@ -304,9 +305,12 @@ def class_code(cls: type) -> dict[str, str]:
     """``{module: digest}`` of the code that computes instances of ``cls``: every class of its
     hierarchy (see the module docstring); a class's own ``version`` replaces its module's code."""
     out: dict[str, str] = {}
+    # the project's classes: those of the class's own top-level package and agentcir's (a base
+    # from the standard library or a third-party package, e.g. abc.ABC, is not the project's code)
+    tops = {cls.__module__.partition(".")[0], __name__.partition(".")[0]}
     for klass in cls.__mro__:
         mod = klass.__module__
-        if klass is object or mod == "builtins" or is_neutral(mod):
+        if klass is object or mod.partition(".")[0] not in tops or is_neutral(mod):
             continue
         version = klass.__dict__.get("version")
         if isinstance(version, str) and version:

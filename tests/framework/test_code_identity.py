@@ -425,3 +425,17 @@ def test_plan_after_a_full_run_predicts_no_uncached_call(tmp_path, monkeypatch):
         assert elsewhere.rows[("rank", "encoder:plan_enc", "encode_texts")].cached == 12
         assert not any(n.startswith("estimated") for n in elsewhere.notes), elsewhere.notes
         assert len(srv.requests_to("/chat/completions")) == n_chats  # the plans called no model
+
+
+def test_standard_library_and_third_party_bases_are_not_digested():
+    import abc
+
+    from agentcir.framework.component import Component
+
+    class Mixed(Component, abc.ABC):
+        def f(self):
+            return 1
+
+    code = ci.class_code(Mixed)
+    assert code and all(m.startswith(("tests", f"{__name__}")) for m in code), code
+    assert not any(m == "abc" or m.startswith("abc") for m in code)
