@@ -4,7 +4,8 @@ A component's :attr:`~agentcir.framework.component.Component.identity` (hence ev
 the run directory's ``inputs.json``) covers the code of its class, so that a result is never
 reused after the code that produced it was edited:
 
-- for each class in the component's class hierarchy, the module that defines it and the modules
+- for each class in the component's class hierarchy that belongs to the project (the class's
+  own top-level package, or agentcir), the module that defines it and the modules
   that module imports **within the same top-level package** (a static import closure read from
   the source files, every ``import`` statement counted, including those inside functions);
   a loose top-level module (``my_method.py`` on ``PYTHONPATH``) also covers the modules of its own
@@ -35,11 +36,12 @@ import os
 import sys
 import threading
 import types
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
-__all__ = ["NEUTRAL_MODULES", "NEUTRAL_PACKAGES", "class_code", "code_modules", "module_closure", "is_neutral",
-           "changed_modules"]
+__all__ = ["NEUTRAL_MODULES", "NEUTRAL_PACKAGES", "changed_modules", "class_code", "code_modules", "is_neutral",
+           "module_closure"]
 
 #: modules that run, record or name a computation without changing its outputs: never digested,
 #: never followed (an import of one of them adds nothing to a closure)
@@ -184,7 +186,7 @@ def _in_site_packages(folder: str) -> bool:
     import site
     import sysconfig
 
-    roots = {os.path.abspath(p) for p in (*getattr(site, "getsitepackages", lambda: [])(),
+    roots = {os.path.abspath(p) for p in (*getattr(site, "getsitepackages", list)(),
                                           sysconfig.get_paths().get("purelib", ""), sysconfig.get_paths().get("platlib", ""),
                                           sysconfig.get_paths().get("stdlib", "")) if p}
     return os.path.abspath(folder) in roots or "site-packages" in Path(folder).parts
@@ -286,8 +288,7 @@ def _interactive_code(cls: type) -> dict[str, str]:
         codes = list(_code_objects(obj)) if isinstance(obj, type) else [obj.__code__]
         for n in sorted(set().union(*(_all_names(c) for c in codes)) if codes else ()):
             ref = space.get(n)
-            if (isinstance(ref, type) or isinstance(ref, types.FunctionType)) \
-                    and getattr(ref, "__module__", None) == cls.__module__:
+            if isinstance(ref, (type, types.FunctionType)) and getattr(ref, "__module__", None) == cls.__module__:
                 todo.append((getattr(ref, "__qualname__", n), ref))
     return out
 
@@ -304,9 +305,12 @@ def class_code(cls: type) -> dict[str, str]:
     """``{module: digest}`` of the code that computes instances of ``cls``: every class of its
     hierarchy (see the module docstring); a class's own ``version`` replaces its module's code."""
     out: dict[str, str] = {}
+    # the project's classes: those of the class's own top-level package and agentcir's (a base
+    # from the standard library or a third-party package, e.g. abc.ABC, is not the project's code)
+    tops = {cls.__module__.partition(".")[0], __name__.partition(".")[0]}
     for klass in cls.__mro__:
         mod = klass.__module__
-        if klass is object or mod == "builtins" or is_neutral(mod):
+        if klass is object or mod.partition(".")[0] not in tops or is_neutral(mod):
             continue
         version = klass.__dict__.get("version")
         if isinstance(version, str) and version:

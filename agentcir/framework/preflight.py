@@ -22,8 +22,9 @@ import json
 import logging
 import urllib.error
 import urllib.request
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any, Iterable
+from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 from .errors import InputError
@@ -82,7 +83,7 @@ def _get_models(info: EndpointInfo, timeout: float) -> tuple[int | None, Any, st
         headers["Authorization"] = f"Bearer {info.api_key}"
     req = urllib.request.Request(url, headers=headers, method="GET")
     try:
-        with urllib.request.urlopen(req, timeout=timeout) as resp:  # noqa: S310 (http(s) only: checked by the component)
+        with urllib.request.urlopen(req, timeout=timeout) as resp:  # http(s) only: checked by the component
             body = resp.read(4 << 20)
             status = resp.status
     except urllib.error.HTTPError as e:

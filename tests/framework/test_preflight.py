@@ -14,7 +14,7 @@ from agentcir.registry import GENERATORS, LLMS
 
 pytest.importorskip("httpx", reason="needs the llm extra (the OpenAI client)")
 
-from agentcir.components.llms.scripted_server import ScriptedServer, Step  # noqa: E402
+from agentcir.components.llms.scripted_server import ScriptedServer, Step
 
 MODELS = Step(json={"object": "list", "data": [{"id": "m", "object": "model"}, {"id": "other", "object": "model"}]})
 
