@@ -401,7 +401,7 @@ def list_components(kind: str | None = None) -> dict[str, builtins.list[str]] | 
         >>> ac.list("encoders")
         Traceback (most recent call last):
         ...
-        agentcir.framework.errors.InputError: unknown component kind 'encoders'; kinds: encoder, llm, captioner, generator, detector, verifier, memory, method, dataset
+        agentcir.errors.InputError: unknown component kind 'encoders'; kinds: encoder, llm, captioner, generator, detector, verifier, memory, method, dataset
     """
     from .registry import REGISTRIES
 
