@@ -32,6 +32,7 @@ def _progress(total: int, desc: str, enabled: bool | None, min_total: int):
 
 
 def l2_normalize(x: np.ndarray, eps: float = 1e-12) -> np.ndarray:
+    """``x`` as float32 with unit-length rows (last axis); zero rows stay zero."""
     x = np.asarray(x, dtype=np.float32)
     return x / np.maximum(np.linalg.norm(x, axis=-1, keepdims=True), eps)
 
