@@ -173,3 +173,12 @@ def test_editing_the_method_recomputes(example_site, dataset, tmp_path):
     method.write_text(method.read_text().replace(old, "texts = [q.text for q in state.queries]"))
     agentcir_run(run_args(dataset, tmp_path / "runs", "e"), env)
     assert (tmp_path / "runs" / "e" / "rankings.jsonl").read_bytes() != before
+
+
+def test_the_packages_own_tests_pass(example_site, tmp_path):
+    env = env_for(example_site, tmp_path / "cache.sqlite")
+    p = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--rootdir", str(tmp_path),
+                        "-c", os.devnull, str(EXAMPLE / "tests")], env=env, capture_output=True, text=True,
+                       timeout=600, cwd=tmp_path)
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-2000:]
+    assert "3 passed" in p.stdout

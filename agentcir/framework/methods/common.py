@@ -52,6 +52,7 @@ def middle(paths: Sequence[Path]) -> Path:
 
 
 def check_reference(q: Query) -> None:
+    """Raise an :class:`InputError` naming ``q`` when it has no reference image."""
     if not q.reference:
         raise InputError(f"query '{q.id}' has no reference image: composed retrieval needs one (an image, or a "
                          f"video's keyframes)")
