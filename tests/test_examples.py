@@ -159,7 +159,6 @@ def test_a_recomputed_run_makes_zero_model_calls(example_site, dataset, tmp_path
     assert (tmp_path / "runs" / "r" / "rankings.jsonl").read_bytes() == rankings
 
 
-@pytest.mark.xfail(strict=True, reason="method identity does not cover code yet")
 def test_editing_the_method_recomputes(example_site, dataset, tmp_path):
     site = tmp_path / "site"
     shutil.copytree(example_site, site)

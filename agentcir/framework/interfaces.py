@@ -109,6 +109,7 @@ class ToolCall:
 
     @classmethod
     def from_json(cls, d: dict) -> "ToolCall":
+        """The tool call stored by :meth:`to_json` (missing fields read as empty)."""
         args = d.get("arguments")
         return cls(str(d.get("id") or ""), str(d.get("name") or ""), dict(args) if isinstance(args, dict) else (args or {}))
 

@@ -224,10 +224,11 @@ class _Recorder:
             return _vectors([str(t) for t in texts], "text", rec.dim)
 
         def run_task(self, task, variables, *, prompt=None, images=(), json_mode=False):
+            from .interfaces import default_task_prompt
             from .prompts import load_prompt
 
             try:
-                text = load_prompt(prompt or f"tasks/{task}").render(variables)
+                text = load_prompt(prompt or default_task_prompt(task)).render(variables)
             except Exception:  # a backend that implements the task without a prompt file
                 text = json.dumps(variables, default=str)
             reply = rec.rules_run(rec.rules, task, variables)
