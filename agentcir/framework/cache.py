@@ -287,6 +287,10 @@ class CallCache:
         with self._lock:
             self._guard(self._insert, key, blob, component, op)
 
+    def close(self) -> None:
+        """Close this cache's connections (the last one to close folds the journal into the file)."""
+        self._reconnect()
+
     def __contains__(self, key: str) -> bool:
         with self._lock:
             return self._guard(lambda: self._conn().execute("SELECT 1 FROM calls WHERE key=?", (key,)).fetchone()) \
@@ -335,7 +339,36 @@ def _readable(path: Path) -> bool:
 
 def _salvage(path: Path) -> list[tuple]:
     """Every row of a damaged cache file sqlite can still read whose value passes its checksum (or,
-    without one, decodes): read in rowid order from both ends, so one bad page loses only its rows."""
+    without one, decodes): read from a copy (a truncated file padded back to the size its header
+    records, or sqlite reads nothing of it) in rowid order from both ends, so one bad page loses only
+    its rows. The damaged file itself is left as it is."""
+    import shutil
+
+    work = path.with_name(f".{path.name}.salvage")
+    try:
+        shutil.copyfile(path, work)
+        if Path(str(path) + "-wal").is_file():
+            shutil.copyfile(str(path) + "-wal", str(work) + "-wal")
+        with open(work, "r+b") as f:
+            head = f.read(100)
+            if len(head) == 100 and head.startswith(b"SQLite format 3\x00"):
+                page = int.from_bytes(head[16:18], "big")
+                page = 65536 if page == 1 else page
+                want = page * int.from_bytes(head[28:32], "big")
+                if os.path.getsize(work) < want:
+                    f.truncate(want)
+        return _salvage_rows(work)
+    except OSError:
+        return _salvage_rows(path)
+    finally:
+        for suffix in ("", "-wal", "-shm"):
+            try:
+                Path(str(work) + suffix).unlink(missing_ok=True)
+            except OSError:
+                pass
+
+
+def _salvage_rows(path: Path) -> list[tuple]:
     found: dict[str, tuple] = {}
     try:
         conn = sqlite3.connect(f"file:{quote(os.path.abspath(path))}?mode=ro", uri=True, timeout=60)

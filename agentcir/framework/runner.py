@@ -338,6 +338,9 @@ class Runner:
             self.state.traces.setdefault(row["query"], {})[stage.name] = row["record"]
         if not p["done"].is_file():
             return None
+        if damaged:   # (warned by _read_trace) the stage runs again for the queries whose lines were dropped
+            p["done"].unlink(missing_ok=True)
+            return None
         try:
             done = unseal(p["done"], p["done"].read_bytes())
             if not isinstance(done.get("stats", {}), dict) or not isinstance(done.get("state") or {}, dict):
@@ -360,8 +363,6 @@ class Runner:
                         cands = Candidates.load(f)
                 except Exception as e:  # noqa: BLE001 -- a damaged file written before digests: unreadable
                     raise Damaged(f, f"cannot be read ({type(e).__name__}: {e})") from None
-            if damaged:
-                raise Damaged(p["log"], "has damaged lines")
         except Damaged as e:
             recompute_warning(e, f"stage '{stage.name}' is recomputed (model calls come from the call cache)")
             p["done"].unlink(missing_ok=True)
