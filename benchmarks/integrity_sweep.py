@@ -35,9 +35,9 @@ import sqlite3
 import subprocess
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 
@@ -122,7 +122,7 @@ class Bench:
         return [*base, "run", "-q", *self.run_overrides, *common, *(["run.fresh=true"] if fresh else [])]
 
     def call(self, kind: str, root: Path, fresh: bool = False) -> tuple[int, str]:
-        p = subprocess.run(self.cmd(kind, root, fresh), env=self.env, cwd=ROOT, capture_output=True, text=True, timeout=1800)
+        p = subprocess.run(self.cmd(kind, root, fresh), env=self.env, cwd=ROOT, capture_output=True, text=True, timeout=1800, check=False)
         out = p.stdout + p.stderr
         if self.verbose:
             print(f"$ {' '.join(self.cmd(kind, root, fresh))}\n{out}", file=sys.stderr)
@@ -178,7 +178,7 @@ class Bench:
             rebuild = "run"   # the error names the command that rebuilds the gallery: run it
         if rc != 0 or got != want or named:
             if rebuild:
-                rc2, out2 = self.call(rebuild, root)
+                _, out2 = self.call(rebuild, root)
                 outs.append(out2)
             rc, out = self.call(sc.kind, root, sc.fresh)
             outs.append(out)
@@ -315,7 +315,7 @@ def swap_item_rows(root: Path, rng: random.Random) -> list[Path]:
 
 
 def edit_done(root: Path, rng: random.Random) -> list[Path]:
-    p = sorted((_run_dir(root) / "stages").glob("*.done"))[-1]
+    p = max((_run_dir(root) / "stages").glob("*.done"))
     d = json.loads(p.read_text())
     d["stats"]["calls"] = int(d["stats"].get("calls", 0)) + 7
     p.write_text(json.dumps(d))
@@ -374,10 +374,10 @@ def _caption_emb(root: Path) -> Path | None:
 
 def named_scenarios() -> list[Scenario]:
     """The damages of issue 31 (points 2 and 3), each as it was reported."""
-    cache = lambda r: r / "cache.sqlite"  # noqa: E731
-    rd = lambda name: (lambda r: _run_dir(r) / name)  # noqa: E731
-    gal = lambda name: (lambda r: _gallery(r) / name)  # noqa: E731
-    manifest = lambda r: r / "sweeps" / "integ" / "manifest.json"  # noqa: E731
+    cache = lambda r: r / "cache.sqlite"
+    rd = lambda name: (lambda r: _run_dir(r) / name)
+    gal = lambda name: (lambda r: _gallery(r) / name)
+    manifest = lambda r: r / "sweeps" / "integ" / "manifest.json"
     return [
         Scenario("cache", "cache.sqlite value", "3 bytes of a stored LLM reply changed", cache_three_bytes, fresh=True),
         Scenario("cache", "cache.sqlite value", "broken JSON in a stored value", cache_broken_json, fresh=True),
@@ -436,10 +436,10 @@ def table(rows: list[Row]) -> str:
         lines.append(f"| {r.artefact} | {r.damage} | {r.detected} | {r.recovered} | {r.wrong} | {r.tracebacks} | "
                      f"{r.notes.replace('|', '/')} |")
     applicable = [r for r in rows if r.detected != "-"]
-    lines += ["", f"{len(applicable)} scenarios: detected {sum(r.detected == 'yes' for r in applicable)}, harmless "
+    lines += ["", (f"{len(applicable)} scenarios: detected {sum(r.detected == 'yes' for r in applicable)}, harmless "
               f"{sum(r.detected == 'harmless' for r in applicable)}, recovered by rerun "
               f"{sum(r.recovered == 'yes' for r in applicable)}, silent wrong results {sum(r.wrong for r in rows)}, "
-              f"tracebacks {sum(r.tracebacks for r in rows)}"]
+              f"tracebacks {sum(r.tracebacks for r in rows)}")]
     return "\n".join(lines) + "\n"
 
 
@@ -481,7 +481,7 @@ def main(argv: list[str] | None = None) -> int:
     print(text)
     (out / "table.md").write_text(text)
     if args.save:
-        commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
+        commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True, check=False).stdout.strip()
         cmd = " ".join(["python", "benchmarks/integrity_sweep.py", *(argv if argv is not None else sys.argv[1:])])
         Path(args.save).write_text(
             f"# Integrity sweep\n\ncommand: `{cmd}`\n\ncommit: {commit}\n\nCPU: {_cpu_model()} "

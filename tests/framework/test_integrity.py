@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 from agentcir.framework.cache import MISSING, CallCache
-from agentcir.framework.gallery import Gallery, GalleryItem
+from agentcir.framework.gallery import Gallery
 from agentcir.framework.integrity import IntegrityError, sidecar
 from agentcir.framework.recipe import compose
 from agentcir.framework.runner import resolve_run_dir, run_recipe
@@ -132,7 +132,7 @@ def test_a_read_only_cache_is_used_read_only(plugin_path, tmp_path, caplog):
         _fill(ro / "cache.sqlite", 10)
         import subprocess
 
-        assert subprocess.run(["mount", "-o", "remount,ro", str(ro)], capture_output=True).returncode == 0
+        assert subprocess.run(["mount", "-o", "remount,ro", str(ro)], capture_output=True, check=False).returncode == 0
         with caplog.at_level(logging.WARNING, logger="agentcir"):
             c = CallCache(ro / "cache.sqlite")
             assert c.read_only and c.get("reply") == "the red dress"
