@@ -374,7 +374,7 @@ def test_integrity_sweep_fast_subset(bench_module, plugin_path, tmp_path):
                      extra=("encoder=toy",), pythonpath=(str(plugin_path),), seed=0)
     named = {s.damage + " " + s.artefact: s for s in bm.named_scenarios()}
     pick = [named[k] for k in ("3 bytes of a stored LLM reply changed cache.sqlite value",
-                               "truncated to half cache.sqlite", "truncated to half stage arrays (.npz)",
+                               "truncated to half cache.sqlite", "truncated to half stage candidates (.npz)",
                                "garbage stage .done marker", "a mantissa bit flipped in every 7th float gallery image_emb.npy",
                                "two rows swapped gallery items.jsonl", "a job's metric edited sweep manifest.json")]
     rnd = bm.random_scenarios(1)
