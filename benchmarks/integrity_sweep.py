@@ -111,18 +111,21 @@ class Bench:
 
     # -- commands -------------------------------------------------------------------------
     def cmd(self, kind: str, root: Path, fresh: bool = False) -> list[str]:
+        # paths relative to the folder of the run root (the command runs there), so that a copied root
+        # is the same sweep (a sweep's manifest records its jobs' overrides, paths included)
         base = [sys.executable, "-m", "agentcir.cli"]
-        common = [f"run.root={root}", f"run.cache={root / 'cache.sqlite'}", "run.progress=false"]
+        rel = Path(root.name)
+        common = [f"run.root={rel}", f"run.cache={rel / 'cache.sqlite'}", "run.progress=false"]
         if kind == "sweep":
             return [*base, "run", "-q", "-m", *self.sweep_overrides, *common, "--sweep-name", "integ"]
         if kind == "search":
             g = next((root / "_galleries").glob("*/gallery.json")).parent
-            return [*base, "search", "--gallery", str(g), "--text", "a red shirt", "--json", *self.extra,
-                    f"run.root={root}", f"run.cache={root / 'cache.sqlite'}"]
+            return [*base, "search", "--gallery", str(g.relative_to(root.parent)), "--text", "a red shirt", "--json",
+                    *self.extra, f"run.root={rel}", f"run.cache={rel / 'cache.sqlite'}"]
         return [*base, "run", "-q", *self.run_overrides, *common, *(["run.fresh=true"] if fresh else [])]
 
     def call(self, kind: str, root: Path, fresh: bool = False) -> tuple[int, str]:
-        p = subprocess.run(self.cmd(kind, root, fresh), env=self.env, cwd=ROOT, capture_output=True, text=True, timeout=1800, check=False)
+        p = subprocess.run(self.cmd(kind, root, fresh), env=self.env, cwd=root.parent, capture_output=True, text=True, timeout=1800, check=False)
         out = p.stdout + p.stderr
         if self.verbose:
             print(f"$ {' '.join(self.cmd(kind, root, fresh))}\n{out}", file=sys.stderr)
@@ -140,12 +143,15 @@ class Bench:
         return _metrics(root)
 
     def prepare(self) -> None:
-        if _metrics(self.ref) is None:
-            shutil.rmtree(self.ref, ignore_errors=True)
-            for kind in ("run", "sweep"):
+        self.ref.mkdir(parents=True, exist_ok=True)
+        made = False
+        for kind, done in (("run", _metrics), ("sweep", _sweep_metrics)):
+            if done(self.ref) is None:
                 rc, out = self.call(kind, self.ref)
                 if rc != 0:
                     raise SystemExit(f"the reference {kind} failed:\n{out}")
+                made = True
+        if made:
             c = sqlite3.connect(self.ref / "cache.sqlite")   # everything in the main file (no -wal)
             c.execute("PRAGMA wal_checkpoint(TRUNCATE)")
             c.close()
@@ -396,8 +402,8 @@ def named_scenarios() -> list[Scenario]:
         Scenario("gallery", "gallery items.jsonl", "two rows swapped", swap_item_rows),
         Scenario("gallery", "gallery items.jsonl", "truncated to half", truncate(gal("items.jsonl"))),
         Scenario("gallery", "gallery.json", "garbage", replace(gal("gallery.json"), b"{\"format\": 1, ")),
-        Scenario("gallery", "gallery captions", "truncated to half", truncate(_caption_file)),
-        Scenario("gallery", "gallery caption embeddings", "truncated to half", truncate(_caption_emb)),
+        Scenario("gallery", "gallery captions", "truncated to half", truncate(_caption_file), fresh=True),
+        Scenario("gallery", "gallery caption embeddings", "truncated to half", truncate(_caption_emb), fresh=True),
         Scenario("search", "gallery image_emb.npy (agentcir search)", "a mantissa bit flipped in every 7th float",
                  mantissa_every_7th, kind="search"),
         Scenario("sweep", "sweep manifest.json", "a job's metric edited", edit_manifest_metric, kind="sweep"),
@@ -459,6 +465,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--random", type=int, default=1, help="random truncations and bit flips per artefact file")
     ap.add_argument("--only", default="", help="groups: cache,stages,run,gallery,search,sweep,random")
+    ap.add_argument("--match", default="", help="only the scenarios whose 'artefact | damage' holds this text")
     ap.add_argument("--save", default="", help="also write the table with the command, commit and CPU model here")
     ap.add_argument("--fresh", action="store_true", help="make the reference run again")
     ap.add_argument("-v", "--verbose", action="store_true")
@@ -474,6 +481,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.only:
         only = set(args.only.split(","))
         scenarios = [s for s in scenarios if s.group in only]
+    if args.match:
+        scenarios = [s for s in scenarios if args.match in f"{s.artefact} | {s.damage}"]
     bench = Bench(out, seed=args.seed, verbose=args.verbose)
     t0 = time.perf_counter()
     rows = bench.sweep(scenarios)
