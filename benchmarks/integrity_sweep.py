@@ -86,6 +86,13 @@ def _sweep_metrics(root: Path) -> list | None:
     return [(j["index"], j.get("status"), j.get("metrics")) for j in json.loads(f.read_text())["jobs"]]
 
 
+def _names(out: str, names: set[str]) -> bool:
+    """Whether a warning or an error in ``out`` names one of the files (not the usual closing lines,
+    which mention e.g. ``manifest.json``)."""
+    told = [ln for ln in out.splitlines() if "WARNING" in ln or "error:" in ln]
+    return any(n in ln for ln in told for n in names)
+
+
 def _flip(path: Path, offset: int, bit: int) -> None:
     with open(path, "r+b") as f:
         f.seek(offset)
@@ -176,7 +183,7 @@ class Bench:
         rc, out = self.call(sc.kind, root, sc.fresh)
         outs.append(out)
         got = self.result(sc.kind, root, out)
-        named = any(n in out for n in names)
+        named = _names(out, names)
         if rc == 0 and got != want:
             row.wrong += 1
         rebuild = None
@@ -191,7 +198,7 @@ class Bench:
             got = self.result(sc.kind, root, out)
             if rc == 0 and got != want:
                 row.wrong += 1
-            if any(n in out for n in names) and not rebuild:
+            if _names(out, names) and not rebuild:
                 row.notes = "warned again on the second rerun"
         row.tracebacks = sum("Traceback (most recent call last)" in o for o in outs)
         row.recovered = "yes" if rc == 0 and got == want else "no"
@@ -203,7 +210,7 @@ class Bench:
         msg = next((ln for ln in first if "WARNING" in ln or "error:" in ln), "")
         if msg and not row.notes:
             msg = re.sub(r"^(WARNING|INFO) agentcir: ", "", msg.strip())
-            row.notes = re.sub(r"'?/[^\s']*/([^/\s']+)'?", r"\1", msg)[:110]
+            row.notes = re.sub(r"'?(?:[\w.+-]*/)+([\w.+-]+)'?", r"\1", msg)[:110]
         return row
 
     def sweep(self, scenarios: list[Scenario]) -> list[Row]:
