@@ -10,6 +10,15 @@ A gallery lives in a directory::
 
 Embeddings are computed once, in resumable chunks (an interrupted build keeps every
 finished chunk), and opening a gallery with a different encoder is an error.
+
+Integrity: ``gallery.json``, ``items.jsonl`` (with its row count), ``image_emb.npy``, the caption
+files and caption embeddings carry blake2b sidecars (``<name>.b2``, :mod:`.integrity`), checked
+when the gallery is opened (the arrays' shapes too). A damaged gallery is rebuilt by
+:meth:`Gallery.build` (a run, ``agentcir index``) and is an :class:`~.integrity.IntegrityError`
+naming the file and the rebuilding command when only opened (``search``, ``serve``, ``eval``);
+damaged captions and caption embeddings are recomputed. A gallery written before the sidecars
+existed is checked for its row counts and shapes, and its sidecars are written on first open
+(when its folder is writable), so later damage is caught.
 """
 
 from __future__ import annotations
@@ -27,12 +36,76 @@ from .errors import InputError
 from .files import atomic_path, atomic_write_text, storage_errors
 from .hashing import stable_hash
 from .images import Skipped, list_images
+from .integrity import (
+    Damaged,
+    IntegrityError,
+    check_sidecar,
+    read_json_checked,
+    read_sidecar,
+    recompute_warning,
+    remove_with_sidecar,
+    warn_once,
+    write_sidecar,
+)
 from .locks import hold_lock
 
 log = logging.getLogger(__name__)
 
 FORMAT = 1
 CHUNK = 2048
+#: the files of a built gallery, each with a checksum sidecar
+GALLERY_FILES = ("gallery.json", "items.jsonl", "image_emb.npy")
+
+
+def rebuild_hint(root: Path, info: dict | None = None) -> str:
+    """The command that rebuilds the gallery at ``root`` (from what ``gallery.json`` says of its source)."""
+    info = info if isinstance(info, dict) else {}
+    src = str(info.get("source") or "")
+    enc = (info.get("encoder") or {}).get("key") if isinstance(info.get("encoder"), dict) else None
+    if src.startswith("dataset "):
+        return f"rerun the `agentcir run` command of {src}: it rebuilds the gallery"
+    if src:
+        return f"rebuild it with: agentcir index '{src}' --out '{root}'" + (f" encoder={enc}" if enc else "")
+    return f"rebuild it with: agentcir index FOLDER --out '{root}' (FOLDER: the photos it was built from)"
+
+
+def _lenient_info(root: Path) -> dict:
+    """``gallery.json`` parsed without its checksum (for the rebuild hint of a damaged gallery)."""
+    try:
+        info = json.loads((root / "gallery.json").read_bytes())
+        return info if isinstance(info, dict) else {}
+    except (OSError, ValueError, UnicodeDecodeError):
+        return {}
+
+
+def remove_gallery_files(root: Path) -> None:
+    """Remove a built gallery's own files (their sidecars too); captions and caption embeddings stay."""
+    for name in GALLERY_FILES:
+        remove_with_sidecar(root / name)
+
+
+def _seal_legacy(root: Path, path: Path, **extra) -> None:
+    """Write the sidecar of a file from before checksums existed (when the folder is writable)."""
+    warn_once(f"legacy:{root}", "gallery '%s' was built before its files carried checksums: they are written "
+              "now, from the files as they are", root)
+    try:
+        write_sidecar(path, **extra)
+    except OSError:
+        pass
+
+
+def _check_emb(path: Path, n: int, dim: int) -> np.ndarray:
+    """An embeddings file checked against its sidecar and the expected shape, memory-mapped."""
+    rec = check_sidecar(path)
+    try:
+        a = np.load(path, mmap_mode="r")
+    except (ValueError, OSError, EOFError) as e:
+        raise Damaged(path, f"cannot be read ({e})") from None
+    if a.ndim != 2 or a.shape[0] != n or (dim and a.shape[1] != dim):
+        raise Damaged(path, f"holds an array of shape {tuple(a.shape)}, expected ({n}, {dim})")
+    if rec is None:
+        _seal_legacy(path.parent, path, rows=n)
+    return a
 
 
 @dataclass
@@ -101,11 +174,23 @@ class Gallery:
                       source: str, plan: dict, embed: Callable | None = None) -> "Gallery":
         enc_id = plan["encoder"]
         if (root / "gallery.json").is_file():
-            old = json.loads((root / "gallery.json").read_text())
-            if old.get("plan") == plan:
-                return cls.open(root, encoder=encoder)
-            raise InputError(f"gallery folder '{root}' already holds a different gallery "
-                             f"(encoder or items differ); choose another output folder or delete it")
+            try:
+                old = read_json_checked(root / "gallery.json")
+                if not isinstance(old, dict):
+                    raise Damaged(root / "gallery.json", "is not a gallery description")
+            except Damaged as e:   # rebuilt below
+                recompute_warning(e, "the gallery is rebuilt")
+                remove_gallery_files(root)
+                old = None
+            if old is not None and old.get("plan") != plan:
+                raise InputError(f"gallery folder '{root}' already holds a different gallery "
+                                 f"(encoder or items differ); choose another output folder or delete it")
+            if old is not None:
+                try:
+                    return cls.open(root, encoder=encoder)
+                except IntegrityError as e:
+                    warn_once(f"rebuild:{root}", "%s; it is rebuilt now", str(e).split("; rebuild")[0].split("; rerun")[0])
+                    remove_gallery_files(root)
         root.mkdir(parents=True, exist_ok=True)
         parts = root / "_chunks"
         parts.mkdir(exist_ok=True)
@@ -123,6 +208,8 @@ class Gallery:
             for c in range(n_chunks):
                 done = parts / f"{c:05d}.npz"
                 chunk = items[c * CHUNK:(c + 1) * CHUNK]
+                if done.is_file() and not _chunk_ok(done):
+                    remove_with_sidecar(done)
                 if not done.is_file():
                     skipped: list[Skipped] = []
                     emb = (embed or encoder.encode_images)([it.path for it in chunk], progress=False, skipped=skipped)
@@ -131,6 +218,7 @@ class Gallery:
                     with atomic_path(done) as tmp:
                         np.savez(tmp, emb=emb.astype(dtype), kept=kept,
                                  skipped=np.array(json.dumps([[s.index + c * CHUNK, s.path, s.reason] for s in skipped])))
+                    write_sidecar(done)
                 bar.update(len(chunk))
 
         embs, kept_all, skipped_all = [], [], []
@@ -145,14 +233,13 @@ class Gallery:
         emb = np.concatenate(embs)
         with atomic_path(root / "image_emb.npy") as tmp:
             np.save(tmp, emb)
-        with atomic_path(root / "items.jsonl") as tmp, open(tmp, "w") as f:
-            for i in kept_all:
-                it = items[i]
-                f.write(json.dumps({"id": it.id, "path": it.path, "caption": it.caption, "meta": it.meta}, ensure_ascii=False) + "\n")
+        write_sidecar(root / "image_emb.npy", rows=len(kept_all))
+        _write_items(root, [items[i] for i in kept_all])
         info = {"format": FORMAT, "n": len(kept_all), "dim": int(emb.shape[1]), "dtype": dtype,
                 "encoder": {"key": getattr(encoder, "registry_key", ""), "identity": enc_id},
                 "source": source, "skipped": [{"path": p, "reason": r} for _, p, r in skipped_all], "plan": plan}
         atomic_write_text(root / "gallery.json", json.dumps(info, indent=1))  # last: marks the gallery complete
+        write_sidecar(root / "gallery.json")
         shutil.rmtree(parts)
         if skipped_all:
             log.warning("gallery '%s': %d item(s) indexed, %d skipped (unreadable)", root, len(kept_all), len(skipped_all))
@@ -169,7 +256,14 @@ class Gallery:
         meta = root / "gallery.json"
         if not meta.is_file():
             raise InputError(f"'{root}' is not a gallery folder (no gallery.json); build one with `agentcir index`")
-        info = json.loads(meta.read_text())
+        try:
+            info = read_json_checked(meta)
+            if not isinstance(info, dict) or not isinstance(info.get("encoder"), dict):
+                raise Damaged(meta, "is not a gallery description")
+        except Damaged as e:
+            raise IntegrityError(f"gallery file {e}; {rebuild_hint(root, _lenient_info(root))}") from None
+        if read_sidecar(meta) is None:
+            _seal_legacy(root, meta)
         if info.get("format") != FORMAT:
             raise InputError(f"gallery '{root}' has format {info.get('format')}, this agentcir reads format {FORMAT}")
         if encoder is not None and info["encoder"]["identity"] != encoder.identity:
@@ -182,12 +276,13 @@ class Gallery:
             from .shards import open_sharded
 
             return open_sharded(root, info, scale)
-        items = []
-        with open(root / "items.jsonl") as f:
-            for line in f:
-                d = json.loads(line)
-                items.append(GalleryItem(d["id"], d["path"], d.get("caption"), d.get("meta") or {}))
-        return cls(root, info, items)
+        try:
+            items = _read_items(root / "items.jsonl", int(info.get("n", -1)))
+            g = cls(root, info, items)
+            g._image_emb = _check_emb(root / "image_emb.npy", len(items), int(info.get("dim") or 0))
+        except Damaged as e:
+            raise IntegrityError(f"gallery file {e}; {rebuild_hint(root, info)}") from None
+        return g
 
     # -- access -----------------------------------------------------------------------
     def __len__(self) -> int:
@@ -212,7 +307,10 @@ class Gallery:
     def image_emb(self) -> np.ndarray:
         """``[N, dim]`` embeddings, memory-mapped read-only."""
         if self._image_emb is None:
-            self._image_emb = np.load(self.root / "image_emb.npy", mmap_mode="r")
+            try:
+                self._image_emb = _check_emb(self.root / "image_emb.npy", len(self), self.dim)
+            except Damaged as e:
+                raise IntegrityError(f"gallery file {e}; {rebuild_hint(self.root, self.info)}") from None
         return self._image_emb
 
     def index_of(self, item_id: str) -> int:
@@ -233,10 +331,8 @@ class Gallery:
                 it.meta = dict(new)
                 changed += 1
         if changed:
-            with storage_errors(self.root, f"gallery '{self.root}'"), atomic_path(self.root / "items.jsonl") as tmp, \
-                    open(tmp, "w") as f:
-                for it in self.items:
-                    f.write(json.dumps({"id": it.id, "path": it.path, "caption": it.caption, "meta": it.meta}, ensure_ascii=False) + "\n")
+            with storage_errors(self.root, f"gallery '{self.root}'"):
+                _write_items(self.root, self.items)
         return changed
 
     # -- captions ---------------------------------------------------------------------
@@ -249,7 +345,17 @@ class Gallery:
             f = self.root / "captions" / f"{key}.jsonl"
             if not f.is_file():
                 return None
-            self._captions[key] = [json.loads(line)["caption"] for line in f.open()]
+            try:
+                check_sidecar(f)
+                caps = [json.loads(line)["caption"] for line in f.read_bytes().splitlines() if line.strip()]
+                if len(caps) != len(self) or not all(isinstance(c, str) for c in caps):
+                    raise Damaged(f, f"holds {len(caps)} captions for {len(self)} items")
+            except (Damaged, ValueError, KeyError, TypeError, UnicodeDecodeError) as e:
+                damage = e if isinstance(e, Damaged) else Damaged(f, "is not a caption file")
+                recompute_warning(damage, "the captions are recomputed (captioner calls come from the call cache)")
+                remove_with_sidecar(f)
+                return None
+            self._captions[key] = caps
         return self._captions[key]
 
     def save_captions(self, key: str, captions: Sequence[str]) -> None:
@@ -262,14 +368,25 @@ class Gallery:
             with atomic_path(d / f"{key}.jsonl") as tmp, open(tmp, "w") as f:
                 for i, c in zip(self.ids, captions):
                     f.write(json.dumps({"id": i, "caption": c}, ensure_ascii=False) + "\n")
+            write_sidecar(d / f"{key}.jsonl", rows=len(captions))
         self._captions[key] = list(captions)
 
     def _caption_emb_file(self, key: str, encoder) -> Path:
         return self.root / "caption_emb" / f"{stable_hash(key, encoder.identity, n=20)}.npy"
 
     def has_caption_emb(self, key: str, encoder) -> bool:
-        """Whether the embeddings of captions ``key`` by ``encoder`` are stored already."""
-        return self._caption_emb_file(key, encoder).is_file()
+        """Whether the embeddings of captions ``key`` by ``encoder`` are stored already (and sound:
+        a damaged file is removed, to be recomputed, with a warning)."""
+        f = self._caption_emb_file(key, encoder)
+        if not f.is_file():
+            return False
+        try:
+            _check_emb(f, len(self), 0)
+            return True
+        except Damaged as e:
+            recompute_warning(e, "the caption embeddings are recomputed")
+            remove_with_sidecar(f)
+            return False
 
     def caption_emb(self, key: str, encoder, *, dtype: str | None = None) -> np.ndarray:
         """Embeddings of captions ``key`` by ``encoder`` (computed once, stored, memory-mapped)."""
@@ -278,12 +395,13 @@ class Gallery:
             raise InputError(f"gallery '{self.root}' has no captions '{key}'")
         f = self._caption_emb_file(key, encoder)
         d = f.parent
-        if not f.is_file():
+        if not self.has_caption_emb(key, encoder):
             emb = encoder.encode_texts(caps).astype(dtype or self.info["dtype"])
             with storage_errors(d, f"caption embeddings of gallery '{self.root}'"):
                 d.mkdir(exist_ok=True)
                 with atomic_path(f) as tmp:
                     np.save(tmp, emb)
+                write_sidecar(f, rows=len(caps))
         return np.load(f, mmap_mode="r")
 
     def ensure_captions(self, key: str, make: Callable[[list[int]], list[str]]) -> list[str]:
@@ -293,3 +411,49 @@ class Gallery:
             caps = make(list(range(len(self))))
             self.save_captions(key, caps)
         return caps
+
+
+def _write_items(root: Path, items: Sequence[GalleryItem]) -> None:
+    """``items.jsonl`` (atomically) and its sidecar with the row count."""
+    with atomic_path(root / "items.jsonl") as tmp, open(tmp, "w") as f:
+        for it in items:
+            f.write(json.dumps({"id": it.id, "path": it.path, "caption": it.caption, "meta": it.meta}, ensure_ascii=False) + "\n")
+    write_sidecar(root / "items.jsonl", rows=len(items))
+
+
+def _read_items(path: Path, n: int) -> list[GalleryItem]:
+    """The rows of ``items.jsonl``, checked against its sidecar and the gallery's size ``n``."""
+    rec = check_sidecar(path) if path.is_file() else None
+    if not path.is_file():
+        raise Damaged(path, "is missing")
+    items = []
+    try:
+        for line in path.read_bytes().splitlines():
+            if line.strip():
+                d = json.loads(line)
+                items.append(GalleryItem(d["id"], d["path"], d.get("caption"), d.get("meta") or {}))
+    except (ValueError, KeyError, TypeError, UnicodeDecodeError) as e:
+        raise Damaged(path, f"is not a list of items (row {len(items) + 1}: {e})") from None
+    if n >= 0 and len(items) != n:
+        raise Damaged(path, f"holds {len(items)} rows, the gallery has {n} items")
+    if rec is not None and rec.get("rows") not in (None, len(items)):
+        raise Damaged(path, f"holds {len(items)} rows, {rec['rows']} were written")
+    if len({it.id for it in items}) != len(items):
+        raise Damaged(path, "lists an item id twice")
+    if rec is None:
+        _seal_legacy(path.parent, path, rows=len(items))
+    return items
+
+
+def _chunk_ok(path: Path) -> bool:
+    """Whether a finished build chunk passes its checksum and reads; a damaged one is recomputed."""
+    try:
+        check_sidecar(path)
+        with np.load(path) as z:
+            z["emb"], z["kept"], z["skipped"]
+        return True
+    except Damaged as e:
+        recompute_warning(e, "the chunk is embedded again")
+    except Exception as e:  # noqa: BLE001 -- a chunk from before checksums that no longer reads
+        recompute_warning(Damaged(path, f"cannot be read ({type(e).__name__})"), "the chunk is embedded again")
+    return False

@@ -55,7 +55,9 @@ def write_report(result: "RunResult") -> None:
             f.write(json.dumps(row) + "\n")
     (d / "rankings.jsonl.tmp").replace(d / "rankings.jsonl")
     stats = {name: asdict(s) for name, s in result.stats.items()}
-    (d / "metrics.json").write_text(json.dumps({**result.metrics, "cost": stats}, indent=1))
+    from .integrity import write_text_checked
+
+    write_text_checked(d / "metrics.json", json.dumps({**result.metrics, "cost": stats}, indent=1))
     r = result.recipe
     comps = "\n".join(f"- {k}: `{r[k]['name']}`" for k in ("method", "dataset", "encoder", "llm", "captioner", "generator",
                                                             "detector", "verifier") if k in r)
@@ -141,10 +143,13 @@ def load_run(run_dir: str | os.PathLike) -> RunInfo:
     f = d / "metrics.json"
     if not f.is_file():
         raise InputError(f"'{d}' is not a finished run directory (no metrics.json)")
+    from .integrity import Damaged, read_json_checked
+
     try:
-        metrics = json.loads(f.read_text())
-    except json.JSONDecodeError as e:
-        raise InputError(f"'{f}' is not valid JSON ({e})") from None
+        metrics = read_json_checked(f)
+    except Damaged as e:
+        raise InputError(f"{e}; rerun the run's command (`agentcir run` with the recipe in '{d / 'recipe.yaml'}') "
+                         f"to recompute it from its stages") from None
     r = d / "recipe.yaml"
     recipe = (yaml.safe_load(r.read_text()) or {}) if r.is_file() else {}
     return RunInfo(d, metrics, recipe)

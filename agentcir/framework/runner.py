@@ -45,6 +45,19 @@ from .errors import AgentcirError, InputError
 from .files import atomic_path, atomic_write_text
 from .gallery import Gallery, GalleryItem
 from .hashing import stable_hash
+from .integrity import (
+    Damaged,
+    check_record,
+    file_record,
+    open_line,
+    read_sidecar,
+    recompute_warning,
+    remove_with_sidecar,
+    seal,
+    seal_line,
+    unseal,
+    write_text_checked,
+)
 from .method import Method
 from .prompts import load_prompt
 from .state import RunResult, RunState, Stage, StageStats
@@ -189,7 +202,8 @@ class RunContext:
         if path is None:
             return
         with open(path, "a", encoding="utf-8") as f:
-            f.write(json.dumps({"query": query_id, "record": record}, ensure_ascii=False, default=_json_default) + "\n")
+            f.write(seal_line(json.dumps({"query": query_id, "record": record}, ensure_ascii=False,
+                                         default=_json_default)) + "\n")
 
     async def map(self, state: RunState, fn: Callable[[Query], Awaitable[dict[str, Any]]],
                   queries: Sequence[Query] | None = None) -> dict[str, dict[str, Any]]:
@@ -261,27 +275,43 @@ def _json_default(o: Any) -> Any:
 
 
 def _read_jsonl_tolerant(path: Path) -> list[dict]:
-    """Lines of a JSONL file; a last line cut off by a kill is dropped (and truncated)."""
+    """Lines of a stage trace; a last line cut off by a kill is dropped (and truncated), a line that
+    fails its checksum (or is not JSON) elsewhere is dropped with a warning (its query is recomputed)."""
+    return _read_trace(path)[0]
+
+
+def _read_trace(path: Path) -> tuple[list[dict], int]:
+    """``(rows, damaged)``: the trace's rows, and how many damaged lines were dropped (the file is
+    rewritten without them)."""
     if not path.is_file():
-        return []
+        return [], 0
     data = path.read_bytes()
     lines = data.split(b"\n")
     good: list[dict] = []
-    keep = 0
+    kept: list[bytes] = []
+    damaged = 0
     for i, line in enumerate(lines):
         if not line.strip():
-            keep += len(line) + 1
             continue
+        payload, ok = open_line(line)
         try:
-            good.append(json.loads(line))
-            keep += len(line) + 1
-        except json.JSONDecodeError:
-            if i >= len(lines) - 2:  # only the tail can be torn
-                with open(path, "r+b") as f:
-                    f.truncate(min(keep, len(data)))
-                break
-            raise InputError(f"trace file '{path}' is corrupt at line {i + 1}") from None
-    return good
+            row = json.loads(payload) if ok is not False else None
+        except (ValueError, UnicodeDecodeError):
+            row = None
+        if isinstance(row, dict) and "query" in row and "record" in row:
+            good.append(row)
+            kept.append(line)
+        elif i >= len(lines) - 2 and ok is None:  # a torn tail (a kill mid-write): dropped quietly
+            continue
+        else:
+            damaged += 1
+    if damaged or len(kept) != sum(1 for ln in lines if ln.strip()):
+        with atomic_path(path) as tmp:
+            tmp.write_bytes(b"".join(ln + b"\n" for ln in kept))
+    if damaged:
+        recompute_warning(Damaged(path, f"has {damaged} line(s) failing their checksum"),
+                          "their queries are recomputed (model calls come from the call cache)")
+    return good, damaged
 
 
 class Runner:
@@ -302,18 +332,48 @@ class Runner:
                 "cands": d / f"{name}.candidates.npz", "done": d / f"{name}.done"}
 
     def _load_stage(self, stage: Stage) -> dict | None:
+        """A finished stage's outputs, checked: the ``.done`` marker against its own digest, the
+        arrays and candidates against the digests it records, the trace line by line. Any damage
+        makes the stage unfinished (recomputed, its model calls from the cache), with one warning."""
         p = self._paths(stage.name)
-        for row in _read_jsonl_tolerant(p["log"]):
+        rows, damaged = _read_trace(p["log"])
+        for row in rows:
             self.state.traces.setdefault(row["query"], {})[stage.name] = row["record"]
         if not p["done"].is_file():
             return None
-        if p["arrays"].is_file():
-            with np.load(p["arrays"]) as z:
-                self.state.arrays.update({k: z[k] for k in z.files})
-        if p["cands"].is_file():
-            self.state.candidates = Candidates.load(p["cands"])
-            self.state.stage_candidates[stage.name] = self.state.candidates
-        done = json.loads(p["done"].read_text())
+        if damaged:   # (warned by _read_trace) the stage runs again for the queries whose lines were dropped
+            p["done"].unlink(missing_ok=True)
+            return None
+        try:
+            done = unseal(p["done"], p["done"].read_bytes())
+            if not isinstance(done.get("stats", {}), dict) or not isinstance(done.get("state") or {}, dict):
+                raise Damaged(p["done"], "is not a stage marker")
+            files = done.get("files")
+            arrays, cands = {}, None
+            for kind in ("arrays", "cands"):
+                f = p[kind]
+                if files is not None:   # the digests the marker recorded (absent: written before them)
+                    if f.name not in files:
+                        continue
+                    check_record(f, files[f.name])
+                elif not f.is_file():
+                    continue
+                try:
+                    if kind == "arrays":
+                        with np.load(f) as z:
+                            arrays = {k: z[k] for k in z.files}
+                    else:
+                        cands = Candidates.load(f)
+                except Exception as e:  # noqa: BLE001 -- a damaged file written before digests: unreadable
+                    raise Damaged(f, f"cannot be read ({type(e).__name__}: {e})") from None
+        except Damaged as e:
+            recompute_warning(e, f"stage '{stage.name}' is recomputed (model calls come from the call cache)")
+            p["done"].unlink(missing_ok=True)
+            return None
+        self.state.arrays.update(arrays)
+        if cands is not None:
+            self.state.candidates = cands
+            self.state.stage_candidates[stage.name] = cands
         for k, v in (done.get("state") or {}).items():  # scalars a skipped stage would have set
             setattr(self.state, k, v)
         return done
@@ -364,7 +424,10 @@ class Runner:
                     stats.pop("resumed_queries", None)
                     scalars = {k: getattr(self.state, k) for k in PERSISTED_STATE
                                if getattr(self.state, k) != scalars_before[k]}
-                    atomic_write_text(p["done"], json.dumps({"stage": stage.name, "stats": stats, "state": scalars}))
+                    files = {p[k].name: file_record(p[k]) for k in ("arrays", "cands")
+                             if (k == "arrays" and changed) or (k == "cands" and stage.name in self.state.stage_candidates)}
+                    atomic_write_text(p["done"], seal({"stage": stage.name, "stats": stats, "state": scalars,
+                                                       "files": files}))
         finally:
             executor.shutdown(wait=False, cancel_futures=True)
             self.ctx.close()
@@ -393,17 +456,42 @@ def prepare_run_dir(run_dir: Path, recipe: dict[str, Any]) -> None:
 
     rfile = run_dir / "recipe.yaml"
     identity = {k: v for k, v in recipe.items() if k != "run"}
-    if rfile.is_file():
-        old = yaml.safe_load(rfile.read_text()) or {}
-        old_identity = {k: v for k, v in old.items() if k != "run"}
-        if recipe["run"].get("fresh"):
-            shutil.rmtree(run_dir)
-        elif stable_hash(old_identity) != stable_hash(identity):
+    if rfile.is_file() and recipe["run"].get("fresh"):
+        shutil.rmtree(run_dir)
+    elif rfile.is_file():
+        try:
+            read_sidecar_checked(rfile)
+            old = yaml.safe_load(rfile.read_text())
+            if not isinstance(old, dict):
+                raise Damaged(rfile, "is not a recipe")
+        except (Damaged, yaml.YAMLError, UnicodeDecodeError) as e:
+            damage = e if isinstance(e, Damaged) else Damaged(rfile, "is not valid YAML")
+            recompute_warning(damage, "the run's stages are recomputed (model calls come from the call cache)")
+            discard_stages(run_dir)
+            old = None
+        old_identity = {k: v for k, v in (old or {}).items() if k != "run"}
+        if old is not None and stable_hash(old_identity) != stable_hash(identity):
             diff = sorted(k for k in set(old_identity) | set(identity) if old_identity.get(k) != identity.get(k))
             raise InputError(f"run directory '{run_dir}' holds a run of a different recipe (differs in: {', '.join(diff)}); "
                              f"choose another run.name, or pass run.fresh=true to start over there")
     run_dir.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(rfile, yaml.safe_dump(recipe, sort_keys=False))
+    write_text_checked(rfile, yaml.safe_dump(recipe, sort_keys=False))
+
+
+def read_sidecar_checked(path: Path) -> None:
+    """Check ``path`` against its sidecar (a file written before checksums has none: accepted)."""
+    rec = read_sidecar(path)
+    if rec is not None:
+        check_record(path, rec)
+
+
+def discard_stages(run_dir: Path) -> None:
+    """Remove a run's stages and outputs (recomputed by the next run; model calls stay cached)."""
+    import shutil
+
+    shutil.rmtree(run_dir / "stages", ignore_errors=True)
+    for stale in ("metrics.json", "report.md", "rankings.jsonl"):
+        remove_with_sidecar(run_dir / stale)
 
 
 def check_run_inputs(run_dir: Path, inputs: dict[str, Any],
@@ -430,7 +518,18 @@ def check_run_inputs(run_dir: Path, inputs: dict[str, Any],
 
     path = run_dir / "inputs.json"
     stages = run_dir / "stages"
-    old = json.loads(path.read_text()) if path.is_file() else None
+    old = None
+    if path.is_file():
+        try:
+            read_sidecar_checked(path)
+            old = json.loads(path.read_bytes())
+            if not isinstance(old, dict):
+                raise Damaged(path, "is not a JSON object")
+        except (Damaged, ValueError, UnicodeDecodeError) as e:
+            damage = e if isinstance(e, Damaged) else Damaged(path, "is not valid JSON")
+            recompute_warning(damage, "the run's stages are recomputed (model calls come from the call cache)")
+            discard_stages(run_dir)
+            old = None
     kept: list[str] = []
     if old != inputs and stages.is_dir() and any(stages.iterdir()):
         changed = sorted(k for k in set(inputs) | set(old or {}) if (old or {}).get(k) != inputs.get(k))
@@ -454,15 +553,15 @@ def check_run_inputs(run_dir: Path, inputs: dict[str, Any],
             for f in stages.iterdir():
                 if not any(f.name.startswith(k + ".") for k in kept):
                     f.unlink() if f.is_file() else shutil.rmtree(f)
+            for stale in ("metrics.json", "report.md", "rankings.jsonl"):
+                remove_with_sidecar(run_dir / stale)
         else:
             which = "its stages are"
-            shutil.rmtree(stages)
+            discard_stages(run_dir)
         log.warning("run '%s' was computed from other inputs (%s); %s recomputed "
                     "(unchanged model calls come from the call cache)", run_dir, why, which)
-        for stale in ("metrics.json", "report.md", "rankings.jsonl"):
-            (run_dir / stale).unlink(missing_ok=True)
     if old != inputs:
-        atomic_write_text(path, json.dumps(inputs, indent=1))
+        write_text_checked(path, json.dumps(inputs, indent=1))
     return kept
 
 

@@ -34,8 +34,8 @@ from typing import Any, Sequence
 import numpy as np
 
 from .errors import InputError
-from .files import atomic_write_text
-from .gallery import FORMAT, Gallery, GalleryItem
+from .gallery import FORMAT, Gallery, GalleryItem, rebuild_hint
+from .integrity import IntegrityError, write_text_checked
 from .scale.merge import merge_topk
 from .scale.worker import ShardError, ShardWorker, source_rows  # noqa: F401  (ShardError: its public name here)
 
@@ -71,7 +71,7 @@ def write_manifest(root: Path, shard_galleries: Sequence[Gallery], *, plan: dict
         skipped += [{**s, "shard": g.root.name} for s in g.skipped]
     info = {"format": FORMAT, "n": offset, "dim": first["dim"], "dtype": first["dtype"], "encoder": first["encoder"],
             "source": source, "skipped": skipped, "plan": plan, "shards": shards}
-    atomic_write_text(root / "gallery.json", json.dumps(info, indent=1))
+    write_text_checked(root / "gallery.json", json.dumps(info, indent=1))
     return info
 
 
@@ -135,7 +135,11 @@ class ShardedGallery(Gallery):
 def open_sharded(root: Path, info: dict, scale: dict | None = None) -> ShardedGallery:
     items: list[GalleryItem] = []
     for s in info["shards"]:
-        g = Gallery.open(root / s["dir"])
+        try:
+            g = Gallery.open(root / s["dir"])
+        except IntegrityError as e:
+            raise IntegrityError(f"sharded gallery '{root}': {str(e).split('; rebuild')[0].split('; rerun')[0]}; "
+                                 f"{rebuild_hint(root, info)}") from None
         if len(g) != s["n"]:
             raise InputError(f"sharded gallery '{root}': shard '{s['dir']}' holds {len(g)} items, "
                              f"the manifest says {s['n']}; rebuild it")

@@ -25,6 +25,12 @@ jobs. The sweep directory ``<run.root>/sweeps/<name>/`` holds::
 
 The same command resumes the sweep as a whole: finished jobs are read from their run
 directories, an interrupted job resumes its own run directory, failed jobs are retried.
+
+The manifest records what each job is and its status (with a blake2b sidecar,
+``manifest.json.b2``); the metrics in the summary are always read from each job's own
+``metrics.json`` (checked against its sidecar), never from the manifest. A damaged manifest is
+set aside with a warning (every job then resumes from its run directory); a damaged
+``metrics.json`` makes its job run again (its stages are reused).
 """
 
 from __future__ import annotations
@@ -45,6 +51,7 @@ from ..registry import REGISTRIES
 from .errors import AgentcirError, InputError
 from .files import atomic_write_text
 from .hashing import stable_hash
+from .integrity import Damaged, read_json_checked, recompute_warning, write_text_checked
 from .recipe import ComponentPool, compose, parse_override
 
 log = logging.getLogger(__name__)
@@ -221,6 +228,42 @@ def _write_json(path: Path, data: Any) -> None:
     atomic_write_text(path, json.dumps(data, indent=1, default=str))
 
 
+def _write_manifest(path: Path, data: Any) -> None:
+    write_text_checked(path, json.dumps(data, indent=1, default=str))
+
+
+def _read_manifest(path: Path) -> dict[str, Any] | None:
+    """The manifest of an earlier invocation, checked; ``None`` (with a warning) when it is damaged."""
+    try:
+        old = read_json_checked(path)
+        if not (isinstance(old, dict) and isinstance(old.get("jobs"), list)
+                and all(isinstance(j, dict) and isinstance(j.get("overrides"), list) for j in old["jobs"])):
+            raise Damaged(path, "is not a sweep manifest")
+        return old
+    except Damaged as e:
+        recompute_warning(e, "it is written again; every job resumes from its run directory")
+        return None
+
+
+def job_metrics(rec: dict[str, Any]) -> dict[str, Any] | None:
+    """A finished job's figures from its own ``metrics.json`` (checked): final and per-stage metrics,
+    model calls and cache hits; ``None`` (with a warning) when it is missing or damaged."""
+    f = Path(rec["dir"]) / "metrics.json"
+    if not f.is_file():
+        return None
+    try:
+        m = read_json_checked(f)
+        if not isinstance(m, dict) or not isinstance(m.get("final"), dict):
+            raise Damaged(f, "is not a run's metrics")
+    except Damaged as e:
+        recompute_warning(e, f"sweep job {rec['index']} runs again (its finished stages are reused)")
+        return None
+    cost = m.get("cost") if isinstance(m.get("cost"), dict) else {}
+    return {"metrics": m["final"], "stages": m.get("stages") or {},
+            "calls": sum(int(v.get("calls", 0)) for v in cost.values() if isinstance(v, dict)),
+            "cache_hits": sum(int(v.get("cache_hits", 0)) for v in cost.values() if isinstance(v, dict))}
+
+
 def compose_jobs(overrides: Sequence[str], *, config_name: str = "config",
                  extra_dirs: Sequence[str] = ()) -> tuple[list[Job], list[dict[str, Any]]]:
     """Every job of the sweep and its resolved recipe (all composed before anything runs,
@@ -274,7 +317,7 @@ def run_sweep(overrides: Sequence[str], *, config_name: str = "config", extra_di
     sdir = root / "sweeps" / name
     mfile = sdir / "manifest.json"
     fresh = any(r["run"]["fresh"] for r in recipes)
-    old = json.loads(mfile.read_text()) if mfile.is_file() and not fresh else None
+    old = _read_manifest(mfile) if mfile.is_file() and not fresh else None
     if old is not None and [j["overrides"] for j in old["jobs"]] != [j.overrides for j in jobs]:
         raise InputError(f"sweep directory '{sdir}' holds another sweep (other jobs); choose another --sweep-name, "
                          f"or pass run.fresh=true to start it over")
@@ -282,6 +325,7 @@ def run_sweep(overrides: Sequence[str], *, config_name: str = "config", extra_di
     records = []
     for job, recipe, rec in zip(jobs, recipes, plan(jobs, recipes, name)):
         prev = old["jobs"][job.index] if old else {}
+        prev = prev if prev.get("status") in ("pending", "running", "done", "failed") else {}
         recipe["run"]["name"] = f"sweeps/{name}/{job.index:03d}"
         records.append({**rec, "status": prev.get("status", "pending"),
                         **{k: prev[k] for k in ("metrics", "stages", "wall_s", "calls", "cache_hits", "error", "extra")
@@ -289,20 +333,21 @@ def run_sweep(overrides: Sequence[str], *, config_name: str = "config", extra_di
     manifest = {"name": name, "config": config_name, "extra_dirs": [str(d) for d in extra_dirs],
                 "overrides": list(overrides), "axes": [{"key": a.key, "override": a.override, "values": a.values} for a in axes],
                 "jobs": records}
-    _write_json(mfile, manifest)
+    _write_manifest(mfile, manifest)
     own = shared is None
     shared = shared or SharedComponents()
     try:
         for rec, recipe in zip(records, recipes):
-            finished = rec["status"] == "done" and (Path(rec["dir"]) / "metrics.json").is_file() and not fresh
-            if finished and (extra is None or "extra" in rec):
+            figures = job_metrics(rec) if rec["status"] == "done" and not fresh else None
+            if figures is not None and (extra is None or "extra" in rec):
+                rec.update(figures)
                 log.info("sweep job %d (%s): finished earlier, read from %s", rec["index"], rec["label"], rec["dir"])
                 if on_job:
                     on_job(rec, True)
                 continue
             rec.update(status="running")
             rec.pop("error", None)
-            _write_json(mfile, manifest)
+            _write_manifest(mfile, manifest)
             log.info("sweep job %d/%d: %s", rec["index"] + 1, len(records), rec["label"])
             t0 = time.perf_counter()
             try:
@@ -316,12 +361,15 @@ def run_sweep(overrides: Sequence[str], *, config_name: str = "config", extra_di
             except (AgentcirError, ValueError, OSError) as e:
                 rec.update(status="failed", error=f"{type(e).__name__}: {e}")
                 log.warning("sweep job %d (%s) failed: %s", rec["index"], rec["label"], e)
-            _write_json(mfile, manifest)
+            if rec["status"] == "done":   # the summary shows what the job's own metrics.json says
+                rec.update(job_metrics(rec) or {})
+            _write_manifest(mfile, manifest)
             if on_job:
                 on_job(rec, False)
     finally:
         if own:
             shared.close()
+    _write_manifest(mfile, manifest)
     result = SweepResult(sdir, records, axes)
     write_summary(result)
     try:

@@ -100,7 +100,8 @@ def test_same_recipe_with_changed_inputs_recomputes_its_stages(plugin_path, tmp_
                         lambda d, i, *a: (check_run_inputs(d, i, *a), seen.append(sorted(p.name for p in d.iterdir()))))
     with caplog.at_level("WARNING", logger="agentcir"):
         res2 = run_recipe(r)
-    assert seen == [["inputs.json", "recipe.yaml"]]  # no stale stages, metrics or report left behind
+    # no stale stages, metrics or report left behind (the .b2 files: the checksums of the two)
+    assert seen == [["inputs.json", "inputs.json.b2", "recipe.yaml", "recipe.yaml.b2"]]
     assert res2.dir == res.dir
     assert f"run '{res.dir}' was computed from other inputs (gallery, method changed)" in caplog.text
     assert res2.stats["rank"].resumed_queries == 0 and res2.stats["rewrite"].resumed_queries == 0
@@ -138,9 +139,10 @@ def test_torn_last_trace_line_is_dropped(tmp_path):
     f.write_text('{"query": "a", "record": {}}\n{"query": "b", "rec')
     assert [r["query"] for r in _read_jsonl_tolerant(f)] == ["a"]
     assert f.read_text() == '{"query": "a", "record": {}}\n'
-    f.write_text('{"query": "a"}\nbroken\n{"query": "c"}\n')
-    with pytest.raises(InputError, match="is corrupt at line 2"):
-        _read_jsonl_tolerant(f)
+    # a damaged line in the middle is dropped (its query is recomputed) and the file rewritten without it
+    f.write_text('{"query": "a", "record": {}}\nbroken\n{"query": "c", "record": {}}\n')
+    assert [r["query"] for r in _read_jsonl_tolerant(f)] == ["a", "c"]
+    assert f.read_text() == '{"query": "a", "record": {}}\n{"query": "c", "record": {}}\n'
 
 
 @pytest.mark.slow

@@ -10,7 +10,6 @@ over the candidates the index finds, with ``exclude`` applied as in ``cosine_top
 
 from __future__ import annotations
 
-import json
 import math
 import time
 from pathlib import Path
@@ -19,6 +18,15 @@ import numpy as np
 
 from ..errors import InputError, require
 from ..files import atomic_path, atomic_write_text
+from ..integrity import (
+    Damaged,
+    IntegrityError,
+    check_record,
+    file_record,
+    recompute_warning,
+    seal,
+    unseal,
+)
 from .merge import merge_topk
 
 #: rows converted to float32 at a time while adding to an index
@@ -75,13 +83,39 @@ def build_index(emb: np.ndarray, kind: str, scale: dict, out: Path, *, seed: int
     with atomic_path(out) as tmp:
         faiss.write_index(index, str(tmp))
     info = {"kind": kind, "n": n, "dim": d, "build_s": round(time.perf_counter() - t0, 3)}
-    atomic_write_text(out.with_suffix(".json"), json.dumps(info))
+    atomic_write_text(out.with_suffix(".json"), seal({**info, "file": file_record(out)}))
+    return info
+
+
+def check_index(path: str | Path) -> dict:
+    """The build record of index file ``path`` (its ``.json``), the file checked against the digest
+    it records; :class:`~agentcir.framework.integrity.Damaged` when either is damaged."""
+    path = Path(path)
+    meta = path.with_suffix(".json")
+    if not meta.is_file():
+        raise Damaged(meta, "is missing")
+    info = unseal(meta, meta.read_bytes())
+    if "file" in info:   # (an index built before checksums records none)
+        check_record(path, info["file"])
     return info
 
 
 def load_index(path: str | Path, nprobe: int, ef_search: int):
+    """Index file ``path`` memory-mapped, checked first against its recorded digest (a damaged index
+    is an :class:`~agentcir.framework.integrity.IntegrityError` naming the rebuilding command)."""
     faiss = _faiss()
+    path = Path(path)
+    try:
+        info = check_index(path)
+    except Damaged as e:
+        gallery = path.parent.parent.parent
+        kind = path.parent.name.split("-")[0]
+        raise IntegrityError(f"approximate index {e}; delete it and rebuild with: agentcir build-index '{gallery}' "
+                             f"--kind {kind} (with the same settings)") from None
     index = faiss.read_index(str(path), faiss.IO_FLAG_MMAP | faiss.IO_FLAG_READ_ONLY)
+    if int(info.get("n", index.ntotal)) != index.ntotal:
+        raise IntegrityError(f"approximate index '{path}' holds {index.ntotal} rows, {info['n']} were built; "
+                             f"delete it and rebuild it with agentcir build-index")
     if hasattr(index, "nprobe"):
         index.nprobe = nprobe
     if hasattr(index, "hnsw"):
@@ -126,8 +160,13 @@ def build_indexes(gallery, scale: dict, *, progress: bool = True) -> list[dict]:
     for s, shard in enumerate(gallery.shards):
         f = d / f"{shard['dir']}.faiss"
         if f.is_file() and f.with_suffix(".json").is_file():
-            out.append({**json.loads(f.with_suffix(".json").read_text()), "reused": True})
-            continue
+            try:
+                info = check_index(f)
+                info.pop("file", None)
+                out.append({**info, "reused": True})
+                continue
+            except Damaged as e:   # rebuilt below
+                recompute_warning(e, "the index is rebuilt")
         info = build_index(np.load(gallery.shard_dir(s) / "image_emb.npy", mmap_mode="r"), scale["search"], scale, f)
         out.append(info)
         if progress:

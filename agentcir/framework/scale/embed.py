@@ -41,7 +41,19 @@ def _plan(items: Sequence[GalleryItem], encoder, dtype: str, shards: int) -> dic
 
 
 def _shard_done(d: Path) -> bool:
-    return (d / "gallery.json").is_file()
+    """Whether shard folder ``d`` holds a finished, sound gallery (a damaged one is removed, to be rebuilt)."""
+    if not (d / "gallery.json").is_file():
+        return False
+    from ..gallery import remove_gallery_files
+    from ..integrity import IntegrityError, warn_once
+
+    try:
+        Gallery.open(d)
+        return True
+    except IntegrityError as e:
+        warn_once(f"rebuild:{d}", "%s; the shard is rebuilt now", str(e).split("; rebuild")[0].split("; rerun")[0])
+        remove_gallery_files(d)
+        return False
 
 
 def build_sharded(root: str | Path, items: Sequence[GalleryItem], encoder, scale: dict[str, Any], *,
@@ -66,9 +78,32 @@ def build_sharded(root: str | Path, items: Sequence[GalleryItem], encoder, scale
     plan = _plan(items, encoder, dtype, S)
     meta = root / "gallery.json"
     if meta.is_file():
-        info = json.loads(meta.read_text())
-        if info.get("plan") == plan:
-            return open_sharded(root, info, scale)
+        from ..integrity import (
+            Damaged,
+            IntegrityError,
+            read_json_checked,
+            recompute_warning,
+            remove_with_sidecar,
+            warn_once,
+        )
+
+        try:
+            info = read_json_checked(meta)
+            if not isinstance(info, dict):
+                raise Damaged(meta, "is not a gallery description")
+        except Damaged as e:
+            recompute_warning(e, "it is written again from the shards")
+            remove_with_sidecar(meta)
+            info = None
+        if info is not None and info.get("plan") == plan:
+            try:
+                return open_sharded(root, info, scale)
+            except IntegrityError as e:
+                warn_once(f"rebuild:{root}", "%s; the damaged shard is rebuilt now",
+                          str(e).split("; rebuild")[0].split("; rerun")[0])
+                remove_with_sidecar(meta)
+                info = None
+    if meta.is_file():
         raise InputError(f"gallery folder '{root}' already holds a different gallery (encoder, items or shard "
                          f"count differ); choose another output folder or delete it")
     root.mkdir(parents=True, exist_ok=True)
