@@ -18,6 +18,11 @@ class InputError(AgentcirError, ValueError):
     """Bad user input: the message names the input and what is wrong with it."""
 
 
+class StorageError(AgentcirError, OSError):
+    """A file cannot be written (disk full, a short write, read-only, no permission); the message names
+    the path and what to do. Nothing written before is lost."""
+
+
 def require(module: str, extra: str, *, feature: str | None = None) -> ModuleType:
     """Import ``module`` or fail with the exact install line for agentcir's ``extra``."""
     try:

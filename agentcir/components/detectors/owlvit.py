@@ -17,6 +17,7 @@ from ...framework.images import load_rgb
 from ...framework.interfaces import Detector
 from ...framework.vocab import VOCAB_DIR, load_vocab
 from ...registry import DETECTORS
+from ...registry.config import bounded
 from ..captioners.hf import load_pretrained, model_fingerprint, quiet_transformers, torch_device
 from ..captioners.zeroshot import check_prompt
 
@@ -51,7 +52,7 @@ class OwlViTDetector(Detector):
         labels: list[str] = field(default_factory=list)
         vocabularies: list[str] = field(default_factory=lambda: ["objects"])
         query_prompt: str = "a photo of a {}"
-        threshold: float = 0.1
+        threshold: float = bounded(0.1, 0.0, 1.0)
         max_objects: int = 20
         best_per_label: bool = True
         device: str = "cpu"
