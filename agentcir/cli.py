@@ -147,11 +147,20 @@ def cmd_list(args) -> int:
 # -- index --------------------------------------------------------------------------------
 @_command("index")
 def cmd_index(args) -> int:
+    from .framework.files import storage_errors
+
+    # a full disk (numpy's short write included) is a StorageError naming the path, never a traceback
+    with storage_errors(args.out, f"gallery '{args.out}'"):
+        return _index(args)
+
+
+def _index(args) -> int:
     from .framework.gallery import Gallery, items_from_folder
     from .framework.recipe import ComponentPool
 
     recipe = _compose(args)
-    items, others = items_from_folder(args.folder)
+    links: list = []
+    items, others = items_from_folder(args.folder, follow_links=args.follow_links, links=links)
     scan = None
     if not args.no_metadata:  # photo metadata (EXIF/XMP, gazetteer places, folder = album) into each item's meta
         from .framework.methods.imageseeker.exif import scan_folder
@@ -178,7 +187,8 @@ def cmd_index(args) -> int:
     took = time.perf_counter() - t0
     g.set_meta({it.id: it.meta for it in items})  # a re-index refreshes metadata without re-embedding
     print(f"indexed {len(g)} image(s) from '{args.folder}' into '{args.out}' with encoder '{recipe['encoder']['name']}' "
-          f"(dim {g.dim}, {g.info['dtype']}); skipped {len(g.skipped)} unreadable image(s) and {len(others)} non-image file(s)")
+          f"(dim {g.dim}, {g.info['dtype']}); skipped {len(g.skipped)} unreadable image(s) and {len(others)} non-image file(s)"
+          + (f" and {len(links)} symlinked folder(s) ({links[0].path}: {links[0].reason})" if links else ""))
     print(f"embedding took {took:.2f} s" + (f" ({len(items) / took:.1f} images/s)" if fresh else
                                              " (the folder held an earlier build: only what it lacked was embedded)"))
     if scan is not None:
@@ -470,6 +480,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--user", help="user id stored in every item's metadata (photo histories of several users)")
     p.add_argument("--no-metadata", action="store_true",
                    help="skip photo metadata (EXIF/XMP date, GPS and place, camera, album = folder, people, keywords)")
+    p.add_argument("--follow-links", action="store_true",
+                   help="follow symlinked folders (each real folder once; loops refused); without it they are skipped and counted")
     p.add_argument("--engine", choices=["local", "ray"], help="embed in this process or as a Ray Data job (docs/scale.md)")
     p.add_argument("--address", help="Ray cluster to join (default $RAY_ADDRESS, else a local Ray)")
     p.add_argument("--shards", type=int, help="write a sharded gallery of this many shards")
