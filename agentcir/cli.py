@@ -150,7 +150,7 @@ def cmd_index(args) -> int:
     from .framework.files import storage_errors
 
     # a full disk (numpy's short write included) is a StorageError naming the path, never a traceback
-    with storage_errors(args.out, f"gallery '{args.out}'"):
+    with storage_errors(args.out, "the gallery"):
         return _index(args)
 
 

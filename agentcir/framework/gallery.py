@@ -150,7 +150,7 @@ class Gallery:
         # one builder at a time (another process building the same gallery is waited for, then its
         # gallery is opened); a full disk or a read-only folder is a StorageError naming the path
         with hold_lock(root.parent / f".{root.name}.build.lock", f"gallery build '{root}'", wait=True), \
-                storage_errors(root, f"gallery '{root}'"):
+                storage_errors(root, "the gallery"):
             return cls._build_locked(root, items, encoder, dtype, progress, source, plan, embed)
 
     @classmethod
@@ -295,7 +295,7 @@ class Gallery:
                 it.meta = dict(new)
                 changed += 1
         if changed:
-            with storage_errors(self.root, f"gallery '{self.root}'"), atomic_path(self.root / "items.jsonl") as tmp, \
+            with storage_errors(self.root, "the gallery"), atomic_path(self.root / "items.jsonl") as tmp, \
                     open(tmp, "w") as f:
                 for it in self.items:
                     f.write(json.dumps({"id": it.id, "path": it.path, "caption": it.caption, "meta": it.meta}, ensure_ascii=False) + "\n")
@@ -318,7 +318,7 @@ class Gallery:
         if len(captions) != len(self):
             raise ValueError(f"gallery '{self.root}' has {len(self)} items, got {len(captions)} captions")
         d = self.root / "captions"
-        with storage_errors(d, f"captions of gallery '{self.root}'"):
+        with storage_errors(d, "the gallery's captions"):
             d.mkdir(exist_ok=True)
             with atomic_path(d / f"{key}.jsonl") as tmp, open(tmp, "w") as f:
                 for i, c in zip(self.ids, captions):
@@ -341,7 +341,7 @@ class Gallery:
         d = f.parent
         if not f.is_file():
             emb = encoder.encode_texts(caps).astype(dtype or self.info["dtype"])
-            with storage_errors(d, f"caption embeddings of gallery '{self.root}'"):
+            with storage_errors(d, "the gallery's caption embeddings"):
                 d.mkdir(exist_ok=True)
                 with atomic_path(f) as tmp:
                     np.save(tmp, emb)
