@@ -40,6 +40,8 @@ def compose_here(tmp_path, *overrides, **kw):
     (["run.show=-1"], r"run: field 'show': must be at least 0, got -1"),
     (["run.max_image_pixels=-1"], r"run: field 'max_image_pixels': must be at least 0, got -1"),
     (["method.max_verified=-1"], r"method 'octopus': field 'max_verified': must be at least 0, got -1"),
+    (["+scale=local", "scale.shards=2", "scale.concurrency=-1"],
+     r"scale: field 'concurrency': must be at least 0 \(0: fill the cluster\), got -1"),
 ])
 def test_out_of_range_values_fail_at_compose(tmp_path, overrides, msg):
     with pytest.raises(ConfigError, match=msg):
@@ -54,8 +56,13 @@ def test_bounds_themselves_are_accepted(tmp_path):
 
 
 def every_config():
+    from agentcir.components.encoders.catalog_train import TrainConfig
+    from agentcir.framework.scale import ScaleConfig
+
     yield "run", RunConfig
     yield "kernels", KernelsConfig
+    yield "scale", ScaleConfig
+    yield "train-encoder", TrainConfig
     for kind, reg in REGISTRIES.items():
         for key in reg.keys():
             yield f"{kind} '{key}'", reg.config_class(key)
