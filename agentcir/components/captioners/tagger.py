@@ -79,8 +79,8 @@ class TaggerCaptioner(Captioner):
         forms: dict[str, str] = field(default_factory=lambda: {"men": "men's", "women": "women's", "boys": "boys'",
                                                                "girls": "girls'", "solid": ""})
         fallback: dict[str, str] = field(default_factory=lambda: {"articles": "item"})
-        min_prob: dict[str, float] = bounded(lo=0.0, hi=1.0, default_factory=lambda: {"patterns": 0.5})
-        default_min_prob: float = bounded(0.4, 0.0, 1.0)
+        min_prob: dict[str, float] = field(default_factory=lambda: {"patterns": 0.5})
+        default_min_prob: float = 0.4
         min_margin: dict[str, float] = bounded(lo=-1.0, hi=1.0, default_factory=dict)
         default_min_margin: float = bounded(0.0, -1.0, 1.0)
         max_values: dict[str, int] = bounded(lo=1, default_factory=dict)

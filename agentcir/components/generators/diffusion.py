@@ -65,7 +65,7 @@ class DiffusersGenerator(Generator):
         negative_prompt: str = ""
         seed: int = 0
         use_reference: bool = False
-        strength: float = bounded(0.6, 0.0, 1.0)
+        strength: float = bounded(0.6, 0.0, 1.0, lo_open=True)
         output_dir: str = "runs/generated"
         device: str = "auto"
         dtype: str = "float32"
