@@ -188,7 +188,7 @@ def _index(args) -> int:
     g.set_meta({it.id: it.meta for it in items})  # a re-index refreshes metadata without re-embedding
     print(f"indexed {len(g)} image(s) from '{args.folder}' into '{args.out}' with encoder '{recipe['encoder']['name']}' "
           f"(dim {g.dim}, {g.info['dtype']}); skipped {len(g.skipped)} unreadable image(s) and {len(others)} non-image file(s)"
-          + (f" and {len(links)} symlinked folder(s) ({links[0].path}: {links[0].reason})" if links else ""))
+          + (f" and {len(links)} folder(s) not walked ({links[0].path}: {links[0].reason})" if links else ""))
     print(f"embedding took {took:.2f} s" + (f" ({len(items) / took:.1f} images/s)" if fresh else
                                              " (the folder held an earlier build: only what it lacked was embedded)"))
     if scan is not None:

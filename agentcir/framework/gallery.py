@@ -76,7 +76,7 @@ def items_from_folder(folder: str | Path, *, follow_links: bool = False,
     if others:
         log.warning("skipped %d non-image file(s) in '%s' (e.g. %s)", len(others), folder, others[0].name)
     if links:
-        log.warning("skipped %d symlinked folder(s) in '%s': %s", len(links), folder,
+        log.warning("did not walk %d folder(s) in '%s': %s", len(links), folder,
                     "; ".join(f"{s.path}: {s.reason}" for s in links[:3]) + (" ..." if len(links) > 3 else ""))
     return items, others
 

@@ -192,24 +192,23 @@ def _walk(root: Path, recursive: bool, follow_links: bool, links: list | None) -
                 continue
             if not recursive:
                 continue
-            if entry.is_symlink():
-                if not follow_links:
-                    if links is not None:
-                        links.append(Skipped(len(links), entry.path, "symlinked folder not followed (--follow-links follows it)"))
-                    continue
-                try:
-                    key = ident(entry.path)
-                except OSError as e:
-                    if links is not None:
-                        links.append(Skipped(len(links), entry.path, f"symlinked folder cannot be read ({e.strerror or e})"))
-                    continue
-                if key in seen:
-                    if links is not None:
-                        links.append(Skipped(len(links), entry.path, f"symlinked folder leads to '{os.path.realpath(entry.path)}', "
-                                                                     "a folder walked already (a loop or a second link): not followed twice"))
-                    continue
-            else:
+            link = entry.is_symlink()
+            if link and not follow_links:
+                if links is not None:
+                    links.append(Skipped(len(links), entry.path, "symlinked folder not followed (--follow-links follows it)"))
+                continue
+            try:
                 key = ident(entry.path)
+            except OSError as e:
+                if links is not None:
+                    links.append(Skipped(len(links), entry.path, f"folder cannot be read ({e.strerror or e})"))
+                continue
+            if key in seen:  # only through a link: a loop, or a folder reached twice
+                if links is not None:
+                    links.append(Skipped(len(links), entry.path, f"{'symlinked ' if link else ''}folder leads to "
+                                         f"'{os.path.realpath(entry.path)}', a folder walked already (a loop or a "
+                                         "second link): not followed twice"))
+                continue
             seen.add(key)
             pending.append(entry.path)
     return files

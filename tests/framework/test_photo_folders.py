@@ -145,11 +145,11 @@ def test_index_reports_skipped_links_and_follows_them_on_request(plugin_path, li
 
     assert main(["index", str(linked), "--out", str(tmp_path / "g1"), "--no-metadata", "-q", "encoder=toy"]) == 0
     out = capsys.readouterr().out
-    assert "indexed 2 image(s)" in out and "and 3 symlinked folder(s)" in out
+    assert "indexed 2 image(s)" in out and "and 3 folder(s) not walked" in out
     assert main(["index", str(linked), "--out", str(tmp_path / "g2"), "--no-metadata", "-q", "--follow-links",
                  "encoder=toy"]) == 0
     out = capsys.readouterr().out
-    assert "indexed 4 image(s)" in out and "and 2 symlinked folder(s)" in out
+    assert "indexed 4 image(s)" in out and "and 2 folder(s) not walked" in out
 
 
 # -- a full disk --------------------------------------------------------------------------------------
@@ -198,3 +198,13 @@ def test_agentcir_index_on_a_full_disk_says_so(plugin_path, monkeypatch, image_f
     assert "Traceback" not in err
     monkeypatch.undo()  # space freed: the same command finishes
     assert main(["index", str(image_folder), "--out", str(tmp_path / "g"), "--no-metadata", "-q", "encoder=toy"]) == 0
+
+
+def test_a_folder_reached_by_a_link_and_by_its_own_path_is_walked_once(tmp_path):
+    root = tmp_path / "photos"
+    make_image(root / "real" / "sub" / "e.jpg", 5)
+    (root / "a_link").symlink_to(root / "real" / "sub", target_is_directory=True)
+    links = []
+    images, _ = list_images(root, follow_links=True, links=links)
+    assert len(images) == 1 and images[0].name == "e.jpg"
+    assert len(links) == 1 and "walked already" in links[0].reason
