@@ -83,12 +83,11 @@ VOLATILE_RUN_FIELDS = ("concurrency", "progress", "show", "fresh", "name", "root
 
 
 def _hydra_compose(overrides: Sequence[str], config_name: str, recipes_dir: Path, extra_dirs: Sequence[str]):
+    import yaml
     from hydra import compose, initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
     from hydra.errors import HydraException
     from omegaconf.errors import OmegaConfBaseException
-
-    import yaml
 
     check_recipe_dirs(extra_dirs)
     dirs = [*extra_dirs, *plugin_recipe_dirs()]

@@ -14,7 +14,7 @@ from PIL import Image
 from agentcir.framework import gallery as gallery_module
 from agentcir.framework.errors import AgentcirError, StorageError
 from agentcir.framework.gallery import Gallery, GalleryItem, folder_ids, items_from_folder
-from agentcir.framework.images import ImageDecodeError, ImageTooLargeError, list_images, load_rgb
+from agentcir.framework.images import ImageTooLargeError, list_images, load_rgb
 
 from tests.conftest import ROOT, make_image
 from tests.framework.test_images_limits import bomb_png

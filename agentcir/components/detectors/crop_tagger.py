@@ -82,10 +82,10 @@ class CropTaggerDetector(Detector):
         grids: list[int] = bounded(lo=1, default_factory=lambda: [1, 2])
         overlap: float = bounded(0.25, 0.0, 1.0)
         per_crop: int = bounded(1, 1)
-        min_prob: float = bounded(0.3, 0.0, 1.0)
+        min_prob: float = 0.3
         area_power: float = 1.0
         max_objects: int = 10
-        min_score: float = bounded(0.5, 0.0, 1.0)
+        min_score: float = 0.5
         temperature: float = bounded(0.01, 0, lo_open=True)
         vocab_dir: str = ""
 

@@ -17,7 +17,6 @@ from ...framework.images import load_rgb
 from ...framework.interfaces import Detector
 from ...framework.vocab import VOCAB_DIR, load_vocab
 from ...registry import DETECTORS
-from ...registry.config import bounded
 from ..captioners.hf import load_pretrained, model_fingerprint, quiet_transformers, torch_device
 from ..captioners.zeroshot import check_prompt
 
@@ -52,7 +51,7 @@ class OwlViTDetector(Detector):
         labels: list[str] = field(default_factory=list)
         vocabularies: list[str] = field(default_factory=lambda: ["objects"])
         query_prompt: str = "a photo of a {}"
-        threshold: float = bounded(0.1, 0.0, 1.0)
+        threshold: float = 0.1
         max_objects: int = 20
         best_per_label: bool = True
         device: str = "cpu"
