@@ -34,7 +34,7 @@ def compose_here(tmp_path, *overrides, **kw):
     (["llm=openai", "llm.retries=-1"], r"llm 'openai': field 'retries': must be at least 0, got -1"),
     (["llm=openai", "llm.temperature=-0.1"], r"field 'temperature': must be at least 0, got -0\.1"),
     (["encoder.batch_size=0"], r"encoder 'catalog': field 'batch_size': must be at least 1, got 0"),
-    (["captioner.min_prob={patterns: 1.5}"], r"captioner 'tagger': field 'min_prob\.patterns': must be within 0\.\.1, got 1\.5"),
+    (["captioner.min_margin={patterns: 1.5}"], r"captioner 'tagger': field 'min_margin\.patterns': must be within -1\.\.1, got 1\.5"),
     (["detector.grids=[1,0]"], r"detector 'crop_tagger': field 'grids\[1\]': must be at least 1, got 0"),
     (["run.concurrency=0"], r"run: field 'concurrency': must be at least 1, got 0"),
     (["run.show=-1"], r"run: field 'show': must be at least 0, got -1"),
