@@ -151,12 +151,14 @@ def cmd_index(args) -> int:
     recipe = _compose(args)
     # photo metadata (EXIF/XMP, gazetteer places, folder = album) goes into each item's meta
     r = index_folder(recipe, args.folder, args.out, dtype=args.dtype, user=args.user, metadata=not args.no_metadata,
-                     scale=_scale_args(recipe, args), progress=not args.quiet)
+                     scale=_scale_args(recipe, args), progress=not args.quiet,
+                     follow_links=args.follow_links)
     if r.shards:
         print(f"{r.shards} shard(s), engine {r.engine}")
     print(f"indexed {r.indexed} image(s) from '{args.folder}' into '{args.out}' with encoder '{r.encoder}' "
           f"(dim {r.gallery.dim}, {r.gallery.info['dtype']}); skipped {len(r.skipped)} unreadable image(s) and "
-          f"{len(r.non_images)} non-image file(s)")
+          f"{len(r.non_images)} non-image file(s)"
+          + (f" and {len(r.links)} folder(s) not walked ({r.links[0].path}: {r.links[0].reason})" if r.links else ""))
     print(f"embedding took {r.seconds:.2f} s" + (f" ({r.images / r.seconds:.1f} images/s)" if r.fresh else
                                                  " (the folder held an earlier build: only what it lacked was embedded)"))
     if r.metadata:
@@ -440,6 +442,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--user", help="user id stored in every item's metadata (photo histories of several users)")
     p.add_argument("--no-metadata", action="store_true",
                    help="skip photo metadata (EXIF/XMP date, GPS and place, camera, album = folder, people, keywords)")
+    p.add_argument("--follow-links", action="store_true",
+                   help="follow symlinked folders (each real folder once; loops refused); without it they are skipped and counted")
     p.add_argument("--engine", choices=["local", "ray"], help="embed in this process or as a Ray Data job (docs/scale.md)")
     p.add_argument("--address", help="Ray cluster to join (default $RAY_ADDRESS, else a local Ray)")
     p.add_argument("--shards", type=int, help="write a sharded gallery of this many shards")

@@ -68,7 +68,7 @@ def test_index_sharded_without_an_engine(plugin_env, image_folder, tmp_path):
     assert r.returncode == 0, r.stderr
     assert "2 shard(s), engine local" in r.stdout and "indexed 12 image(s)" in r.stdout
     r = run_cli(["index", str(image_folder), "--out", str(tmp_path / "g2"), "--shards", "-1", "encoder=toy"], env=plugin_env)
-    assert r.returncode == 2 and "field 'shards': must be >= 0" in r.stderr
+    assert r.returncode == 2 and "field 'shards': must be at least 0, got -1" in r.stderr
 
 
 def test_run_and_eval(plugin_env, tmp_path):

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import errno
 import os
+import re
 import secrets
 import sqlite3
 from contextlib import contextmanager
@@ -29,6 +30,9 @@ _FIXES = {
     errno.EACCES: ("permission denied", "make the folder writable or choose another one"),
     errno.EPERM: ("operation not permitted", "make the folder writable or choose another one"),
 }
+
+#: the message of a short write without an errno (numpy's ``tofile``, used by ``np.save``)
+_SHORT_WRITE = re.compile(r"(\d+) requested and (\d+) written")
 
 
 def unique_tmp(dest: Path) -> Path:
@@ -69,6 +73,11 @@ def storage_error(e: BaseException, path: str | os.PathLike, what: str) -> Stora
     if isinstance(e, OSError) and e.errno in _FIXES:
         why, fix = _FIXES[e.errno]
         path = e.filename or path
+    elif isinstance(e, OSError) and e.errno is None and _SHORT_WRITE.search(str(e)):
+        # numpy's ``tofile``/``save`` on a full disk: "16512 requested and 5088 written", no errno
+        asked, wrote = _SHORT_WRITE.search(str(e)).groups()
+        why = f"the disk is full (a short write: {wrote} of {asked} bytes written)"
+        fix = "free some space (or choose another folder)"
     elif isinstance(e, sqlite3.OperationalError):
         msg = str(e).lower()
         if "disk is full" in msg or "disk i/o error" in msg:

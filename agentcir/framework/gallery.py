@@ -35,7 +35,7 @@ import numpy as np
 from .errors import InputError
 from .files import atomic_path, atomic_write_text, storage_errors
 from .hashing import stable_hash
-from .images import Skipped, list_images
+from .images import DECODE_VERSION, Skipped, list_images
 from .integrity import (
     Damaged,
     IntegrityError,
@@ -116,17 +116,73 @@ class GalleryItem:
     meta: dict[str, Any] = field(default_factory=dict)
 
 
-def items_from_folder(folder: str | Path) -> tuple[list[GalleryItem], list[Path]]:
-    """Gallery items for every image under ``folder`` (id = path relative to it, no suffix).
+def folder_ids(root: Path, paths: Sequence[Path]) -> list[str]:
+    """Item ids of image files under ``root``: the path relative to it without its suffix
+    (``album/IMG_0001``), or with its suffix where two files share a stem (``IMG_0001.jpg`` beside
+    ``IMG_0001.png``, a common phone export): distinct, and the same for the same folder."""
+    full = [p.relative_to(root).as_posix() for p in paths]
+    ids = [p.relative_to(root).with_suffix("").as_posix() for p in paths]
+    while True:
+        seen: dict[str, list[int]] = {}
+        for n, i in enumerate(ids):
+            seen.setdefault(i, []).append(n)
+        clashes = [ns for ns in seen.values() if len(ns) > 1]
+        if not clashes:
+            return ids
+        for ns in clashes:
+            for n in ns:
+                ids[n] = full[n]  # distinct: two files never share a relative path
 
-    Returns the items and the non-image files that were skipped.
+
+def items_from_folder(folder: str | Path, *, follow_links: bool = False,
+                      links: list | None = None) -> tuple[list[GalleryItem], list[Path]]:
+    """Gallery items for every image under ``folder`` (ids: :func:`folder_ids`).
+
+    Returns the items and the non-image files that were skipped. A symlinked folder is followed
+    once with ``follow_links`` (loops refused), else skipped; the folders not walked are appended
+    to ``links`` (see :func:`~agentcir.framework.images.list_images`) and logged.
     """
     root = Path(folder)
-    images, others = list_images(root)
-    items = [GalleryItem(str(p.relative_to(root).with_suffix("")), str(p.resolve())) for p in images]
+    links = [] if links is None else links
+    images, others = list_images(root, follow_links=follow_links, links=links)
+    items = [GalleryItem(i, str(p.resolve())) for i, p in zip(folder_ids(root, images), images)]
     if others:
         log.warning("skipped %d non-image file(s) in '%s' (e.g. %s)", len(others), folder, others[0].name)
+    if links:
+        log.warning("did not walk %d folder(s) in '%s': %s", len(links), folder,
+                    "; ".join(f"{s.path}: {s.reason}" for s in links[:3]) + (" ..." if len(links) > 3 else ""))
     return items, others
+
+
+def decode_version(plan: dict | None) -> int:
+    """The :data:`~agentcir.framework.images.DECODE_VERSION` a gallery's plan was embedded with (1 when it
+    predates the field)."""
+    return int((plan or {}).get("decode", 1))
+
+
+def decode_note(plan: dict | None) -> str:
+    v = decode_version(plan)
+    return (f"decode version {v}, EXIF orientation ignored: portrait photos embedded sideways" if v < 2
+            else f"decode version {v}; this agentcir decodes with version {DECODE_VERSION}")
+
+
+def stale_decode(old_plan: dict | None, plan: dict) -> bool:
+    """Whether a gallery built with ``old_plan`` is the one ``plan`` asks for, but embedded by another
+    image decoder (so it is re-embedded rather than refused)."""
+    if not isinstance(old_plan, dict) or decode_version(old_plan) == plan.get("decode", DECODE_VERSION):
+        return False
+    strip = lambda d: {k: v for k, v in d.items() if k != "decode"}  # noqa: E731
+    return strip(old_plan) == strip(plan)
+
+
+def clear_built(root: Path) -> None:
+    """Remove what a gallery build wrote into ``root`` (embeddings, items, captions made from its
+    images), so that it is built again; ``gallery.json`` first, so a kill leaves no half gallery."""
+    for name in ("gallery.json", "image_emb.npy", "items.jsonl"):
+        (root / name).unlink(missing_ok=True)
+    for name in ("captions", "caption_emb", "_chunks"):
+        if (root / name).is_dir():
+            shutil.rmtree(root / name)
 
 
 class Gallery:
@@ -162,11 +218,12 @@ class Gallery:
             dup = next(i for i in ids if ids.count(i) > 1)
             raise InputError(f"gallery '{root}': duplicate item id '{dup}'")
         enc_id = encoder.identity
-        plan = {"items": stable_hash([[it.id, it.path] for it in items]), "encoder": enc_id, "dtype": dtype}
+        plan = {"items": stable_hash([[it.id, it.path] for it in items]), "encoder": enc_id, "dtype": dtype,
+                "decode": DECODE_VERSION}
         # one builder at a time (another process building the same gallery is waited for, then its
         # gallery is opened); a full disk or a read-only folder is a StorageError naming the path
         with hold_lock(root.parent / f".{root.name}.build.lock", f"gallery build '{root}'", wait=True), \
-                storage_errors(root, f"gallery '{root}'"):
+                storage_errors(root, "the gallery"):
             return cls._build_locked(root, items, encoder, dtype, progress, source, plan, embed)
 
     @classmethod
@@ -183,8 +240,14 @@ class Gallery:
                 remove_gallery_files(root)
                 old = None
             if old is not None and old.get("plan") != plan:
-                raise InputError(f"gallery folder '{root}' already holds a different gallery "
-                                 f"(encoder or items differ); choose another output folder or delete it")
+                if not stale_decode(old.get("plan"), plan):
+                    raise InputError(f"gallery folder '{root}' already holds a different gallery "
+                                     f"(encoder or items differ); choose another output folder or delete it")
+                log.warning("gallery '%s' was embedded by an older image decoder (%s); re-embedding it",
+                            root, decode_note(old.get("plan")))
+                remove_gallery_files(root)
+                clear_built(root)
+                old = None
             if old is not None:
                 try:
                     return cls.open(root, encoder=encoder)
@@ -266,6 +329,11 @@ class Gallery:
             _seal_legacy(root, meta)
         if info.get("format") != FORMAT:
             raise InputError(f"gallery '{root}' has format {info.get('format')}, this agentcir reads format {FORMAT}")
+        if decode_version(info.get("plan")) != DECODE_VERSION:
+            how = (f"`agentcir index {info['source']} --out {root}`" if str(info.get("source", "")).startswith("/")
+                   else "the command that built it (`agentcir index FOLDER --out GALLERY`, or the run)")
+            raise InputError(f"gallery '{root}' was embedded by an older image decoder ({decode_note(info.get('plan'))}); "
+                             f"its embeddings do not match the photos as they are decoded now: re-embed it by rerunning {how}")
         if encoder is not None and info["encoder"]["identity"] != encoder.identity:
             raise InputError(
                 f"gallery '{root}' was indexed with encoder '{info['encoder']['key']}' "
@@ -331,7 +399,7 @@ class Gallery:
                 it.meta = dict(new)
                 changed += 1
         if changed:
-            with storage_errors(self.root, f"gallery '{self.root}'"):
+            with storage_errors(self.root, "the gallery"):
                 _write_items(self.root, self.items)
         return changed
 
@@ -363,7 +431,7 @@ class Gallery:
         if len(captions) != len(self):
             raise ValueError(f"gallery '{self.root}' has {len(self)} items, got {len(captions)} captions")
         d = self.root / "captions"
-        with storage_errors(d, f"captions of gallery '{self.root}'"):
+        with storage_errors(d, "the gallery's captions"):
             d.mkdir(exist_ok=True)
             with atomic_path(d / f"{key}.jsonl") as tmp, open(tmp, "w") as f:
                 for i, c in zip(self.ids, captions):
@@ -397,7 +465,7 @@ class Gallery:
         d = f.parent
         if not self.has_caption_emb(key, encoder):
             emb = encoder.encode_texts(caps).astype(dtype or self.info["dtype"])
-            with storage_errors(d, f"caption embeddings of gallery '{self.root}'"):
+            with storage_errors(d, "the gallery's caption embeddings"):
                 d.mkdir(exist_ok=True)
                 with atomic_path(f) as tmp:
                     np.save(tmp, emb)

@@ -39,6 +39,8 @@ class IndexReport:
         engine: the sharded build's engine (``local`` or ``ray``), ``""`` unsharded.
         metadata: the metadata scan's summary line, ``""`` when metadata was not read.
         domain: the domain check's line, ``""`` when the encoder names no domain.
+        links: the folders not walked (symlinked ones without ``follow_links``, loops, unreadable),
+            each with its ``path`` and ``reason``.
     """
 
     gallery: Any
@@ -55,6 +57,7 @@ class IndexReport:
     engine: str = ""
     metadata: str = ""
     domain: str = ""
+    links: list = field(default_factory=list)
 
 
 def scale_for(recipe: dict[str, Any], *, engine: str | None = None, address: str | None = None,
@@ -74,7 +77,7 @@ def scale_for(recipe: dict[str, Any], *, engine: str | None = None, address: str
 
 def index_folder(recipe: dict[str, Any], folder: str | Path, out: str | Path, *, dtype: str = "float32",
                  user: str | None = None, metadata: bool = True, scale: dict[str, Any] | None = None,
-                 progress: bool = False, encoder=None) -> IndexReport:
+                 progress: bool = False, encoder=None, follow_links: bool = False) -> IndexReport:
     """Embed every image under ``folder`` (recursively) with ``recipe``'s encoder into ``out``.
 
     Args:
@@ -87,7 +90,19 @@ def index_folder(recipe: dict[str, Any], folder: str | Path, out: str | Path, *,
         scale: a sharded build's settings (:func:`scale_for`); None: unsharded.
         progress: progress bars on stderr.
         encoder: an encoder already built from ``recipe`` (else it is built here).
+        follow_links: walk symlinked folders (each real folder once; loops refused); else they
+            are skipped and reported in :attr:`IndexReport.links`.
+
+    A full disk (numpy's short write included) is a ``StorageError`` naming the gallery's path.
     """
+    from .files import storage_errors
+
+    with storage_errors(out, "the gallery"):
+        return _index_folder(recipe, folder, out, dtype=dtype, user=user, metadata=metadata, scale=scale,
+                             progress=progress, encoder=encoder, follow_links=follow_links)
+
+
+def _index_folder(recipe, folder, out, *, dtype, user, metadata, scale, progress, encoder, follow_links) -> IndexReport:
     from .gallery import Gallery, items_from_folder
 
     if dtype not in ("float32", "float16"):
@@ -95,7 +110,8 @@ def index_folder(recipe: dict[str, Any], folder: str | Path, out: str | Path, *,
     if recipe.get("encoder", {}).get("name") in (None, "none"):
         raise InputError("indexing needs an encoder: the recipe selects none")
     folder = Path(folder)
-    items, others = items_from_folder(folder)
+    links: list = []
+    items, others = items_from_folder(folder, follow_links=follow_links, links=links)
     scan = None
     if metadata:
         from .methods.imageseeker.exif import scan_folder
@@ -132,4 +148,4 @@ def index_folder(recipe: dict[str, Any], folder: str | Path, out: str | Path, *,
         seconds=took, fresh=fresh, shards=len(getattr(g, "shards", ())) if scale is not None else 0,
         engine=scale["engine"] if scale is not None else "",
         metadata=scan.line() + (f"; user '{user}'" if user else "") if scan is not None else "",
-        domain=check.line() if check is not None else "")
+        domain=check.line() if check is not None else "", links=links)

@@ -124,11 +124,13 @@ def import_plugins(modules: Any) -> list[str]:
 
 
 def _hydra_compose(overrides: Sequence[str], config_name: str, recipes_dir: Path, extra_dirs: Sequence[str]):
+    import yaml
     from hydra import compose, initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
     from hydra.errors import HydraException
     from omegaconf.errors import OmegaConfBaseException
 
+    check_recipe_dirs(extra_dirs)
     dirs = [*extra_dirs, *plugin_recipe_dirs()]
     overrides = project_overrides(overrides, recipe_groups([recipes_dir, *dirs]))
     generated = registered_recipes(overrides, [recipes_dir, *dirs], extra_dirs,  # keys registered from Python
@@ -142,9 +144,11 @@ def _hydra_compose(overrides: Sequence[str], config_name: str, recipes_dir: Path
     try:
         with initialize_config_dir(config_dir=str(recipes_dir), version_base="1.3"):
             return compose(config_name=config_name, overrides=overrides)
+    except yaml.YAMLError as e:
+        raise InputError(yaml_problem(e)) from None
     except (HydraException, OmegaConfBaseException) as e:
-        msg = " ".join(str(e).split())
-        raise InputError(f"recipe error: {msg}") from None
+        msg = " ".join(str(e).split()).split(" Config search path:")[0]
+        raise InputError(f"recipe error: {msg}{missing_option_hint(msg, [recipes_dir, *dirs])}") from None
     finally:
         GlobalHydra.instance().clear()
         if generated is not None:
@@ -211,6 +215,36 @@ def registered_recipes(overrides: Sequence[str], dirs: Sequence[str | os.PathLik
     return out
 
 
+def check_recipe_dirs(dirs: Sequence[str | os.PathLike]) -> None:
+    """Each user recipe folder (``--recipes DIR``) must be an existing folder (Hydra would only warn)."""
+    for d in dirs:
+        if not Path(d).is_dir():
+            why = "is not a folder" if Path(d).exists() else "does not exist"
+            raise InputError(f"recipe folder '{d}' (--recipes) {why}; give a folder holding group folders "
+                             f"(method/NAME.yaml, encoder/NAME.yaml, ...)")
+
+
+def yaml_problem(e: Exception) -> str:
+    """A one-line message for a recipe file that is not valid YAML, naming the file, line and column."""
+    mark = getattr(e, "problem_mark", None) or getattr(e, "context_mark", None)
+    where = f"'{mark.name}', line {mark.line + 1}, column {mark.column + 1}" if mark is not None else "a recipe file"
+    what = " ".join(str(x) for x in (getattr(e, "context", None), getattr(e, "problem", None)) if x) or str(e).splitlines()[0]
+    return f"recipe file {where}: malformed YAML ({what}); fix the file"
+
+
+def missing_option_hint(msg: str, dirs: Sequence[str | os.PathLike]) -> str:
+    """``"; did you mean 'octopus'?"`` for Hydra's "Could not find 'method/octopuss'", from the
+    options (``<group>/<option>.yaml``) of the recipe folders ``dirs``; else ``""``."""
+    import re
+
+    m = re.search(r"Could not find '([^']+)/([^'/]+)'", msg)
+    if not m:
+        return ""
+    group, option = m.groups()
+    options = {p.stem for d in dirs if (Path(d) / group).is_dir() for p in (Path(d) / group).glob("*.yaml")}
+    return closest_hint(option, options)
+
+
 def plugin_recipe_dirs() -> list[str]:
     """Recipe folders shipped by plugins: entry-point group ``agentcir.recipes``, whose value is
     a package holding group folders (``encoder/mine.yaml``, ...), searched after the built-ins."""
@@ -271,11 +305,9 @@ def validate(raw: dict[str, Any], check_devices: bool = True) -> dict[str, Any]:
         raise ConfigError(f"run: field 'gallery_dtype': must be float32 or float16, got '{out['run']['gallery_dtype']}'")
     if out["run"]["gallery_captions"] not in ("auto", "dataset", "captioner"):
         raise ConfigError(f"run: field 'gallery_captions': must be auto, dataset or captioner, got '{out['run']['gallery_captions']}'")
-    if out["run"]["concurrency"] < 1:
-        raise ConfigError(f"run: field 'concurrency': must be at least 1, got {out['run']['concurrency']}")
     from .recipe_checks import check_recipe
 
-    check_recipe(out, GROUPS, devices=check_devices)  # paths (run.name), ranges (method.gate), devices (encoder.device)
+    check_recipe(out, GROUPS, devices=check_devices)  # paths (run.name), devices (encoder.device)
     return out
 
 

@@ -1,9 +1,10 @@
-"""Checks of a composed recipe that need more than the field types: paths, ranges, devices,
+"""Checks of a composed recipe that need more than the field types and ranges: paths, devices,
 and what the method needs its components to support (:mod:`agentcir.framework.capabilities`).
 
 Run by :func:`agentcir.framework.recipe.validate` (so by ``compose``), before any component
 or model is built: a bad value fails in a second, naming the field, instead of deep inside
-a run (or, worse, silently changing what the run does).
+a run (or, worse, silently changing what the run does). Numeric ranges are declared on the config
+dataclasses and checked as each one is built (:func:`agentcir.registry.config.check_ranges`).
 """
 
 from __future__ import annotations
@@ -12,19 +13,6 @@ from pathlib import PurePosixPath, PureWindowsPath
 from typing import Any
 
 from ..registry import ConfigError
-
-#: (group, field) -> inclusive (low, high) bounds; None: unbounded on that side. Applied when the
-#: selected component has the field (e.g. OCTOPUS' uncertainty gate: u is min-max normalised to [0, 1],
-#: so a gate above 1 would silently verify nothing)
-RANGES: dict[tuple[str, str], tuple[float | None, float | None]] = {
-    ("method", "gate"): (0.0, 1.0),
-    ("method", "lam"): (0.0, 1.0),
-    ("method", "top_k"): (1, None),
-    ("method", "alpha"): (1, None),
-    ("method", "max_verified"): (0, None),
-    ("run", "concurrency"): (1, None),
-    ("run", "show"): (0, None),
-}
 
 
 def check_run_name(run: dict[str, Any]) -> None:
@@ -40,19 +28,6 @@ def check_run_name(run: dict[str, Any]) -> None:
             or PureWindowsPath(text).drive or any(p in ("..", ".") for p in parts) or "\0" in text):
         raise ConfigError(f"run: field 'name': must be a folder name (or relative path) inside run.root "
                           f"without '..', '.' or a leading '/', got {name!r}")
-
-
-def check_ranges(recipe: dict[str, Any]) -> None:
-    for (group, field), (lo, hi) in RANGES.items():
-        node = recipe.get(group) or {}
-        if field not in node or isinstance(node[field], bool) or not isinstance(node[field], (int, float)):
-            continue
-        v = node[field]
-        if (lo is not None and v < lo) or (hi is not None and v > hi):
-            want = f"within {lo:g}..{hi:g}" if lo is not None and hi is not None else (
-                f"at least {lo:g}" if lo is not None else f"at most {hi:g}")
-            who = f"{group} '{node['name']}'" if "name" in node else group
-            raise ConfigError(f"{who}: field '{field}': must be {want}, got {v:g}")
 
 
 def device_problem(device: str) -> str | None:
@@ -100,8 +75,7 @@ def check_recipe(recipe: dict[str, Any], groups: tuple[str, ...], devices: bool 
     false skips the devices' availability (``--plan``, ``--print-recipe``: nothing runs here)."""
     from .capabilities import check_capabilities
 
-    check_run_name(recipe["run"])
-    check_ranges(recipe)
+    check_run_name(recipe["run"])  # numeric ranges: checked as each config is built (agentcir.registry.config)
     check_capabilities(recipe, groups)  # what the method needs of its components (no model loads)
     if devices:
         check_devices(recipe, groups)

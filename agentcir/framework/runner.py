@@ -588,7 +588,9 @@ def run_inputs(recipe: dict[str, Any], pool, method: Method, gallery, gdir: Path
 
 
 def gallery_dir(root: Path, dataset_key: str, items_hash: str, encoder_identity: str, dtype: str) -> Path:
-    return root / "_galleries" / f"{dataset_key}-{stable_hash(items_hash, encoder_identity, dtype, n=12)}"
+    from .images import DECODE_VERSION  # photos decoded otherwise: another gallery (and new stage results)
+
+    return root / "_galleries" / f"{dataset_key}-{stable_hash(items_hash, encoder_identity, dtype, DECODE_VERSION, n=12)}"
 
 
 def run_gallery_dir(recipe: dict[str, Any], items: Sequence[GalleryItem], encoder) -> Path:

@@ -117,11 +117,11 @@ def test_endpoint_concurrency_follows_the_run_unless_capped(cap, caplog):
 
 def test_endpoint_concurrency_default_and_bad_cap():
     from agentcir.components.llms.http import DEFAULT_CONCURRENCY
-    from agentcir.framework.errors import InputError
+    from agentcir.registry import ConfigError
 
     llm = LLMS.build("openai", {"base_url": "http://localhost:1/v1"})
     assert llm.http.concurrency == DEFAULT_CONCURRENCY  # outside a run
-    with pytest.raises(InputError, match="concurrency must be at least 1, got 0"):
+    with pytest.raises(ConfigError, match="field 'concurrency': must be at least 1, got 0"):
         LLMS.build("openai", {"base_url": "http://localhost:1/v1", "concurrency": 0})
 
 

@@ -193,7 +193,7 @@ def test_bad_scale_settings_are_named():
         scale_settings({"search": "ivf_sq", "sq": "4bit"})
     with pytest.raises(ConfigError, match="unknown field 'shard'"):
         scale_settings({"shard": 2})
-    with pytest.raises(ConfigError, match="field 'concurrency': must be >= 0"):
+    with pytest.raises(ConfigError, match="field 'concurrency': must be at least 0"):
         scale_settings({"concurrency": -1})
 
 

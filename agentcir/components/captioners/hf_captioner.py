@@ -18,6 +18,7 @@ from ...framework.errors import require
 from ...framework.images import load_rgb
 from ...framework.interfaces import Captioner
 from ...registry import CAPTIONERS
+from ...registry.config import bounded
 from .hf import check_dtype, load_pretrained, model_fingerprint, quiet_transformers, torch_device, torch_dtype
 
 
@@ -45,7 +46,7 @@ class TransformersCaptioner(Captioner):
         text: str = ""
         strip_text: bool = False
         max_new_tokens: int = 30
-        num_beams: int = 1
+        num_beams: int = bounded(1, 1)
         device: str = "cpu"
         dtype: str = "float32"
         batch_size: int = 8

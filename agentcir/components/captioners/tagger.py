@@ -18,6 +18,7 @@ import numpy as np
 from ...framework.errors import InputError
 from ...framework.interfaces import Captioner
 from ...registry import CAPTIONERS
+from ...registry.config import bounded
 from .zeroshot import DEFAULT_PROMPTS, ZeroShot
 
 _SLOT = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
@@ -80,10 +81,10 @@ class TaggerCaptioner(Captioner):
         fallback: dict[str, str] = field(default_factory=lambda: {"articles": "item"})
         min_prob: dict[str, float] = field(default_factory=lambda: {"patterns": 0.5})
         default_min_prob: float = 0.4
-        min_margin: dict[str, float] = field(default_factory=dict)
-        default_min_margin: float = 0.0
-        max_values: dict[str, int] = field(default_factory=dict)
-        temperature: float = 0.01
+        min_margin: dict[str, float] = bounded(lo=-1.0, hi=1.0, default_factory=dict)
+        default_min_margin: float = bounded(0.0, -1.0, 1.0)
+        max_values: dict[str, int] = bounded(lo=1, default_factory=dict)
+        temperature: float = bounded(0.01, 0, lo_open=True)
         synonyms: bool = False
         vocab_dir: str = ""
 

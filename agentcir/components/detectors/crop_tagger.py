@@ -17,6 +17,7 @@ from ...framework.errors import InputError
 from ...framework.images import load_rgb
 from ...framework.interfaces import Detector
 from ...registry import DETECTORS
+from ...registry.config import bounded
 from ..captioners.zeroshot import ZeroShot
 
 
@@ -78,14 +79,14 @@ class CropTaggerDetector(Detector):
     class Config:
         vocabularies: list[str] = field(default_factory=lambda: ["articles", "objects"])
         prompts: dict[str, str] = field(default_factory=dict)
-        grids: list[int] = field(default_factory=lambda: [1, 2])
-        overlap: float = 0.25
-        per_crop: int = 1
+        grids: list[int] = bounded(lo=1, default_factory=lambda: [1, 2])
+        overlap: float = bounded(0.25, 0.0, 1.0)
+        per_crop: int = bounded(1, 1)
         min_prob: float = 0.3
         area_power: float = 1.0
         max_objects: int = 10
         min_score: float = 0.5
-        temperature: float = 0.01
+        temperature: float = bounded(0.01, 0, lo_open=True)
         vocab_dir: str = ""
 
     def __init__(self, cfg=None, **deps):

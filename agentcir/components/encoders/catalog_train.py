@@ -39,6 +39,7 @@ from ...framework.errors import InputError
 from ...framework.hashing import stable_hash
 from ...framework.images import ImageDecodeError, Skipped, load_rgb, report_skipped
 from ...framework.interfaces import l2_normalize
+from ...registry.config import bounded
 from . import catalog as C
 from .common import square_pixels
 
@@ -100,18 +101,18 @@ class TrainConfig:
     usage_column: str = "usage"
     extra_columns: list[str] = field(default_factory=lambda: ["subCategory", "season"])
     out: str = "runs/train-catalog"
-    epochs: int = 50
+    epochs: int = bounded(50, 1)
     batch_size: int = 256
     lr: float = 0.002
     weight_decay: float = 0.05
     warmup_epochs: float = 1.0
-    image_size: int = 64
-    widths: list[int] = field(default_factory=lambda: [32, 64, 128, 256])
-    blocks: list[int] = field(default_factory=lambda: [1, 1, 1, 1])
-    stem: int = 32
-    members: int = 1
-    min_scale: float = 0.7
-    temperature: float = 0.07
+    image_size: int = bounded(64, 8)
+    widths: list[int] = bounded(lo=1, default_factory=lambda: [32, 64, 128, 256])
+    blocks: list[int] = bounded(lo=1, default_factory=lambda: [1, 1, 1, 1])
+    stem: int = bounded(32, 1)
+    members: int = bounded(1, 1)
+    min_scale: float = bounded(0.7, 0, 1.0, lo_open=True)
+    temperature: float = bounded(0.07, 0, lo_open=True)
     full_weight: float = 0.0
     bf16: bool = True
     channels_last: bool = True

@@ -19,6 +19,7 @@ from ...framework.errors import InputError, require
 from ...framework.images import load_rgb
 from ...framework.interfaces import Generator
 from ...registry import GENERATORS
+from ...registry.config import bounded
 from ..captioners.hf import check_dtype, load_pretrained, model_fingerprint, quiet_transformers, torch_device, torch_dtype
 from .files import save_content_addressed
 
@@ -57,14 +58,14 @@ class DiffusersGenerator(Generator):
     class Config:
         model: str = "stable-diffusion-v1-5/stable-diffusion-v1-5"
         revision: str = ""
-        steps: int = 30
+        steps: int = bounded(30, 1)
         guidance_scale: float = 7.5
         height: int = 0
         width: int = 0
         negative_prompt: str = ""
         seed: int = 0
         use_reference: bool = False
-        strength: float = 0.6
+        strength: float = bounded(0.6, 0.0, 1.0, lo_open=True)
         output_dir: str = "runs/generated"
         device: str = "auto"
         dtype: str = "float32"

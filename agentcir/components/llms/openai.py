@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import asyncio
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, ClassVar, Coroutine
 
 from ...framework.component import Component
 from ...framework.errors import InputError
 from ...framework.interfaces import ChatReply, ToolCall
 from ...registry import LLMS
+from ...registry.config import bounded
 from .base import PromptedLLM
 from .http import ENDPOINT_VOLATILE, BadReply, Endpoint, EndpointError, HttpClient, image_data_url, public_url
 from ...framework.parsing import ReplyParseError, extract_json
@@ -66,10 +67,10 @@ class OpenAILLM(PromptedLLM):
         seed: int | None = None
         response_format: str = "json_object"
         image_max_side: int = 768
-        image_quality: int = 90
+        image_quality: int = bounded(90, 1, 100)
         image_detail: str | None = None
         parse_retries: int = 1
-        extra_body: dict[str, Any] = field(default_factory=dict)
+        extra_body: dict[str, Any] = bounded(lo=None, default_factory=dict)
 
     def __init__(self, cfg: Any = None, **deps: Any):
         super().__init__(cfg, **deps)

@@ -30,6 +30,7 @@ from ...framework.errors import InputError, require
 from ...framework.hashing import stable_hash
 from ...framework.interfaces import ChatReply, ToolCall
 from ...registry import LLMS
+from ...registry.config import bounded
 from .base import PromptedLLM
 from ...framework.parsing import ReplyParseError, extract_json
 
@@ -95,7 +96,7 @@ class TransformersLLM(PromptedLLM):
         dtype: str = "auto"
         max_new_tokens: int = 512
         temperature: float = 0.0
-        top_p: float = 1.0
+        top_p: float = bounded(1.0, 0.0, 1.0)
         seed: int = 0
         local_files_only: bool = True
         trust_remote_code: bool = False

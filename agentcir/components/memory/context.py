@@ -25,6 +25,7 @@ from typing import Any, Callable, ClassVar, Sequence
 from ...framework.errors import InputError, require
 from ...framework.interfaces import Memory
 from ...registry import MEMORIES
+from ...registry.config import bounded
 
 log = logging.getLogger(__name__)
 
@@ -337,7 +338,7 @@ class ContextMemory(Memory):
 
     @dataclass
     class Config:
-        budget: int = 16000
+        budget: int = bounded(16000, 1)
         keep_last: int = 6
         token_counter: str = "approx"
         summarizer: str = "offline"

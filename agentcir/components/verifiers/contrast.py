@@ -48,6 +48,7 @@ from ...framework.errors import InputError
 from ...framework.hashing import file_digest
 from ...framework.interfaces import Verifier
 from ...registry import VERIFIERS
+from ...registry.config import bounded
 from ..captioners.zeroshot import ZeroShot, embed_texts_once
 from ..llms.edits import PRIORITY, SLOT_VOCAB, Edit, Lexicon
 
@@ -125,7 +126,7 @@ class ContrastVerifier(Verifier):
         vocabularies: list[str] = field(default_factory=lambda: ["colours", "patterns", "articles", "genders",
                                                                  "usages", "objects"])
         top_k: int = 1
-        object_top_k: int = 3
+        object_top_k: int = bounded(3, 1)
         negation: str = "it is not true that {}"
         vocab_dir: str = ""
 

@@ -39,6 +39,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ...registry import DATASETS
+from ...registry.config import bounded
 from ..errors import InputError
 from ..eval.metrics import covr_metrics
 from ..features import feature_ref, load_tables
@@ -80,7 +81,7 @@ class WebVidCoVR(Dataset):
         annotation: str = "webvid8m-covr_test.csv"
         videos: str = ""
         frames: str = ""
-        num_frames: int = 1
+        num_frames: int = bounded(1, 1)
         cache: str = ""
         limit: int = 0
         preload: str = ""

@@ -22,6 +22,7 @@ import numpy as np
 
 from ...kernels import cosine_topk, ldre_weights
 from ...registry import METHODS
+from ...registry.config import bounded
 from ..errors import InputError
 from ..interfaces import l2_normalize
 from ..method import Method, RunState, Stage
@@ -47,7 +48,7 @@ class _Embedding(Method):
     @dataclass
     class Config:
         top_k: int = 50
-        image_weight: float = 0.5
+        image_weight: float = bounded(0.5, 0.0, 1.0)
 
     def stages(self) -> list[Stage]:
         return [Stage("embed", self._embed), Stage("retrieve", self._retrieve)]
@@ -114,7 +115,7 @@ class CIReVL(_Captioned):
     @dataclass
     class Config:
         top_k: int = 100
-        num_keyframes: int = 8
+        num_keyframes: int = bounded(8, 1)
 
     def stages(self) -> list[Stage]:
         return [Stage("reason", self._reason), Stage("retrieve", self._rank)]
@@ -172,11 +173,11 @@ class LDRE(_Captioned):
     @dataclass
     class Config:
         top_k: int = 100
-        num_captions: int = 15
+        num_captions: int = bounded(15, 1)
         ensemble: str = "adaptive"
-        adaptive_topk: int = 5
-        temperature: float = 0.04
-        num_keyframes: int = 8
+        adaptive_topk: int = bounded(5, 1)
+        temperature: float = bounded(0.04, 0, lo_open=True)
+        num_keyframes: int = bounded(8, 1)
 
     def __init__(self, cfg=None, **deps):
         super().__init__(cfg, **deps)

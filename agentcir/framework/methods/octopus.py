@@ -58,6 +58,7 @@ import numpy as np
 
 from ...kernels import cosine_topk, octopus_topk, octopus_visual_query, promote_first_accepted, uncertainty
 from ...registry import METHODS
+from ...registry.config import bounded
 from ..errors import InputError
 from ..method import Method, RunState, Stage
 from ..runner import RunContext
@@ -107,10 +108,10 @@ class Octopus(Method):
     @dataclass
     class Config:
         top_k: int = 100
-        num_keyframes: int = 8
-        num_proxies: int = 10
-        lam: float = 0.2
-        tau: float = 0.04
+        num_keyframes: int = bounded(8, 1)
+        num_proxies: int = bounded(10, 1)
+        lam: float = bounded(0.2, 0.0, 1.0)
+        tau: float = bounded(0.04, 0, lo_open=True)
         modification_reasoning: bool = True
         refinement: bool = True
         textual_proxies: bool = True
@@ -120,10 +121,10 @@ class Octopus(Method):
         cross_modal: str = "v2t"
         visual_without_proxy: str = "reference"
         verification: bool = True
-        alpha: int = 20
-        gate: float = 0.8
+        alpha: int = bounded(20, 1)
+        gate: float = bounded(0.8, 0.0, 1.0)
         max_verified: int = 1000
-        entropy_tau: float = 0.02
+        entropy_tau: float = bounded(0.02, 0, lo_open=True)
         bonus: float = 100.0
         verify_instruction: str = "modification"
 

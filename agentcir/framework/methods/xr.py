@@ -63,6 +63,7 @@ import numpy as np
 from ..parsing import extract_json, parse_task_reply, parse_true_false
 from ...kernels import cosine_topk, promote_first_accepted, rrf, xr_rerank
 from ...registry import METHODS
+from ...registry.config import bounded
 from ..errors import InputError
 from ..method import Method, RunState, Stage
 from ..runner import RunContext
@@ -149,19 +150,19 @@ class XR(Method):
     @dataclass
     class Config:
         top_k: int = 100
-        num_keyframes: int = 8
-        num_descriptions: int = 3
+        num_keyframes: int = bounded(8, 1)
+        num_descriptions: int = bounded(3, 1)
         variants: list[str] = field(default_factory=lambda: ["v1", "v2", "aug"])
-        tau: float = 0.15
+        tau: float = bounded(0.15, 0.0, 1.0)
         rrf_z: float = 60.0
-        rrf_depth: int = 15000
+        rrf_depth: int = bounded(15000, 1)
         stage2_source: str = "aug"
-        k_prime: int = 100
+        k_prime: int = bounded(100, 1)
         num_questions: int = 3
         s2_mode: str = "both"
-        qa_weight: float = 0.5
+        qa_weight: float = bounded(0.5, 0.0, 1.0)
         stage3: bool = False
-        alpha: int = 100
+        alpha: int = bounded(100, 1)
         upstream_compat: bool = False
         compat_questions_prompt: str = "tasks/questions"
         compat_entail_prompt: str = "xr/entail_released"

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from ...registry import ConfigError, make_config
+from ...registry.config import bounded
 from ..errors import InputError, require
 
 ENGINES = ("local", "ray")
@@ -69,7 +70,7 @@ class ScaleConfig:
     nprobe: int = 16
     ef_search: int = 64
     refine: int = 0
-    concurrency: int = 0
+    concurrency: int = bounded(0, 0, note="0: fill the cluster")
     num_gpus: float = 0.0
     num_cpus: float = 1.0
     shard_threads: int = 0

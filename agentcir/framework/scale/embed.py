@@ -26,9 +26,9 @@ import numpy as np
 from ..domain import reference_images, store_reference
 from ..errors import InputError
 from ..files import atomic_write_text
-from ..gallery import CHUNK, Gallery, GalleryItem
+from ..gallery import CHUNK, Gallery, GalleryItem, clear_built, decode_note, stale_decode
 from ..hashing import stable_hash
-from ..images import Skipped
+from ..images import DECODE_VERSION, Skipped
 from ..shards import SHARD_DIR, open_sharded, shard_ranges, write_manifest
 from . import init_ray, scale_settings
 
@@ -37,7 +37,7 @@ log = logging.getLogger(__name__)
 
 def _plan(items: Sequence[GalleryItem], encoder, dtype: str, shards: int) -> dict:
     return {"items": stable_hash([[it.id, it.path] for it in items]), "encoder": encoder.identity, "dtype": dtype,
-            "shards": shards}
+            "shards": shards, "decode": DECODE_VERSION}
 
 
 def _shard_done(d: Path) -> bool:
@@ -103,6 +103,13 @@ def build_sharded(root: str | Path, items: Sequence[GalleryItem], encoder, scale
                           str(e).split("; rebuild")[0].split("; rerun")[0])
                 remove_with_sidecar(meta)
                 info = None
+        if info is not None and info.get("plan") != plan and stale_decode(info.get("plan"), plan):
+            log.warning("gallery '%s' was embedded by an older image decoder (%s); re-embedding it",
+                        root, decode_note(info.get("plan")))
+            remove_with_sidecar(meta)
+            (root / "plan.json").unlink(missing_ok=True)
+            for s in range(S):  # the same shard count: the plans differ only in the decoder
+                clear_built(root / SHARD_DIR.format(s))
     if meta.is_file():
         raise InputError(f"gallery folder '{root}' already holds a different gallery (encoder, items or shard "
                          f"count differ); choose another output folder or delete it")

@@ -7,7 +7,7 @@ from agentcir.components.captioners import zeroshot
 from agentcir.components.captioners.tagger import tidy
 from agentcir.framework.errors import InputError
 from agentcir.framework.images import ImageDecodeError
-from agentcir.registry import CAPTIONERS
+from agentcir.registry import CAPTIONERS, ConfigError
 
 
 def build(encoder, **cfg):
@@ -112,7 +112,7 @@ def test_bad_config_is_named(word_encoder):
         build(word_encoder, prompts={"colours": "a photo of colour"})
     with pytest.raises(InputError, match=r"in each '\|'-separated template"):
         build(word_encoder, prompts={"colours": "a {} thing|a photo"})
-    with pytest.raises(InputError, match="temperature must be positive"):
+    with pytest.raises(ConfigError, match="field 'temperature': must be above 0, got 0"):
         build(word_encoder, temperature=0.0)
     with pytest.raises(TypeError, match="needs the component"):
         CAPTIONERS.build("tagger", {})

@@ -6,7 +6,7 @@ from agentcir.components.detectors.crop_tagger import grid_boxes
 from agentcir.components.detectors.vlm import normalize_labels
 from agentcir.framework.parsing import ReplyParseError
 from agentcir.framework.errors import InputError
-from agentcir.registry import DETECTORS
+from agentcir.registry import DETECTORS, ConfigError
 
 
 @pytest.mark.parametrize("reply,expected", [
@@ -90,9 +90,9 @@ def test_crop_tagger_default_vocabularies_and_any_encoder(word_encoder, toy_enco
 
 
 def test_crop_tagger_bad_config(word_encoder):
-    with pytest.raises(InputError, match=r"field 'grids' must list grid sizes >= 1, got \[0\]"):
+    with pytest.raises(ConfigError, match=r"field 'grids\[0\]': must be at least 1, got 0"):
         DETECTORS.build("crop_tagger", {"grids": [0]}, encoder=word_encoder)
-    with pytest.raises(InputError, match="field 'area_power' must be >= 0"):
+    with pytest.raises(ConfigError, match="field 'area_power': must be at least 0, got -1"):
         DETECTORS.build("crop_tagger", {"area_power": -1.0}, encoder=word_encoder)
     with pytest.raises(InputError, match=r"field 'overlap' must be in \[0, 1\)"):
         DETECTORS.build("crop_tagger", {"overlap": 1.0}, encoder=word_encoder)

@@ -6,7 +6,7 @@ import json
 import pytest
 
 from agentcir.framework.errors import InputError
-from agentcir.registry import GENERATORS
+from agentcir.registry import GENERATORS, ConfigError
 
 pytest.importorskip("diffusers", reason="generator 'diffusers' needs the [diffusion] extra (pip install 'agentcir[diffusion]')")
 
@@ -72,9 +72,9 @@ def test_identity_and_bad_config(tiny_sd, tmp_path):
     a = GENERATORS.build("diffusers", {"model": str(tiny_sd)})
     assert GENERATORS.build("diffusers", {"model": str(tiny_sd), "device": "cuda"}).identity == a.identity
     assert GENERATORS.build("diffusers", {"model": str(tiny_sd), "seed": 1}).identity != a.identity
-    with pytest.raises(InputError, match=r"field 'strength' must be in \(0, 1\], got 1.5"):
+    with pytest.raises(ConfigError, match=r"field 'strength': must be within 0..1 and above 0, got 1.5"):
         GENERATORS.build("diffusers", {"strength": 1.5})
-    with pytest.raises(InputError, match="field 'steps' must be at least 1"):
+    with pytest.raises(ConfigError, match="field 'steps': must be at least 1, got 0"):
         GENERATORS.build("diffusers", {"steps": 0})
     gen = GENERATORS.build("diffusers", {"model": str(tmp_path / "none"), "local_files_only": True})
     with pytest.raises(InputError, match=r"generator 'diffusers': cannot load model '.*none'"):

@@ -15,7 +15,7 @@ from PIL import Image
 
 from agentcir.components.generators.openai_images import ImagesAPIError
 from agentcir.framework.errors import InputError
-from agentcir.registry import GENERATORS
+from agentcir.registry import GENERATORS, ConfigError
 
 pytest.importorskip("httpx", reason="generator 'openai_images' needs the [llm] extra")
 
@@ -221,7 +221,7 @@ def test_key_from_environment_and_bad_inputs(make, server, monkeypatch):
     assert server.requests[-1]["headers"]["Authorization"] == "Bearer sk-env"
     with pytest.raises(InputError, match="description must be a non-empty text"):
         make().generate("")
-    with pytest.raises(InputError, match="field 'retries' must be >= 0"):
+    with pytest.raises(ConfigError, match="field 'retries': must be at least 0, got -1"):
         make(retries=-1)
 
 

@@ -17,7 +17,7 @@ from agentcir.framework.cache import CallCache
 from agentcir.framework.errors import InputError
 from agentcir.framework.interfaces import assistant_message, tool_message, user_message
 from agentcir.framework.runner import RunContext
-from agentcir.registry import LLMS
+from agentcir.registry import LLMS, ConfigError
 
 CHAT = "/chat/completions"
 
@@ -439,7 +439,7 @@ def test_bad_config_is_named():
         LLMS.build("openai", {"response_format": "yaml"})
     with pytest.raises(InputError, match="base_url 'ftp://x' is not an http"):
         LLMS.build("openai", {"base_url": "ftp://x"})
-    with pytest.raises(InputError, match="concurrency must be at least 1"):
+    with pytest.raises(ConfigError, match="field 'concurrency': must be at least 1, got 0"):
         LLMS.build("openai", {"base_url": "http://localhost:1/v1", "concurrency": 0})
 
 

@@ -5,7 +5,7 @@ import pytest
 from agentcir.components.verifiers.contrast import find_mentions, positive_form
 from agentcir.framework.errors import InputError
 from agentcir.components.llms.edits import Lexicon
-from agentcir.registry import VERIFIERS
+from agentcir.registry import VERIFIERS, ConfigError
 
 LEX = Lexicon()
 VOCABS = ("colours", "patterns", "articles", "genders", "usages", "objects")
@@ -99,9 +99,9 @@ def test_works_with_any_encoder_and_bad_config(toy_encoder, word_encoder, images
     v = VERIFIERS.build("contrast", {}, encoder=toy_encoder)
     assert isinstance(v.check("a red t-shirt", candidate=images["red_tshirt"]), bool)
     assert isinstance(v.verify(images["red_tshirt"], "brighter please", reference=images["blue_tshirt"]), bool)
-    with pytest.raises(InputError, match="field 'object_top_k' must be at least 1"):
+    with pytest.raises(ConfigError, match="field 'object_top_k': must be at least 1, got 0"):
         VERIFIERS.build("contrast", {"object_top_k": 0}, encoder=word_encoder)
-    with pytest.raises(InputError, match="field 'top_k' must be at least 1"):
+    with pytest.raises(ConfigError, match="field 'top_k': must be at least 1, got 0"):
         VERIFIERS.build("contrast", {"top_k": 0}, encoder=word_encoder)
     with pytest.raises(InputError, match="field 'vocabularies' names shapes; the verifier judges"):
         VERIFIERS.build("contrast", {"vocabularies": ["colours", "shapes"]}, encoder=word_encoder)

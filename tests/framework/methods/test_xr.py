@@ -10,7 +10,7 @@ import pytest
 from agentcir.framework.errors import InputError
 from agentcir.framework.methods.xr import upstream_image_match, upstream_is_yes, upstream_questions
 from agentcir.framework.recipe import compose
-from agentcir.registry import METHODS
+from agentcir.registry import METHODS, ConfigError
 
 from .conftest import SetVerifier, assert_ranking, enc_text, topk_desc
 
@@ -222,9 +222,9 @@ def test_bad_configs(world):
                      ({"variants": ["v1"], "stage2_source": "fused"}, "stage2_source=fused needs at least two variants"),
                      ({"variants": ["v1", "v2"], "stage2_source": "aug"}, "stage2_source=aug is not one of the ranked"),
                      ({"s2_mode": "all"}, "field 's2_mode' must be one of both, qa, caption, none"),
-                     ({"k_prime": 0}, "field 'k_prime' must be at least 1"),
-                     ({"tau": 2.0}, "fields 'tau' and 'qa_weight' must be in \\[0, 1\\]")]:
-        with pytest.raises(InputError, match=msg):
+                     ({"k_prime": 0}, "field 'k_prime': must be at least 1, got 0"),
+                     ({"tau": 2.0}, "field 'tau': must be within 0..1, got 2")]:
+        with pytest.raises((InputError, ConfigError), match=msg):
             METHODS.build("xr", cfg, **deps)
     with pytest.raises(InputError, match="s2_mode=both asks questions on the candidate images and needs a verifier"):
         METHODS.build("xr", {}, **deps).stages()

@@ -29,6 +29,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from ....registry import MEMORIES, METHODS
+from ....registry.config import bounded
 from ...errors import InputError
 from ...interfaces import ChatReply, ToolCall, assistant_message, l2_normalize, tool_message, user_message
 from ...method import Method, RunState, Stage
@@ -123,28 +124,28 @@ class ImageSeeker(Method):
     @dataclass
     class Config:
         planner: str = "auto"
-        max_steps: int = 20
+        max_steps: int = bounded(20, 1)
         top_k: int = 50
-        max_answer: int = 200
+        max_answer: int = bounded(200, 1)
         prompt: str = "imageseeker/system"
         view_images: bool = True
-        context_budget: int = 16000
+        context_budget: int = bounded(16000, 1)
         context_keep_last: int = 6
         summarizer: str = "offline"
         token_counter: str = "approx"
         event_gap_hours: float = 24.0
         graph: bool = True
-        graph_similarity: float = 0.9
+        graph_similarity: float = bounded(0.9, -1.0, 1.0)
         graph_similar_k: int = 5
         clue_vocab: list[str] = field(default_factory=lambda: ["articles", "objects"])
         clue_tags: int = 2
         verify_rank: int = 1
         offline_judge: str = "auto"
-        episode_top_k: int = 100
-        target_top_k: int = 200
+        episode_top_k: int = bounded(100, 1)
+        target_top_k: int = bounded(200, 1)
         verify_max: int = 100
         keep_top: int = 0
-        visual_z: float = 2.0
+        visual_z: float = bounded(2.0, None)
         web_search: str = "none"
         web_search_url: str = ""
 
