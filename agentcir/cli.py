@@ -147,7 +147,7 @@ def cmd_list(args) -> int:
 # -- index --------------------------------------------------------------------------------
 @_command("index")
 def cmd_index(args) -> int:
-    from .framework.gallery import Gallery, items_from_folder
+    from .framework.gallery import items_from_folder
     from .framework.recipe import ComponentPool
 
     recipe = _compose(args)
@@ -167,14 +167,14 @@ def cmd_index(args) -> int:
     out = Path(args.out)
     fresh = not out.is_dir() or not any(out.iterdir())   # else a build resumed, or done already
     t0 = time.perf_counter()   # the embedding: the encoder's loading (or the Ray job's start) included
-    if scale is None:
-        g = Gallery.build(args.out, items, encoder, dtype=args.dtype, progress=not args.quiet, source=str(Path(args.folder).resolve()))
-    else:  # a sharded gallery, embedded in this process or by a Ray Data job (docs/scale.md)
-        from .framework.scale.embed import build_sharded
+    from .framework.library import index_into  # a build, or an update of the gallery already there (docs/library.md)
 
-        g = build_sharded(args.out, items, encoder, scale, dtype=args.dtype, recipe=recipe, progress=not args.quiet,
-                          source=str(Path(args.folder).resolve()), domain_check=True)
+    g, change = index_into(args.out, items, encoder, scale=scale, dtype=args.dtype, recipe=recipe,
+                           progress=not args.quiet, source=str(Path(args.folder).resolve()))
+    if scale is not None:  # a sharded gallery, embedded in this process or by a Ray Data job (docs/scale.md)
         print(f"{len(g.shards)} shard(s), engine {scale['engine']}")
+    if change is not None:
+        print(change.line())
     took = time.perf_counter() - t0
     g.set_meta({it.id: it.meta for it in items})  # a re-index refreshes metadata without re-embedding
     print(f"indexed {len(g)} image(s) from '{args.folder}' into '{args.out}' with encoder '{recipe['encoder']['name']}' "
