@@ -272,3 +272,31 @@ def test_build_progress_moves_per_small_batch(tmp_path):
     finally:
         tqdm.auto.tqdm = real
     assert updates == [64, 64, 64, 8] and sum(enc.seen) == 200
+
+
+def test_a_cached_generator_output_naming_a_vanished_file_is_recomputed(tmp_path):
+    """A visual proxy that was a gallery photo since renamed: the call runs again, not fails forever."""
+    import asyncio
+
+    from agentcir.framework.cache import CallCache
+    from agentcir.framework.runner import RunContext
+
+    class Picker:  # a generator that answers a gallery file
+        kind, registry_key, identity = "generator", "picker", "picker-1"
+
+        def __init__(self):
+            self.calls, self.answer = 0, None
+
+        def generate(self, description, reference=None):
+            self.calls += 1
+            return self.answer
+
+    gen = Picker()
+    gen.answer = str(photo(tmp_path / "a.png", 1))
+    ctx = RunContext(cache=CallCache(":memory:"), run_dir=None, progress=False)
+    ask = lambda: asyncio.run(ctx.call(gen, "generate", description="a red dress"))  # noqa: E731
+    assert ask() == gen.answer and ask() == gen.answer and gen.calls == 1   # the second is a cache hit
+    os.rename(tmp_path / "a.png", tmp_path / "b.png")
+    gen.answer = str(tmp_path / "b.png")
+    assert ask() == str(tmp_path / "b.png") and gen.calls == 2
+    assert ask() == str(tmp_path / "b.png") and gen.calls == 2
