@@ -57,6 +57,9 @@ log = logging.getLogger("agentcir")
 CONTENT = "content.json"
 #: in the folder an update is built in: which update it is (a different one starts afresh)
 UPDATE_KEY = "update.json"
+#: files of a gallery folder that do not depend on its rows, carried into the updated gallery
+#: (the domain check's reference embeddings, :mod:`agentcir.framework.domain`)
+KEPT_FILES = ("domain_reference.npz",)
 
 
 def staging_dir(out: Path) -> Path:
@@ -319,6 +322,9 @@ def _update(out: Path, items: Sequence[GalleryItem], encoder, *, scale, dtype, r
     else:
         change.dropped += [p.name for p in (out.iterdir()) if p.name in ("ann", "captions", "caption_emb")]
     _write_content(staged, {p: new_files[p] for p in g.paths if p in new_files})
+    for name in KEPT_FILES:  # not row-keyed: the new gallery keeps them
+        if (out / name).is_file() and not (staged / name).exists():
+            shutil.copy2(out / name, staged / name)
     change.metadata = [it.id for it in items
                        if old.index_of(it.id) >= 0 and it.meta != old.items[old.index_of(it.id)].meta]
     if getattr(old, "close", None):
