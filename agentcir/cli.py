@@ -465,7 +465,8 @@ def build_parser() -> argparse.ArgumentParser:
                        description="Embed every image under FOLDER (recursively) with the recipe's encoder into --out. "
                                    "Unreadable and non-image files are skipped and counted.")
     p.add_argument("folder")
-    p.add_argument("--out", required=True, help="gallery directory to write")
+    p.add_argument("--out", required=True, help="gallery directory to write, or to update: only new and changed files "
+                   "are embedded (docs/library.md)")
     p.add_argument("--dtype", default="float32", choices=["float32", "float16"], help="embedding storage")
     p.add_argument("--user", help="user id stored in every item's metadata (photo histories of several users)")
     p.add_argument("--no-metadata", action="store_true",
