@@ -300,3 +300,24 @@ def test_a_cached_generator_output_naming_a_vanished_file_is_recomputed(tmp_path
     gen.answer = str(tmp_path / "b.png")
     assert ask() == str(tmp_path / "b.png") and gen.calls == 2
     assert ask() == str(tmp_path / "b.png") and gen.calls == 2
+
+
+def test_a_sharded_gallery_is_updated_too(tmp_path):
+    from agentcir.framework.scale import scale_settings
+
+    folder = folder_of(tmp_path / "photos", 24)
+    scale = scale_settings({"shards": 3})
+    enc = CountingEncoder()
+    g, _ = index_into(tmp_path / "g", items_with_meta(folder), enc, scale=scale, progress=False)
+    assert len(g.shards) == 3 and len(g) == 24
+    keep = {i: np.asarray(g.image_emb[g.index_of(i)]).copy() for i in g.ids}
+    enc.seen.clear()
+    (tmp_path / "g" / "ann").mkdir()   # an approximate index made for the old rows
+    folder_of(folder, 4, start=50)
+    (folder / "p002.png").unlink()
+    g, change = index_into(tmp_path / "g", items_with_meta(folder), enc, scale=scale, progress=False)
+    assert enc.count == 4 and change.removed == ["p002"] and len(g) == 27 and len(g.shards) == 3
+    assert change.dropped == ["ann"] and not (tmp_path / "g" / "ann").exists()
+    for i in g.ids:
+        if i in keep:
+            assert np.allclose(np.asarray(g.image_emb[g.index_of(i)]), keep[i])
