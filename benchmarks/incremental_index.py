@@ -43,7 +43,7 @@ def index(folder: Path, out: Path, overrides: list[str]) -> tuple[float, str]:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
     t0 = time.perf_counter()
     r = subprocess.run([sys.executable, "-m", "agentcir.cli", "index", str(folder), "--out", str(out), "-q", *overrides],
-                       capture_output=True, text=True, env=env)
+                       capture_output=True, text=True, env=env, check=False)
     took = time.perf_counter() - t0
     if r.returncode != 0:
         raise SystemExit(f"agentcir index failed ({r.returncode}): {r.stderr.strip()}")
@@ -63,7 +63,7 @@ def main() -> int:
     need = args.n + max(changes)
     if len(pool) < need:
         raise SystemExit(f"'{args.photos}' holds {len(pool)} photos, {need} are needed")
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT).stdout.strip()
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT, check=False).stdout.strip()
     rows = []
     with tempfile.TemporaryDirectory(prefix="agentcir-incr-") as tmp:
         tmp = Path(tmp)
@@ -73,10 +73,15 @@ def main() -> int:
             shutil.copy(p, base / p.name)
         full_s, _ = index(base, tmp / "g0", args.overrides)
         print(f"full index of {args.n} photos: {full_s:.1f} s", flush=True)
+        pristine = tmp / "pristine"
+        shutil.copytree(base, pristine)   # copies keep mtimes: the update sees the same files at the same paths
+        shutil.copytree(tmp / "g0", tmp / "g0-pristine")
         for k in changes:
-            folder, gal = tmp / f"photos-{k}", tmp / f"g-{k}"
-            shutil.copytree(base, folder)
-            shutil.copytree(tmp / "g0", gal)
+            folder, gal = base, tmp / "g0"
+            shutil.rmtree(folder)
+            shutil.rmtree(gal)
+            shutil.copytree(pristine, folder)
+            shutil.copytree(tmp / "g0-pristine", gal)
             for p in pool[args.n:args.n + k]:
                 shutil.copy(p, folder / p.name)
             m = max(1, k // 10)
@@ -93,15 +98,13 @@ def main() -> int:
             rows.append((k, m, m, int(emb.group(1)) if emb else -1, upd_s, full_k))
             print(f"k={k}: update {upd_s:.1f} s ({line}); full index of the same folder {full_k:.1f} s", flush=True)
             shutil.rmtree(tmp / f"full-{k}")
-            shutil.rmtree(folder)
-            shutil.rmtree(gal)
     cmd = "python benchmarks/incremental_index.py " + " ".join(sys.argv[1:])
-    table = [f"# Incremental index vs full index\n",
+    table = ["# Incremental index vs full index\n",
              f"- command: `{cmd}`", f"- commit: {commit}", f"- CPU: {cpu_model()} ({os.cpu_count()} cores visible)",
              f"- load average at the end (1/5/15 min; the machine is shared): {' '.join(f'{x:.1f}' for x in os.getloadavg())}",
              f"- gallery before the change: {args.n} photos (fashion-products); full index {full_s:.1f} s",
-             "- each figure: one run of `agentcir index FOLDER --out G -q` in a fresh process (start, encoder load, "
-             "metadata scan, hashing, embedding)\n",
+             ("- each figure: one run of `agentcir index FOLDER --out G -q` in a fresh process (start, encoder load, "
+              "metadata scan, hashing, embedding)\n"),
              "| new | renamed | deleted | embedded | update s | full index of the same folder s | speed-up |",
              "|---:|---:|---:|---:|---:|---:|---:|"]
     for k, r, d, e, u, f in rows:

@@ -38,9 +38,10 @@ import json
 import logging
 import os
 import shutil
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -79,6 +80,8 @@ class Change:
     changed: list[str] = field(default_factory=list)
     renamed: list[tuple[str, str]] = field(default_factory=list)
     removed: list[str] = field(default_factory=list)
+    #: same id and bytes at another absolute path (the folder itself was moved)
+    relocated: list[str] = field(default_factory=list)
     #: items whose metadata differs from the stored one (re-read from the files)
     metadata: list[str] = field(default_factory=list)
     #: images embedded / embeddings reused
@@ -89,11 +92,12 @@ class Change:
 
     @property
     def rows_changed(self) -> bool:
-        return bool(self.added or self.changed or self.renamed or self.removed)
+        return bool(self.added or self.changed or self.renamed or self.removed or self.relocated)
 
     def line(self) -> str:
         s = (f"update: {len(self.added)} new, {len(self.changed)} changed, {len(self.renamed)} renamed or moved, "
-             f"{len(self.removed)} deleted, {len(self.metadata)} with new metadata; "
+             f"{len(self.removed)} deleted, {len(self.metadata)} with new metadata"
+             + (f", {len(self.relocated)} at a new location (the folder moved)" if self.relocated else "") + "; "
              f"embedded {self.embedded} image(s), reused {self.reused} embedding(s)")
         if self.dropped:
             s += f"; dropped (made for the old rows): {', '.join(self.dropped)}"
@@ -101,7 +105,7 @@ class Change:
 
     def to_json(self) -> dict[str, Any]:
         return {"added": self.added, "changed": self.changed, "renamed": [list(r) for r in self.renamed],
-                "removed": self.removed, "metadata": self.metadata, "embedded": self.embedded, "reused": self.reused,
+                "removed": self.removed, "relocated": self.relocated, "metadata": self.metadata, "embedded": self.embedded, "reused": self.reused,
                 "dropped": self.dropped}
 
 
@@ -197,9 +201,8 @@ def _exchange(a: Path, b: Path) -> bool:
         return False
     fn.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
     at_fdcwd, exchange = -100, 2
-    if fn(at_fdcwd, os.fsencode(a), at_fdcwd, os.fsencode(b), exchange) == 0:
-        return True
-    return False  # e.g. a file system without RENAME_EXCHANGE: the two-rename swap
+    # nonzero: e.g. a file system without RENAME_EXCHANGE (the two-rename swap then)
+    return fn(at_fdcwd, os.fsencode(a), at_fdcwd, os.fsencode(b), exchange) == 0
 
 
 def swap_in(out: Path, staged: Path) -> None:
@@ -295,6 +298,7 @@ def _update(out: Path, items: Sequence[GalleryItem], encoder, *, scale, dtype, r
         shutil.rmtree(staged, ignore_errors=True)  # a leftover of an earlier swap
         _write_content(out, {p: new_files[p] for p in old.paths if p in new_files})
         change.metadata = [it.id for it in items if it.meta != old.items[old.index_of(it.id)].meta]
+        old.set_meta({it.id: it.meta for it in items})   # re-read metadata: stored, no embedding
         return old, change
 
     key = {"items": stable_hash([[it.id, it.path, new_sha.get(it.path, "")] for it in items]), "encoder": encoder.identity,
@@ -345,8 +349,10 @@ def _diff(old: Gallery, items: Sequence[GalleryItem], old_sha: dict[str, str], n
         sha = new_sha.get(it.path)
         if it.id in old_by_id:
             op = old_by_id[it.id]
-            if op != it.path or old_sha.get(op) != sha:
+            if not sha or old_sha.get(op) != sha:
                 c.changed.append(it.id)
+            elif op != it.path:
+                c.relocated.append(it.id)
             continue
         was = [i for i in old_ids_by_sha.get(sha or "", []) if i not in new_ids]
         if sha and was:

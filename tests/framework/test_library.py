@@ -165,8 +165,10 @@ def test_new_rows_without_captions_drop_the_stored_captions(lib):
 def test_metadata_change_is_read_without_embedding(lib):
     folder, out, enc = lib
     (folder / "p005.json").write_text(json.dumps({"keywords": ["frost"]}))   # a sidecar edit
-    g, change = index(folder, out, enc)
+    _, change = index(folder, out, enc)
     assert change.metadata == ["p005"] and enc.count == 0
+    g = Gallery.open(out)
+    assert g.items[g.index_of("p005")].meta == {"keywords": ["frost"]} and g.items[g.index_of("p006")].meta == {}
 
 
 def test_an_encoder_change_is_refused(lib):
@@ -179,7 +181,7 @@ def test_an_encoder_change_is_refused(lib):
 
 
 def test_an_interrupted_two_rename_swap_is_finished(lib, tmp_path):
-    folder, out, enc = lib
+    _, out, _ = lib
     prev = out.parent / f".{out.name}.previous"
     shutil.copytree(out, staging_dir(out))
     (staging_dir(out) / "update.json").write_text("{}")
@@ -218,16 +220,16 @@ def test_a_sigkilled_update_leaves_the_gallery_usable_and_the_rerun_completes_it
     out = tmp_path / "g"
     env = {**plugin_env, "PYTHONPATH": os.pathsep.join([str(ROOT), plugin_env.get("PYTHONPATH", "")])}
     args = ["index", str(folder), "--out", str(out), "encoder=toy", "-q", "--no-metadata"]
-    r = subprocess.run([sys.executable, "-m", "agentcir.cli", *args], capture_output=True, text=True, env=env)
+    r = subprocess.run([sys.executable, "-m", "agentcir.cli", *args], capture_output=True, text=True, env=env, check=False)
     assert r.returncode == 0, r.stderr
     folder_of(folder, 40, start=500)
     (folder / "p001.png").unlink()
-    r = subprocess.run([sys.executable, "-c", KILLER, *args], capture_output=True, text=True, env={**env, "KILL_AT": at})
+    r = subprocess.run([sys.executable, "-c", KILLER, *args], capture_output=True, text=True, env={**env, "KILL_AT": at}, check=False)
     assert r.returncode == -9, (r.returncode, r.stderr)
     assert staging_dir(out).exists()
     g = Gallery.open(out)   # the previous gallery, whole
     assert len(g) == 30 and g.index_of("p001") >= 0 and g.image_emb.shape == (30, 24)
-    r = subprocess.run([sys.executable, "-m", "agentcir.cli", *args], capture_output=True, text=True, env=env)
+    r = subprocess.run([sys.executable, "-m", "agentcir.cli", *args], capture_output=True, text=True, env=env, check=False)
     assert r.returncode == 0, r.stderr
     assert "update: 40 new, 0 changed, 0 renamed or moved, 1 deleted" in r.stdout
     g = Gallery.open(out)
@@ -240,8 +242,8 @@ def test_cli_refuses_another_encoder_with_a_clear_message(plugin_env, tmp_path):
     out = tmp_path / "g"
     env = {**plugin_env, "PYTHONPATH": os.pathsep.join([str(ROOT), plugin_env.get("PYTHONPATH", "")])}
     base = [sys.executable, "-m", "agentcir.cli", "index", str(folder), "--out", str(out), "-q", "--no-metadata"]
-    assert subprocess.run([*base, "encoder=toy"], capture_output=True, text=True, env=env).returncode == 0
-    r = subprocess.run([*base, "encoder=toy", "encoder.seed=4"], capture_output=True, text=True, env=env)
+    assert subprocess.run([*base, "encoder=toy"], capture_output=True, text=True, env=env, check=False).returncode == 0
+    r = subprocess.run([*base, "encoder=toy", "encoder.seed=4"], capture_output=True, text=True, env=env, check=False)
     assert r.returncode == 2 and "cannot be mixed" in r.stderr and "encoder=toy" in r.stderr
     assert len(r.stderr.strip().splitlines()) == 1
 
@@ -294,7 +296,7 @@ def test_a_cached_generator_output_naming_a_vanished_file_is_recomputed(tmp_path
     gen = Picker()
     gen.answer = str(photo(tmp_path / "a.png", 1))
     ctx = RunContext(cache=CallCache(":memory:"), run_dir=None, progress=False)
-    ask = lambda: asyncio.run(ctx.call(gen, "generate", description="a red dress"))  # noqa: E731
+    ask = lambda: asyncio.run(ctx.call(gen, "generate", description="a red dress"))
     assert ask() == gen.answer and ask() == gen.answer and gen.calls == 1   # the second is a cache hit
     os.rename(tmp_path / "a.png", tmp_path / "b.png")
     gen.answer = str(tmp_path / "b.png")
@@ -321,3 +323,12 @@ def test_a_sharded_gallery_is_updated_too(tmp_path):
     for i in g.ids:
         if i in keep:
             assert np.allclose(np.asarray(g.image_emb[g.index_of(i)]), keep[i])
+
+
+def test_a_moved_folder_embeds_nothing_and_updates_the_paths(lib, tmp_path):
+    folder, out, enc = lib
+    moved = tmp_path / "elsewhere"
+    os.rename(folder, moved)
+    g, change = index(moved, out, enc)
+    assert enc.count == 0 and len(change.relocated) == 20 and not (change.added or change.changed or change.removed)
+    assert all(p.startswith(str(moved.resolve())) for p in g.paths) and "at a new location" in change.line()
