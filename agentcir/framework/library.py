@@ -270,7 +270,7 @@ def index_into(out: str | Path, items: Sequence[GalleryItem], encoder, *, scale:
 
 
 def _update(out: Path, items: Sequence[GalleryItem], encoder, *, scale, dtype, recipe, progress, source):
-    old = Gallery.open(out, scale=scale)
+    old = Gallery.open(out, scale=None if scale is None else {**scale, "engine": "local"})  # read here, rows only
     enc = old.info["encoder"]
     if enc["identity"] != encoder.identity:
         raise InputError(
@@ -325,10 +325,10 @@ def _update(out: Path, items: Sequence[GalleryItem], encoder, *, scale, dtype, r
         change.dropped += _carry_captions(old, g, old_sha, new_sha, encoder)
     else:
         change.dropped += [p.name for p in (out.iterdir()) if p.name in ("ann", "captions", "caption_emb")]
-    _write_content(staged, {p: new_files[p] for p in g.paths if p in new_files})
     for name in KEPT_FILES:  # not row-keyed: the new gallery keeps them
         if (out / name).is_file() and not (staged / name).exists():
             shutil.copy2(out / name, staged / name)
+    _write_content(staged, {p: new_files[p] for p in g.paths if p in new_files})   # last: the new gallery is whole
     change.metadata = [it.id for it in items
                        if old.index_of(it.id) >= 0 and it.meta != old.items[old.index_of(it.id)].meta]
     if getattr(old, "close", None):
