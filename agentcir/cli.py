@@ -155,6 +155,8 @@ def cmd_index(args) -> int:
                      follow_links=args.follow_links)
     if r.shards:
         print(f"{r.shards} shard(s), engine {r.engine}")
+    if r.change:
+        print(r.change)
     print(f"indexed {r.indexed} image(s) from '{args.folder}' into '{args.out}' with encoder '{r.encoder}' "
           f"(dim {r.gallery.dim}, {r.gallery.info['dtype']}); skipped {len(r.skipped)} unreadable image(s) and "
           f"{len(r.non_images)} non-image file(s)"
@@ -437,7 +439,8 @@ def build_parser() -> argparse.ArgumentParser:
                        description="Embed every image under FOLDER (recursively) with the recipe's encoder into --out. "
                                    "Unreadable and non-image files are skipped and counted.")
     p.add_argument("folder")
-    p.add_argument("--out", required=True, help="gallery directory to write")
+    p.add_argument("--out", required=True, help="gallery directory to write, or to update: only new and changed files "
+                   "are embedded (docs/library.md)")
     p.add_argument("--dtype", default="float32", choices=["float32", "float16"], help="embedding storage")
     p.add_argument("--user", help="user id stored in every item's metadata (photo histories of several users)")
     p.add_argument("--no-metadata", action="store_true",

@@ -39,6 +39,8 @@ class IndexReport:
         engine: the sharded build's engine (``local`` or ``ray``), ``""`` unsharded.
         metadata: the metadata scan's summary line, ``""`` when metadata was not read.
         domain: the domain check's line, ``""`` when the encoder names no domain.
+        change: what an update of an existing gallery did (added, changed, renamed, removed;
+            :mod:`agentcir.framework.library`), ``""`` for a first build.
         links: the folders not walked (symlinked ones without ``follow_links``, loops, unreadable),
             each with its ``path`` and ``reason``.
     """
@@ -58,6 +60,7 @@ class IndexReport:
     metadata: str = ""
     domain: str = ""
     links: list = field(default_factory=list)
+    change: str = ""
 
 
 def scale_for(recipe: dict[str, Any], *, engine: str | None = None, address: str | None = None,
@@ -103,7 +106,8 @@ def index_folder(recipe: dict[str, Any], folder: str | Path, out: str | Path, *,
 
 
 def _index_folder(recipe, folder, out, *, dtype, user, metadata, scale, progress, encoder, follow_links) -> IndexReport:
-    from .gallery import Gallery, items_from_folder
+    from .gallery import items_from_folder
+    from .library import index_into
 
     if dtype not in ("float32", "float16"):
         raise InputError(f"dtype must be float32 or float16, got '{dtype}'")
@@ -130,13 +134,10 @@ def _index_folder(recipe, folder, out, *, dtype, user, metadata, scale, progress
     fresh = not out.is_dir() or not any(out.iterdir())
     source = str(folder.resolve())
     t0 = time.perf_counter()
-    if scale is None:
-        g = Gallery.build(out, items, encoder, dtype=dtype, progress=progress, source=source)
-    else:
-        from .scale.embed import build_sharded
-
-        g = build_sharded(out, items, encoder, scale, dtype=dtype, recipe=recipe, progress=progress,
-                          source=source, domain_check=True)
+    # a first build, or an update of the gallery already there: only new and changed files are
+    # embedded, renamed ones reuse their rows, deleted ones are dropped (docs/library.md)
+    g, change = index_into(out, items, encoder, scale=scale, dtype=dtype, recipe=recipe, progress=progress,
+                           source=source)
     took = time.perf_counter() - t0
     g.set_meta({it.id: it.meta for it in items})
     from .domain import domain_check
@@ -148,4 +149,5 @@ def _index_folder(recipe, folder, out, *, dtype, user, metadata, scale, progress
         seconds=took, fresh=fresh, shards=len(getattr(g, "shards", ())) if scale is not None else 0,
         engine=scale["engine"] if scale is not None else "",
         metadata=scan.line() + (f"; user '{user}'" if user else "") if scan is not None else "",
-        domain=check.line() if check is not None else "", links=links)
+        domain=check.line() if check is not None else "", links=links,
+        change=change.line() if change is not None else "")

@@ -75,6 +75,15 @@ class StageError(AgentcirError):
     """Some queries of a stage failed; the others' work is saved and a rerun retries the failed ones."""
 
 
+def _names_a_vanished_file(component: Any, value: Any) -> bool:
+    """A cached generator output naming an image file that is gone (a gallery photo renamed or
+    deleted, a cleaned folder): the call runs again instead of failing on the file forever."""
+    if getattr(component, "kind", "") != "generator" or not isinstance(value, (str, os.PathLike)):
+        return False
+    p = os.fspath(value)
+    return os.path.isabs(p) and not os.path.exists(p)
+
+
 class RunContext:
     """What a stage gets besides the state: cached model calls, a concurrent per-query
     map, the kernel backend, and where the run lives."""
@@ -149,7 +158,7 @@ class RunContext:
             st.cache_hits += 1
             return await asyncio.shield(pending)
         hit = self.cache.get(key)
-        if hit is not MISSING:
+        if hit is not MISSING and not _names_a_vanished_file(component, hit):
             st.cache_hits += 1
             return restore(component, op, hit)
         fut = asyncio.get_running_loop().create_future()

@@ -14,6 +14,10 @@ three answer one shape, :meth:`SearchResult.to_json`::
 - A search with a text but no reference image works with any method: a composed method
   (``Method.needs_reference``) is replaced by text retrieval (the ``text_only`` baseline over
   the same encoder and gallery); ``trace.search.mode`` says which ran and why.
+- A search with a reference image but no text ("more like this") works with any method too: it
+  is image retrieval (the ``image_only`` baseline over the same encoder and gallery), since a
+  composed method has no modification to apply and a history question has no question;
+  ``trace.search.mode`` is ``image`` and ``trace.search.note`` says so.
 - The reference itself never comes back as a hit: a gallery image used as the reference is
   excluded by the method (its ``reference_id``), and a hit whose file has the same bytes as the
   reference (an upload of a gallery photo), or whose image embedding is the reference's
@@ -127,6 +131,7 @@ class Searcher:
         self._rows: dict[str, int] | None = None  # resolved gallery file -> row, made on first use
         self._prepared = not self.method.needs_captions
         self._text_method = None
+        self._image_method = None
 
     @property
     def prepared(self) -> bool:
@@ -201,6 +206,17 @@ class Searcher:
             self._text_method.registry_key = "text_only"
         return self._text_method
 
+    def image_method(self):
+        """The image retrieval used for a reference image with no text ("more like this")."""
+        if getattr(self.method, "use_text", True) is False and not getattr(self.method, "answers_set", False):
+            return self.method  # the recipe's method is image retrieval already
+        if self._image_method is None:
+            from .methods.baselines import ImageOnly
+
+            self._image_method = ImageOnly(ImageOnly.Config(top_k=max(self.method.top_k, 50)), encoder=self.pool.get("encoder"))
+            self._image_method.registry_key = "image_only"
+        return self._image_method
+
     def search(self, *, image: str | Path | None = None, text: str = "", k: int = 10,
                progress: Progress | None = None) -> SearchResult:
         """Rank the gallery for a reference ``image`` and/or a ``text``; the top ``k`` hits (a
@@ -223,7 +239,12 @@ class Searcher:
                 ref_id = self.gallery.ids[row] if row >= 0 else None
                 ref_digest = _file_digest(ref[0])
             method, mode, why = self.method, "composed" if ref and text else ("image" if ref else "text"), ""
-            if getattr(method, "answers_set", False):
+            if ref and not text:
+                method = self.image_method()
+                if method is not self.method:
+                    why = (f"a reference image and no text: more like this, so this is image retrieval (the image_only "
+                           f"baseline with the same encoder) rather than method '{self.method_name}'")
+            elif getattr(method, "answers_set", False):
                 mode = "answer"
             elif not ref and getattr(method, "needs_reference", True):
                 method = self.text_method()

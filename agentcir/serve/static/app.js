@@ -122,7 +122,7 @@ function metaLine(m) {
   return out;
 }
 
-function hitCard(h, onPick, pickLabel) {
+function hitCard(h, onPick, pickLabel, onMore) {
   const img = el("img", { attrs: { src: `/thumb/${h.row}?size=256`, loading: "lazy", alt: h.id } });
   const cap = el("figcaption", {}, [
     el("span", { cls: "rank", text: `${h.rank}.` }),
@@ -140,11 +140,16 @@ function hitCard(h, onPick, pickLabel) {
     img.classList.add("clickable");
     fig.appendChild(b);
   }
+  if (onMore) {
+    const m = el("button", { cls: "more small", text: "more like this", attrs: { type: "button", title: "photos similar to this one" } });
+    m.addEventListener("click", () => onMore(h));
+    fig.appendChild(m);
+  }
   return fig;
 }
 
-function renderHits(target, hits, onPick, pickLabel) {
-  target.replaceChildren(...hits.map((h) => hitCard(h, onPick, pickLabel)));
+function renderHits(target, hits, onPick, pickLabel, onMore) {
+  target.replaceChildren(...hits.map((h) => hitCard(h, onPick, pickLabel, onMore)));
   if (!hits.length) target.appendChild(el("p", { cls: "muted", text: "No results." }));
 }
 
@@ -269,9 +274,17 @@ async function runSearch() {
     renderHits($("hits"), data.hits, (h) => {
       rowReference(h); $("text").value = ""; $("text").focus();
       $("status").textContent = `${h.id} is the new reference: say how the target differs, then search.`;
-    }, "use as reference");
+    }, "use as reference", moreLikeThis);
     renderTrace(data.trace);
   });
+}
+
+// "more like this": the photo as the reference, no text (image retrieval with any method)
+function moreLikeThis(h) {
+  if (state.busy) return;
+  $("tab-search").hidden = false; showTab("panel-search");
+  rowReference(h); $("text").value = "";
+  runSearch();
 }
 
 // -- history questions -------------------------------------------------------------------------
@@ -319,7 +332,7 @@ async function runAsk() {
     const line = $("answer-line");
     line.textContent = `Answer: ${data.hits.length} photo(s).` + (rec.reasoning ? ` ${rec.reasoning}` : "");
     line.hidden = false;
-    renderHits($("answer"), data.hits, null, "");
+    renderHits($("answer"), data.hits, null, "", moreLikeThis);
     renderSteps(rec);
   });
 }
