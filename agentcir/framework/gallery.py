@@ -300,13 +300,9 @@ class Gallery:
                     with atomic_path(done) as tmp:
                         np.savez(tmp, emb=emb.astype(dtype), kept=kept,
                                  skipped=np.array(json.dumps([[s.index + c * CHUNK, s.path, s.reason] for s in skipped])))
-<<<<<<< HEAD
                     write_sidecar(done)
-                bar.update(len(chunk))
-=======
                 else:
                     bar.update(len(chunk))
->>>>>>> library
 
         embs, kept_all, skipped_all = [], [], []
         for c in range(n_chunks):
