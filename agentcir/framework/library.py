@@ -47,6 +47,7 @@ import numpy as np
 
 from .errors import InputError
 from .files import atomic_path, atomic_write_text, storage_errors
+from .integrity import write_sidecar
 from .gallery import Gallery, GalleryItem
 from .hashing import file_digest, stable_hash
 from .images import Skipped
@@ -387,4 +388,5 @@ def _carry_captions(old: Gallery, new: Gallery, old_sha: dict[str, str], new_sha
             dst.parent.mkdir(exist_ok=True)
             with atomic_path(dst) as tmp:
                 np.save(tmp, np.ascontiguousarray(emb[np.array(rows, dtype=np.int64)]))
+            write_sidecar(dst, rows=len(rows))
     return dropped
