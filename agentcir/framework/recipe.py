@@ -197,9 +197,10 @@ def registered_recipes(overrides: Sequence[str], dirs: Sequence[str | os.PathLik
         if key != NONE_KEY and key not in reg:
             own = [Path(d).resolve() for d in extra_dirs if Path(d).resolve() != RECIPES_DIR]  # the user's folders
             where = own[0] if own else Path.cwd() / "recipes"
+            files = sorted({f.stem for d in dirs if (Path(d) / group).is_dir() for f in (Path(d) / group).glob("*.yaml")})
             raise InputError(
                 f"recipe error: {group} '{key}' has no recipe file {group}/{key}.yaml and no {group} is registered as "
-                f"'{key}' (registered {reg.plural}: {', '.join(reg.keys()) or '(none)'}{closest_hint(key, reg.keys())}). "
+                f"'{key}' (registered {reg.plural}: {', '.join(reg.keys()) or '(none)'}{closest_hint(key, sorted({*reg.keys(), *files}))}). "
                 f"Register it from Python with @agentcir.register('{group}', '{key}') on a class with a Config dataclass "
                 f"(its defaults become the recipe), or add the file {where / group / f'{key}.yaml'} holding "
                 f"'name: <a registered {group}>' and its fields, and pass the folder {where} with --recipes {where} "

@@ -40,6 +40,7 @@ class Range:
     note: str = ""  # what a special value means, e.g. "0: every query"
 
     def describe(self) -> str:
+        """The range in words, as the errors print it (e.g. ``within 0..1``, ``at least 1``)."""
         if self.lo is not None and self.hi is not None:
             text = f"within {_num(self.lo)}..{_num(self.hi)}" + (f" and above {_num(self.lo)}" if self.lo_open else "")
         elif self.lo is not None:
