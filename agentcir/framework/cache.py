@@ -29,7 +29,7 @@ import numpy as np
 from .files import storage_error, storage_errors
 from .integrity import digest_bytes, warn_once
 
-log = logging.getLogger("agentcir")
+log = logging.getLogger(__name__)
 
 MISSING = object()
 

@@ -32,7 +32,7 @@ from typing import Any
 
 from .errors import AgentcirError
 
-log = logging.getLogger("agentcir")
+log = logging.getLogger(__name__)
 
 ALGO = "blake2b"
 DIGEST_BYTES = 16

@@ -53,7 +53,7 @@ from .hashing import file_digest, stable_hash
 from .images import Skipped
 from .locks import hold_lock
 
-log = logging.getLogger("agentcir")
+log = logging.getLogger(__name__)
 
 #: per gallery file: its size, mtime and content hash (``{"files": {path: [size, mtime_ns, sha256]}}``)
 CONTENT = "content.json"

@@ -202,6 +202,9 @@ def build_recipe(plugin_path, tmp_path):
     prebuilt = {"encoder": ENCODERS.build("toy", {}), "llm": LLMS.build("counting", {})}
 
     def build(group: str, option: str, *overrides: str):
+        # the LLM is the prebuilt `counting` one; an endpoint LLM in the recipe passes the
+        # compose-time check that the LLM serves what a vlm component needs (images)
+        overrides = ("llm=openai", *overrides) if group != "llm" else overrides
         try:  # the group has a default in the recipe, or (not yet) none
             recipe = compose([f"{group}={option}", f"run.root={tmp_path}", *overrides])
         except InputError:

@@ -19,7 +19,10 @@ from agentcir.testing import ScriptedServer, read_variables, task_of, task_repli
 
 SAMPLE = {"reference_caption": "a red dress", "modification": "make it blue", "target_caption": "a blue dress",
           "k": 2, "n": 3, "objects": ["dog", "hat"], "captions": ["one", "two"], "statement": "it is blue",
-          "caption": "a dress", "goal": "find it", "findings": ["x"], "session_memory": "none", "history": "h"}
+          "caption": "a dress", "goal": "find it", "findings": ["x"], "session_memory": "none", "history": "h",
+          "top_captions": ["a blue dress", "a red skirt"], "last_description": "a blue dress",
+          "suggestions": "make it longer", "instruction": "make it blue", "ref_image_desc": "a red dress",
+          "atomic_inst": "change the colour to blue"}
 
 
 @pytest.fixture

@@ -25,6 +25,7 @@ from ...framework.component import Component
 from ...framework.errors import AgentcirError, InputError, require
 from ...framework.interfaces import Generator
 from ...registry import GENERATORS
+from ...registry.config import bounded
 from .files import save_content_addressed
 
 log = logging.getLogger(__name__)
@@ -100,8 +101,8 @@ class OpenAIImagesGenerator(Generator):
         use_reference: bool = False
         output_dir: str = "runs/generated"
         timeout: float = 120.0
-        max_image_mb: float = 50.0
-        fetch_timeout: float = 60.0
+        max_image_mb: float = bounded(50.0, 0, lo_open=True)
+        fetch_timeout: float = bounded(60.0, 0, lo_open=True)
         retries: int = 4
         backoff: float = 1.0
 

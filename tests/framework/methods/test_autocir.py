@@ -118,7 +118,7 @@ def test_prompts_folder_and_bad_config(world, tmp_path):
     (d / "corrector.txt").unlink()
     with pytest.raises(InputError, match="lacks corrector.txt"):
         build(world, prompts=str(d))
-    with pytest.raises(InputError, match="max_check_num"):
+    with pytest.raises(ValueError, match="max_check_num"):   # the config's range (ConfigError)
         build(world, max_check_num=-1)
-    with pytest.raises(InputError, match="check_top"):
+    with pytest.raises(ValueError, match="check_top"):
         build(world, check_top=0)
