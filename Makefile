@@ -1,5 +1,5 @@
 # make run   : create .venv (torch CPU first), install agentcir, run the default recipe on the bundled demo
-# make test  : install the dev extras and run the test suite (then the open_clip tests in .venv-clip)
+# make test  : install the dev extras and run the test suite on every core (then the open_clip tests in .venv-clip)
 # make lint  : ruff check . (ruff.toml)
 # make docs  : build the documentation site into site/ (mkdocs.yml, strict)
 # make bench : run the pytest-benchmark suites (results saved as JSON under benchmarks/results/)
@@ -33,8 +33,12 @@ venv: $(VENV)/.run-deps
 run: $(VENV)/.run-deps
 	$(VENV)/bin/agentcir run $(ARGS)
 
+# the suite runs on every core (pytest-xdist, JOBS workers); the tests that measure time run
+# alone afterwards (marker `serial`)
+JOBS ?= auto
 test: $(VENV)/.dev-deps
-	$(PY) -m pytest -q $(PYTEST_ARGS)
+	$(PY) -m pytest -q -n $(JOBS) -m "not serial" $(PYTEST_ARGS)
+	$(PY) -m pytest -q -m serial $(PYTEST_ARGS)
 	$(MAKE) --no-print-directory test-clip
 
 lint: $(VENV)/.dev-deps

@@ -195,6 +195,7 @@ def test_blocking_work_runs_off_the_event_loop_in_a_bounded_pool(io_bound):
     assert ctx.clocks[""].max_in_flight == 16 and ctx.stats[""].calls == 32
 
 
+@pytest.mark.serial  # measures wall time: alone on the machine
 def test_call_clock_sums_and_unions():
     clock = CallClock()
     a = clock.start()
@@ -208,6 +209,7 @@ def test_call_clock_sums_and_unions():
     assert clock.queue_s == 0.5 and clock.max_in_flight == 2
 
 
+@pytest.mark.serial  # measures wall time: alone on the machine
 def test_reports_account_for_the_time(plugin_path, tmp_path, capsys):
     """metrics.json: wall_s from the process start and its phases; per stage model-call (sum, wall),
     queueing and CPU time; report.md shows them; `agentcir eval --compare` prints them."""

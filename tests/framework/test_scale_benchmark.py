@@ -15,6 +15,9 @@ from pathlib import Path
 
 import pytest
 
+# the benchmark times its variants on a quiet machine: these run alone, after the parallel part
+pytestmark = pytest.mark.serial
+
 pytest.importorskip("ray")
 pytest.importorskip("faiss")
 
