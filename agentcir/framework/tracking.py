@@ -470,6 +470,7 @@ class Tracking:
 
     @classmethod
     def for_recipe(cls, recipe: dict[str, Any]) -> "Tracking | None":
+        """The loggers ``recipe``'s ``run.loggers`` selects; None when it selects none."""
         loggers = build_loggers(recipe["run"])
         return cls(loggers) if loggers else None
 
@@ -523,6 +524,7 @@ class Tracking:
         self.finish("FINISHED")
 
     def finish(self, status: str) -> None:
+        """End every logger's run with ``status`` (``FINISHED``, ``FAILED``)."""
         self._each("finish", lambda n, lg: lg.finish(status))
         self.loggers = []
 
@@ -547,6 +549,7 @@ class SweepTracking:
         return {**self.parents, "job": job["index"], "swept": job.get("swept") or {}}
 
     def job(self, jobs: Sequence[dict[str, Any]]) -> None:
+        """A job finished (``jobs``: every job's record so far)."""
         for name, lg in list(self.loggers):
             try:
                 lg.log_job(self.sweep_dir, jobs)
@@ -554,6 +557,7 @@ class SweepTracking:
                 log.warning("logger '%s' failed to log a sweep job (%s: %s)", name, type(e).__name__, e)
 
     def finish(self, jobs: Sequence[dict[str, Any]], status: str) -> None:
+        """The sweep ends with ``status`` (its summary written)."""
         for name, lg in self.loggers:
             try:
                 lg.finish_sweep(self.sweep_dir, jobs, status)
