@@ -29,7 +29,6 @@ metrics, CSV ``<sweep>/logs/jobs.csv`` (one row per job, rewritten as each job f
 from __future__ import annotations
 
 import csv
-import dataclasses
 import io
 import json
 import logging
@@ -476,7 +475,7 @@ class Tracking:
 
     def _each(self, what: str, fn) -> None:
         for name, lg in list(self.loggers):
-            self._each_one(name, lg, what, lambda: fn(name, lg))
+            self._each_one(name, lg, what, lambda name=name, lg=lg: fn(name, lg))
 
     def start(self, recipe: dict[str, Any], run_dir: Path, parent: Mapping[str, Any] | None = None) -> None:
         """Start every logger; a logger that cannot start (a tracking server that does not answer)
@@ -500,7 +499,7 @@ class Tracking:
         for name, lg in list(self.loggers):
             if key in self.logged.get(name, []):
                 continue
-            self._each_one(name, lg, "log a stage", lambda: lg.log_stage(stage, metrics, cost, step=step))
+            self._each_one(name, lg, "log a stage", lambda lg=lg: lg.log_stage(stage, metrics, cost, step=step))
             self.logged.setdefault(name, []).append(key)
         if self.run_dir is not None:
             (self.run_dir / "logs").mkdir(parents=True, exist_ok=True)
@@ -520,7 +519,7 @@ class Tracking:
         for f in RUN_ARTEFACTS:
             path = (self.run_dir or Path()) / f
             if path.is_file():
-                self._each(f"log {f}", lambda n, lg: lg.log_artifact(path))
+                self._each(f"log {f}", lambda n, lg, path=path: lg.log_artifact(path))
         self.finish("FINISHED")
 
     def finish(self, status: str) -> None:

@@ -15,7 +15,13 @@ from agentcir.framework.recipe import compose
 from agentcir.framework.runner import resolve_run_dir, run_recipe
 from agentcir.registry import ConfigError
 
-mlflow = pytest.importorskip("mlflow")
+
+
+@pytest.fixture
+def extras():
+    """The mlflow and tensorboard extras (agentcir[mlflow], agentcir[tensorboard]; both in agentcir[dev])."""
+    pytest.importorskip("mlflow")
+    pytest.importorskip("torch.utils.tensorboard")
 
 
 def recipe(tmp_path, *extra, loggers="[csv,mlflow,tensorboard]"):
@@ -41,7 +47,7 @@ def rows(path):
         return list(csv.DictReader(f))
 
 
-def test_a_run_logs_its_recipe_stage_metrics_cost_and_artefacts(plugin_path, tmp_path):
+def test_a_run_logs_its_recipe_stage_metrics_cost_and_artefacts(plugin_path, tmp_path, extras):
     r = recipe(tmp_path)
     res = run_recipe(r)
     m = json.loads((res.dir / "metrics.json").read_text())
@@ -100,7 +106,7 @@ class Killed(BaseException):
     """Stands for a kill: nothing after it runs (the loggers are not finished either)."""
 
 
-def test_a_run_resumed_after_a_kill_logs_each_stage_once(plugin_path, tmp_path, monkeypatch):
+def test_a_run_resumed_after_a_kill_logs_each_stage_once(plugin_path, tmp_path, monkeypatch, extras):
     from agentcir_testplugin.components import LLMThenRank
 
     rank = LLMThenRank._rank
@@ -128,7 +134,7 @@ def test_a_run_resumed_after_a_kill_logs_each_stage_once(plugin_path, tmp_path, 
     assert len(c.get_metric_history(rid, "cost/rank/calls")) == 1
 
 
-def test_a_sweep_logs_a_run_per_job_under_a_parent(plugin_path, tmp_path):
+def test_a_sweep_logs_a_run_per_job_under_a_parent(plugin_path, tmp_path, extras):
     from agentcir.framework.sweep import run_sweep
 
     res = run_sweep(["method=llm_then_rank", "encoder=toy", "llm=counting", "method.top_k=5,10",
@@ -162,13 +168,13 @@ def test_loggers_are_checked_when_the_recipe_is_composed(plugin_path, tmp_path, 
         recipe(tmp_path, loggers="[csv,csv]")
     assert recipe(tmp_path, loggers="csv")["run"]["loggers"] == ["csv"]  # one name
     # loggers do not change results: the same run directory with or without them
-    assert resolve_run_dir(recipe(tmp_path, loggers="[]")) == resolve_run_dir(recipe(tmp_path))
+    assert resolve_run_dir(recipe(tmp_path, loggers="[]")) == resolve_run_dir(recipe(tmp_path, loggers="[csv]"))
     monkeypatch.setattr(tracking.MLflowLogger, "modules", ("agentcir_no_such_module",))
     with pytest.raises(MissingExtraError, match=r"run.loggers=\[mlflow\].*pip install 'agentcir\[mlflow\]'"):
         recipe(tmp_path, loggers="[mlflow]")
 
 
-def test_a_logger_failing_mid_run_is_dropped_with_a_warning(plugin_path, tmp_path, monkeypatch, caplog):
+def test_a_logger_failing_mid_run_is_dropped_with_a_warning(plugin_path, tmp_path, monkeypatch, caplog, extras):
     def broken(self, *a, **k):
         raise OSError("disk gone")
 
