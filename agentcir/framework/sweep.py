@@ -371,7 +371,7 @@ def run_sweep(overrides: Sequence[str], *, config_name: str = "config", extra_di
                 rec.update(job_metrics(rec) or {})
             _write_manifest(mfile, manifest)
             if tracking is not None:
-                tracking.job(records)
+                tracking.job(rec, records)
             if on_job:
                 on_job(rec, False)
     finally:

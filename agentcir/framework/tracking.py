@@ -119,8 +119,9 @@ class RunLogger:
         """A sweep starts; returns what its jobs' :meth:`start` gets as ``parent``."""
         return {}
 
-    def log_job(self, sweep_dir: Path, jobs: Sequence[dict[str, Any]]) -> None:
-        """A job of the sweep finished (``jobs``: every job's record so far, as the manifest has it)."""
+    def log_job(self, sweep_dir: Path, job: dict[str, Any], jobs: Sequence[dict[str, Any]]) -> None:
+        """Job ``job`` of the sweep ended (``done`` or ``failed``; ``jobs``: every job's record, as the
+        manifest has it)."""
 
     def finish_sweep(self, sweep_dir: Path, jobs: Sequence[dict[str, Any]], status: str) -> None:
         """The sweep ends (its summary files are written)."""
@@ -165,7 +166,10 @@ class CSVLogger(RunLogger):
         self.dir.mkdir(parents=True, exist_ok=True)
         atomic_write_text(self.dir / "hparams.yaml", yaml.safe_dump(recipe, sort_keys=False))
         state = self.dir / "csv_invocations.txt"
-        self.invocation = (int(state.read_text() or 0) if state.is_file() else 0) + 1
+        try:
+            self.invocation = int(state.read_text()) + 1
+        except (OSError, ValueError):  # none yet (or unreadable): the first
+            self.invocation = 1
         atomic_write_text(state, str(self.invocation))
 
     def log_stage(self, stage, metrics, cost, *, step):
@@ -183,7 +187,7 @@ class CSVLogger(RunLogger):
         _write_csv(self.dir / "metrics.csv", ["invocation", "step", "stage", "metric", "value", "time"],
                    [[self.invocation, step, stage, k, v, now] for k, v in values.items()], append=True)
 
-    def log_job(self, sweep_dir, jobs):
+    def log_job(self, sweep_dir, job, jobs):
         keys = sorted({k for j in jobs for k in (j.get("swept") or {})})
         metrics = sorted({k for j in jobs for k in numbers(j.get("metrics"))})
         rows = [[j["index"], j["status"], *((j.get("swept") or {}).get(k, "") for k in keys),
@@ -196,7 +200,7 @@ class CSVLogger(RunLogger):
         atomic_write_text(Path(sweep_dir) / self.config.folder / "jobs.csv", buf.getvalue())
 
     def finish_sweep(self, sweep_dir, jobs, status):
-        self.log_job(sweep_dir, jobs)
+        self.log_job(sweep_dir, None, jobs)
 
 
 @LOGGERS.register("tensorboard")
@@ -246,7 +250,7 @@ class TensorBoardLogger(RunLogger):
         self._logged: set[int] = set()
         return {}
 
-    def log_job(self, sweep_dir, jobs):
+    def log_job(self, sweep_dir, job, jobs):
         from torch.utils.tensorboard import SummaryWriter
 
         new = [j for j in jobs if j["status"] == "done" and j["index"] not in self._logged]
@@ -263,7 +267,7 @@ class TensorBoardLogger(RunLogger):
             writer.close()
 
     def finish_sweep(self, sweep_dir, jobs, status):
-        self.log_job(sweep_dir, jobs)
+        self.log_job(sweep_dir, None, jobs)
 
 
 def _hparam(v: Any) -> Any:
@@ -402,11 +406,9 @@ class MLflowLogger(RunLogger):
                     tags={"agentcir.overrides": " ".join(info.get("overrides", []))})
         return {"mlflow_parent": run_id, "sweep": info["name"]}
 
-    def log_job(self, sweep_dir, jobs):
-        done = [j for j in jobs if j["status"] == "done"]
-        if done:
-            j = done[-1]
-            self._batch(metrics={f"job/{k}": v for k, v in numbers(j.get("metrics")).items()}, step=j["index"])
+    def log_job(self, sweep_dir, job, jobs):
+        if job is not None and job["status"] == "done":
+            self._batch(metrics={f"job/{k}": v for k, v in numbers(job.get("metrics")).items()}, step=job["index"])
 
     def finish_sweep(self, sweep_dir, jobs, status):
         for name in SWEEP_ARTEFACTS:
@@ -547,11 +549,11 @@ class SweepTracking:
         """What job ``job``'s :meth:`Tracking.start` gets: per logger its sweep parent, the job's index and swept values."""
         return {**self.parents, "job": job["index"], "swept": job.get("swept") or {}}
 
-    def job(self, jobs: Sequence[dict[str, Any]]) -> None:
-        """A job finished (``jobs``: every job's record so far)."""
+    def job(self, job: dict[str, Any], jobs: Sequence[dict[str, Any]]) -> None:
+        """Job ``job`` ended (``jobs``: every job's record)."""
         for name, lg in list(self.loggers):
             try:
-                lg.log_job(self.sweep_dir, jobs)
+                lg.log_job(self.sweep_dir, job, jobs)
             except Exception as e:  # noqa: BLE001
                 log.warning("logger '%s' failed to log a sweep job (%s: %s)", name, type(e).__name__, e)
 

@@ -151,6 +151,8 @@ def test_a_sweep_logs_a_run_per_job_under_a_parent(plugin_path, tmp_path, extras
     assert sorted(x.data.tags["swept.method.top_k"] for x in children) == ["10", "5"]
     assert sorted(x.data.params["method.top_k"] for x in children) == ["10", "5"]
     assert {"summary.csv", "summary.md"} <= {a.path for a in c.list_artifacts(parent.info.run_id)}
+    hist = c.get_metric_history(parent.info.run_id, "job/R_at_10")  # one point per job, at its index
+    assert [(h.step, h.value) for h in hist] == [(j["index"], pytest.approx(j["metrics"]["R@10"])) for j in res.jobs]
     jobs = rows(res.dir / "logs" / "jobs.csv")
     assert [(j["job"], j["method.top_k"], j["status"]) for j in jobs] == [("0", "5", "done"), ("1", "10", "done")]
     assert float(jobs[1]["R@10"]) == pytest.approx(res.jobs[1]["metrics"]["R@10"])
