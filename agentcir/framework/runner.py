@@ -10,6 +10,7 @@ A run directory holds::
     metrics.json            metrics of the final ranking and of every stage that ranked, the cost
                             per stage and where the time went (:mod:`agentcir.framework.accounting`)
     report.md               the same, readable, with the cost and time tables
+    logs/                   what the loggers of ``run.loggers`` keep here (:mod:`agentcir.framework.tracking`)
 
 Concurrency: ``run.concurrency`` bounds the model calls in flight at once across the whole
 run (not the queries: a query waiting for its next call holds no slot), and a stage keeps
