@@ -50,6 +50,10 @@ EXTRAS = {
     "video": ["av>=12"],
     # the documentation site (mkdocs.yml, docs/): `mkdocs build --strict`, the API reference from docstrings
     "docs": ["mkdocs>=1.6", "mkdocs-material>=9.5", "mkdocstrings[python]>=0.26"],
+    # experiment tracking (agentcir/framework/tracking.py, run.loggers=[...]): MLflow (the skinny client
+    # suffices for a file store or a tracking server) and TensorBoard event files (torch's SummaryWriter)
+    "mlflow": ["mlflow-skinny>=2.10"],
+    "tensorboard": [TORCH, "tensorboard>=2.14"],
     # the side-by-side checks against the released AutoCIR / ImageScope code (benchmarks/upstream_*.py):
     # ImageScope's code reads its replies with json_repair
     "upstream": [TORCH, "json_repair>=0.30"],
@@ -57,7 +61,7 @@ EXTRAS = {
 EXTRAS["dev"] = sorted({
     *EXTRAS["catalog"], *EXTRAS["onnx"], *EXTRAS["gpu"], *EXTRAS["llm"], *EXTRAS["hf"], *EXTRAS["diffusion"],
     *EXTRAS["photos"], *EXTRAS["scale"], *EXTRAS["plot"], *EXTRAS["video"], *EXTRAS["serve"], *EXTRAS["features"],
-    *EXTRAS["docs"],
+    *EXTRAS["docs"], *EXTRAS["mlflow"], *EXTRAS["tensorboard"],
     # the linter (ruff.toml; `make lint`, run by .ci/run)
     "ruff>=0.6",
     *EXTRAS["upstream"],

@@ -62,6 +62,11 @@ class RunConfig:
             they register is, :mod:`agentcir.framework.code_identity`).
         preflight: before any gallery or query work, check that every endpoint the recipe uses
             answers (one ``GET /models`` each, :mod:`agentcir.framework.preflight`).
+        loggers: run loggers (experiment tracking) by registry key: ``csv`` (built in),
+            ``tensorboard``, ``mlflow`` (:mod:`agentcir.framework.tracking`); a sweep logs each job
+            and a parent.
+        tracking: per logger its settings, ``{key: {field: value}}`` (``run.tracking.mlflow.uri=...``),
+            checked against the logger's ``Config``.
     """
 
     root: str = "runs"
@@ -78,6 +83,8 @@ class RunConfig:
     prices: Dict[str, Any] = field(default_factory=dict)
     plugins: List[str] = field(default_factory=list)
     preflight: bool = True
+    loggers: List[str] = field(default_factory=list)
+    tracking: Dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
@@ -90,7 +97,7 @@ class KernelsConfig:
 
 #: run settings that cannot change results (excluded from the run's identity)
 VOLATILE_RUN_FIELDS = ("concurrency", "progress", "show", "fresh", "name", "root", "cache", "max_image_pixels", "prices",
-                       "plugins", "preflight")
+                       "plugins", "preflight", "loggers", "tracking")
 
 
 def import_plugins(modules: Any) -> list[str]:
@@ -295,8 +302,9 @@ def validate(raw: dict[str, Any], check_devices: bool = True) -> dict[str, Any]:
         raise ConfigError(f"kernels: field 'backend': unknown kernel backend '{out['kernels']['backend']}'; "
                           f"choose one of {', '.join(KERNEL_BACKENDS)}")
     run_node = dict(raw.get("run") or {})
-    if isinstance(run_node.get("plugins"), str):  # run.plugins=my_module: one module
-        run_node["plugins"] = [run_node["plugins"]]
+    for key in ("plugins", "loggers"):  # run.plugins=my_module, run.loggers=csv: one name
+        if isinstance(run_node.get(key), str):
+            run_node[key] = [run_node[key]]
     out["run"] = dataclasses.asdict(make_config(RunConfig, run_node, where="run"))
     if raw.get("scale"):  # only when given: recipes without it keep their identity
         from .scale import scale_settings
@@ -306,6 +314,10 @@ def validate(raw: dict[str, Any], check_devices: bool = True) -> dict[str, Any]:
         raise ConfigError(f"run: field 'gallery_dtype': must be float32 or float16, got '{out['run']['gallery_dtype']}'")
     if out["run"]["gallery_captions"] not in ("auto", "dataset", "captioner"):
         raise ConfigError(f"run: field 'gallery_captions': must be auto, dataset or captioner, got '{out['run']['gallery_captions']}'")
+    if out["run"]["loggers"] or out["run"]["tracking"]:
+        from .tracking import check_loggers
+
+        check_loggers(out["run"])
     from .recipe_checks import check_recipe
 
     check_recipe(out, GROUPS, devices=check_devices)  # paths (run.name), devices (encoder.device)

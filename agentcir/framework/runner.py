@@ -10,6 +10,7 @@ A run directory holds::
     metrics.json            metrics of the final ranking and of every stage that ranked, the cost
                             per stage and where the time went (:mod:`agentcir.framework.accounting`)
     report.md               the same, readable, with the cost and time tables
+    logs/                   what the loggers of ``run.loggers`` keep here (:mod:`agentcir.framework.tracking`)
 
 Concurrency: ``run.concurrency`` bounds the model calls in flight at once across the whole
 run (not the queries: a query waiting for its next call holds no slot), and a stage keeps
@@ -334,6 +335,9 @@ class Runner:
         names = [s.name for s in self.stages]
         if len(set(names)) != len(names):
             raise ValueError(f"stage names must be unique, got {names}")
+        #: ``on_stage(name, step, stats, key)`` after each stage, finished now or loaded from the run
+        #: directory (``key``: the digest of its ``.done`` marker; experiment tracking)
+        self.on_stage: Callable[[str, int, StageStats, str], None] | None = None
 
     def _paths(self, name: str) -> dict[str, Path]:
         d = self.ctx.run_dir / "stages"
@@ -387,6 +391,13 @@ class Runner:
             setattr(self.state, k, v)
         return done
 
+    def _stage_done(self, name: str, step: int) -> None:
+        if self.on_stage is None:
+            return
+        done = self._paths(name)["done"] if self.ctx.run_dir is not None else None
+        key = stable_hash(name, done.read_bytes().hex()) if done is not None and done.is_file() else stable_hash(name, step)
+        self.on_stage(name, step, self.ctx.stats.get(name, StageStats()), key)
+
     async def execute(self) -> None:
         """Run the method's stages in order, skipping those a resumed run directory has finished."""
         persist = self.ctx.run_dir is not None
@@ -395,12 +406,13 @@ class Runner:
         executor = ThreadPoolExecutor(max_workers=self.ctx.concurrency, thread_name_prefix="agentcir-io")
         asyncio.get_running_loop().set_default_executor(executor)
         try:
-            for stage in self.stages:
+            for step, stage in enumerate(self.stages):
                 if persist:
                     done = self._load_stage(stage)
                     if done is not None:
                         self.ctx.stats[stage.name] = StageStats(**{**done.get("stats", {}), "wall_s": done.get("stats", {}).get("wall_s", 0.0)})
                         self.ctx.stats[stage.name].resumed_queries = len(self.state.queries)
+                        self._stage_done(stage.name, step)
                         continue
                 self.ctx.stage = stage.name
                 if self.ctx.on_progress is not None:
@@ -437,6 +449,7 @@ class Runner:
                              if (k == "arrays" and changed) or (k == "cands" and stage.name in self.state.stage_candidates)}
                     atomic_write_text(p["done"], seal({"stage": stage.name, "stats": stats, "state": scalars,
                                                        "files": files}))
+                self._stage_done(stage.name, step)
         finally:
             executor.shutdown(wait=False, cancel_futures=True)
             self.ctx.close()
@@ -630,13 +643,16 @@ def _holds_work(run_dir: Path) -> bool:
                                    for f in stages.iterdir())
 
 
-def run_recipe(recipe: dict[str, Any], *, pool=None, progress: bool | None = None, wait: bool = False) -> RunResult:
+def run_recipe(recipe: dict[str, Any], *, pool=None, progress: bool | None = None, wait: bool = False,
+               tracking_parent: dict[str, Any] | None = None) -> RunResult:
     """Run a resolved recipe end to end (resuming its run directory) and write its report.
 
     One process at a time works in a run directory: a second one fails with a
     :class:`~agentcir.framework.locks.LockedError` naming the holder, or with ``wait`` waits for
     it. A run that fails before computing anything leaves no directory behind. A full disk or a
     read-only folder is a :class:`~agentcir.framework.files.StorageError` naming the path.
+    The loggers of ``run.loggers`` are told of the run (:mod:`agentcir.framework.tracking`;
+    ``tracking_parent``: a sweep's, for one of its jobs).
     """
     from .files import storage_errors
     from .locks import hold_lock
@@ -646,7 +662,7 @@ def run_recipe(recipe: dict[str, Any], *, pool=None, progress: bool | None = Non
             hold_lock(run_lock_file(recipe, run_dir), f"run directory '{run_dir}'", wait=wait,
                       hint=" (agentcir run --wait waits for it), or choose another run.name"):
         try:
-            return _run_locked(recipe, run_dir, pool, progress)
+            return _run_locked(recipe, run_dir, pool, progress, tracking_parent)
         except BaseException:
             if run_dir.is_dir() and not _holds_work(run_dir):
                 import shutil
@@ -655,10 +671,26 @@ def run_recipe(recipe: dict[str, Any], *, pool=None, progress: bool | None = Non
             raise
 
 
-def _run_locked(recipe: dict[str, Any], run_dir: Path, pool, progress: bool | None) -> RunResult:
+def _run_locked(recipe: dict[str, Any], run_dir: Path, pool, progress: bool | None,
+                tracking_parent: dict[str, Any] | None = None) -> RunResult:
     """``metrics.json`` gets ``wall_s`` from the process start (or the previous run's end in this
     process) and its phases (``time``: startup, model loading, gallery, stages, evaluation),
     and ``concurrency``: the request limit of every component that has one."""
+    from .tracking import Tracking
+
+    tracking = Tracking.for_recipe(recipe)
+    if tracking is None:
+        return _run_tracked(recipe, run_dir, pool, progress, None)
+    prepare_run_dir(run_dir, recipe)
+    tracking.start(recipe, run_dir, tracking_parent)
+    try:
+        return _run_tracked(recipe, run_dir, pool, progress, tracking)
+    except BaseException:
+        tracking.finish("FAILED")
+        raise
+
+
+def _run_tracked(recipe: dict[str, Any], run_dir: Path, pool, progress: bool | None, tracking) -> RunResult:
     from .accounting import Phases, follow_concurrency
     from .cache import open_call_cache
     from .imports import apply_imports, parse_imports
@@ -669,7 +701,8 @@ def _run_locked(recipe: dict[str, Any], run_dir: Path, pool, progress: bool | No
     pool = pool or ComponentPool(recipe)
     run = recipe["run"]
     show_progress = run["progress"] if progress is None else progress
-    prepare_run_dir(run_dir, recipe)
+    if tracking is None:  # (else prepared before the loggers started)
+        prepare_run_dir(run_dir, recipe)
     with phases.phase("model_loading"):
         dataset = pool.get("dataset")
         encoder = pool.get("encoder")
@@ -706,13 +739,28 @@ def _run_locked(recipe: dict[str, Any], run_dir: Path, pool, progress: bool | No
     state = RunState(queries=queries, gallery=gallery)
     prepare = [caption_stage(pool, run["gallery_captions"])] if method.needs_captions else []
     imported = apply_imports(state.traces, queries, imports, [s.name for s in (*prepare, *method.stages())])
+    runner = Runner(method, ctx, state, prepare=prepare)
+    evaluated: dict[str, Any] = {}  # per stage that ranked: its metrics (when loggers report them as it ends)
+    if tracking is not None:
+        def on_stage(name: str, step: int, stats: StageStats, key: str) -> None:
+            if name in state.stage_candidates:
+                evaluated[name] = (state.stage_candidates[name],
+                                   dataset.evaluate(state.stage_candidates[name], queries, gallery))
+            tracking.stage(name, step, evaluated[name][1] if name in evaluated else None, asdict(stats), key)
+
+        runner.on_stage = on_stage
     with phases.phase("stages"):
-        asyncio.run(Runner(method, ctx, state, prepare=prepare).execute())
+        asyncio.run(runner.execute())
     if state.candidates is None:
         raise AgentcirError(f"method '{recipe['method']['name']}' produced no ranking")
+
+    def stage_metrics(name: str, c) -> dict:
+        done = evaluated.get(name)
+        return done[1] if done is not None and done[0] is c else dataset.evaluate(c, queries, gallery)
+
     with phases.phase("evaluation"):
         metrics = {"final": dataset.evaluate(state.candidates, queries, gallery),
-                   "stages": {name: dataset.evaluate(c, queries, gallery) for name, c in state.stage_candidates.items()},
+                   "stages": {name: stage_metrics(name, c) for name, c in state.stage_candidates.items()},
                    "subset": dataset.subset_note(), "num_queries": len(queries), "gallery_size": len(gallery),
                    "gallery_skipped": len(gallery.skipped), "imports": imported}
     metrics["wall_s"] = round(phases.finish(), 3)
@@ -720,6 +768,8 @@ def _run_locked(recipe: dict[str, Any], run_dir: Path, pool, progress: bool | No
     metrics["concurrency"] = {**limits, "cpu_workers": ctx.cpu_workers()}
     result = RunResult(run_dir, recipe, queries, gallery, state.candidates, metrics, ctx.stats, state)
     write_report(result)
+    if tracking is not None:
+        tracking.end(metrics["final"], step=len(runner.stages))
     return result
 
 

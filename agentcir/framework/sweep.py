@@ -336,6 +336,11 @@ def run_sweep(overrides: Sequence[str], *, config_name: str = "config", extra_di
     _write_manifest(mfile, manifest)
     own = shared is None
     shared = shared or SharedComponents()
+    tracking = None
+    if recipes and recipes[0]["run"]["loggers"]:  # a parent for the jobs' runs (agentcir/framework/tracking.py)
+        from .tracking import SweepTracking
+
+        tracking = SweepTracking(recipes[0], sdir, manifest)
     try:
         for rec, recipe in zip(records, recipes):
             figures = job_metrics(rec) if rec["status"] == "done" and not fresh else None
@@ -351,7 +356,8 @@ def run_sweep(overrides: Sequence[str], *, config_name: str = "config", extra_di
             log.info("sweep job %d/%d: %s", rec["index"] + 1, len(records), rec["label"])
             t0 = time.perf_counter()
             try:
-                res = run_recipe(recipe, pool=shared.pool(recipe), progress=progress)
+                res = run_recipe(recipe, pool=shared.pool(recipe), progress=progress,
+                                 tracking_parent=tracking.parent(rec) if tracking is not None else None)
                 rec.update(status="done", metrics=res.metrics["final"], stages=res.metrics["stages"],
                            wall_s=round(time.perf_counter() - t0, 2),
                            calls=sum(s.calls for s in res.stats.values()),
@@ -364,6 +370,8 @@ def run_sweep(overrides: Sequence[str], *, config_name: str = "config", extra_di
             if rec["status"] == "done":   # the summary shows what the job's own metrics.json says
                 rec.update(job_metrics(rec) or {})
             _write_manifest(mfile, manifest)
+            if tracking is not None:
+                tracking.job(rec, records)
             if on_job:
                 on_job(rec, False)
     finally:
@@ -376,6 +384,8 @@ def run_sweep(overrides: Sequence[str], *, config_name: str = "config", extra_di
         result.plots = write_sensitivity_plots(result)
     except AgentcirError as e:  # matplotlib missing: the tables are written
         log.warning("no sensitivity plots: %s", e)
+    if tracking is not None:
+        tracking.finish(records, "FAILED" if result.failed else "FINISHED")
     if result.failed:
         first = result.failed[0]
         raise SweepError(f"{len(result.failed)} of {len(records)} sweep jobs failed (first: job {first['index']} "

@@ -83,6 +83,14 @@ DATASETS = Registry("dataset", {
     "disbench": f"{_F}.datasets.disbench",
 })
 
+#: run loggers (experiment tracking), selected by ``run.loggers`` (not a recipe group):
+#: agentcir/framework/tracking.py
+LOGGERS = Registry("logger", {
+    "csv": f"{_F}.tracking",
+    "tensorboard": f"{_F}.tracking",
+    "mlflow": f"{_F}.tracking",
+})
+
 #: recipe group name -> registry, in the order components are built.
 REGISTRIES: dict[str, Registry] = {
     "encoder": ENCODERS,
@@ -99,5 +107,5 @@ REGISTRIES: dict[str, Registry] = {
 __all__ = [
     "Registry", "RegistryError", "Entry", "ConfigError", "make_config", "REGISTRIES",
     "ENCODERS", "LLMS", "CAPTIONERS", "GENERATORS", "DETECTORS", "VERIFIERS", "MEMORIES",
-    "METHODS", "DATASETS",
+    "METHODS", "DATASETS", "LOGGERS",
 ]
