@@ -62,6 +62,9 @@ class RunConfig:
             they register is, :mod:`agentcir.framework.code_identity`).
         preflight: before any gallery or query work, check that every endpoint the recipe uses
             answers (one ``GET /models`` each, :mod:`agentcir.framework.preflight`).
+        paper: the paper's numbers this recipe reproduces, ``"SOURCE: METRIC VALUE, ..."``
+            (``agentcir eval --compare`` prints them beside the run's, :mod:`agentcir.framework.compare`);
+            not part of the run's identity.
     """
 
     root: str = "runs"
@@ -78,6 +81,7 @@ class RunConfig:
     prices: Dict[str, Any] = field(default_factory=dict)
     plugins: List[str] = field(default_factory=list)
     preflight: bool = True
+    paper: str = ""
 
 
 @dataclass
@@ -90,7 +94,7 @@ class KernelsConfig:
 
 #: run settings that cannot change results (excluded from the run's identity)
 VOLATILE_RUN_FIELDS = ("concurrency", "progress", "show", "fresh", "name", "root", "cache", "max_image_pixels", "prices",
-                       "plugins", "preflight")
+                       "plugins", "preflight", "paper")
 
 
 def import_plugins(modules: Any) -> list[str]:

@@ -78,7 +78,8 @@ def write_report(result: "RunResult") -> None:
 
 
 #: the config fields that say which model (or data) a component is, in the order the report lists them
-FACT_FIELDS = ("model", "arch", "pretrained", "revision", "weights", "checkpoint", "path", "base_url", "dtype",
+FACT_FIELDS = ("model", "arch", "pretrained", "revision", "model_config", "weights", "checkpoint", "path", "base_url",
+               "dtype", "precision",
                "category", "split", "root")
 REPORT_KINDS = ("method", "dataset", "encoder", "llm", "captioner", "generator", "detector", "verifier")
 
