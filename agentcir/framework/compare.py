@@ -6,7 +6,7 @@ reproduced one, exported as markdown, CSV or LaTeX (booktabs).
   per category (dress, shirt, toptee) and their plain average when all three are there.
 - CIRR: R@1/5/10/50, the subset recall R_subset@1/2/3 and Avg ((R@5 + R_subset@1) / 2).
 - CIRCO: mAP@5/10/25/50.
-- any other benchmark: the numeric metrics its runs report (per-aspect ones, ``a/b``, left out).
+- any other benchmark: the numeric metrics its runs report.
 
 A recipe that reproduces a paper's row says so in ``run.paper``, written
 ``"SOURCE: METRIC VALUE, METRIC VALUE"`` (e.g. ``"OCTOPUS Table 1, CIRCO (ViT-L/14): mAP@5 28.18,
@@ -62,6 +62,7 @@ class Table:
 
     @property
     def title(self) -> str:
+        """The benchmark's name as papers print it (``CIRR``, ``FashionIQ``; else the registry key)."""
         return TITLES.get(self.benchmark, self.benchmark)
 
     def best(self) -> dict[Column, float]:
@@ -181,8 +182,7 @@ def _columns(bench: str, rows: list[Row]) -> list[Column]:
         cols = [("", m) for m in wanted]
         extra = [c for c in dict.fromkeys(present) if c not in cols and any(r.paper and c in r.values for r in rows)]
     else:
-        cols = [c for c in dict.fromkeys(present) if "/" not in c[1]]
-        extra = []
+        cols, extra = list(dict.fromkeys(present)), []
     return [c for c in cols if c in present] + extra
 
 
@@ -224,6 +224,7 @@ _TEX = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#
 
 
 def tex_escape(text: str) -> str:
+    """``text`` with LaTeX's special characters escaped."""
     return "".join(_TEX.get(ch, ch) for ch in text)
 
 
