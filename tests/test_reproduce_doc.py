@@ -71,3 +71,15 @@ def test_planned_rows_equal_what_plan_reports_now(tmp_path):
     for bundle in ("octopus_webvid_release", "octopus_t1_webvid"):
         plan = mod.plan_row(bundle, {"webvid": mod.RELEASE}, tmp_path, queries)
         assert mod.summary(bundle, plan, {}) == doc[bundle], bundle
+
+
+def test_a_plan_repeats(tmp_path):
+    """Two plans of one row in different folders count the same calls (the stand-in proxies'
+    vectors do not depend on where a plan keeps them)."""
+    import pytest
+
+    mod = load_script()
+    if not (mod.RELEASE / "annotation").is_dir():
+        pytest.skip(f"no OCTOPUS release at {mod.RELEASE}")
+    plans = [mod.plan_row("octopus_t1_webvid", {"webvid": mod.RELEASE}, tmp_path / str(i), 8)["rows"] for i in range(2)]
+    assert plans[0] == plans[1]
