@@ -290,11 +290,14 @@ def cmd_eval(args) -> int:
 def _eval_compare(runs, args) -> int:
     from .framework.accounting import time_rows
     from .framework.compare import comparison_tables, export_paths, plot_rows, to_markdown, write_csv, write_latex
-    from .framework.report import metrics_table, plot_comparison, run_labels
+    from .framework.report import metrics_table, override_labels, plot_comparison, run_labels
 
     tables = comparison_tables(runs)
-    for label, r in zip(run_labels(runs), runs):
-        print(f"- {label}: {r.dir}" + (f" ({r.metrics['subset']})" if r.metrics.get("subset") else ""))
+    subsets = {r.metrics.get("subset", "") for r in runs}
+    for label, r in zip(override_labels(runs), runs):
+        print(f"- {label}: {r.dir}" + (f" ({r.metrics['subset']})" if len(subsets) > 1 and r.metrics.get("subset") else ""))
+    if len(subsets) == 1 and next(iter(subsets)):
+        print(f"\n{next(iter(subsets))}")
     print()
     for t in tables:
         print(to_markdown(t))
