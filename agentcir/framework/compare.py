@@ -36,7 +36,13 @@ BENCHMARK_METRICS: dict[str, tuple[str, ...]] = {
     "cirr": ("R@1", "R@5", "R@10", "R@50", "R_subset@1", "R_subset@2", "R_subset@3", "Avg"),
     "circo": ("mAP@5", "mAP@10", "mAP@25", "mAP@50"),
 }
-TITLES = {"fashioniq": "FashionIQ", "cirr": "CIRR", "circo": "CIRCO", "webvid_covr": "WebVid-CoVR", "disbench": "DISBench"}
+TITLES = {
+    "fashioniq": "FashionIQ",
+    "cirr": "CIRR",
+    "circo": "CIRCO",
+    "webvid_covr": "WebVid-CoVR",
+    "disbench": "DISBench",
+}
 AVERAGE = "average"
 
 Column = tuple[str, str]  # (group, metric): group is a FashionIQ category, "average", or ""
@@ -87,8 +93,10 @@ def parse_paper(text: str, where: str = "run.paper") -> tuple[str, dict[str, flo
     for part in numbers.split(","):
         m = re.fullmatch(r"\s*(\S+)\s+(-?\d+(?:\.\d+)?)\s*", part)
         if not sep or not source.strip() or m is None:
-            raise InputError(f"{where} = {text!r}: expected 'SOURCE: METRIC VALUE, METRIC VALUE' "
-                             f"(e.g. 'OCTOPUS Table 1, CIRCO: mAP@5 28.18, mAP@10 28.66')")
+            raise InputError(
+                f"{where} = {text!r}: expected 'SOURCE: METRIC VALUE, METRIC VALUE' "
+                f"(e.g. 'OCTOPUS Table 1, CIRCO: mAP@5 28.18, mAP@10 28.66')"
+            )
         out[m.group(1)] = float(m.group(2))
     return source.strip(), out
 
@@ -127,8 +135,12 @@ def _fashioniq_rows(runs: list[RunInfo]) -> list[tuple[RunInfo, dict[Column, flo
         cat = str((r.recipe.get("dataset") or {}).get("category") or "")
         g = groups.setdefault(key(r), {})
         if cat in g:
-            log.warning("two FashionIQ runs of one recipe for category '%s' (%s, %s): the first one is shown",
-                        cat, g[cat].name, r.name)
+            log.warning(
+                "two FashionIQ runs of one recipe for category '%s' (%s, %s): the first one is shown",
+                cat,
+                g[cat].name,
+                r.name,
+            )
             continue
         g[cat] = r
     out = []
@@ -156,8 +168,9 @@ def comparison_tables(runs: list[RunInfo]) -> list[Table]:
             entries = _fashioniq_rows(group)
             labels = override_labels([_without_category(rep) for rep, _, _ in entries])
         else:
-            entries = [(r, {("", m): v for m, v in _numeric(r.metrics.get("final") or {}).items()}, [r.name])
-                       for r in group]
+            entries = [
+                (r, {("", m): v for m, v in _numeric(r.metrics.get("final") or {}).items()}, [r.name]) for r in group
+            ]
             labels = override_labels(group)
         rows: list[Row] = []
         for label, (rep, values, names) in zip(labels, entries):
@@ -198,8 +211,12 @@ def _header(c: Column) -> str:
 def to_markdown(table: Table) -> str:
     """``## Title`` and a markdown table; the best reproduced value per column in bold."""
     best = table.best()
-    out = [f"## {table.title}", "", "| | " + " | ".join(_header(c) for c in table.columns) + " |",
-           "|---|" + "---|" * len(table.columns)]
+    out = [
+        f"## {table.title}",
+        "",
+        "| | " + " | ".join(_header(c) for c in table.columns) + " |",
+        "|---|" + "---|" * len(table.columns),
+    ]
     for r in table.rows:
         cells = []
         for c in table.columns:
@@ -215,12 +232,24 @@ def to_csv(table: Table) -> str:
     w = csv.writer(buf, lineterminator="\n")
     w.writerow(["benchmark", "row", "paper", *(_header(c) for c in table.columns)])
     for r in table.rows:
-        w.writerow([table.benchmark, r.label, "yes" if r.paper else "", *(_num(r.values.get(c)) for c in table.columns)])
+        w.writerow(
+            [table.benchmark, r.label, "yes" if r.paper else "", *(_num(r.values.get(c)) for c in table.columns)]
+        )
     return buf.getvalue()
 
 
-_TEX = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_", "{": r"\{", "}": r"\}",
-        "~": r"\textasciitilde{}", "^": r"\textasciicircum{}"}
+_TEX = {
+    "\\": r"\textbackslash{}",
+    "&": r"\&",
+    "%": r"\%",
+    "$": r"\$",
+    "#": r"\#",
+    "_": r"\_",
+    "{": r"\{",
+    "}": r"\}",
+    "~": r"\textasciitilde{}",
+    "^": r"\textasciicircum{}",
+}
 
 
 def tex_escape(text: str) -> str:
@@ -234,8 +263,13 @@ def to_latex(table: Table) -> str:
     bold; the paper's rows in italics."""
     best = table.best()
     cols = table.columns
-    out = [r"\begin{table}[t]", r"\centering", f"\\caption{{{tex_escape(table.title)}}}",
-           r"\begin{tabular}{l" + "r" * len(cols) + "}", r"\toprule"]
+    out = [
+        r"\begin{table}[t]",
+        r"\centering",
+        f"\\caption{{{tex_escape(table.title)}}}",
+        r"\begin{tabular}{l" + "r" * len(cols) + "}",
+        r"\toprule",
+    ]
     groups: list[tuple[str, int]] = []
     for g, _ in cols:
         if groups and groups[-1][0] == g:
