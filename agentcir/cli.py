@@ -267,8 +267,7 @@ def cmd_serve(args) -> int:
 # -- eval ---------------------------------------------------------------------------------
 @_command("eval")
 def cmd_eval(args) -> int:
-    from .framework.report import (comparison_rows, fashioniq_groups, load_run, metrics_table, override_labels,
-                                   plot_comparison, run_labels)
+    from .framework.report import fashioniq_groups, load_run, metrics_table, run_labels
 
     runs = [load_run(d) for d in args.runs]
     if args.submit:
@@ -276,22 +275,7 @@ def cmd_eval(args) -> int:
     if args.best_of:
         return _eval_best_of(runs)
     if args.compare:
-        rows = comparison_rows(runs)
-        subsets = {r.metrics.get("subset", "") for r in runs}
-        for label, r in zip(override_labels(runs), runs):
-            print(f"- {label}: {r.dir}" + (f" ({r.metrics['subset']})" if len(subsets) > 1 and r.metrics.get("subset") else ""))
-        if len(subsets) == 1 and next(iter(subsets)):
-            print(f"\n{next(iter(subsets))}")
-        print()
-        print(metrics_table(rows))
-        from .framework.accounting import time_rows
-
-        print("Time (s) and model calls (from each run's metrics.json):\n")
-        print(metrics_table(time_rows(runs, run_labels(runs))))
-        if args.plot != "none":
-            out = Path(args.plot) if args.plot else Path(args.runs[0]).resolve().parent / "compare.png"
-            print(f"plot: {plot_comparison(rows, out)}")
-        return 0
+        return _eval_compare(runs, args)
     for label, r in zip(run_labels(runs), runs):
         m = r.metrics
         print(f"## {label}\n{m.get('subset', '')}\n")
@@ -302,6 +286,36 @@ def cmd_eval(args) -> int:
         print(metrics_table({name: g["metrics"] for name, g in groups.items()}))
     if not any(r.metrics.get("final") for r in runs):
         print("(no metrics: test splits have no ground truth; write the server files with --submit DIR)")
+    return 0
+
+
+def _eval_compare(runs, args) -> int:
+    from .framework.accounting import time_rows
+    from .framework.compare import comparison_tables, export_paths, plot_rows, to_markdown, write_csv, write_latex
+    from .framework.report import metrics_table, override_labels, plot_comparison, run_labels
+
+    tables = comparison_tables(runs)
+    subsets = {r.metrics.get("subset", "") for r in runs}
+    for label, r in zip(override_labels(runs), runs):
+        print(f"- {label}: {r.dir}" + (f" ({r.metrics['subset']})" if len(subsets) > 1 and r.metrics.get("subset") else ""))
+    if len(subsets) == 1 and next(iter(subsets)):
+        print(f"\n{next(iter(subsets))}")
+    print()
+    for t in tables:
+        print(to_markdown(t))
+    print("Time (s) and model calls (from each run's metrics.json):\n")
+    print(metrics_table(time_rows(runs, run_labels(runs))))
+    if args.csv:
+        for f in write_csv(tables, args.csv):
+            print(f"csv: {f}")
+    if args.latex:
+        print(f"latex: {write_latex(tables, args.latex)}")
+    if args.plot != "none":
+        base = Path(args.plot) if args.plot else Path(args.runs[0]).resolve().parent / "compare.png"
+        for t, out in zip(tables, export_paths(base, tables)):  # one chart per benchmark
+            rows = {k: v for k, v in plot_rows(t).items() if v}
+            if rows:
+                print(f"plot: {plot_comparison(rows, out, title=t.title)}")
     return 0
 
 
@@ -503,12 +517,17 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("eval", help="metrics of finished runs, compared, submitted",
                        description="Print the metrics of run directories (and the FashionIQ average when the runs cover "
-                                   "dress, shirt and toptee). --compare: one table and a PNG plot; --submit: test-server "
+                                   "dress, shirt and toptee). --compare: one table per benchmark (CSV, LaTeX) and a PNG plot; --submit: test-server "
                                    "files (CIRR, CIRCO); --best-of: DISBench Best@k over independent runs.")
     p.add_argument("runs", nargs="+", help="run directories")
-    p.add_argument("--compare", action="store_true", help="one table, a row per run, and a PNG bar chart")
+    p.add_argument("--compare", action="store_true",
+                   help="one table per benchmark (rows labelled by what differs, the paper's numbers of experiment "
+                        "bundles beside them) and a PNG bar chart per benchmark")
     p.add_argument("--plot", default="", metavar="PNG",
-                   help="where --compare writes its plot (default: compare.png beside the first run; 'none' = no plot)")
+                   help="where --compare writes its plot (default: compare.png beside the first run; several "
+                        "benchmarks: compare-<benchmark>.png; 'none' = no plot)")
+    p.add_argument("--csv", metavar="PATH", help="--compare: write the tables as CSV (several benchmarks: PATH-<benchmark>.csv)")
+    p.add_argument("--latex", metavar="PATH", help="--compare: write the tables as LaTeX (booktabs, best value in bold)")
     p.add_argument("--submit", metavar="DIR", help="write the benchmark's submission file(s) of each run into DIR")
     p.add_argument("--best-of", action="store_true", help="DISBench Best@k: best F1 per query over the given runs")
 

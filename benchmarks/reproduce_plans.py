@@ -30,44 +30,37 @@ SHARED = ROOT.parent / "shared" / "data"
 RELEASE = SHARED / "releases" / "octopus-webvid-covr"
 GALLERY_STAGES = ("index", "gallery_captions")
 
-#: row -> (paper table, what, the paper's numbers)
-OCTOPUS_T3 = {"no_reasoning": ("Without modification reasoning", "60.34 / 81.01", "26.40 / 27.51"),
-              "no_refinement": ("Without semantic refinement", "60.45 / 80.70", "24.67 / 25.62"),
-              "no_textual_proxies": ("Without textual proxies", "62.06 / 81.28", "23.84 / 25.02"),
-              "no_visual_proxy": ("Without visual proxy", "61.90 / 81.01", "25.26 / 26.24"),
-              "no_creator": ("Without the entire Creator", "59.44 / 79.21", "22.84 / 23.76"),
-              "v2v": ("Vision-to-vision instead of bidirectional", "61.51 / 81.48", "26.91 / 27.48"),
-              "no_verification": ("Without candidate verification", "52.70 / 78.58", "26.36 / 27.30")}
-ROWS: list[tuple[str, str, str, str]] = [  # (bundle, table, row, paper's number)
-    ("octopus_t1_webvid", "OCTOPUS Table 1", "WebVid-CoVR (ViT-L/14)", "R@1 67.15, R@5 85.28"),
-    ("octopus_t1_fashioniq", "OCTOPUS Table 1/2", "FashionIQ average (ViT-L/14)", "R@10 37.00, R@50 57.60"),
-    ("octopus_t1_circo", "OCTOPUS Table 1", "CIRCO (ViT-L/14)", "mAP@5 28.18, mAP@10 28.66"),
-    ("octopus_t3_webvid_full", "OCTOPUS Table 3", "Full OCTOPUS, WebVid", "R@1 / R@5 67.15 / 85.28"),
-    *[(f"octopus_t3_webvid_{k}", "OCTOPUS Table 3", f"{t}, WebVid", f"R@1 / R@5 {w}") for k, (t, w, _) in OCTOPUS_T3.items()],
-    ("octopus_t3_circo_full", "OCTOPUS Table 3", "Full OCTOPUS, CIRCO", "mAP@5 / mAP@10 28.18 / 28.66"),
-    *[(f"octopus_t3_circo_{k}", "OCTOPUS Table 3", f"{t}, CIRCO", f"mAP@5 / mAP@10 {c}") for k, (t, _, c) in OCTOPUS_T3.items()],
-    ("octopus_webvid_release", "OCTOPUS, release files", "WebVid-CoVR from the release (no verification)", "(no paper row)"),
-    ("xr_fashioniq_b32", "XR main", "FashionIQ average, ViT-B/32", "R@10 36.66, R@50 57.10"),
-    ("xr_cirr_b32", "XR main", "CIRR, ViT-B/32", "R@1 43.06, R@10 83.15, R_s@3 95.21"),
-    ("xr_circo_b32", "XR main", "CIRCO, ViT-B/32", "mAP@5 27.51, mAP@50 30.95"),
-    ("xr_fashioniq_l14", "XR main", "FashionIQ average, ViT-L/14", "R@10 37.18, R@50 57.30"),
-    ("xr_cirr_l14", "XR main", "CIRR, ViT-L/14", "R@10 83.09"),
-    ("xr_circo_l14", "XR main", "CIRCO, ViT-L/14", "mAP@5 31.38"),
-    *[(f"xr_ablation_{d}_{a}", "XR ablation", f"{label}, {dn}", num)
-      for d, dn, ends in (("fashioniq", "FashionIQ R@10", ("14.78", "36.66")), ("cirr", "CIRR R_s@3", ("74.96", "95.21")),
-                          ("circo", "CIRCO mAP@25", ("4.14", "30.28")))
-      for a, label, num in (("visual_sim", "+ visual similarity", f"(from {ends[0]}: not given)"),
-                            ("text_sim", "+ text similarity", "(not given)"), ("text_qa", "+ text QA", "(not given)"),
-                            ("visual_qa", "+ visual QA (full XR)", ends[1]))],
-]
-ROWS += [
-    ("autocir_fashioniq", "AutoCIR main", "FashionIQ average, ViT-B/32", "R@10 33.27"),
-    ("imagescope_fashioniq_b32", "ImageScope CIR", "FashionIQ average, ViT-B/32", "R@10 31.42, R@50 50.80"),
-    ("imagescope_cirr_b32", "ImageScope CIR", "CIRR, ViT-B/32", "R@1 38.43, R@10 76.96, R_s@1 75.93"),
-    ("imagescope_circo_b32", "ImageScope CIR", "CIRCO, ViT-B/32", "mAP@5 25.26, mAP@50 28.11"),
-    ("imagescope_fashioniq_l14", "ImageScope CIR", "FashionIQ average, ViT-L/14", "R@10 31.36, R@50 50.78"),
-    ("imagescope_cirr_l14", "ImageScope CIR", "CIRR, ViT-L/14", "R@1 39.37, R@10 78.05, R_s@1 76.36"),
-    ("imagescope_circo_l14", "ImageScope CIR", "CIRCO, ViT-L/14", "mAP@5 28.36, mAP@50 31.88"),
+#: Table 3's ablation rows: bundle suffix -> what the row takes away
+OCTOPUS_T3 = {"no_reasoning": "Without modification reasoning", "no_refinement": "Without semantic refinement",
+              "no_textual_proxies": "Without textual proxies", "no_visual_proxy": "Without visual proxy",
+              "no_creator": "Without the entire Creator", "v2v": "Vision-to-vision instead of bidirectional",
+              "no_verification": "Without candidate verification"}
+ROWS: list[tuple[str, str, str]] = [  # (bundle, table, row); the paper's numbers are the bundle's run.paper
+    ("octopus_t1_webvid", "OCTOPUS Table 1", "WebVid-CoVR (ViT-L/14)"),
+    ("octopus_t1_fashioniq", "OCTOPUS Table 1/2", "FashionIQ average (ViT-L/14)"),
+    ("octopus_t1_circo", "OCTOPUS Table 1", "CIRCO (ViT-L/14)"),
+    ("octopus_t3_webvid_full", "OCTOPUS Table 3", "Full OCTOPUS, WebVid"),
+    *[(f"octopus_t3_webvid_{k}", "OCTOPUS Table 3", f"{t}, WebVid") for k, t in OCTOPUS_T3.items()],
+    ("octopus_t3_circo_full", "OCTOPUS Table 3", "Full OCTOPUS, CIRCO"),
+    *[(f"octopus_t3_circo_{k}", "OCTOPUS Table 3", f"{t}, CIRCO") for k, t in OCTOPUS_T3.items()],
+    ("octopus_webvid_release", "OCTOPUS, release files", "WebVid-CoVR from the release (no verification)"),
+    ("xr_fashioniq_b32", "XR main", "FashionIQ average, ViT-B/32"),
+    ("xr_cirr_b32", "XR main", "CIRR, ViT-B/32"),
+    ("xr_circo_b32", "XR main", "CIRCO, ViT-B/32"),
+    ("xr_fashioniq_l14", "XR main", "FashionIQ average, ViT-L/14"),
+    ("xr_cirr_l14", "XR main", "CIRR, ViT-L/14"),
+    ("xr_circo_l14", "XR main", "CIRCO, ViT-L/14"),
+    *[(f"xr_ablation_{d}_{a}", "XR ablation", f"{label}, {dn}")
+      for d, dn in (("fashioniq", "FashionIQ R@10"), ("cirr", "CIRR R_subset@3"), ("circo", "CIRCO mAP@25"))
+      for a, label in (("visual_sim", "+ visual similarity"), ("text_sim", "+ text similarity"), ("text_qa", "+ text QA"),
+                       ("visual_qa", "+ visual QA (full XR)"))],
+    ("autocir_fashioniq", "AutoCIR main", "FashionIQ average, ViT-B/32"),
+    ("imagescope_fashioniq_b32", "ImageScope CIR", "FashionIQ average, ViT-B/32"),
+    ("imagescope_cirr_b32", "ImageScope CIR", "CIRR, ViT-B/32"),
+    ("imagescope_circo_b32", "ImageScope CIR", "CIRCO, ViT-B/32"),
+    ("imagescope_fashioniq_l14", "ImageScope CIR", "FashionIQ average, ViT-L/14"),
+    ("imagescope_cirr_l14", "ImageScope CIR", "CIRR, ViT-L/14"),
+    ("imagescope_circo_l14", "ImageScope CIR", "CIRCO, ViT-L/14"),
 ]
 FULL_QUERIES = {"webvid": 2554, "fashioniq": 2017 + 2038 + 1961, "cirr": 4181, "circo": 220}
 FASHIONIQ_GALLERY = {"dress": 3817, "all": 3817 + 6346 + 5373}
@@ -129,6 +122,32 @@ def placeholders(work: Path) -> dict[str, Path]:
     return out
 
 
+def source_bundle(bundle: str) -> str:
+    """The bundle a row runs (Table 3's full rows are the Table 1 rows)."""
+    return bundle.replace("t3", "t1").removesuffix("_full") if bundle.endswith("_full") else bundle
+
+
+def paper_cell(bundle: str) -> str:
+    """The paper's numbers of a row, as its bundle's ``run.paper`` states them (``agentcir eval
+    --compare`` prints the same beside a run of it)."""
+    import yaml
+
+    from agentcir.framework.compare import parse_paper
+
+    f = ROOT / "agentcir" / "recipes" / "experiment" / f"{source_bundle(bundle)}.yaml"
+    text = (yaml.safe_load(f.read_text()).get("run") or {}).get("paper")
+    if text is None:
+        return "(no paper row)"
+    numbers = parse_paper(text, f"{f.name} run.paper")[1]
+    return ", ".join(f"{k} {v:.2f}" for k, v in numbers.items()) or "(not given)"
+
+
+def command(bundle: str) -> str:
+    """The row's command (what `agentcir run` is given; ROOT and FILE are the user's)."""
+    weights = "encoder.text.pretrained=FILE" if bundle == "octopus_webvid_release" else "encoder.pretrained=FILE"
+    return " ".join(bundle_args(bundle)) + f" dataset.root=ROOT {weights}"
+
+
 def bundle_args(bundle: str) -> list[str]:
     if bundle.endswith("_full"):  # Table 3's full row is the Table 1 row
         return [f"+experiment={bundle.replace('t3', 't1').removesuffix('_full')}"]
@@ -147,8 +166,7 @@ def plan_row(bundle: str, roots: dict[str, Path], work: Path, queries: int) -> d
     args = [*bundle_args(bundle), f"dataset.root={root}", f"dataset.limit={queries}", f"run.root={work / 'runs'}",
             "run.progress=false"]
     plan = plan_recipe(compose(args, check_devices=False)).to_json()   # a plan runs no model: any device
-    weights = "encoder.text.pretrained=FILE" if bundle == "octopus_webvid_release" else "encoder.pretrained=FILE"
-    plan["command"] = "agentcir run " + " ".join(bundle_args(bundle)) + f" dataset.root=ROOT {weights}"
+    plan["command"] = "agentcir run " + command(bundle)
     plan["small_gallery"] = small
     return plan
 
@@ -178,7 +196,10 @@ def summary(bundle: str, plan: dict, plans: dict[str, dict]) -> tuple[str, str, 
     return calls or "none", f"{tin / 1e6:.1f}M / {tout / 1e6:.2f}M", f"${cost:,.0f}" if priced else "local"
 
 
-def render(plans: dict[str, dict], queries: int) -> str:
+def render(summaries: dict[str, tuple[str, str, str]], queries: int) -> str:
+    """docs/reproduce.md: per row of :data:`ROWS` its command and paper numbers (from the bundle)
+    and ``summaries[bundle]`` = (model calls, tokens, cost) of :func:`summary` (rows without one:
+    "(not planned)")."""
     out = ["# Reproducing the papers: one bundle per table row", "",
            "Every row is an experiment bundle (`agentcir/recipes/experiment/`). `ROOT` is the benchmark folder",
            "(its loader's layout: `agentcir/recipes/dataset/<name>.yaml`), `FILE` the CLIP weights (open_clip",
@@ -199,7 +220,11 @@ def render(plans: dict[str, dict], queries: int) -> str:
            "indicates the size. Cost: the bundle's `run.prices` (GPT-4o-mini $0.15 / $0.60 per million input /",
            "output tokens; Qwen-Image and InternVL3 run locally: no price). Regenerate with",
            "`python benchmarks/reproduce_plans.py`; plan any row yourself with",
-           "`agentcir run --plan +experiment=ROW dataset.root=ROOT`.", "",
+           "`agentcir run --plan +experiment=ROW dataset.root=ROOT`: over the whole query set it counts every",
+           f"query instead of scaling the first {queries}, so its counts differ from a row's where the calls per",
+           "query vary (the uncertainty gate, the number of statements or propositions); with",
+           f"`dataset.limit={queries}` it plans what the row was scaled from. The paper column is each bundle's",
+           "`run.paper`, which `agentcir eval --compare` prints beside a run of the bundle.", "",
            "No row's number has been reproduced with the repository's own data: the benchmark images, the",
            "weights and the APIs are not part of it. What has been checked against the authors' code is the",
            "scoring ([methods](design/methods.md), [evaluation protocols](design/evaluation.md)) and, on the",
@@ -210,13 +235,12 @@ def render(plans: dict[str, dict], queries: int) -> str:
            "encoder.arch=ViT-L/14`), with the same per-query ranks as the authors' `eval_recall`.", "",
            "| table | row | command | paper | model calls (full dataset) | LLM tokens in / out | cost |",
            "|---|---|---|---|---|---|---|"]
-    for bundle, table, row, paper in ROWS:
-        p = plans.get(bundle)
-        if p is None:
-            out.append(f"| {table} | {row} | `+experiment={bundle}` | {paper} | (not planned) | | |")
+    for bundle, table, row in ROWS:
+        if bundle not in summaries:
+            out.append(f"| {table} | {row} | `{command(bundle)}` | {paper_cell(bundle)} | (not planned) | | |")
             continue
-        calls, tokens, cost = summary(bundle, p, plans)
-        out.append(f"| {table} | {row} | `{p['command'].removeprefix('agentcir run ')}` | {paper} | {calls} | {tokens} | {cost} |")
+        calls, tokens, cost = summaries[bundle]
+        out.append(f"| {table} | {row} | `{command(bundle)}` | {paper_cell(bundle)} | {calls} | {tokens} | {cost} |")
     out += ["", "Notes. WebVid-CoVR rows are planned on the release's query set, whose references are one frame:",
             "with the videos, OCTOPUS captions `num_keyframes` (8) keyframes per reference and summarises them",
             "(8 captioner calls and one LLM call more per query). XR's fine filter asks each of its `k_prime` (100)",
@@ -259,7 +283,8 @@ def main() -> int:
             f.write_text(json.dumps(plan_row(bundle, roots, work, a.queries)))
         if f.is_file():
             plans[bundle] = json.loads(f.read_text())
-    Path(a.out).write_text(render(plans, a.queries))
+    summaries = {b: summary(b, p, plans) for b, p in plans.items()}
+    Path(a.out).write_text(render(summaries, a.queries))
     print(f"wrote {a.out} ({len(plans)} of {len(ROWS)} rows planned)")
     return 0
 

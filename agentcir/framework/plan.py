@@ -215,7 +215,8 @@ class _Recorder:
 
         def encode_images(self, images, batch_size=None, *, progress=None, skipped=None):
             rec.record(self, "encode_images", len(images))
-            return _vectors([str(p) for p in images], "image", rec.dim)
+            tmp = str(rec.tmp)  # a stand-in proxy's vector does not depend on where this plan keeps it
+            return _vectors([str(p).replace(tmp, "<plan>", 1) for p in images], "image", rec.dim)
 
         def encode_texts(self, texts, batch_size=None, *, progress=None):
             if isinstance(texts, str):

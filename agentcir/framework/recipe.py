@@ -67,6 +67,9 @@ class RunConfig:
             and a parent.
         tracking: per logger its settings, ``{key: {field: value}}`` (``run.tracking.mlflow.uri=...``),
             checked against the logger's ``Config``.
+        paper: the paper's numbers this recipe reproduces, ``"SOURCE: METRIC VALUE, ..."``
+            (``agentcir eval --compare`` prints them beside the run's, :mod:`agentcir.framework.compare`);
+            not part of the run's identity.
     """
 
     root: str = "runs"
@@ -85,6 +88,7 @@ class RunConfig:
     preflight: bool = True
     loggers: List[str] = field(default_factory=list)
     tracking: Dict[str, Any] = field(default_factory=dict)
+    paper: str = ""
 
 
 @dataclass
@@ -97,7 +101,7 @@ class KernelsConfig:
 
 #: run settings that cannot change results (excluded from the run's identity)
 VOLATILE_RUN_FIELDS = ("concurrency", "progress", "show", "fresh", "name", "root", "cache", "max_image_pixels", "prices",
-                       "plugins", "preflight", "loggers", "tracking")
+                       "plugins", "preflight", "loggers", "tracking", "paper")
 
 
 def import_plugins(modules: Any) -> list[str]:

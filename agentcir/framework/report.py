@@ -59,8 +59,7 @@ def write_report(result: "RunResult") -> None:
 
     write_text_checked(d / "metrics.json", json.dumps({**result.metrics, "cost": stats}, indent=1))
     r = result.recipe
-    comps = "\n".join(f"- {k}: `{r[k]['name']}`" for k in ("method", "dataset", "encoder", "llm", "captioner", "generator",
-                                                            "detector", "verifier") if k in r)
+    comps = "\n".join(component_facts(r))
     cost = cost_table(result.stats)
     imported = "".join(f"Stage `{st}` imported for {v['queries']} queries ({', '.join(v['fields'])}) from "
                        f"{', '.join(f'`{f}`' for f in v['files']) or 'the queries'}.\n\n"
@@ -76,6 +75,29 @@ def write_report(result: "RunResult") -> None:
             f"## Cost per stage\n\n" + "\n".join(cost) + "\n\n"
             f"## Where the time went\n\n{phases_table(result.metrics)}")
     (d / "report.md").write_text(text)
+
+
+#: the config fields that say which model (or data) a component is, in the order the report lists them
+FACT_FIELDS = ("model", "arch", "pretrained", "revision", "model_config", "weights", "checkpoint", "path", "base_url",
+               "dtype", "precision",
+               "category", "split", "root")
+REPORT_KINDS = ("method", "dataset", "encoder", "llm", "captioner", "generator", "detector", "verifier")
+
+
+def _facts(node: dict[str, Any]) -> str:
+    """``key`` (field `value`, ...; sub-component: ``key`` (...)) of one recipe node, as its config says."""
+    facts = [f"{f} `{node[f]}`" for f in FACT_FIELDS if node.get(f) not in (None, "", [], {})]
+    facts += [f"{f}: {_facts(v)}" for f, v in node.items() if isinstance(v, dict) and v.get("name")]
+    return f"`{node.get('name')}`" + (f" ({'; '.join(facts)})" if facts else "")
+
+
+def component_facts(recipe: dict[str, Any]) -> list[str]:
+    """The report's Components lines: per component of the resolved recipe, its registry key and
+    the fields that name its model, weights and data (``model``, ``arch``, ``pretrained``,
+    ``revision``, ``path``, ...) exactly as the recipe sets them, nested components included
+    (``encoder.text``). Components set to ``none`` are left out."""
+    return [f"- {k}: {_facts(recipe[k])}" for k in REPORT_KINDS
+            if isinstance(recipe.get(k), dict) and recipe[k].get("name") not in (None, "none")]
 
 
 def cost_table(stats: dict[str, Any]) -> list[str]:

@@ -174,8 +174,9 @@ class WebVidCoVR(Dataset):
                            for v in dict.fromkeys(rel["gallery"]) if v in caption]
             self.subset.gallery_listed = len(listed)
             self.subset.gallery_missing = [v for v in listed if v not in held]
-            self.subset.note(f"Images are the release's precomputed features ({rel['folder']}, arch {rel['arch']}); "
-                             f"gallery in the release's order, reference masked.")
+            self.subset.note(f"Images are the release's precomputed features ({rel['folder']}): the gallery and the "
+                             f"queries are the items its {rel['arch']} tables list (every arch lists the same), in the "
+                             f"release's order, reference masked; the features scored are the encoder's (see Components).")
         if self._items is None:
             from tqdm.auto import tqdm
 

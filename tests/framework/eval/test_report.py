@@ -1,4 +1,4 @@
-"""`agentcir eval`: per-run tables, --compare (one table + PNG), FashionIQ averages, --submit, --best-of."""
+"""`agentcir eval`: per-run tables, --compare (a table + PNG per benchmark), FashionIQ averages, --submit, --best-of."""
 
 import json
 from pathlib import Path
@@ -29,8 +29,9 @@ def test_compare_prints_one_table_and_writes_a_png(tmp_path, capsys):
     png = tmp_path / "out" / "cmp.png"
     assert main(["eval", "--compare", str(a), str(b), "--plot", str(png)]) == 0
     out = capsys.readouterr().out
-    assert "| | mAP@10 | R@1 | mAP@10/negation |" in out and "| method=image_only | 30.00 | 20.00 | 5.00 |" in out
-    assert "| method=text_only | 45.50 | 25.00 |  |" in out and f"- method=image_only: {a} (subset of runA)" in out
+    assert "## demo" in out and "| | mAP@10 | R@1 | mAP@10/negation |" in out
+    assert "| method=image_only | 30.00 | 20.00 | **5.00** |" in out  # the best value per column in bold
+    assert "| method=text_only | **45.50** | **25.00** |  |" in out and f"- method=image_only: {a} (subset of runA)" in out
     assert f"plot: {png}" in out  # rows are labelled by what differs between the runs
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     arr = np.asarray(Image.open(png).convert("L"), np.float32)
