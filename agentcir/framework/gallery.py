@@ -53,17 +53,6 @@ log = logging.getLogger(__name__)
 
 FORMAT = 1
 CHUNK = 2048
-#: the images embedded per call within a chunk: the progress bar moves after each such batch
-PROGRESS_BATCH = 64
-
-
-def progress_step(encoder) -> int:
-    """Images per embedding call of a build: about :data:`PROGRESS_BATCH`, a whole number of the
-    encoder's batches (so the encoder sees the same batches as one call per chunk)."""
-    bs = int(getattr(getattr(encoder, "cfg", None), "batch_size", 0) or getattr(encoder, "default_batch_size", 0) or 0)
-    return PROGRESS_BATCH if bs <= 0 else bs * max(1, -(-PROGRESS_BATCH // bs))
-
-
 #: the files of a built gallery, each with a checksum sidecar
 GALLERY_FILES = ("gallery.json", "items.jsonl", "image_emb.npy")
 
@@ -278,7 +267,6 @@ class Gallery:
 
         n_chunks = (len(items) + CHUNK - 1) // CHUNK
         show = progress if progress is not None else len(items) > CHUNK // 4
-        step = progress_step(encoder)
         with tqdm(total=len(items), desc=f"indexing {root.name}", unit="img", disable=not show) as bar:
             for c in range(n_chunks):
                 done = parts / f"{c:05d}.npz"
@@ -287,14 +275,17 @@ class Gallery:
                     remove_with_sidecar(done)
                 if not done.is_file():
                     skipped: list[Skipped] = []
-                    parts_emb = []
-                    for b in range(0, len(chunk), step):  # the bar moves every `step` images
-                        part: list[Skipped] = []
-                        sub = chunk[b:b + step]
-                        parts_emb.append((embed or encoder.encode_images)([it.path for it in sub], progress=False, skipped=part))
-                        skipped += [Skipped(s.index + b, s.path, s.reason) for s in part]
-                        bar.update(len(sub))
-                    emb = np.concatenate(parts_emb) if parts_emb else np.zeros((0, encoder.dim), np.float32)
+                    moved = [0]
+
+                    def tick(n: int, moved=moved) -> None:  # the bar moves after each encoder batch
+                        moved[0] += n
+                        bar.update(n)
+
+                    paths = [it.path for it in chunk]
+                    emb = (embed(paths, progress=False, skipped=skipped) if embed is not None else
+                           encoder.encode_images(paths, progress=tick, skipped=skipped))
+                    if moved[0] < len(chunk):  # an encoder that reports no batches: the chunk at once
+                        bar.update(len(chunk) - moved[0])
                     bad = {s.index for s in skipped}
                     kept = np.array([i for i in range(len(chunk)) if i not in bad], dtype=np.int64) + c * CHUNK
                     with atomic_path(done) as tmp:

@@ -13,7 +13,7 @@ import json
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar, Sequence
+from typing import Any, Callable, ClassVar, Sequence
 
 import numpy as np
 
@@ -62,17 +62,21 @@ class Encoder(Component):
         return b
 
     def encode_images(self, images: Sequence, batch_size: int | None = None, *,
-                      progress: bool | None = None, skipped: list[Skipped] | None = None) -> np.ndarray:
+                      progress: bool | Callable[[int], None] | None = None,
+                      skipped: list[Skipped] | None = None) -> np.ndarray:
         """Embed images (paths or PIL images) -> float32 ``[n_ok, dim]``, L2-normalised.
 
         Images that fail to decode are skipped, logged by path with a count, and
         appended to ``skipped`` when a list is given (their ``index`` is the
-        position in ``images``), so the caller can align rows.
+        position in ``images``), so the caller can align rows. ``progress``: a bar on
+        stderr (True, or None: for long inputs), or a callable given the images done
+        after each batch (a caller's own bar, e.g. a gallery build's).
         """
         b = self._batch(batch_size)
         out: list[np.ndarray] = []
         bad: list[Skipped] = []
-        with _progress(len(images), f"{self.describe()}: images", progress, 4 * b) as bar:
+        report = progress if callable(progress) else None
+        with _progress(len(images), f"{self.describe()}: images", False if report else progress, 4 * b) as bar:
             for start in range(0, len(images), b):
                 chunk = images[start:start + b]
                 decoded, _, sk = decode_many(chunk)
@@ -80,6 +84,8 @@ class Encoder(Component):
                 if decoded:
                     out.append(l2_normalize(self._embed_images(decoded)))
                 bar.update(len(chunk))
+                if report is not None:
+                    report(len(chunk))
         report_skipped(bad)
         if skipped is not None:
             skipped.extend(bad)

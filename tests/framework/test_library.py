@@ -249,7 +249,8 @@ def test_cli_refuses_another_encoder_with_a_clear_message(plugin_env, tmp_path):
 
 
 def test_build_progress_moves_per_small_batch(tmp_path):
-    """A 200-photo build reports progress after each ~64 photos, not once per 2,048-photo chunk."""
+    """A 200-photo build reports progress after each encoder batch (16 photos here), not once per
+    2,048-photo chunk, and the encoder is called once per chunk (the plan's call counts)."""
     folder = folder_of(tmp_path / "photos", 200)
     items, _ = items_from_folder(folder)
     enc = CountingEncoder()
@@ -273,7 +274,7 @@ def test_build_progress_moves_per_small_batch(tmp_path):
         Gallery.build(tmp_path / "g", items, enc, progress=False)
     finally:
         tqdm.auto.tqdm = real
-    assert updates == [64, 64, 64, 8] and sum(enc.seen) == 200
+    assert updates == [16] * 12 + [8] and sum(enc.seen) == 200
 
 
 def test_a_cached_generator_output_naming_a_vanished_file_is_recomputed(tmp_path):
