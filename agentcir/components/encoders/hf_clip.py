@@ -21,7 +21,7 @@ import numpy as np
 from ...framework.errors import InputError, require
 from ...framework.hashing import file_digest, stable_hash
 from ...framework.interfaces import Encoder
-from ...registry import ENCODERS
+from ...registry import ENCODERS, Choice
 from .common import preprocess, torchvision_guard
 
 SUPPORTED = ("clip", "siglip")
@@ -64,6 +64,14 @@ def _transformers():
     return require("transformers", "hf", feature="the hf_clip encoder")
 
 
+class DType(Choice):
+    """The model's weight dtype (config field ``dtype``)."""
+
+    float32 = "float32"
+    float16 = "float16"
+    bfloat16 = "bfloat16"
+
+
 @ENCODERS.register("hf_clip")
 class HFClipEncoder(Encoder):
     """A transformers CLIP or SigLIP dual encoder loaded from a local folder (on first use)."""
@@ -81,13 +89,11 @@ class HFClipEncoder(Encoder):
         path: str = ""
         batch_size: int = 32
         device: str = "cpu"
-        dtype: str = "float32"
+        dtype: DType = DType.float32
         num_threads: int = 0
 
     def __init__(self, cfg: Any = None, **deps: Any):
         super().__init__(cfg, **deps)
-        if self.cfg.dtype not in ("float32", "float16", "bfloat16"):
-            raise InputError(f"encoder 'hf_clip': dtype must be float32, float16 or bfloat16, got '{self.cfg.dtype}'")
         self.root = Path(self.cfg.path).expanduser() if self.cfg.path else None
         self._model = None
         self._tokenizer = None

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from agentcir.framework.errors import InputError
-from agentcir.registry import ENCODERS
+from agentcir.registry import ENCODERS, ConfigError
 
 from .conftest import DEMO, make_hf_model
 
@@ -78,5 +78,5 @@ def test_bad_folders_are_named(tmp_path):
     (tmp_path / "bert" / "config.json").write_text('{"model_type": "bert"}')
     with pytest.raises(InputError, match="holds a 'bert' model; supported: clip, siglip"):
         ENCODERS.build("hf_clip", {"path": str(tmp_path / "bert")}).encode_texts(["x"])
-    with pytest.raises(InputError, match="dtype must be"):
+    with pytest.raises(ConfigError, match="field 'dtype': must be one of float32, float16, bfloat16, got 'int8'"):
         ENCODERS.build("hf_clip", {"path": str(tmp_path), "dtype": "int8"})
