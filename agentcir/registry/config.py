@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import functools
 import math
 import types
 import typing
@@ -69,6 +70,7 @@ class Choice(str, enum.Enum):
                           f"got {value!r}{closest_hint(value, cls.values())}")
 
 
+@functools.cache
 def choice_fields(cls: type) -> dict[str, type[Choice]]:
     """``{field name: Choice class}`` of config dataclass ``cls`` (``Optional[...]`` fields too)."""
     try:
@@ -240,6 +242,18 @@ def closest_hint(word: str, options) -> str:
 
     match = difflib.get_close_matches(str(word), sorted(map(str, options)), n=1, cutoff=0.6)
     return f"; did you mean '{match[0]}'?" if match else ""
+
+
+def check_choices(cfg: Any, *, where: str) -> None:
+    """Turn the words of config dataclass ``cfg``'s :class:`Choice` fields into members, in place
+    (a config built in Python, ``Config(dtype="float16")``, as a recipe's is); a word outside its
+    set is a :class:`ConfigError` as in :func:`make_config`."""
+    if not dataclasses.is_dataclass(cfg) or isinstance(cfg, type):
+        return
+    for name, kind in choice_fields(type(cfg)).items():
+        value = getattr(cfg, name)
+        if value is not None and not isinstance(value, kind):
+            object.__setattr__(cfg, name, kind.parse(value, where=where, field=name))
 
 
 def config_dict(cfg: Any) -> dict[str, Any]:

@@ -73,3 +73,17 @@ def test_scale_choices():
         scale_settings({"engine": "rey"})
     s = scale_settings({"search": "ivf_sq", "sq": "8bit"})
     assert s["sq"] == "8bit" and type(s["sq"]) is str and s["engine"] == "local"
+
+
+def test_a_config_built_in_python_is_checked_too():
+    """``Component(Config(...))`` bypasses the recipe; the component still holds members and refuses
+    a word outside the set."""
+    from agentcir.framework.datasets.fashioniq import FashionIQ, FashionIQCategory
+    from agentcir.framework.eval.metrics import FASHIONIQ_CATEGORIES
+
+    ds = FashionIQ(FashionIQ.Config(category="shirt"))
+    assert ds.cfg.category is FashionIQCategory.shirt and ds.subset.name == "FashionIQ shirt val"
+    with pytest.raises(ConfigError, match=r"dataset 'FashionIQ': field 'category': must be one of dress, shirt, toptee, "
+                                          r"got 'shirts'; did you mean 'shirt'\?"):
+        FashionIQ(FashionIQ.Config(category="shirts"))
+    assert FashionIQCategory.values() == FASHIONIQ_CATEGORIES

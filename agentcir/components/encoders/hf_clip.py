@@ -21,7 +21,8 @@ import numpy as np
 from ...framework.errors import InputError, require
 from ...framework.hashing import file_digest, stable_hash
 from ...framework.interfaces import Encoder
-from ...registry import ENCODERS, Choice
+from ...registry import ENCODERS
+from ..captioners.hf import TorchDType
 from .common import preprocess, torchvision_guard
 
 SUPPORTED = ("clip", "siglip")
@@ -64,14 +65,6 @@ def _transformers():
     return require("transformers", "hf", feature="the hf_clip encoder")
 
 
-class DType(Choice):
-    """The model's weight dtype (config field ``dtype``)."""
-
-    float32 = "float32"
-    float16 = "float16"
-    bfloat16 = "bfloat16"
-
-
 @ENCODERS.register("hf_clip")
 class HFClipEncoder(Encoder):
     """A transformers CLIP or SigLIP dual encoder loaded from a local folder (on first use)."""
@@ -89,7 +82,7 @@ class HFClipEncoder(Encoder):
         path: str = ""
         batch_size: int = 32
         device: str = "cpu"
-        dtype: DType = DType.float32
+        dtype: TorchDType = TorchDType.float32
         num_threads: int = 0
 
     def __init__(self, cfg: Any = None, **deps: Any):

@@ -10,7 +10,7 @@ from typing import ClassVar
 from ...framework.errors import InputError
 from ...framework.interfaces import Verifier
 from ...registry import VERIFIERS, Choice
-from .answers import aask, ask, check_policy
+from .answers import Unclear, aask, ask
 
 
 class Reading(Choice):
@@ -54,12 +54,8 @@ class VLMVerifier(Verifier):
         verify_prompt: str = "tasks/verify"
         verify_caption_prompt: str = "verifier/verify_caption"
         answer_prompt: str = "tasks/answer"
-        unclear: str = "no"
+        unclear: Unclear = Unclear.no
         reading: Reading = Reading.strict
-
-    def __init__(self, cfg=None, **deps):
-        super().__init__(cfg, **deps)
-        check_policy(self.cfg.unclear, "verifier 'vlm'")
 
     def _verify_request(self, candidate: Path, instruction: str, reference: Path | None,
                         reference_caption: str | None) -> tuple[dict, list[Path], str]:

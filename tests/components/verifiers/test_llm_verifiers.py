@@ -68,7 +68,7 @@ def test_unclear_policy(scripted, images):
         v.check("The shirt is red", candidate=images["red_tshirt"])
     v = VERIFIERS.build("vlm", {"unclear": "yes"}, llm=scripted(["hmm"]))
     assert v.check("The shirt is red", candidate=images["red_tshirt"]) is True
-    with pytest.raises(InputError, match="field 'unclear' must be one of no, yes, error"):
+    with pytest.raises(ConfigError, match="field 'unclear': must be one of no, yes, error"):
         VERIFIERS.build("vlm", {"unclear": "maybe"}, llm=scripted())
 
 
