@@ -102,6 +102,7 @@ class Range:
     note: str = ""  # what a special value means, e.g. "0: every query"
 
     def describe(self) -> str:
+        """The range in words: ``"within 0..1"``, ``"at least 1"``, ``"above 0"``, with its note."""
         if self.lo is not None and self.hi is not None:
             text = f"within {_num(self.lo)}..{_num(self.hi)}" + (f" and above {_num(self.lo)}" if self.lo_open else "")
         elif self.lo is not None:
