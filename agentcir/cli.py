@@ -182,7 +182,7 @@ def _scale_args(recipe: dict, args) -> dict | None:
 @_command("build-index")
 def cmd_build_index(args) -> int:
     from .framework.errors import InputError
-    from .framework.gallery import Gallery
+    from .framework.galleries import open_gallery
     from .framework.scale import scale_settings
     from .framework.scale.ann import build_indexes
 
@@ -192,7 +192,7 @@ def cmd_build_index(args) -> int:
         if getattr(args, flag) is not None:
             scale[flag] = getattr(args, flag)
     scale = scale_settings(scale)
-    g = Gallery.open(args.gallery, scale=scale)
+    g = open_gallery(args.gallery, scale=scale)
     if not hasattr(g, "shards"):
         raise InputError(f"'{args.gallery}' is not a sharded gallery; build one with `agentcir index FOLDER --out G --shards S`")
     infos = build_indexes(g, scale, progress=not args.quiet)

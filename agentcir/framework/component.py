@@ -6,6 +6,7 @@ import dataclasses
 import functools
 from typing import Any, ClassVar
 
+from ..registry.config import check_choices
 from .hashing import stable_hash
 from .prompts import Prompt, load_prompt
 
@@ -39,6 +40,7 @@ class Component:
 
     def __init__(self, cfg: Any = None, **deps: Any):
         self.cfg = cfg if cfg is not None else type(self).Config()
+        check_choices(self.cfg, where=f"{self.kind} '{self.registry_key or type(self).__name__}'")
         missing = [k for k in self.requires if deps.get(k) is None]
         if missing:
             raise TypeError(f"{type(self).__name__} needs the component(s) {', '.join(missing)} (passed: {', '.join(sorted(deps)) or 'none'})")

@@ -185,6 +185,37 @@ def clear_built(root: Path) -> None:
             shutil.rmtree(root / name)
 
 
+def read_gallery_info(root: Path, encoder=None) -> dict:
+    """The checked ``gallery.json`` of gallery directory ``root`` (sharded or not); with ``encoder``,
+    check it is the one that indexed the gallery. Raises :class:`InputError` (no gallery, another
+    format, an older image decoder, another encoder) or :class:`IntegrityError` (a damaged file)."""
+    meta = root / "gallery.json"
+    if not meta.is_file():
+        raise InputError(f"'{root}' is not a gallery folder (no gallery.json); build one with `agentcir index`")
+    try:
+        info = read_json_checked(meta)
+        if not isinstance(info, dict) or not isinstance(info.get("encoder"), dict):
+            raise Damaged(meta, "is not a gallery description")
+    except Damaged as e:
+        raise IntegrityError(f"gallery file {e}; {rebuild_hint(root, _lenient_info(root))}") from None
+    if read_sidecar(meta) is None:
+        _seal_legacy(root, meta)
+    if info.get("format") != FORMAT:
+        raise InputError(f"gallery '{root}' has format {info.get('format')}, this agentcir reads format {FORMAT}")
+    if decode_version(info.get("plan")) != DECODE_VERSION:
+        how = (f"`agentcir index {info['source']} --out {root}`" if str(info.get("source", "")).startswith("/")
+               else "the command that built it (`agentcir index FOLDER --out GALLERY`, or the run)")
+        raise InputError(f"gallery '{root}' was embedded by an older image decoder ({decode_note(info.get('plan'))}); "
+                         f"its embeddings do not match the photos as they are decoded now: re-embed it by rerunning {how}")
+    if encoder is not None and info["encoder"]["identity"] != encoder.identity:
+        raise InputError(
+            f"gallery '{root}' was indexed with encoder '{info['encoder']['key']}' "
+            f"(identity {info['encoder']['identity']}), but encoder '{getattr(encoder, 'registry_key', '?')}' "
+            f"(identity {encoder.identity}) was given: re-index the gallery with this encoder or select "
+            f"encoder={info['encoder']['key']} with its original config")
+    return info
+
+
 class Gallery:
     """An opened gallery directory (embeddings memory-mapped)."""
 
@@ -320,41 +351,21 @@ class Gallery:
         return cls.open(root, encoder=encoder)
 
     @classmethod
-    def open(cls, root: str | Path, encoder=None, *, scale: dict | None = None) -> "Gallery":
-        """Open a gallery directory; with ``encoder``, check it is the one that indexed it.
+    def open(cls, root: str | Path, encoder=None) -> "Gallery":
+        """Open an unsharded gallery directory; with ``encoder``, check it is the one that indexed it.
 
-        A sharded gallery (``gallery.json`` lists ``shards``) opens as a
-        :class:`~agentcir.framework.shards.ShardedGallery` searched as ``scale`` (a recipe's
-        ``scale`` section) says."""
+        A sharded gallery (``gallery.json`` lists ``shards``) is an :class:`InputError` here: open a
+        gallery directory of either kind with :func:`agentcir.framework.galleries.open_gallery`."""
         root = Path(root)
-        meta = root / "gallery.json"
-        if not meta.is_file():
-            raise InputError(f"'{root}' is not a gallery folder (no gallery.json); build one with `agentcir index`")
-        try:
-            info = read_json_checked(meta)
-            if not isinstance(info, dict) or not isinstance(info.get("encoder"), dict):
-                raise Damaged(meta, "is not a gallery description")
-        except Damaged as e:
-            raise IntegrityError(f"gallery file {e}; {rebuild_hint(root, _lenient_info(root))}") from None
-        if read_sidecar(meta) is None:
-            _seal_legacy(root, meta)
-        if info.get("format") != FORMAT:
-            raise InputError(f"gallery '{root}' has format {info.get('format')}, this agentcir reads format {FORMAT}")
-        if decode_version(info.get("plan")) != DECODE_VERSION:
-            how = (f"`agentcir index {info['source']} --out {root}`" if str(info.get("source", "")).startswith("/")
-                   else "the command that built it (`agentcir index FOLDER --out GALLERY`, or the run)")
-            raise InputError(f"gallery '{root}' was embedded by an older image decoder ({decode_note(info.get('plan'))}); "
-                             f"its embeddings do not match the photos as they are decoded now: re-embed it by rerunning {how}")
-        if encoder is not None and info["encoder"]["identity"] != encoder.identity:
-            raise InputError(
-                f"gallery '{root}' was indexed with encoder '{info['encoder']['key']}' "
-                f"(identity {info['encoder']['identity']}), but encoder '{getattr(encoder, 'registry_key', '?')}' "
-                f"(identity {encoder.identity}) was given: re-index the gallery with this encoder or select "
-                f"encoder={info['encoder']['key']} with its original config")
+        info = read_gallery_info(root, encoder)
         if "shards" in info:
-            from .shards import open_sharded
+            raise InputError(f"gallery '{root}' is sharded ({len(info['shards'])} shards): open it with "
+                             f"agentcir.framework.galleries.open_gallery, which opens both kinds")
+        return cls.from_info(root, info)
 
-            return open_sharded(root, info, scale)
+    @classmethod
+    def from_info(cls, root: Path, info: dict) -> "Gallery":
+        """The unsharded gallery in ``root`` whose checked description is ``info`` (:func:`read_gallery_info`)."""
         try:
             items = _read_items(root / "items.jsonl", int(info.get("n", -1)))
             g = cls(root, info, items)

@@ -309,14 +309,14 @@ def _linked_gallery(src: Path, dest: Path, encoder, scale: dict | None):
     the plan writes there (captions, caption embeddings) never reaches the real gallery."""
     import os
 
-    from .gallery import Gallery
+    from .galleries import open_gallery
 
     for folder, _dirs, files in os.walk(src):
         rel = Path(folder).relative_to(src)
         (dest / rel).mkdir(parents=True, exist_ok=True)
         for f in files:
             os.symlink(Path(folder, f).resolve(), dest / rel / f)
-    return Gallery.open(dest, encoder=encoder, scale=scale)
+    return open_gallery(dest, encoder=encoder, scale=scale)
 
 
 def _read_records(path: Path) -> list[dict]:

@@ -13,7 +13,6 @@ accepted by ``agentcir run -m`` (:mod:`agentcir.framework.sweep`).
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import tempfile
@@ -22,8 +21,8 @@ from pathlib import Path
 from typing import Any, Dict, List, Sequence
 
 from ..kernels.dispatch import BACKENDS as KERNEL_BACKENDS
-from ..registry import REGISTRIES, ConfigError, make_config
-from ..registry.config import closest_hint
+from ..registry import REGISTRIES, Choice, ConfigError, make_config
+from ..registry.config import closest_hint, config_dict
 from .errors import InputError
 
 RECIPES_DIR = Path(__file__).resolve().parent.parent / "recipes"
@@ -31,6 +30,21 @@ COMPONENT_GROUPS = ("encoder", "llm", "captioner", "generator", "detector", "ver
 GROUPS = (*COMPONENT_GROUPS, "method", "dataset")
 #: a component group set to this key is absent (allowed for a method's optional components)
 NONE_KEY = "none"
+
+
+class GalleryDType(Choice):
+    """Storage of gallery embeddings (``run.gallery_dtype``)."""
+
+    float32 = "float32"
+    float16 = "float16"
+
+
+class GalleryCaptions(Choice):
+    """Where gallery captions come from (``run.gallery_captions``)."""
+
+    auto = "auto"
+    dataset = "dataset"
+    captioner = "captioner"
 
 
 @dataclass
@@ -77,8 +91,8 @@ class RunConfig:
     concurrency: int = 8
     cache: str | None = None
     progress: bool = True
-    gallery_dtype: str = "float32"
-    gallery_captions: str = "auto"
+    gallery_dtype: GalleryDType = GalleryDType.float32
+    gallery_captions: GalleryCaptions = GalleryCaptions.auto
     show: int = 3
     fresh: bool = False
     max_image_pixels: int = 100_000_000
@@ -300,8 +314,8 @@ def validate(raw: dict[str, Any], check_devices: bool = True) -> dict[str, Any]:
             continue
         cls = REGISTRIES[group].config_class(str(name))
         cfg = make_config(cls, node, where=f"{group} '{name}'")
-        out[group] = {"name": name, **dataclasses.asdict(cfg)}
-    out["kernels"] = dataclasses.asdict(make_config(KernelsConfig, raw.get("kernels") or {}, where="kernels"))
+        out[group] = {"name": name, **config_dict(cfg)}
+    out["kernels"] = config_dict(make_config(KernelsConfig, raw.get("kernels") or {}, where="kernels"))
     if out["kernels"]["backend"] not in KERNEL_BACKENDS:
         raise ConfigError(f"kernels: field 'backend': unknown kernel backend '{out['kernels']['backend']}'; "
                           f"choose one of {', '.join(KERNEL_BACKENDS)}")
@@ -309,15 +323,11 @@ def validate(raw: dict[str, Any], check_devices: bool = True) -> dict[str, Any]:
     for key in ("plugins", "loggers"):  # run.plugins=my_module, run.loggers=csv: one name
         if isinstance(run_node.get(key), str):
             run_node[key] = [run_node[key]]
-    out["run"] = dataclasses.asdict(make_config(RunConfig, run_node, where="run"))
+    out["run"] = config_dict(make_config(RunConfig, run_node, where="run"))
     if raw.get("scale"):  # only when given: recipes without it keep their identity
         from .scale import scale_settings
 
         out["scale"] = scale_settings(raw["scale"])
-    if out["run"]["gallery_dtype"] not in ("float32", "float16"):
-        raise ConfigError(f"run: field 'gallery_dtype': must be float32 or float16, got '{out['run']['gallery_dtype']}'")
-    if out["run"]["gallery_captions"] not in ("auto", "dataset", "captioner"):
-        raise ConfigError(f"run: field 'gallery_captions': must be auto, dataset or captioner, got '{out['run']['gallery_captions']}'")
     if out["run"]["loggers"] or out["run"]["tracking"]:
         from .tracking import check_loggers
 

@@ -42,7 +42,7 @@ from typing import Any, Callable
 
 from .cache import open_call_cache
 from .errors import InputError
-from .gallery import Gallery
+from .galleries import open_gallery
 from .hashing import file_digest
 from .images import load_rgb
 from .method import RunState
@@ -123,7 +123,7 @@ class Searcher:
     def __init__(self, recipe: dict[str, Any], gallery_dir: str | Path, *, progress: bool = False):
         self.recipe = recipe
         self.pool = ComponentPool(recipe)
-        self.gallery = Gallery.open(gallery_dir, encoder=self.pool.get("encoder"), scale=recipe.get("scale"))
+        self.gallery = open_gallery(gallery_dir, encoder=self.pool.get("encoder"), scale=recipe.get("scale"))
         self.method = self.pool.get("method")
         self.cache = open_call_cache(self.pool, recipe["run"])
         self.progress = progress

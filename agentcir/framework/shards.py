@@ -14,7 +14,7 @@ A sharded gallery is a directory::
 
 Global row ``r`` is row ``r - offset`` of the shard whose range holds it, so the rows, ids
 and paths are those of the unsharded gallery built from the same items. :func:`open_sharded`
-(reached through :meth:`Gallery.open <agentcir.framework.gallery.Gallery.open>`) gives a
+(reached through :func:`~agentcir.framework.galleries.open_gallery`) gives a
 :class:`ShardedGallery` whose ``image_emb`` is a :class:`ShardedArray`: row access reads the
 shard files, and the scoring-core functions (``cosine_topk``, ``proxy_scores_topk``,
 ``octopus_weights``, ``ldre_weights``, ``octopus_topk``) called on it are routed

@@ -6,7 +6,7 @@ Third-party packages add keys through the entry-point group ``agentcir.<plural>`
 (``agentcir.encoders``, ``agentcir.llms``, ...): ``name = package.module``.
 """
 
-from .config import ConfigError, make_config
+from .config import Choice, ConfigError, make_config
 from .registry import Entry, Registry, RegistryError
 
 _C = "agentcir.components"
@@ -105,7 +105,7 @@ REGISTRIES: dict[str, Registry] = {
 }
 
 __all__ = [
-    "Registry", "RegistryError", "Entry", "ConfigError", "make_config", "REGISTRIES",
+    "Registry", "RegistryError", "Entry", "Choice", "ConfigError", "make_config", "REGISTRIES",
     "ENCODERS", "LLMS", "CAPTIONERS", "GENERATORS", "DETECTORS", "VERIFIERS", "MEMORIES",
     "METHODS", "DATASETS", "LOGGERS",
 ]

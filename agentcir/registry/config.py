@@ -11,18 +11,80 @@ Every numeric field of a config has a range, checked whenever a config is built 
 
 Numbers inside a list or a mapping field (``grids: [1, 2]``, ``min_prob: {patterns: 0.5}``) are
 checked one by one against the field's range. ``None`` (an optional field left unset) is not checked.
+
+A field that takes one of a set of words is typed with a :class:`Choice` (a ``str``-valued Enum):
+recipes and command lines give the plain word (``dtype: float16``), the built config holds the
+member (equal to the word, so ``cfg.dtype == "float16"`` holds), and a word outside the set is a
+:class:`ConfigError` listing the allowed words and the closest one.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import enum
+import functools
 import math
+import types
+import typing
 from dataclasses import dataclass
 from typing import Any, Mapping
 
 
 class ConfigError(ValueError):
     """A recipe value has the wrong type or is out of its range, or a recipe names a field that does not exist."""
+
+
+class Choice(str, enum.Enum):
+    """The allowed words of a config field, as a ``str``-valued Enum::
+
+        class DType(Choice):
+            float32 = "float32"
+            float16 = "float16"
+
+        dtype: DType = DType.float32
+
+    A member is the word itself for every use of a string (``==``, hashing, ``str()``, f-strings,
+    JSON), so code and recipes keep using the plain word; :func:`make_config` turns a recipe's word
+    into the member, or refuses it listing :meth:`values`."""
+
+    __str__ = str.__str__
+    __format__ = str.__format__
+    __hash__ = str.__hash__
+
+    @classmethod
+    def values(cls) -> tuple[str, ...]:
+        """The allowed words, in declaration order."""
+        return tuple(m.value for m in cls)
+
+    @classmethod
+    def parse(cls, value: Any, *, where: str, field: str) -> "Choice":
+        """The member whose word is ``value``; a :class:`ConfigError` naming ``where``, ``field``,
+        the allowed words and the closest one otherwise."""
+        if isinstance(value, cls):
+            return value
+        if isinstance(value, str):
+            for m in cls:
+                if m.value == value:
+                    return m
+        raise ConfigError(f"{where}: field '{field}': must be one of {', '.join(cls.values())}, "
+                          f"got {value!r}{closest_hint(value, cls.values())}")
+
+
+@functools.cache
+def choice_fields(cls: type) -> dict[str, type[Choice]]:
+    """``{field name: Choice class}`` of config dataclass ``cls`` (``Optional[...]`` fields too)."""
+    try:
+        hints = typing.get_type_hints(cls)
+    except Exception:  # an annotation that does not resolve: no field is read as a choice
+        return {}
+    out = {}
+    for f in dataclasses.fields(cls):
+        tp = hints.get(f.name)
+        args = typing.get_args(tp) if typing.get_origin(tp) in (typing.Union, types.UnionType) else (tp,)
+        for a in args:
+            if isinstance(a, type) and issubclass(a, Choice):
+                out[f.name] = a
+    return out
 
 
 #: the key of a field's :class:`Range` in its dataclass metadata
@@ -40,7 +102,7 @@ class Range:
     note: str = ""  # what a special value means, e.g. "0: every query"
 
     def describe(self) -> str:
-        """The range in words, as the errors print it (e.g. ``within 0..1``, ``at least 1``)."""
+        """The range in words: ``"within 0..1"``, ``"at least 1"``, ``"above 0"``, with its note."""
         if self.lo is not None and self.hi is not None:
             text = f"within {_num(self.lo)}..{_num(self.hi)}" + (f" and above {_num(self.lo)}" if self.lo_open else "")
         elif self.lo is not None:
@@ -158,8 +220,12 @@ def make_config(cls: type, values: Mapping[str, Any] | Any, *, where: str) -> An
             f"{where}: unknown field {', '.join(repr(u) for u in unknown)}; "
             f"valid fields: {', '.join(sorted(names)) or '(none)'}{closest_hint(unknown[0], names)}"
         )
+    values = dict(values)
+    for name, kind in choice_fields(cls).items():
+        if values.get(name) is not None:
+            values[name] = kind.parse(values[name], where=where, field=name)
     try:
-        node = OmegaConf.merge(OmegaConf.structured(cls), dict(values))
+        node = OmegaConf.merge(OmegaConf.structured(cls), values)
         cfg = OmegaConf.to_object(node)
     except ConfigKeyError as e:  # pragma: no cover - caught above
         raise ConfigError(f"{where}: {e.msg}") from None
@@ -179,6 +245,31 @@ def closest_hint(word: str, options) -> str:
     return f"; did you mean '{match[0]}'?" if match else ""
 
 
+def check_choices(cfg: Any, *, where: str) -> None:
+    """Turn the words of config dataclass ``cfg``'s :class:`Choice` fields into members, in place
+    (a config built in Python, ``Config(dtype="float16")``, as a recipe's is); a word outside its
+    set is a :class:`ConfigError` as in :func:`make_config`."""
+    if not dataclasses.is_dataclass(cfg) or isinstance(cfg, type):
+        return
+    for name, kind in choice_fields(type(cfg)).items():
+        value = getattr(cfg, name)
+        if value is not None and not isinstance(value, kind):
+            object.__setattr__(cfg, name, kind.parse(value, where=where, field=name))
+
+
 def config_dict(cfg: Any) -> dict[str, Any]:
-    """A plain dict of a config dataclass (for identities and resolved recipes)."""
-    return dataclasses.asdict(cfg) if dataclasses.is_dataclass(cfg) else dict(cfg or {})
+    """A plain dict of a config dataclass (for identities and resolved recipes): a :class:`Choice`
+    member is its word, so the dict writes to YAML and JSON as the recipe gave it."""
+    return _plain(dataclasses.asdict(cfg) if dataclasses.is_dataclass(cfg) else dict(cfg or {}))
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, enum.Enum):
+        return value.value
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_plain(v) for v in value]
+    if isinstance(value, tuple):
+        return tuple(_plain(v) for v in value)
+    return value

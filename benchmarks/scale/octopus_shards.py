@@ -25,7 +25,8 @@ sys.path[:0] = [str(ROOT), str(ROOT / "benchmarks")]
 from _data import cpu_summary, unit  # noqa: E402
 
 from agentcir import kernels  # noqa: E402
-from agentcir.framework.gallery import Gallery, GalleryItem  # noqa: E402
+from agentcir.framework.galleries import open_gallery  # noqa: E402
+from agentcir.framework.gallery import GalleryItem  # noqa: E402
 from agentcir.framework.scale.embed import build_sharded  # noqa: E402
 
 D = 512
@@ -54,11 +55,11 @@ def main(argv=None) -> None:
     try:
         items = [GalleryItem(f"i{r}", f"/rows/{r}.png") for r in range(args.n)]
         build_sharded(tmp / "g", items, RowEncoder(), {"shards": args.shards}, dtype="float16", progress=False)
-        sharded = Gallery.open(tmp / "g", scale={"shards": args.shards}).image_emb
+        sharded = open_gallery(tmp / "g", scale={"shards": args.shards}).image_emb
         single = np.asarray(sharded)
         where = [("single process", single), (f"{args.shards} local shards", sharded)]
         if args.engine == "ray":
-            where.append((f"{args.shards} Ray actors", Gallery.open(tmp / "g", scale={
+            where.append((f"{args.shards} Ray actors", open_gallery(tmp / "g", scale={
                 "shards": args.shards, "engine": "ray", "object_store_mb": 300, "shard_threads": 1}).image_emb))
         rng = np.random.default_rng(1)
         ref, target, visual = (unit(rng, args.q, D) for _ in range(3))

@@ -295,6 +295,7 @@ def test_set_meta_keeps_items_checksum_current(plugin_path, tmp_path, image_fold
 
 def test_sharded_gallery_and_ann_index_damage(plugin_path, tmp_path, image_folder, caplog):
     pytest.importorskip("faiss")
+    from agentcir.framework.galleries import open_gallery
     from agentcir.framework.gallery import items_from_folder
     from agentcir.framework.recipe import ComponentPool
     from agentcir.framework.scale import scale_settings
@@ -307,11 +308,11 @@ def test_sharded_gallery_and_ann_index_damage(plugin_path, tmp_path, image_folde
     g = build_sharded(tmp_path / "g", items, enc, scale)
     _flip_every_7th(g.root / "shard-00001" / "image_emb.npy")
     with pytest.raises(IntegrityError, match=r"shard-00001/image_emb.npy.*rebuild it with"):
-        Gallery.open(g.root)
+        open_gallery(g.root)
     g2 = build_sharded(tmp_path / "g", items, enc, scale)          # the damaged shard is rebuilt
     assert g2.ids == g.ids
     ann = scale_settings({"shards": 2, "search": "hnsw"})
-    build_indexes(Gallery.open(g.root, scale=ann), ann, progress=False)
+    build_indexes(open_gallery(g.root, scale=ann), ann, progress=False)
     f = next((g.root / "ann").glob("*/shard-00000.faiss"))
     os.truncate(f, f.stat().st_size - 100)
     from agentcir.framework.scale.ann import load_index
@@ -319,7 +320,7 @@ def test_sharded_gallery_and_ann_index_damage(plugin_path, tmp_path, image_folde
     with pytest.raises(IntegrityError, match=r"shard-00000.faiss.*agentcir build-index"):
         load_index(f, 16, 64)
     with caplog.at_level(logging.WARNING, logger="agentcir"):
-        infos = build_indexes(Gallery.open(g.root, scale=ann), ann, progress=False)
+        infos = build_indexes(open_gallery(g.root, scale=ann), ann, progress=False)
     assert [i.get("reused", False) for i in infos] == [False, True]
     load_index(f, 16, 64)
 

@@ -65,7 +65,8 @@ def test_the_exemption_is_still_needed():
 
 
 @pytest.mark.parametrize("low,high", [("state", "method"), ("state", "runner"), ("state", "report"),
-                                      ("method", "runner"), ("method", "report"), ("report", "runner")])
+                                      ("method", "runner"), ("method", "report"), ("report", "runner"),
+                                      ("gallery", "shards"), ("gallery", "galleries"), ("shards", "galleries")])
 def test_run_modules_import_downward_only(low, high):
     mods = {m for _, m in imports(FRAMEWORK / f"{low}.py")}
     target = f"agentcir.framework.{high}"

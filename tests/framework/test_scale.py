@@ -10,6 +10,7 @@ import pytest
 
 from agentcir import kernels
 from agentcir.framework.errors import InputError, MissingExtraError
+from agentcir.framework.galleries import open_gallery
 from agentcir.framework.gallery import Gallery, GalleryItem
 from agentcir.framework.images import Skipped
 from agentcir.framework.scale.embed import build_sharded
@@ -85,8 +86,12 @@ def test_sharded_format_matches_the_single_gallery(pair, tmp_path):
     np.testing.assert_array_equal(emb[16], single.image_emb[16])
     with pytest.raises(IndexError):
         emb[np.array([48])]
-    # reopening goes through Gallery.open; the same build resumes; another shard count is refused
-    again = Gallery.open(tmp_path / "sharded", encoder=enc)
+    # reopening goes through open_gallery (Gallery.open opens unsharded galleries only, and says so);
+    # the same build resumes; another shard count is refused
+    again = open_gallery(tmp_path / "sharded", encoder=enc)
+    with pytest.raises(InputError, match="is sharded .*open_gallery"):
+        Gallery.open(tmp_path / "sharded")
+    assert type(open_gallery(tmp_path / "single")) is Gallery
     assert isinstance(again, ShardedGallery) and again.ids == single.ids
     assert build_sharded(tmp_path / "sharded", items(50, bad=(5, 31)), enc, {"shards": 3}, dtype="float16",
                          progress=False).ids == single.ids
@@ -99,7 +104,7 @@ def test_sharded_format_matches_the_single_gallery(pair, tmp_path):
 def test_set_meta_writes_the_shard_that_holds_the_item(pair, tmp_path):
     _, sharded, enc = pair
     assert sharded.set_meta({"i40": {"user": "u"}, "i2": {"user": "v"}}) == 2
-    again = Gallery.open(tmp_path / "sharded", encoder=enc)
+    again = open_gallery(tmp_path / "sharded", encoder=enc)
     assert again.items[again.index_of("i40")].meta == {"user": "u"}
 
 
@@ -298,13 +303,13 @@ def test_approximate_index_per_shard(tmp_path, kind, extra):
     exact = kernels.cosine_topk(q, g.image_emb, 10, exclude=np.arange(20), exclude_score=None)
     scale = {"shards": 2, "search": kind, "nlist": 16, **extra}
     with pytest.raises(InputError, match=f"no {kind} index for shard 'shard-00000'.*agentcir build-index"):
-        kernels.cosine_topk(q, Gallery.open(tmp_path / "g", scale=scale).image_emb, 10)
+        kernels.cosine_topk(q, open_gallery(tmp_path / "g", scale=scale).image_emb, 10)
     from agentcir.framework.scale import scale_settings
 
     infos = build_indexes(g, scale_settings(scale), progress=False)
     assert [i["n"] for i in infos] == [1500, 1500]
     assert all(i.get("reused") for i in build_indexes(g, scale_settings(scale), progress=False))
-    approx = kernels.cosine_topk(q, Gallery.open(tmp_path / "g", scale=scale).image_emb, 10,
+    approx = kernels.cosine_topk(q, open_gallery(tmp_path / "g", scale=scale).image_emb, 10,
                                  exclude=np.arange(20), exclude_score=None)
     for r in range(20):
         assert r not in set(approx.ids[r].tolist())      # the excluded item is removed, as in exact search
@@ -352,12 +357,12 @@ def test_build_index_command_writes_the_kind_and_settings_searched(tmp_path, cap
     assert main(["build-index", str(tmp_path / "g"), "--kind", "ivf_sq", "--sq", "8bit", "--nlist", "16", "-q"]) == 0
     assert "built ivf_sq indexes of 2 shard(s)" in capsys.readouterr().out
     q = x[:5]
-    got = kernels.cosine_topk(q, Gallery.open(tmp_path / "g", scale={"shards": 2, "search": "ivf_sq", "sq": "8bit",
+    got = kernels.cosine_topk(q, open_gallery(tmp_path / "g", scale={"shards": 2, "search": "ivf_sq", "sq": "8bit",
                                                                       "nlist": 16, "nprobe": 16}).image_emb, 10)
     assert got.ids[:, 0].tolist() == [0, 1, 2, 3, 4]
     with pytest.raises(InputError, match="no ivf_sq index for shard 'shard-00000'.*"
                                          "agentcir build-index .* --kind ivf_sq --nlist 16 --sq fp16$"):
-        kernels.cosine_topk(q, Gallery.open(tmp_path / "g", scale={"shards": 2, "search": "ivf_sq", "sq": "fp16",
+        kernels.cosine_topk(q, open_gallery(tmp_path / "g", scale={"shards": 2, "search": "ivf_sq", "sq": "fp16",
                                                                    "nlist": 16}).image_emb, 10)
     assert main(["build-index", str(tmp_path / "g"), "--kind", "ivf_sq", "+scale=local", "scale.sq=4bit"]) == 2
     assert "field 'sq': must be one of fp16, 8bit, got '4bit'" in capsys.readouterr().err

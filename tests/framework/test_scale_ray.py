@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 from agentcir import kernels
-from agentcir.framework.gallery import Gallery
+from agentcir.framework.galleries import open_gallery
 from agentcir.framework.recipe import ComponentPool, compose
 from agentcir.framework.scale.embed import build_sharded
 from agentcir.framework.shards import ShardError
@@ -95,7 +95,7 @@ def test_ray_embedding_equals_local_and_actor_search_equals_single(local_ray, tm
         a = np.load(local.shard_dir(s) / "image_emb.npy")
         b = np.load(viaray.shard_dir(s) / "image_emb.npy")
         np.testing.assert_array_equal(a, b)       # bit-identical
-    single = Gallery.open(tmp_path / "local")     # engine local
+    single = open_gallery(tmp_path / "local")     # engine local
     q = np.asarray(single.image_emb[[0, 50, 120]], np.float32)
     p = np.stack([q, q[::-1], np.roll(q, 1, axis=0)], axis=1)
     try:
@@ -158,10 +158,10 @@ def test_dead_shard_actor_is_restarted_or_named(local_ray, tmp_path):
     recipe = toy_recipe(tmp_path)
     enc = ComponentPool(recipe).get("encoder")
     build_sharded(tmp_path / "g", demo_items(60), enc, {"shards": 3}, progress=False)
-    q = np.asarray(Gallery.open(tmp_path / "g").image_emb[[1, 2]], np.float32)
-    want = kernels.cosine_topk(q, Gallery.open(tmp_path / "g").image_emb, 5)
+    q = np.asarray(open_gallery(tmp_path / "g").image_emb[[1, 2]], np.float32)
+    want = kernels.cosine_topk(q, open_gallery(tmp_path / "g").image_emb, 5)
 
-    g = Gallery.open(tmp_path / "g", scale={"engine": "ray", "shards": 3, "restarts": 1})
+    g = open_gallery(tmp_path / "g", scale={"engine": "ray", "shards": 3, "restarts": 1})
     assert np.array_equal(kernels.cosine_topk(q, g.image_emb, 5).ids, want.ids)
     workers = g.search_engine.workers
     ray.kill(workers.actors[1], no_restart=False)                  # dies; Ray restarts it
@@ -187,7 +187,7 @@ def test_shard_actors_sit_evenly_on_the_cluster_nodes(local_ray, tmp_path):
     root = tmp_path / "g"
     build_sharded(root, demo_items(80), ComponentPool(toy_recipe(tmp_path)).get("encoder"), {"shards": 8},
                   progress=False)
-    single = Gallery.open(root).image_emb
+    single = open_gallery(root).image_emb
     q = np.asarray(single[[3, 40]], np.float32)
     want = kernels.cosine_topk(q, single, 5).ids.tolist()
     code = f"""
@@ -196,12 +196,12 @@ os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"      # every node on loopb
 import numpy as np, ray
 from ray.cluster_utils import Cluster
 from agentcir import kernels
-from agentcir.framework.gallery import Gallery
+from agentcir.framework.galleries import open_gallery
 c = Cluster(initialize_head=True, head_node_args={{"num_cpus": 1, "include_dashboard": False}})
 c.add_node(num_cpus=1)
 c.wait_for_nodes()
 try:
-    g = Gallery.open({str(root)!r}, scale={{"engine": "ray", "shards": 8, "address": c.address}})
+    g = open_gallery({str(root)!r}, scale={{"engine": "ray", "shards": 8, "address": c.address}})
     ids = kernels.cosine_topk(np.array({q.tolist()!r}, np.float32), g.image_emb, 5).ids.tolist()
     where = ray.get([a.__ray_call__.remote(lambda self: (ray.get_runtime_context().get_node_id(),
                                                            os.environ["NUMBA_NUM_THREADS"]))
@@ -304,6 +304,6 @@ def test_index_command_joins_a_running_cluster_by_address(local_ray, plugin_env,
     recipe = toy_recipe(tmp_path)
     enc = ComponentPool(recipe).get("encoder")
     local = build_sharded(tmp_path / "local", demo_items(), enc, {"shards": 2}, progress=False)
-    g = Gallery.open(out)
+    g = open_gallery(out)
     assert g.ids == local.ids
     np.testing.assert_array_equal(np.asarray(g.image_emb), np.asarray(local.image_emb))

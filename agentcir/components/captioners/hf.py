@@ -10,6 +10,7 @@ from typing import Any, Callable
 
 from ...framework.errors import InputError
 from ...framework.hashing import stable_hash
+from ...registry import Choice
 
 #: weight/config files of a saved model folder, hashed by content for the identity
 _MODEL_SUFFIXES = {".json", ".txt", ".model", ".safetensors", ".bin", ".pt", ".pth", ".ckpt", ".msgpack", ".h5", ".onnx"}
@@ -51,7 +52,15 @@ def torch_device(device: str) -> str:
     return "cuda" if torch.cuda.is_available() else "cpu"
 
 
-DTYPES = ("float32", "float16", "bfloat16")
+class TorchDType(Choice):
+    """The weight dtype of a transformers or diffusers model (config field ``dtype``)."""
+
+    float32 = "float32"
+    float16 = "float16"
+    bfloat16 = "bfloat16"
+
+
+DTYPES = TorchDType.values()
 
 
 def check_dtype(name: str, where: str) -> str:

@@ -19,7 +19,7 @@ from ...framework.images import load_rgb
 from ...framework.interfaces import Captioner
 from ...registry import CAPTIONERS
 from ...registry.config import bounded
-from .hf import check_dtype, load_pretrained, model_fingerprint, quiet_transformers, torch_device, torch_dtype
+from .hf import TorchDType, load_pretrained, model_fingerprint, quiet_transformers, torch_device, torch_dtype
 
 
 @CAPTIONERS.register("transformers")
@@ -48,13 +48,12 @@ class TransformersCaptioner(Captioner):
         max_new_tokens: int = 30
         num_beams: int = bounded(1, 1)
         device: str = "cpu"
-        dtype: str = "float32"
+        dtype: TorchDType = TorchDType.float32
         batch_size: int = 8
         local_files_only: bool = False
 
     def __init__(self, cfg=None, **deps):
         super().__init__(cfg, **deps)
-        check_dtype(self.cfg.dtype, "captioner 'transformers'")
         self._loaded: tuple[Any, Any, str] | None = None
         self._lock = threading.Lock()
 

@@ -22,6 +22,7 @@ from ...framework.errors import InputError, require
 from ...framework.hashing import file_digest, stable_hash
 from ...framework.interfaces import Encoder
 from ...registry import ENCODERS
+from ..captioners.hf import TorchDType
 from .common import preprocess, torchvision_guard
 
 SUPPORTED = ("clip", "siglip")
@@ -81,13 +82,11 @@ class HFClipEncoder(Encoder):
         path: str = ""
         batch_size: int = 32
         device: str = "cpu"
-        dtype: str = "float32"
+        dtype: TorchDType = TorchDType.float32
         num_threads: int = 0
 
     def __init__(self, cfg: Any = None, **deps: Any):
         super().__init__(cfg, **deps)
-        if self.cfg.dtype not in ("float32", "float16", "bfloat16"):
-            raise InputError(f"encoder 'hf_clip': dtype must be float32, float16 or bfloat16, got '{self.cfg.dtype}'")
         self.root = Path(self.cfg.path).expanduser() if self.cfg.path else None
         self._model = None
         self._tokenizer = None

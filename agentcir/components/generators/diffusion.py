@@ -20,7 +20,7 @@ from ...framework.images import load_rgb
 from ...framework.interfaces import Generator
 from ...registry import GENERATORS
 from ...registry.config import bounded
-from ..captioners.hf import check_dtype, load_pretrained, model_fingerprint, quiet_transformers, torch_device, torch_dtype
+from ..captioners.hf import TorchDType, load_pretrained, model_fingerprint, quiet_transformers, torch_device, torch_dtype
 from .files import save_content_addressed
 
 
@@ -68,13 +68,12 @@ class DiffusersGenerator(Generator):
         strength: float = bounded(0.6, 0.0, 1.0, lo_open=True)
         output_dir: str = "runs/generated"
         device: str = "auto"
-        dtype: str = "float32"
+        dtype: TorchDType = TorchDType.float32
         local_files_only: bool = False
 
     def __init__(self, cfg=None, **deps):
         super().__init__(cfg, **deps)
         c = self.cfg
-        check_dtype(c.dtype, "generator 'diffusers'")
         if c.steps < 1:
             raise InputError(f"generator 'diffusers': field 'steps' must be at least 1, got {c.steps}")
         if not 0.0 < c.strength <= 1.0:

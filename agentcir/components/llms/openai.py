@@ -16,13 +16,28 @@ from typing import Any, ClassVar, Coroutine
 from ...framework.component import Component
 from ...framework.errors import InputError
 from ...framework.interfaces import ChatReply, ToolCall
-from ...registry import LLMS
+from ...registry import LLMS, Choice
 from ...registry.config import bounded
 from .base import PromptedLLM
 from .http import ENDPOINT_VOLATILE, BadReply, Endpoint, EndpointError, HttpClient, image_data_url, public_url
 from ...framework.parsing import ReplyParseError, extract_json
 
 _ROLES = ("system", "user", "assistant", "tool", "developer")
+
+
+class ResponseFormat(Choice):
+    """How JSON tasks ask for JSON (config field ``response_format``)."""
+
+    json_object = "json_object"
+    none = "none"
+
+
+class ImageDetail(Choice):
+    """OpenAI's ``detail`` of image parts (config field ``image_detail``)."""
+
+    low = "low"
+    high = "high"
+    auto = "auto"
 
 
 @LLMS.register("openai")
@@ -56,7 +71,6 @@ class OpenAILLM(PromptedLLM):
 
     volatile_fields: ClassVar[tuple[str, ...]] = tuple(dict.fromkeys(
         (*Component.volatile_fields, *ENDPOINT_VOLATILE, "parse_retries")))
-    RESPONSE_FORMATS: ClassVar[tuple[str, ...]] = ("json_object", "none")
 
     @dataclass
     class Config(Endpoint):
@@ -65,10 +79,10 @@ class OpenAILLM(PromptedLLM):
         temperature: float = 0.0
         max_tokens: int | None = None
         seed: int | None = None
-        response_format: str = "json_object"
+        response_format: ResponseFormat = ResponseFormat.json_object
         image_max_side: int = 768
         image_quality: int = bounded(90, 1, 100)
-        image_detail: str | None = None
+        image_detail: ImageDetail | None = None
         parse_retries: int = 1
         extra_body: dict[str, Any] = bounded(lo=None, default_factory=dict)
 
@@ -77,10 +91,6 @@ class OpenAILLM(PromptedLLM):
         c = self.cfg
         if not c.model:
             raise InputError("llm 'openai': model is empty; set llm.model to a model the server serves")
-        if c.response_format not in self.RESPONSE_FORMATS:
-            raise InputError(f"llm 'openai': response_format must be one of {', '.join(self.RESPONSE_FORMATS)}, got '{c.response_format}'")
-        if c.image_detail not in (None, "low", "high", "auto"):
-            raise InputError(f"llm 'openai': image_detail must be low, high, auto or null, got '{c.image_detail}'")
         self.http = HttpClient(c, who=f"llm 'openai' (model {c.model})")
 
     def model_identity(self) -> str:

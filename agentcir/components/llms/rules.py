@@ -32,7 +32,7 @@ from ...framework.errors import InputError
 from ...framework.hashing import file_digest, stable_hash
 from ...framework.interfaces import LLM, ChatReply
 from ...framework.vocab import VOCAB_DIR
-from ...registry import LLMS
+from ...registry import LLMS, Choice
 from .edits import (ATTRIBUTES, GENDER_FORMS, MASS_NOUNS, PATTERN_ADJ, SLOT_VOCAB, USAGE_ADJ, Lexicon, Modification,
                     ParsedCaption, apply_edits, object_phrase, strip_photo_prefix, tidy, with_article)
 from ...framework.tasks import TASKS, check_variables, find_task, offline_reply
@@ -44,6 +44,14 @@ VISION_TASKS = ("caption", "list_objects", "verify", "answer")
 
 class NeedsVisionError(InputError):
     """The ``rules`` LLM was asked for a task that needs to see images."""
+
+
+class Fallback(Choice):
+    """What a modification the rules do not understand gives (config field ``fallback``)."""
+
+    append = "append"
+    keep = "keep"
+    error = "error"
 
 
 @LLMS.register("rules")
@@ -61,9 +69,8 @@ class RulesLLM(LLM):
     @dataclass
     class Config:
         vocab_dir: str | None = None
-        fallback: str = "append"
+        fallback: Fallback = Fallback.append
 
-    FALLBACKS: ClassVar[tuple[str, ...]] = ("append", "keep", "error")
     #: the built-in text tasks (plugin tasks: :meth:`can_serve`); no chat, tools or images
     supports: ClassVar[tuple[str, ...]] = tuple(f"task:{t}" for t in TASKS if t not in VISION_TASKS)
 
@@ -77,8 +84,6 @@ class RulesLLM(LLM):
 
     def __init__(self, cfg: Any = None, **deps: Any):
         super().__init__(cfg, **deps)
-        if self.cfg.fallback not in self.FALLBACKS:
-            raise InputError(f"llm 'rules': fallback must be one of {', '.join(self.FALLBACKS)}, got '{self.cfg.fallback}'")
         vdir = Path(self.cfg.vocab_dir).expanduser() if self.cfg.vocab_dir else VOCAB_DIR
         if not vdir.is_dir():
             raise InputError(f"llm 'rules': vocab_dir '{vdir}' is not a folder")

@@ -29,7 +29,7 @@ from typing import Any, ClassVar
 from ...framework.errors import InputError, require
 from ...framework.hashing import stable_hash
 from ...framework.interfaces import ChatReply, ToolCall
-from ...registry import LLMS
+from ...registry import LLMS, Choice
 from ...registry.config import bounded
 from .base import PromptedLLM
 from ...framework.parsing import ReplyParseError, extract_json
@@ -61,6 +61,15 @@ def weights_identity(folder: Path) -> str:
     return stable_hash(files, n=24)
 
 
+class DType(Choice):
+    """The model's weight dtype (config field ``dtype``; ``auto``: the checkpoint's own)."""
+
+    auto = "auto"
+    float32 = "float32"
+    bfloat16 = "bfloat16"
+    float16 = "float16"
+
+
 @LLMS.register("transformers")
 class TransformersLLM(PromptedLLM):
     """A local causal LM through ``transformers`` (see the module docstring).
@@ -82,7 +91,6 @@ class TransformersLLM(PromptedLLM):
     """
 
     volatile_fields: ClassVar[tuple[str, ...]] = ("device", "parse_retries", "local_files_only", "progress")
-    DTYPES: ClassVar[tuple[str, ...]] = ("auto", "float32", "bfloat16", "float16")
 
     #: whether the model reads images is known once its config is read (``vision``)
     supports: ClassVar[tuple[str, ...]] = ("chat", "tools", "task:*")
@@ -93,7 +101,7 @@ class TransformersLLM(PromptedLLM):
         model: str = "Qwen/Qwen2.5-1.5B-Instruct"
         revision: str | None = None
         device: str = "cpu"
-        dtype: str = "auto"
+        dtype: DType = DType.auto
         max_new_tokens: int = 512
         temperature: float = 0.0
         top_p: float = bounded(1.0, 0.0, 1.0)
@@ -105,8 +113,6 @@ class TransformersLLM(PromptedLLM):
 
     def __init__(self, cfg: Any = None, **deps: Any):
         super().__init__(cfg, **deps)
-        if self.cfg.dtype not in self.DTYPES:
-            raise InputError(f"llm 'transformers': dtype must be one of {', '.join(self.DTYPES)}, got '{self.cfg.dtype}'")
         if self.cfg.max_new_tokens < 1:
             raise InputError(f"llm 'transformers': max_new_tokens must be at least 1, got {self.cfg.max_new_tokens}")
         self._model = None

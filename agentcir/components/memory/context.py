@@ -24,7 +24,7 @@ from typing import Any, Callable, ClassVar, Sequence
 
 from ...framework.errors import InputError, require
 from ...framework.interfaces import Memory
-from ...registry import MEMORIES
+from ...registry import MEMORIES, Choice
 from ...registry.config import bounded
 
 log = logging.getLogger(__name__)
@@ -318,6 +318,13 @@ class CompressedContext:
         return self
 
 
+class SummarizerKind(Choice):
+    """What condenses old findings (config field ``summarizer``)."""
+
+    offline = "offline"
+    llm = "llm"
+
+
 @MEMORIES.register("context")
 class ContextMemory(Memory):
     """Compressed context memory for agents (see :class:`CompressedContext`).
@@ -334,22 +341,19 @@ class ContextMemory(Memory):
 
     optional: ClassVar[tuple[str, ...]] = ("llm",)
     prompt_fields: ClassVar[tuple[str, ...]] = ("prompt",)
-    SUMMARIZERS: ClassVar[tuple[str, ...]] = ("offline", "llm")
 
     @dataclass
     class Config:
         budget: int = bounded(16000, 1)
         keep_last: int = 6
         token_counter: str = "approx"
-        summarizer: str = "offline"
+        summarizer: SummarizerKind = SummarizerKind.offline
         prompt: str = "tasks/compress_context"
         summary_chars: int = 4000
 
     def __init__(self, cfg: Any = None, **deps: Any):
         super().__init__(cfg, **deps)
         c = self.cfg
-        if c.summarizer not in self.SUMMARIZERS:
-            raise InputError(f"memory 'context': summarizer must be one of {', '.join(self.SUMMARIZERS)}, got '{c.summarizer}'")
         if c.summarizer == "llm" and self.llm is None:
             raise InputError("memory 'context': summarizer=llm needs an llm in the recipe (llm=openai, transformers or rules)")
         if c.budget < 1 or c.keep_last < 0 or c.summary_chars < 100:

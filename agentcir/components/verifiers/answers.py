@@ -16,11 +16,21 @@ from typing import Any, Awaitable, Callable
 
 from ...framework.errors import InputError
 from ...framework.parsing import ReplyParseError, parse_bool_reply
+from ...registry import Choice
 
 log = logging.getLogger(__name__)
 
-#: what a verifier does with an unclear reply (config field ``unclear``)
-UNCLEAR_POLICIES = {"no": False, "yes": True, "error": None}
+class Unclear(Choice):
+    """What a verifier does with an unclear reply (config field ``unclear``): count it as
+    ``no`` or ``yes``, or raise (``error``)."""
+
+    no = "no"
+    yes = "yes"
+    error = "error"
+
+
+#: the answer an unclear reply counts as, per policy (``None``: an error)
+UNCLEAR_POLICIES = {Unclear.no: False, Unclear.yes: True, Unclear.error: None}
 
 
 def check_policy(policy: str, where: str) -> str:

@@ -10,7 +10,7 @@ from typing import ClassVar
 from ...framework.errors import InputError
 from ...framework.interfaces import Verifier
 from ...registry import VERIFIERS
-from .answers import ask, check_policy
+from .answers import Unclear, ask
 
 
 @VERIFIERS.register("entailment")
@@ -37,11 +37,7 @@ class EntailmentVerifier(Verifier):
     @dataclass
     class Config:
         prompt: str = "tasks/entail"
-        unclear: str = "no"
-
-    def __init__(self, cfg=None, **deps):
-        super().__init__(cfg, **deps)
-        check_policy(self.cfg.unclear, "verifier 'entailment'")
+        unclear: Unclear = Unclear.no
 
     def check(self, statement: str, *, candidate: Path | None = None, caption: str | None = None) -> bool:
         """Does ``caption`` (the candidate's) entail ``statement``?"""

@@ -9,12 +9,19 @@ from typing import ClassVar
 
 from ...framework.errors import InputError
 from ...framework.interfaces import Verifier
-from ...registry import VERIFIERS
-from .answers import aask, ask, check_policy
+from ...registry import VERIFIERS, Choice
+from .answers import Unclear, aask, ask
 
 
-#: how ``check`` reads a reply (config field ``reading``)
-READINGS = ("strict", "released")
+class Reading(Choice):
+    """How ``check`` reads a reply (config field ``reading``)."""
+
+    strict = "strict"
+    released = "released"
+
+
+#: the allowed readings
+READINGS = Reading.values()
 
 
 @VERIFIERS.register("vlm")
@@ -47,15 +54,8 @@ class VLMVerifier(Verifier):
         verify_prompt: str = "tasks/verify"
         verify_caption_prompt: str = "verifier/verify_caption"
         answer_prompt: str = "tasks/answer"
-        unclear: str = "no"
-        reading: str = "strict"
-
-    def __init__(self, cfg=None, **deps):
-        super().__init__(cfg, **deps)
-        check_policy(self.cfg.unclear, "verifier 'vlm'")
-        if self.cfg.reading not in READINGS:
-            raise InputError(f"verifier 'vlm': field 'reading' must be one of {', '.join(READINGS)}, "
-                             f"got {self.cfg.reading!r}")
+        unclear: Unclear = Unclear.no
+        reading: Reading = Reading.strict
 
     def _verify_request(self, candidate: Path, instruction: str, reference: Path | None,
                         reference_caption: str | None) -> tuple[dict, list[Path], str]:

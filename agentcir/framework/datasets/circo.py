@@ -24,7 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ...registry import DATASETS
+from ...registry import DATASETS, Choice
 from ..errors import InputError
 from ..eval.metrics import average_precision_at_k, circo_metrics
 from ..eval.submissions import circo_submission, write_json
@@ -37,6 +37,13 @@ KS = (5, 10, 25, 50)
 HINT = "the CIRCO folder with annotations/ and COCO2017_unlabeled/"
 SEMANTIC_ASPECTS = ("cardinality", "addition", "negation", "direct_addressing", "compare_change",
                     "comparative_statement", "statement_with_conjunction", "spatial_relations_background", "viewpoint")
+
+
+class CircoSplit(Choice):
+    """CIRCO's splits (``dataset.split``; ``test``: no ground truth, a submission file)."""
+
+    val = "val"
+    test = "test"
 
 
 @DATASETS.register("circo")
@@ -54,13 +61,11 @@ class CIRCO(Dataset):
     @dataclass
     class Config:
         root: str = ""
-        split: str = "val"
+        split: CircoSplit = CircoSplit.val
         limit: int = 0
 
     def __init__(self, cfg=None, **deps):
         super().__init__(cfg, **deps)
-        if self.cfg.split not in ("val", "test"):
-            raise InputError(f"dataset 'circo': field 'split' must be val or test, got '{self.cfg.split}'")
         self.subset.name = f"CIRCO {self.cfg.split}"
         self._items: list[GalleryItem] | None = None
         self._paths: dict[str, str] = {}

@@ -24,7 +24,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from ...registry import DATASETS
+from ...registry import DATASETS, Choice
 from ..errors import InputError
 from ..eval.metrics import cirr_metrics, subset_ranking
 from ..eval.submissions import cirr_submission, write_json
@@ -34,6 +34,14 @@ from ..types import Candidates, Query
 from .base import Dataset, Record, _shown, check_unique, find_annotation, read_json, read_json_list, resolve_root
 
 HINT = "the CIRR folder with captions/ and image_splits/ (or cirr/captions, cirr/image_splits) and the image folders"
+
+
+class CirrSplit(Choice):
+    """CIRR's splits (``dataset.split``; ``test1``: no ground truth, a submission file)."""
+
+    train = "train"
+    val = "val"
+    test1 = "test1"
 
 
 @DATASETS.register("cirr")
@@ -52,14 +60,12 @@ class CIRR(Dataset):
     @dataclass
     class Config:
         root: str = ""
-        split: str = "val"
+        split: CirrSplit = CirrSplit.val
         images: str = ""
         limit: int = 0
 
     def __init__(self, cfg=None, **deps):
         super().__init__(cfg, **deps)
-        if self.cfg.split not in ("train", "val", "test1"):
-            raise InputError(f"dataset 'cirr': field 'split' must be train, val or test1, got '{self.cfg.split}'")
         self.subset.name = f"CIRR {self.cfg.split}"
         self._items: list[GalleryItem] | None = None
         self._paths: dict[str, str] = {}

@@ -24,9 +24,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from ...registry import DATASETS
+from ...registry import DATASETS, Choice
 from ..errors import InputError
-from ..eval.metrics import FASHIONIQ_CATEGORIES, recall_at_k
+from ..eval.metrics import recall_at_k
 from ..gallery import GalleryItem
 from ..hashing import stable_hash
 from ..types import Candidates, Query
@@ -40,6 +40,22 @@ HINT = "the FashionIQ folder with captions/, image_splits/ and images/"
 def fashioniq_text(captions: list[str]) -> str:
     """The official query text: the two relative captions stripped of ``.?, `` and joined by " and "."""
     return " and ".join(c.strip(".?, ") for c in captions)
+
+
+class FashionIQCategory(Choice):
+    """FashionIQ's categories (``dataset.category``; :data:`~..eval.metrics.FASHIONIQ_CATEGORIES`)."""
+
+    dress = "dress"
+    shirt = "shirt"
+    toptee = "toptee"
+
+
+class FashionIQSplit(Choice):
+    """FashionIQ's splits (``dataset.split``)."""
+
+    train = "train"
+    val = "val"
+    test = "test"
 
 
 @DATASETS.register("fashioniq")
@@ -59,18 +75,13 @@ class FashionIQ(Dataset):
     @dataclass
     class Config:
         root: str = ""
-        category: str = "dress"
-        split: str = "val"
+        category: FashionIQCategory = FashionIQCategory.dress
+        split: FashionIQSplit = FashionIQSplit.val
         images: str = ""
         limit: int = 0
 
     def __init__(self, cfg=None, **deps):
         super().__init__(cfg, **deps)
-        if self.cfg.category not in FASHIONIQ_CATEGORIES:
-            raise InputError(f"dataset 'fashioniq': field 'category' must be one of {', '.join(FASHIONIQ_CATEGORIES)}, "
-                             f"got '{self.cfg.category}'")
-        if self.cfg.split not in ("train", "val", "test"):
-            raise InputError(f"dataset 'fashioniq': field 'split' must be train, val or test, got '{self.cfg.split}'")
         self.subset.name = f"FashionIQ {self.cfg.category} {self.cfg.split}"
         self._items: list[GalleryItem] | None = None
         self._paths: dict[str, Path] = {}

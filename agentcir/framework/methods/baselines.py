@@ -21,7 +21,7 @@ from typing import ClassVar
 import numpy as np
 
 from ...kernels import cosine_topk, ldre_weights
-from ...registry import METHODS
+from ...registry import METHODS, Choice
 from ...registry.config import bounded
 from ..errors import InputError
 from ..interfaces import l2_normalize
@@ -134,6 +134,13 @@ class CIReVL(_Captioned):
         _retrieve(ctx, state, await embed_texts(ctx, self.encoder, texts), self.top_k)
 
 
+class Ensemble(Choice):
+    """How LDRE combines its captions' rankings (``method.ensemble``)."""
+
+    adaptive = "adaptive"
+    mean = "mean"
+
+
 @METHODS.register("ldre")
 class LDRE(_Captioned):
     """LDRE-style baseline (Yang et al., SIGIR 2024): divergent target captions, adaptive ensemble.
@@ -166,7 +173,6 @@ class LDRE(_Captioned):
         num_keyframes: keyframes captioned for a video reference.
     """
 
-    ENSEMBLES: ClassVar[tuple[str, ...]] = ("adaptive", "mean")
 
     needs: ClassVar[dict[str, tuple[str, ...]]] = {"llm": ("task:divergent_captions", "task:summarize_captions")}
 
@@ -174,7 +180,7 @@ class LDRE(_Captioned):
     class Config:
         top_k: int = 100
         num_captions: int = bounded(15, 1)
-        ensemble: str = "adaptive"
+        ensemble: Ensemble = Ensemble.adaptive
         adaptive_topk: int = bounded(5, 1)
         temperature: float = bounded(0.04, 0, lo_open=True)
         num_keyframes: int = bounded(8, 1)
@@ -182,8 +188,6 @@ class LDRE(_Captioned):
     def __init__(self, cfg=None, **deps):
         super().__init__(cfg, **deps)
         c = self.cfg
-        if c.ensemble not in self.ENSEMBLES:
-            raise InputError(f"method 'ldre': field 'ensemble' must be one of {', '.join(self.ENSEMBLES)}, got '{c.ensemble}'")
         if c.num_captions < 1 or c.adaptive_topk < 1 or not c.temperature > 0:
             raise InputError(f"method 'ldre': num_captions and adaptive_topk must be >= 1 and temperature > 0, got "
                              f"{c.num_captions}, {c.adaptive_topk}, {c.temperature}")

@@ -18,14 +18,22 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from ...registry import Choice
 from ..errors import InputError
 from ..interfaces import l2_normalize
 from ..method import RunState
 from ..runner import RunContext
 from ..types import Candidates, Query
 
-#: how the instruction given to ``verifier.verify`` is chosen
-VERIFY_INSTRUCTIONS = ("modification", "target")
+class VerifyInstruction(Choice):
+    """How the instruction given to ``verifier.verify`` is chosen (``method.verify_instruction``):
+    the query's ``modification`` text, or the ``target`` description the method composed."""
+
+    modification = "modification"
+    target = "target"
+
+
+VERIFY_INSTRUCTIONS = VerifyInstruction.values()
 
 
 def reference_rows(state: RunState) -> np.ndarray:

@@ -76,7 +76,7 @@ from ..parsing import ReplyParseError, _repair, extract_json, parse_true_false
 from ..runner import RunContext
 from ..types import Candidates
 from .autocir import resolve_prompt_folder
-from .common import (VERIFY_INSTRUCTIONS, accepted_matrix, caption_embeddings, embed_texts, first_accepted, gather_limited,
+from .common import (VerifyInstruction, accepted_matrix, caption_embeddings, embed_texts, first_accepted, gather_limited,
                      middle, reference_caption, reference_rows, sample_keyframes, to_candidates)
 from .xr import upstream_image_match
 
@@ -228,7 +228,7 @@ class ImageScope(Method):
         reason_prompt: str = "tasks/imagescope_reason"
         propositions_prompt: str = "tasks/imagescope_propositions"
         exclude_reference: bool = True
-        verify_instruction: str = "modification"
+        verify_instruction: VerifyInstruction = VerifyInstruction.modification
 
     def __init__(self, cfg=None, **deps):
         super().__init__(cfg, **deps)
@@ -241,9 +241,6 @@ class ImageScope(Method):
                 raise InputError(f"{where}: field '{name}' must be at least 1, got {getattr(c, name)}")
         if not 0.0 <= c.tau <= 1.0:
             raise InputError(f"{where}: field 'tau' must be in [0, 1], got {c.tau}")
-        if c.verify_instruction not in VERIFY_INSTRUCTIONS:
-            raise InputError(f"{where}: field 'verify_instruction' must be one of {', '.join(VERIFY_INSTRUCTIONS)}, "
-                             f"got '{c.verify_instruction}'")
         if c.prompts:
             resolve_prompt_folder(self, c.prompts, PROMPT_FILES, where)
 

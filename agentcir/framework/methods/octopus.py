@@ -57,14 +57,29 @@ from typing import ClassVar
 import numpy as np
 
 from ...kernels import cosine_topk, octopus_topk, octopus_visual_query, promote_first_accepted, uncertainty
-from ...registry import METHODS
+from ...registry import METHODS, Choice
 from ...registry.config import bounded
 from ..errors import InputError
 from ..method import Method, RunState, Stage
 from ..runner import RunContext
-from .common import (VERIFY_INSTRUCTIONS, accepted_matrix, caption_embeddings, embed_texts, first_accepted,
+from .common import (VerifyInstruction, accepted_matrix, caption_embeddings, embed_texts, first_accepted,
                      image_embeddings, middle, reference_caption, reference_embeddings, reference_rows,
                      sample_keyframes, task, to_candidates)
+
+
+class CrossModal(Choice):
+    """Octopus's cross-modal similarity (``method.cross_modal``): visual proxies against the
+    gallery's captions (``v2t``) or its images (``v2v``)."""
+
+    v2t = "v2t"
+    v2v = "v2v"
+
+
+class WithoutProxy(Choice):
+    """The visual query of a query without a generated proxy (``method.visual_without_proxy``)."""
+
+    reference = "reference"
+    none = "none"
 
 
 @METHODS.register("octopus")
@@ -102,8 +117,6 @@ class Octopus(Method):
     requires: ClassVar[tuple[str, ...]] = ("encoder", "llm", "captioner")
     optional: ClassVar[tuple[str, ...]] = ("generator", "detector", "verifier")
     needs_captions: ClassVar[bool] = True
-    CROSS_MODAL: ClassVar[tuple[str, ...]] = ("v2t", "v2v")
-    WITHOUT_PROXY: ClassVar[tuple[str, ...]] = ("reference", "none")
 
     @dataclass
     class Config:
@@ -118,15 +131,15 @@ class Octopus(Method):
         visual_proxy: bool = True
         objects: bool = True
         creator: bool = True
-        cross_modal: str = "v2t"
-        visual_without_proxy: str = "reference"
+        cross_modal: CrossModal = CrossModal.v2t
+        visual_without_proxy: WithoutProxy = WithoutProxy.reference
         verification: bool = True
         alpha: int = bounded(20, 1)
         gate: float = bounded(0.8, 0.0, 1.0)
         max_verified: int = 1000
         entropy_tau: float = bounded(0.02, 0, lo_open=True)
         bonus: float = 100.0
-        verify_instruction: str = "modification"
+        verify_instruction: VerifyInstruction = VerifyInstruction.modification
 
     @classmethod
     def needs_for(cls, config: dict) -> dict[str, tuple[str, ...]]:
@@ -145,10 +158,6 @@ class Octopus(Method):
     def __init__(self, cfg=None, **deps):
         super().__init__(cfg, **deps)
         c, where = self.cfg, "method 'octopus'"
-        for name, allowed in (("cross_modal", self.CROSS_MODAL), ("visual_without_proxy", self.WITHOUT_PROXY),
-                              ("verify_instruction", VERIFY_INSTRUCTIONS)):
-            if getattr(c, name) not in allowed:
-                raise InputError(f"{where}: field '{name}' must be one of {', '.join(allowed)}, got '{getattr(c, name)}'")
         for name in ("top_k", "num_keyframes", "num_proxies", "alpha"):
             if getattr(c, name) < 1:
                 raise InputError(f"{where}: field '{name}' must be at least 1, got {getattr(c, name)}")

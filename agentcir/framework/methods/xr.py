@@ -62,19 +62,39 @@ import numpy as np
 
 from ..parsing import extract_json, parse_task_reply, parse_true_false
 from ...kernels import cosine_topk, promote_first_accepted, rrf, xr_rerank
-from ...registry import METHODS
+from ...registry import METHODS, Choice
 from ...registry.config import bounded
 from ..errors import InputError
 from ..method import Method, RunState, Stage
 from ..runner import RunContext
 from ..types import Candidates
-from .common import (VERIFY_INSTRUCTIONS, accepted_matrix, caption_embeddings, embed_texts, first_accepted,
+from .common import (VerifyInstruction, accepted_matrix, caption_embeddings, embed_texts, first_accepted,
                      gallery_captions, gather_limited, middle, reference_caption, reference_rows,
                      sample_keyframes, task, to_candidates)
 
 VARIANTS = ("v1", "v2", "aug")
-SOURCES = ("aug", "fused", "v1", "v2")
-S2_MODES = ("both", "qa", "caption", "none")
+
+
+class Stage2Source(Choice):
+    """The ranking stage 2 re-ranks (``method.stage2_source``): one variant's, or their fusion."""
+
+    aug = "aug"
+    fused = "fused"
+    v1 = "v1"
+    v2 = "v2"
+
+
+class S2Mode(Choice):
+    """Stage 2's evidence (``method.s2_mode``): questions, caption entailment, both or none."""
+
+    both = "both"
+    qa = "qa"
+    caption = "caption"
+    none = "none"
+
+
+SOURCES = Stage2Source.values()
+S2_MODES = S2Mode.values()
 
 
 def upstream_is_yes(text: str) -> bool:
@@ -156,10 +176,10 @@ class XR(Method):
         tau: float = bounded(0.15, 0.0, 1.0)
         rrf_z: float = 60.0
         rrf_depth: int = bounded(15000, 1)
-        stage2_source: str = "aug"
+        stage2_source: Stage2Source = Stage2Source.aug
         k_prime: int = bounded(100, 1)
         num_questions: int = 3
-        s2_mode: str = "both"
+        s2_mode: S2Mode = S2Mode.both
         qa_weight: float = bounded(0.5, 0.0, 1.0)
         stage3: bool = False
         alpha: int = bounded(100, 1)
@@ -167,7 +187,7 @@ class XR(Method):
         compat_questions_prompt: str = "tasks/questions"
         compat_entail_prompt: str = "xr/entail_released"
         exclude_reference: bool = True
-        verify_instruction: str = "modification"
+        verify_instruction: VerifyInstruction = VerifyInstruction.modification
 
     @classmethod
     def needs_for(cls, config: dict) -> dict[str, tuple[str, ...]]:
@@ -191,9 +211,6 @@ class XR(Method):
             raise InputError(f"{where}: field 'variants' must list some of {', '.join(VARIANTS)}, got {list(c.variants)}")
         if len(set(c.variants)) != len(c.variants):
             raise InputError(f"{where}: field 'variants' repeats a variant: {list(c.variants)}")
-        for name, allowed in (("stage2_source", SOURCES), ("s2_mode", S2_MODES), ("verify_instruction", VERIFY_INSTRUCTIONS)):
-            if getattr(c, name) not in allowed:
-                raise InputError(f"{where}: field '{name}' must be one of {', '.join(allowed)}, got '{getattr(c, name)}'")
         if c.stage2_source == "fused" and len(c.variants) < 2:
             raise InputError(f"{where}: stage2_source=fused needs at least two variants to fuse, got {list(c.variants)}")
         if c.stage2_source in VARIANTS and c.stage2_source not in c.variants:

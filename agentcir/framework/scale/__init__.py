@@ -15,18 +15,41 @@ See docs/scale.md.
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ...registry import ConfigError, make_config
-from ...registry.config import bounded
+from ...registry import Choice, ConfigError, make_config
+from ...registry.config import bounded, config_dict
 from ..errors import InputError, require
 
-ENGINES = ("local", "ray")
-SEARCHES = ("exact", "ivf_flat", "ivf_sq", "ivf_pq", "hnsw")
-SQ = ("fp16", "8bit")
+class Engine(Choice):
+    """Where shards are built and searched (``scale.engine``)."""
+
+    local = "local"
+    ray = "ray"
+
+
+class SearchKind(Choice):
+    """How each shard is searched (``scale.search``)."""
+
+    exact = "exact"
+    ivf_flat = "ivf_flat"
+    ivf_sq = "ivf_sq"
+    ivf_pq = "ivf_pq"
+    hnsw = "hnsw"
+
+
+class ScalarQuantizer(Choice):
+    """IVF-SQ's codes (``scale.sq``)."""
+
+    fp16 = "fp16"
+    bit8 = "8bit"
+
+
+ENGINES = Engine.values()
+SEARCHES = SearchKind.values()
+SQ = ScalarQuantizer.values()
 
 
 @dataclass
@@ -59,12 +82,12 @@ class ScaleConfig:
         object_store_mb: object store of that local Ray (0: Ray's default).
     """
 
-    engine: str = "local"
+    engine: Engine = Engine.local
     address: str | None = None
     shards: int = 0
-    search: str = "exact"
+    search: SearchKind = SearchKind.exact
     nlist: int = 0
-    sq: str = "fp16"
+    sq: ScalarQuantizer = ScalarQuantizer.fp16
     pq_m: int = 64
     hnsw_m: int = 32
     nprobe: int = 16
@@ -81,13 +104,7 @@ class ScaleConfig:
 
 def scale_settings(raw: dict[str, Any] | None, *, where: str = "scale") -> dict[str, Any]:
     """A validated ``scale`` section with every default filled."""
-    cfg = dataclasses.asdict(make_config(ScaleConfig, dict(raw or {}), where=where))
-    if cfg["engine"] not in ENGINES:
-        raise ConfigError(f"{where}: field 'engine': must be one of {', '.join(ENGINES)}, got '{cfg['engine']}'")
-    if cfg["search"] not in SEARCHES:
-        raise ConfigError(f"{where}: field 'search': must be one of {', '.join(SEARCHES)}, got '{cfg['search']}'")
-    if cfg["sq"] not in SQ:
-        raise ConfigError(f"{where}: field 'sq': must be one of {', '.join(SQ)}, got '{cfg['sq']}'")
+    cfg = config_dict(make_config(ScaleConfig, dict(raw or {}), where=where))
     for f in ("shards", "nlist", "refine", "concurrency", "shard_threads", "restarts", "num_cpus_total",
               "object_store_mb"):
         if cfg[f] < 0:

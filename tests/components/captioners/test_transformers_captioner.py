@@ -4,7 +4,7 @@
 import pytest
 
 from agentcir.framework.errors import InputError
-from agentcir.registry import CAPTIONERS
+from agentcir.registry import CAPTIONERS, ConfigError
 
 pytest.importorskip("transformers", reason="captioner 'transformers' needs the [hf] extra")
 
@@ -72,5 +72,5 @@ def test_building_is_cheap_and_a_missing_model_is_named(tmp_path, images):
     cap = CAPTIONERS.build("transformers", {"model": str(tmp_path / "nowhere"), "local_files_only": True})
     with pytest.raises(InputError, match=r"captioner 'transformers': cannot load model '.*nowhere'"):
         cap.caption(images["red_tshirt"])
-    with pytest.raises(InputError, match="field 'dtype' must be one of float32, float16, bfloat16, got 'int4'"):
+    with pytest.raises(ConfigError, match="field 'dtype': must be one of float32, float16, bfloat16, got 'int4'"):
         CAPTIONERS.build("transformers", {"model": str(tmp_path), "dtype": "int4"})

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from agentcir.framework.errors import InputError
-from agentcir.registry import ENCODERS
+from agentcir.registry import ENCODERS, ConfigError
 
 from .conftest import DEMO, make_hf_model
 
@@ -43,27 +43,58 @@ def test_preprocessing_follows_the_model_folder(models):
     assert sig["mode"] == "stretch" and sig["mean"] == [0.5] * 3
 
 
+def _clip_processor(folder):
+    """transformers' own ``CLIPProcessor`` for a model folder: its PIL image processor (the
+    reference implementation; ``CLIPImageProcessorPil`` where transformers names it so) and the
+    folder's tokenizer."""
+    import transformers as tr
+
+    images = getattr(tr, "CLIPImageProcessorPil", None) or tr.CLIPImageProcessor
+    return tr.CLIPProcessor(image_processor=images.from_pretrained(str(folder)),
+                            tokenizer=tr.AutoTokenizer.from_pretrained(str(folder)))
+
+
+def _photos():
+    """Demo photos (square) and random pictures of odd shapes (landscape, portrait, above and
+    below the model's size), so resizing the shortest edge and centre-cropping are both exercised."""
+    from PIL import Image
+
+    from agentcir.framework.images import load_rgb
+
+    rng = np.random.default_rng(0)
+    odd = [Image.fromarray(rng.integers(0, 256, (h, w, 3), dtype=np.uint8)) for h, w in ((31, 50), (40, 17), (97, 64))]
+    return [load_rgb(p) for p in sorted((DEMO / "images").glob("*.jpg"))[:2]] + odd
+
+
+def test_preprocessing_equals_transformers_clip_processor(models):
+    """The pixels agentcir feeds the model are those of transformers' CLIPProcessor."""
+    from agentcir.components.encoders.common import preprocess
+
+    enc = ENCODERS.build("hf_clip", {"path": str(models["clip"])})
+    photos = _photos()
+    want = _clip_processor(models["clip"])(images=photos, return_tensors="np")["pixel_values"]
+    got = preprocess(photos, enc.preprocess_spec)
+    assert got.shape == want.shape == (len(photos), 3, 32, 32)
+    np.testing.assert_allclose(got, want, atol=1e-5)
+
+
 def test_matches_transformers_own_pipeline(models):
-    """Same numbers as calling the model directly with its tokenizer (texts) and hand-made pixels."""
+    """Same embeddings as the model called on CLIPProcessor's tokens and pixels."""
     import torch
     import transformers as tr
 
-    from agentcir.components.encoders.common import preprocess
-    from agentcir.framework.images import load_rgb
-
     enc = ENCODERS.build("hf_clip", {"path": str(models["clip"])})
     model = tr.CLIPModel.from_pretrained(str(models["clip"])).eval()
-    tok = tr.AutoTokenizer.from_pretrained(str(models["clip"]))
     texts = ["a photo of a red shirt", "a dog"]
+    photos = _photos()
+    batch = _clip_processor(models["clip"])(text=texts, images=photos, padding=True, return_tensors="pt")
     with torch.no_grad():
-        t = model.get_text_features(**tok(texts, padding=True, return_tensors="pt"))
+        t = model.get_text_features(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"])
         t = t if torch.is_tensor(t) else t.pooler_output
-        im = load_rgb(DEMO / "images" / "10007.jpg")
-        x = torch.from_numpy(preprocess([im], enc.preprocess_spec))
-        i = model.get_image_features(pixel_values=x)
+        i = model.get_image_features(pixel_values=batch["pixel_values"])
         i = i if torch.is_tensor(i) else i.pooler_output
     np.testing.assert_allclose(enc.encode_texts(texts), torch.nn.functional.normalize(t, dim=-1).numpy(), atol=1e-5)
-    np.testing.assert_allclose(enc.encode_images([im]), torch.nn.functional.normalize(i, dim=-1).numpy(), atol=1e-5)
+    np.testing.assert_allclose(enc.encode_images(photos), torch.nn.functional.normalize(i, dim=-1).numpy(), atol=1e-5)
 
 
 def test_bad_folders_are_named(tmp_path):
@@ -78,5 +109,5 @@ def test_bad_folders_are_named(tmp_path):
     (tmp_path / "bert" / "config.json").write_text('{"model_type": "bert"}')
     with pytest.raises(InputError, match="holds a 'bert' model; supported: clip, siglip"):
         ENCODERS.build("hf_clip", {"path": str(tmp_path / "bert")}).encode_texts(["x"])
-    with pytest.raises(InputError, match="dtype must be"):
+    with pytest.raises(ConfigError, match="field 'dtype': must be one of float32, float16, bfloat16, got 'int8'"):
         ENCODERS.build("hf_clip", {"path": str(tmp_path), "dtype": "int8"})

@@ -435,7 +435,7 @@ def test_credentials_in_the_url_never_reach_the_identity():
 
 
 def test_bad_config_is_named():
-    with pytest.raises(InputError, match="response_format must be one of json_object, none"):
+    with pytest.raises(ConfigError, match="field 'response_format': must be one of json_object, none"):
         LLMS.build("openai", {"response_format": "yaml"})
     with pytest.raises(InputError, match="base_url 'ftp://x' is not an http"):
         LLMS.build("openai", {"base_url": "ftp://x"})

@@ -14,7 +14,7 @@ from agentcir.components.llms.rules import NeedsVisionError
 from agentcir.framework.datasets.builder import TEMPLATES, article_phrase, phrase_edit
 from agentcir.framework.errors import InputError
 from agentcir.framework.vocab import VOCAB_DIR
-from agentcir.registry import LLMS
+from agentcir.registry import LLMS, ConfigError
 
 DEMO = Path(__file__).resolve().parents[3] / "agentcir" / "data" / "demo"
 
@@ -92,7 +92,7 @@ def test_not_understood_falls_back_as_configured(llm):
     strict = LLMS.build("rules", {"fallback": "error"})
     with pytest.raises(InputError, match="llm 'rules' does not understand the modification 'make it look older'"):
         target(strict, "a photo of a blue shirt", "make it look older")
-    with pytest.raises(InputError, match="fallback must be one of append, keep, error, got 'guess'"):
+    with pytest.raises(ConfigError, match="llm 'rules': field 'fallback': must be one of append, keep, error, got 'guess'"):
         LLMS.build("rules", {"fallback": "guess"})
 
 

@@ -9,7 +9,7 @@ from agentcir.framework.parsing import ReplyParseError  # noqa: E402
 from agentcir.components.llms.transformers import TransformersLLM  # noqa: E402
 from agentcir.framework.errors import InputError  # noqa: E402
 from agentcir.framework.interfaces import user_message  # noqa: E402
-from agentcir.registry import LLMS  # noqa: E402
+from agentcir.registry import LLMS, ConfigError  # noqa: E402
 
 TEMPLATE = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
             "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
@@ -97,7 +97,7 @@ def test_text_only_and_missing_weights(tiny, tmp_path):
     missing = LLMS.build("transformers", {"model": str(tmp_path / "no-model")})  # building is fine
     with pytest.raises(InputError, match=r"llm 'transformers': cannot load model '.*no-model'.*nothing is downloaded at run time"):
         missing.chat([user_message("hi")])
-    with pytest.raises(InputError, match="dtype must be one of auto, float32, bfloat16, float16"):
+    with pytest.raises(ConfigError, match="field 'dtype': must be one of auto, float32, bfloat16, float16"):
         LLMS.build("transformers", {"dtype": "int3"})
 
 

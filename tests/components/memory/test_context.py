@@ -10,7 +10,7 @@ from agentcir.components.memory.context import (MEMORY_HEADER, CompressedContext
                                                 offline_summary)
 from agentcir.framework.errors import InputError
 from agentcir.framework.interfaces import ChatReply, ToolCall, assistant_message, tool_message, user_message
-from agentcir.registry import LLMS, MEMORIES
+from agentcir.registry import LLMS, MEMORIES, ConfigError
 
 GOAL = "Find the photos of the stray cat we saw in Rome and again in Florence"
 FINDING = "The cat is orange with a white paw (photo p17)"
@@ -140,7 +140,7 @@ def test_persisted_state_round_trips():
 def test_bad_settings_are_named():
     with pytest.raises(InputError, match="summarizer=llm needs an llm in the recipe"):
         MEMORIES.build("context", {"summarizer": "llm"})
-    with pytest.raises(InputError, match="summarizer must be one of offline, llm, got 'magic'"):
+    with pytest.raises(ConfigError, match="field 'summarizer': must be one of offline, llm, got 'magic'"):
         MEMORIES.build("context", {"summarizer": "magic"})
     with pytest.raises(InputError, match="context budget must be a positive number of tokens"):
         CompressedContext(GOAL, budget=0)

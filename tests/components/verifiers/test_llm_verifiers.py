@@ -7,7 +7,7 @@ import pytest
 
 from agentcir.framework.parsing import ReplyParseError
 from agentcir.framework.errors import InputError
-from agentcir.registry import VERIFIERS
+from agentcir.registry import VERIFIERS, ConfigError
 
 
 def test_vlm_verify_sends_reference_then_candidate(scripted, images):
@@ -58,7 +58,7 @@ def test_vlm_check_released_reading_is_xr_s_yes_substring(scripted, images):
     v = VERIFIERS.build("vlm", {"reading": "released", "answer_prompt": "xr/answer_released"}, llm=llm)
     got = [asyncio.run(v.acheck("Is the shirt red?", candidate=images["red_tshirt"])) for _ in range(4)]
     assert got == [True, False, True, False] and len(llm.calls) == 4
-    with pytest.raises(InputError, match="field 'reading' must be one of strict, released, got 'loose'"):
+    with pytest.raises(ConfigError, match="field 'reading': must be one of strict, released, got 'loose'"):
         VERIFIERS.build("vlm", {"reading": "loose"}, llm=scripted())
 
 
@@ -68,7 +68,7 @@ def test_unclear_policy(scripted, images):
         v.check("The shirt is red", candidate=images["red_tshirt"])
     v = VERIFIERS.build("vlm", {"unclear": "yes"}, llm=scripted(["hmm"]))
     assert v.check("The shirt is red", candidate=images["red_tshirt"]) is True
-    with pytest.raises(InputError, match="field 'unclear' must be one of no, yes, error"):
+    with pytest.raises(ConfigError, match="field 'unclear': must be one of no, yes, error"):
         VERIFIERS.build("vlm", {"unclear": "maybe"}, llm=scripted())
 
 

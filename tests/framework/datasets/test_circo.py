@@ -7,6 +7,7 @@ import pytest
 
 from agentcir.framework.datasets.circo import CIRCO, SEMANTIC_ASPECTS
 from agentcir.framework.errors import InputError
+from agentcir.registry import ConfigError
 
 pytestmark = pytest.mark.shared
 
@@ -94,5 +95,5 @@ def test_missing_coco_list(tmp_path):
     (tmp_path / "annotations" / "val.json").write_text("[]")
     with pytest.raises(InputError, match=r"looked for .*COCO2017_unlabeled/annotations/image_info_unlabeled2017.json"):
         CIRCO(CIRCO.Config(root=str(tmp_path))).gallery_items()
-    with pytest.raises(InputError, match="field 'split' must be val or test"):
+    with pytest.raises(ConfigError, match="field 'split': must be one of val, test, got 'train'"):
         CIRCO(CIRCO.Config(split="train"))

@@ -6,6 +6,7 @@ import pytest
 
 from agentcir.framework.datasets.cirr import CIRR
 from agentcir.framework.errors import InputError
+from agentcir.registry import ConfigError
 from agentcir.framework.eval.submissions import validate_cirr
 
 pytestmark = pytest.mark.shared
@@ -96,7 +97,7 @@ def test_test1_submission_files(annotations, cirr_images, h, tmp_path):
 
 
 def test_missing_annotation_and_bad_split(tmp_path):
-    with pytest.raises(InputError, match="field 'split' must be train, val or test1, got 'test'"):
+    with pytest.raises(ConfigError, match="dataset 'CIRR': field 'split': must be one of train, val, test1, got 'test'; did you mean 'test1'"):
         CIRR(CIRR.Config(split="test"))
     with pytest.raises(InputError, match=r"looked for .*/image_splits/split.rc2.val.json, .*/cirr/image_splits/split.rc2.val.json"):
         CIRR(CIRR.Config(root=str(tmp_path))).queries()

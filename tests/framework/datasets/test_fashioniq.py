@@ -6,6 +6,7 @@ import pytest
 
 from agentcir.framework.datasets.fashioniq import FashionIQ, fashioniq_text
 from agentcir.framework.errors import InputError
+from agentcir.registry import ConfigError
 
 pytestmark = pytest.mark.shared
 
@@ -99,7 +100,7 @@ def test_test_split_has_nothing_to_score(annotations, tmp_path, h):
 
 
 def test_bad_config_and_missing_files(tmp_path):
-    with pytest.raises(InputError, match="field 'category' must be one of dress, shirt, toptee, got 'hat'"):
+    with pytest.raises(ConfigError, match="dataset 'FashionIQ': field 'category': must be one of dress, shirt, toptee, got 'hat'"):
         FashionIQ(FashionIQ.Config(category="hat"))
     with pytest.raises(InputError, match="dataset 'fashioniq': set dataset.root to the dataset folder"):
         FashionIQ(FashionIQ.Config()).gallery_items()

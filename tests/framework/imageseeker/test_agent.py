@@ -46,9 +46,9 @@ def test_offline_planner_end_to_end(history_bench, tmp_path, plugin_path):
 
 
 def test_bad_configs(tmp_path, plugin_path):
-    from agentcir.registry import METHODS
+    from agentcir.registry import METHODS, ConfigError
 
-    with pytest.raises(InputError, match="planner must be one of auto, llm, offline"):
+    with pytest.raises(ConfigError, match="field 'planner': must be one of auto, llm, offline"):
         METHODS.build("imageseeker", {"planner": "magic"}, encoder=object())
     with pytest.raises(InputError, match="planner=llm needs an llm that can call tools"):
         METHODS.build("imageseeker", {"planner": "llm"}, encoder=object())
@@ -207,9 +207,8 @@ def test_offline_judge_reads_captions_only_when_they_add_information(plugin_path
     encoder itself (the offline ``tagger``): its captions are the encoder's zero-shot tags."""
     from dataclasses import dataclass
 
-    from agentcir.framework.errors import InputError
     from agentcir.framework.interfaces import Captioner
-    from agentcir.registry import CAPTIONERS, ENCODERS, METHODS
+    from agentcir.registry import CAPTIONERS, ENCODERS, METHODS, ConfigError
 
     class RealCaptioner(Captioner):
         @dataclass
@@ -229,7 +228,7 @@ def test_offline_judge_reads_captions_only_when_they_add_information(plugin_path
     assert judge(RealCaptioner()) is True
     assert judge(tagger) is False and judge(None) is False
     assert judge(tagger, "caption") is True and judge(RealCaptioner(), "encoder") is False
-    with pytest.raises(InputError, match="offline_judge must be one of auto, caption, encoder, got 'vlm'"):
+    with pytest.raises(ConfigError, match="field 'offline_judge': must be one of auto, caption, encoder, got 'vlm'"):
         judge(None, "vlm")
 
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from agentcir.framework.errors import InputError
 from agentcir.registry import METHODS, ConfigError
 
 from .conftest import assert_ranking, enc_text, topk_desc, unit
@@ -76,7 +75,7 @@ def test_ldre_pads_a_short_caption_list_and_checks_its_config(world):
     method = METHODS.build("ldre", {"num_captions": 4}, encoder=world.encoder, llm=world.llm, captioner=world.captioner)
     state, _ = world.run(method)
     assert state.record(world.queries[0], "reason")["captions"] == ["one", "two", "two", "two"]
-    with pytest.raises(InputError, match="field 'ensemble' must be one of adaptive, mean, got 'median'"):
+    with pytest.raises(ConfigError, match="field 'ensemble': must be one of adaptive, mean, got 'median'"):
         METHODS.build("ldre", {"ensemble": "median"}, encoder=world.encoder, llm=world.llm, captioner=world.captioner)
     with pytest.raises(ConfigError, match="field 'num_captions': must be at least 1, got 0"):
         METHODS.build("ldre", {"num_captions": 0}, encoder=world.encoder, llm=world.llm, captioner=world.captioner)

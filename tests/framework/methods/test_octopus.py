@@ -169,7 +169,7 @@ def test_a_single_query_counts_as_uncertain(world, tmp_path):
 
 def test_bad_configs_and_missing_verifier(world):
     deps = dict(encoder=world.encoder, llm=world.llm, captioner=world.captioner)
-    with pytest.raises(InputError, match="field 'cross_modal' must be one of v2t, v2v, got 'v2x'"):
+    with pytest.raises(ConfigError, match="field 'cross_modal': must be one of v2t, v2v, got 'v2x'"):
         METHODS.build("octopus", {"cross_modal": "v2x"}, **deps)
     with pytest.raises(ConfigError, match="field 'lam': must be within 0..1, got 1.5"):
         METHODS.build("octopus", {"lam": 1.5}, **deps)

@@ -218,10 +218,10 @@ def test_bad_configs(world):
     deps = dict(encoder=world.encoder, llm=world.llm, captioner=world.captioner)
     for cfg, msg in [({"variants": ["v3"]}, "field 'variants' must list some of v1, v2, aug, got \\['v3'\\]"),
                      ({"variants": ["v1", "v1"]}, "repeats a variant"),
-                     ({"stage2_source": "best"}, "field 'stage2_source' must be one of aug, fused, v1, v2, got 'best'"),
+                     ({"stage2_source": "best"}, "field 'stage2_source': must be one of aug, fused, v1, v2, got 'best'"),
                      ({"variants": ["v1"], "stage2_source": "fused"}, "stage2_source=fused needs at least two variants"),
                      ({"variants": ["v1", "v2"], "stage2_source": "aug"}, "stage2_source=aug is not one of the ranked"),
-                     ({"s2_mode": "all"}, "field 's2_mode' must be one of both, qa, caption, none"),
+                     ({"s2_mode": "all"}, "field 's2_mode': must be one of both, qa, caption, none"),
                      ({"k_prime": 0}, "field 'k_prime': must be at least 1, got 0"),
                      ({"tau": 2.0}, "field 'tau': must be within 0..1, got 2")]:
         with pytest.raises((InputError, ConfigError), match=msg):

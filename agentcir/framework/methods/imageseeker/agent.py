@@ -28,7 +28,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from ....registry import MEMORIES, METHODS
+from ....registry import MEMORIES, METHODS, Choice
 from ....registry.config import bounded
 from ...errors import InputError
 from ...interfaces import ChatReply, ToolCall, assistant_message, l2_normalize, tool_message, user_message
@@ -44,14 +44,30 @@ from .planner import OfflinePlanner, PlanConfig, decompose
 from .store import METADATA_FIELDS, Photo, PhotoCollection
 from .tools import TOOLS, AnswerArgs, Toolbox, parse_arguments
 from .visual import PROMPT, ClueVocabulary
-from .web import make_web_search
+from .web import WebSearch, make_web_search
 
 log = logging.getLogger(__name__)
 
 #: LLM backends that cannot call tools (the offline planner drives the tools instead)
 NO_TOOL_CALLING = ("rules",)
-PLANNERS = ("auto", "llm", "offline")
-JUDGES = ("auto", "caption", "encoder")
+
+
+class Planner(Choice):
+    """What drives the tools (``method.planner``): the recipe's ``llm`` (tool calls), the
+    ``offline`` planner, or ``auto`` (the llm when it can call tools)."""
+
+    auto = "auto"
+    llm = "llm"
+    offline = "offline"
+
+
+class OfflineJudge(Choice):
+    """What the offline planner judges candidates by (``method.offline_judge``)."""
+
+    auto = "auto"
+    caption = "caption"
+    encoder = "encoder"
+
 
 
 @dataclass
@@ -123,7 +139,7 @@ class ImageSeeker(Method):
 
     @dataclass
     class Config:
-        planner: str = "auto"
+        planner: Planner = Planner.auto
         max_steps: int = bounded(20, 1)
         top_k: int = 50
         max_answer: int = bounded(200, 1)
@@ -140,25 +156,21 @@ class ImageSeeker(Method):
         clue_vocab: list[str] = field(default_factory=lambda: ["articles", "objects"])
         clue_tags: int = 2
         verify_rank: int = 1
-        offline_judge: str = "auto"
+        offline_judge: OfflineJudge = OfflineJudge.auto
         episode_top_k: int = bounded(100, 1)
         target_top_k: int = bounded(200, 1)
         verify_max: int = 100
         keep_top: int = 0
         visual_z: float = bounded(2.0, None)
-        web_search: str = "none"
+        web_search: WebSearch = WebSearch.none
         web_search_url: str = ""
 
     def __init__(self, cfg: Any = None, **deps: Any):
         super().__init__(cfg, **deps)
         c = self.cfg
-        if c.planner not in PLANNERS:
-            raise InputError(f"method 'imageseeker': planner must be one of {', '.join(PLANNERS)}, got '{c.planner}'")
         if c.planner == "llm" and not self._llm_can_call_tools():
             raise InputError("method 'imageseeker': planner=llm needs an llm that can call tools (llm=openai or "
                              "transformers); the recipe has " + (f"llm={self.llm.registry_key}" if self.llm else "no llm"))
-        if c.offline_judge not in JUDGES:
-            raise InputError(f"method 'imageseeker': offline_judge must be one of {', '.join(JUDGES)}, got '{c.offline_judge}'")
         if c.max_steps < 1 or c.top_k < 1 or c.max_answer < 1:
             raise InputError(f"method 'imageseeker': max_steps, top_k and max_answer must be positive "
                              f"(got {c.max_steps}, {c.top_k}, {c.max_answer})")

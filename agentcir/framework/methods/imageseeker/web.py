@@ -10,9 +10,18 @@ from __future__ import annotations
 
 from typing import Awaitable, Callable
 
+from ....registry import Choice
 from ...errors import InputError, require
 
-BACKENDS = ("none", "searxng")
+
+class WebSearch(Choice):
+    """The web search backend of ImageSeeker's ``web_search`` tool (``method.web_search``)."""
+
+    none = "none"
+    searxng = "searxng"
+
+
+BACKENDS = WebSearch.values()
 WebSearcher = Callable[[str], Awaitable[tuple[list[dict], str]]]
 
 
