@@ -48,6 +48,7 @@ import numpy as np
 from .errors import InputError
 from .files import atomic_path, atomic_write_text, storage_errors
 from .integrity import write_sidecar
+from .galleries import open_gallery
 from .gallery import Gallery, GalleryItem
 from .hashing import file_digest, stable_hash
 from .images import Skipped
@@ -271,7 +272,7 @@ def index_into(out: str | Path, items: Sequence[GalleryItem], encoder, *, scale:
 
 
 def _update(out: Path, items: Sequence[GalleryItem], encoder, *, scale, dtype, recipe, progress, source):
-    old = Gallery.open(out, scale=None if scale is None else {**scale, "engine": "local"})  # read here, rows only
+    old = open_gallery(out, scale=None if scale is None else {**scale, "engine": "local"})  # read here, rows only
     enc = old.info["encoder"]
     if enc["identity"] != encoder.identity:
         raise InputError(
@@ -335,7 +336,7 @@ def _update(out: Path, items: Sequence[GalleryItem], encoder, *, scale, dtype, r
     if getattr(old, "close", None):
         old.close()
     swap_in(out, staged)
-    return Gallery.open(out, encoder=encoder, scale=scale), change
+    return open_gallery(out, encoder=encoder, scale=scale), change
 
 
 def _diff(old: Gallery, items: Sequence[GalleryItem], old_sha: dict[str, str], new_sha: dict[str, str]) -> Change:
