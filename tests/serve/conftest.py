@@ -5,6 +5,10 @@ app over it with the default recipe (OCTOPUS, offline components)."""
 from __future__ import annotations
 
 import shutil
+import socket
+import threading
+import time
+from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
 
@@ -127,3 +131,25 @@ def make_client(searcher, ask_factory, tmp_path, **cfg):
     app = create_app(searcher, uploads=tmp_path / "up", thumbs=tmp_path / "thumbs", config=ServeConfig(**cfg),
                      ask=ask_factory)
     return TestClient(app, base_url="http://127.0.0.1")
+
+
+@contextmanager
+def running_app(app):
+    """``app`` under uvicorn on a free local port, in a thread: yields the port; stopped after."""
+    import uvicorn
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    srv = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
+    t = threading.Thread(target=srv.run, daemon=True)
+    t.start()
+    deadline = time.time() + 20
+    while not srv.started and time.time() < deadline:
+        time.sleep(0.05)
+    assert srv.started, "uvicorn did not start"
+    try:
+        yield port
+    finally:
+        srv.should_exit = True
+        t.join(5)

@@ -14,14 +14,12 @@ from __future__ import annotations
 import os
 import re
 import shutil
-import socket
-import threading
 import time
 from pathlib import Path
 
 import pytest
 
-from .conftest import ROOT, XSS_NAME
+from .conftest import ROOT, XSS_NAME, running_app
 
 CHROMIUM = os.environ.get("AGENTCIR_CHROMIUM") or shutil.which("chromium") or "/usr/bin/chromium"
 ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
@@ -55,25 +53,12 @@ def artifacts() -> Path:
 @pytest.fixture(scope="module")
 def server(searcher, ask_factory, tmp_path_factory):
     """The app under uvicorn on a free local port, in a thread."""
-    import uvicorn
-
     from agentcir.serve import ServeConfig, create_app
 
     tmp = tmp_path_factory.mktemp("browser")
     app = create_app(searcher, uploads=tmp / "up", thumbs=tmp / "thumbs", config=ServeConfig(warm_up=False), ask=ask_factory)
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    srv = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
-    t = threading.Thread(target=srv.run, daemon=True)
-    t.start()
-    deadline = time.time() + 20
-    while not srv.started and time.time() < deadline:
-        time.sleep(0.05)
-    assert srv.started, "uvicorn did not start"
-    yield f"http://127.0.0.1:{port}"
-    srv.should_exit = True
-    t.join(5)
+    with running_app(app) as port:
+        yield f"http://127.0.0.1:{port}"
 
 
 @pytest.fixture(scope="module")

@@ -7,13 +7,11 @@ import errno
 import http.client
 import io
 import socket
-import threading
-import time
 
 import pytest
 from PIL import Image
 
-from .conftest import make_client
+from .conftest import make_client, running_app
 
 
 @pytest.fixture
@@ -62,21 +60,10 @@ def test_allowed_hosts_from_the_config_the_environment_and_the_bind(searcher, as
 
 def test_a_raw_rebinding_request_to_a_running_server(searcher, ask_factory, tmp_path):
     """A real socket to uvicorn, the Host header written by hand (what a rebinding browser sends)."""
-    import uvicorn
-
     from agentcir.serve import ServeConfig, create_app
 
     app = create_app(searcher, uploads=tmp_path / "up", thumbs=tmp_path / "t", config=ServeConfig(warm_up=False))
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    srv = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
-    t = threading.Thread(target=srv.run, daemon=True)
-    t.start()
-    deadline = time.time() + 20
-    while not srv.started and time.time() < deadline:
-        time.sleep(0.05)
-    try:
+    with running_app(app) as port:
         def get(host: str) -> tuple[int, bytes]:
             with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
                 sock.sendall(f"GET /image/0 HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n".encode())
@@ -88,9 +75,6 @@ def test_a_raw_rebinding_request_to_a_running_server(searcher, ask_factory, tmp_
         assert status == 400 and b"not served here" in body
         status, body = get(f"127.0.0.1:{port}")
         assert status == 200 and len(body) > 100
-    finally:
-        srv.should_exit = True
-        t.join(5)
 
 
 def test_security_headers_on_every_response(client, searcher, ask_factory, tmp_path):
