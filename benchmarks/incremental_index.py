@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import platform
 import re
 import shutil
 import subprocess
@@ -26,17 +25,9 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _data import cpu_summary  # noqa: E402  (benchmarks/_data.py: the CPU line of every record)
 PHOTOS = ROOT.parent / "shared" / "data" / "fashion-products" / "images"
-
-
-def cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
 
 
 def index(folder: Path, out: Path, overrides: list[str]) -> tuple[float, str]:
@@ -106,7 +97,7 @@ def main() -> int:
             print(f"k={k}: update {upd_s:.1f} s ({line}); full index {full_k:.1f} s", flush=True)
     cmd = "python benchmarks/incremental_index.py " + " ".join(sys.argv[1:])
     table = ["# Incremental index vs full index\n",
-             f"- command: `{cmd}`", f"- commit: {commit}", f"- CPU: {cpu_model()} ({os.cpu_count()} cores visible)",
+             f"- command: `{cmd}`", f"- commit: {commit}", f"- CPU: {cpu_summary()} ({os.cpu_count()} cores visible)",
              f"- load average at the end (1/5/15 min; the machine is shared): {' '.join(f'{x:.1f}' for x in os.getloadavg())}",
              f"- gallery before the change: {args.n} photos (fashion-products); full index {full_s:.1f} s",
              ("- each figure: one run of `agentcir index FOLDER --out G -q` in a fresh process (start, encoder load, "

@@ -27,7 +27,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import random
 import re
 import shutil
@@ -42,6 +41,8 @@ from pathlib import Path
 import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _data import cpu_summary  # noqa: E402  (benchmarks/_data.py: the CPU line of every record)
 
 RUN = ("dataset.limit=10",)
 SWEEP = ("dataset.limit=10", "method=image_only,text_only")
@@ -456,16 +457,6 @@ def table(rows: list[Row]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", default=str(ROOT / "runs" / "integrity_sweep"))
@@ -500,7 +491,7 @@ def main(argv: list[str] | None = None) -> int:
         commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True, check=False).stdout.strip()
         cmd = " ".join(["python", "benchmarks/integrity_sweep.py", *(argv if argv is not None else sys.argv[1:])])
         Path(args.save).write_text(
-            f"# Integrity sweep\n\ncommand: `{cmd}`\n\ncommit: {commit}\n\nCPU: {_cpu_model()} "
+            f"# Integrity sweep\n\ncommand: `{cmd}`\n\ncommit: {commit}\n\nCPU: {cpu_summary()} "
             f"({os.cpu_count()} logical cores)\n\nrecipe: `agentcir run {' '.join(RUN)}` (the default recipe: OCTOPUS "
             f"with the offline components on the demo); sweep: `agentcir run -m {' '.join(SWEEP)}`; seed {args.seed}; "
             f"{time.perf_counter() - t0:.0f} s\n\n{text}")

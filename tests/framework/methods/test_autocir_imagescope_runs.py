@@ -17,6 +17,7 @@ import pytest
 from agentcir.framework.recipe import compose
 from agentcir.framework.runner import run_recipe
 from agentcir.framework.shards import ShardedGallery
+from tests.framework.test_resume_points import cut_after
 
 ROOT = Path(__file__).resolve().parents[3]
 SHARED = ROOT.parent / "shared" / "data" / "fashion-products"
@@ -43,16 +44,6 @@ def no_call(m) -> None:
     for cls, ops in ((RulesLLM, ("run_task",)), (ContrastVerifier, ("check", "verify"))):
         for op in ops:
             m.setattr(cls, op, boom)
-
-
-def cut_after(run_dir, stage: str, order: list[str]) -> None:
-    """Leave the run directory as a kill right after ``stage`` finished leaves it."""
-    keep = order[:order.index(stage) + 1]
-    for f in (run_dir / "stages").iterdir():
-        if f.name.split(".")[0] not in keep:
-            f.unlink()
-    for f in ("metrics.json", "report.md", "rankings.jsonl"):
-        (run_dir / f).unlink(missing_ok=True)
 
 
 @pytest.mark.parametrize("name", list(METHODS))
