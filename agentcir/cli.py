@@ -220,6 +220,11 @@ def cmd_search(args) -> int:
         print(f"{h.rank:>4}  {h.id:<24} {score:>9}{' *' if h.verified else '  '}  {h.path}")
     if any(h.verified for h in result.hits):
         print("(* verified: the verification stage accepted it)", file=sys.stderr)
+    from .framework.loops import format_loop, loop_steps
+
+    loop = format_loop(loop_steps(result.trace), result.trace["search"]["method"])
+    if loop:  # a looped method's rounds, suggestions and verdicts
+        print(loop, file=sys.stderr)
     return 0
 
 
@@ -257,6 +262,7 @@ def cmd_serve(args) -> int:
                                     extra_dirs=args.recipes or ()), args.gallery)
     cfg = ServeConfig(token=token, host=args.host, allow_hosts=tuple(args.allow_host or ()), max_upload_mb=args.max_upload_mb, max_pixels=args.max_pixels,
                       uploads_mb=args.uploads_mb, thumbs_mb=args.thumbs_mb)
+    cfg.dup_threshold, cfg.export_max_mb, cfg.album_root = args.dup_threshold, args.export_max_mb, args.album_root or ""
     app = create_app(searcher, uploads=args.uploads, thumbs=args.thumbs, config=cfg, ask=ask)
     print(f"serving gallery '{args.gallery}' on http://{args.host}:{args.port}/{'?token=...' if token else ''}  "
           f"(API docs at /docs; Ctrl-C stops)")
@@ -513,6 +519,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--thumbs-mb", type=float, default=256.0, help="thumbnail cache kept under this (default 256)")
     p.add_argument("--no-questions", action="store_true",
                    help="no history questions (by default the page also asks an ImageSeeker agent about the gallery)")
+    p.add_argument("--dup-threshold", type=float, default=0.97,
+                   help="results whose image similarity (cosine) is at least this and whose perceptual hashes agree show "
+                        "once, as one picture with its copies (default 0.97; 0 = no grouping; the page can change it)")
+    p.add_argument("--export-max-mb", type=float, default=2048.0, help="largest zip export of a result set (default 2048)")
+    p.add_argument("--album-root", help="folder under which the page may copy a result set into an album folder "
+                                        "(default: off)")
     _add_recipe_args(p)
 
     p = sub.add_parser("eval", help="metrics of finished runs, compared, submitted",

@@ -34,7 +34,7 @@ def create_app(searcher: Searcher, *, uploads: str | Path | None = None, thumbs:
 
     from . import models as M
     from .guard import Guard
-    from .routes import images, jobs, pages, search
+    from .routes import images, jobs, pages, results, search
     from .routes import uploads as upload_routes
 
     st = ServeState(searcher, uploads=uploads, thumbs=thumbs, config=config, ask=ask)
@@ -55,7 +55,15 @@ def create_app(searcher: Searcher, *, uploads: str | Path | None = None, thumbs:
         return JSONResponse({"detail": "; ".join(parts)}, status_code=422)
 
     pages.mount(app)
-    for module in (pages, search, jobs, images, upload_routes):
+    @app.exception_handler(Exception)
+    async def _unexpected(request, exc):  # in words, never a traceback (the log has it)
+        import logging
+
+        logging.getLogger(__name__).exception("unexpected error answering %s", request.url.path)
+        return JSONResponse({"detail": "Something went wrong on the server while answering this request; its log has "
+                                       "the details."}, status_code=500)
+
+    for module in (pages, search, jobs, images, results, upload_routes):
         app.include_router(module.router)
 
     if st.token:  # the spec says so: Swagger UI's "Authorize" sends the header

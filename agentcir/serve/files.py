@@ -26,6 +26,7 @@ from pathlib import Path
 
 from ..framework.errors import InputError, StorageError
 from ..framework.images import IMAGE_SUFFIXES, _enable_heif
+from .plain import ACCEPTED, unreadable_image
 
 #: thumbnail edge lengths served (a closed set, so the cache stays bounded by item count)
 THUMB_SIZES = (128, 256, 512)
@@ -137,7 +138,7 @@ class Decoder:
         try:
             im = Image.open(src)
         except Exception as e:
-            raise InputError(f"image '{name}': cannot decode ({type(e).__name__}: {e})") from None
+            raise InputError(unreadable_image(name, e)) from None
         w, h = im.size
         if w * h > self.max_pixels:
             im.close()
@@ -155,7 +156,7 @@ class Decoder:
             except TooLarge:
                 raise
             except Exception as e:
-                raise InputError(f"image '{name}': cannot decode ({type(e).__name__}: {e})") from None
+                raise InputError(unreadable_image(name, e)) from None
             finally:
                 im.close()
 
@@ -165,8 +166,8 @@ class Decoder:
             fmt = im.format or ""
             im.load()
         if fmt not in _FORMAT_SUFFIX:
-            raise InputError(f"image '{name}': format '{fmt or 'unknown'}' is not accepted "
-                             f"({', '.join(sorted(set(_FORMAT_SUFFIX.values())))})")
+            raise InputError(f"This image is in a format agentcir does not accept ('{name}': {fmt or 'unknown'}; "
+                             f"accepted: {ACCEPTED})")
         return _FORMAT_SUFFIX[fmt]
 
     def thumbnail(self, path: str | Path, size: int) -> bytes:

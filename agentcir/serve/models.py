@@ -51,6 +51,8 @@ class SearchResponse(BaseModel):
     hits: list[Hit]
     trace: Trace = Field(description="'search' plus each stage's record for the query (reference caption, target "
                                      "description, proxies, verdicts; ImageSeeker: steps, subsets, reasoning)")
+    groups: list[list[int]] = Field(default_factory=list, description="near-duplicate groups: positions into hits, "
+                                    "one list per picture, its best-ranked first (the web API only)")
 
 
 class Info(BaseModel):
@@ -67,6 +69,8 @@ class Info(BaseModel):
     max_pixels: int
     thumb_sizes: list[int]
     auth: bool
+    dup_threshold: float = Field(default=0.97, description="default near-duplicate grouping threshold (0 = off)")
+    album: bool = Field(default=False, description="/api/album copies result sets into album folders")
 
 
 class ProgressState(BaseModel):
@@ -79,3 +83,46 @@ class ProgressState(BaseModel):
     preparing: bool = Field(description="the gallery captions are being made (once per gallery)")
     prepared: bool
     error: str
+
+
+class ShownHit(BaseModel):
+    """A hit as the page showed it: the server reads its id, path and metadata from the gallery."""
+
+    row: int = Field(ge=0, description="gallery row")
+    rank: Optional[int] = Field(default=None, ge=1, description="its rank in the result set (default: its position)")
+    score: Optional[float] = Field(default=None, description="the score it was shown with")
+    verified: bool = False
+    group: Optional[int] = Field(default=None, ge=0, description="its near-duplicate group (position of the group)")
+
+
+class GroupsRequest(BaseModel):
+    rows: list[int] = Field(min_length=1, max_length=1000, description="gallery rows of the hits, best first")
+    threshold: Optional[float] = Field(default=None, description="image-embedding cosine (0 = no grouping; default: "
+                                                                 "the server's --dup-threshold)")
+    hash_distance: Optional[int] = Field(default=None, ge=-1, le=64, description="most differing perceptual-hash bits "
+                                                                                 "(-1 = no hash check)")
+
+
+class Groups(BaseModel):
+    groups: list[list[int]] = Field(description="positions into rows, one list per picture, its best-ranked first")
+    threshold: float
+    hash_distance: int
+
+
+class ExportRequest(BaseModel):
+    format: str = Field(pattern="^(csv|json|zip)$", description="csv | json | zip (the photos, with both tables)")
+    hits: list[ShownHit] = Field(min_length=1, max_length=1000)
+    query: dict[str, Any] = Field(default_factory=dict, description="the search it came from (text, reference), "
+                                                                    "written into the JSON")
+
+
+class AlbumRequest(BaseModel):
+    name: str = Field(min_length=1, max_length=100, description="the album folder's name (under the album root)")
+    hits: list[ShownHit] = Field(min_length=1, max_length=1000)
+
+
+class Album(BaseModel):
+    folder: str
+    copied: list[str] = Field(description="file names copied")
+    already_there: list[str] = Field(description="files the album already had (same bytes)")
+    missing: list[str] = Field(description="ids whose file is missing or outside the gallery folder")

@@ -36,6 +36,12 @@ class ServeConfig:
         prepare: make the gallery captions in the background at start (shown on the page).
         warm_up: then load the models and compile the kernels a search uses (one throw-away
             search), so that the first person's search does not wait for them.
+        dup_threshold: near-duplicate grouping of results: the image-embedding cosine at or
+            above which two hits may be copies of one picture (0: no grouping); see
+            :mod:`agentcir.serve.groups`. A request may give its own.
+        dup_hash_distance: most differing bits (of 64) of two copies' perceptual hashes (-1: no hash check).
+        export_max_mb: a zip export whose photos add up to more than this is refused (413).
+        album_root: the folder under which "copy into an album" makes album folders; empty = off.
     """
 
     token: str = ""
@@ -49,6 +55,10 @@ class ServeConfig:
     thumbs_mb: float = 256.0
     prepare: bool = True
     warm_up: bool = True
+    dup_threshold: float = 0.97
+    dup_hash_distance: int = 10
+    export_max_mb: float = 2048.0
+    album_root: str = ""
 
 
 class Progress:
@@ -120,6 +130,8 @@ class ServeState:
         #: generated visual proxies (files outside the gallery) the traces point at, by key
         self.proxies: dict[str, str] = {}
         self._with_metadata: int | None = None
+        #: perceptual hashes of gallery files, by thumbnail key (file, mtime, size): never stale
+        self.dhashes: dict[str, int] = {}
 
     def with_metadata(self) -> int:
         """Gallery items with a date or a place (the items do not change while served: counted once)."""

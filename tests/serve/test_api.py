@@ -133,7 +133,7 @@ def test_bad_inputs_are_4xx_with_a_detail(client, searcher):
 
     bad(client.post("/api/search", data={"text": "  "}), 400, "a search needs a reference image, a text, or both")
     bad(client.post("/api/search", files={"image": ("notes.png", b"not an image", "image/png")}, data={"text": "x"}),
-        400, "image 'notes.png': cannot decode")
+        400, "This file is not an image agentcir can read ('notes.png': it is not in an image format agentcir knows")
     bad(client.post("/api/search", data={"reference_row": "99999", "text": "x"}), 404, "no gallery row 99999")
     bad(client.post("/api/search", data={"text": "x", "k": "0"}), 422, "k:")
     png = io.BytesIO()

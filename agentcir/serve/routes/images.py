@@ -28,9 +28,9 @@ def lookup(st: ServeState, row: int) -> Path:
         raise HTTPException(404, str(e)) from None
 
 
-def thumb_response(st: ServeState, key: str, src: Path, size: int):
+def thumb_response(st: ServeState, key: str, src: Path, size: int, sizes=THUMB_SIZES):
     """The cached thumbnail ``key`` of ``src`` at ``size``, made on first use."""
-    if size not in THUMB_SIZES:
+    if size not in sizes:
         raise HTTPException(422, f"size: must be one of {', '.join(map(str, THUMB_SIZES))}")
     hit = st.thumbs.get(key)
     if hit is None:
@@ -52,8 +52,28 @@ THUMB_DOC = dict(response_class=Response, responses={200: {"content": {"image/jp
 
 @router.get("/image/{row}", summary="a gallery image, as stored", response_class=Response,
             responses={200: {"content": {"image/*": {}}}, 404: {"model": M.Error}})
-def image(row: int, st: State):
-    return FileResponse(lookup(st, row))
+def image(row: int, st: State,
+          download: Annotated[bool, Query(description="as a file to save (Content-Disposition: attachment)")] = False):
+    p = lookup(st, row)
+    if download:
+        return FileResponse(p, filename=p.name, content_disposition_type="attachment")
+    return FileResponse(p)
+
+
+#: formats every browser shows as they are; others (TIFF, HEIC) are viewed as a large JPEG
+BROWSER_SUFFIXES = {".jpg", ".jpeg", ".png", ".webp", ".gif", ".bmp", ".avif"}
+#: the longest edge of that JPEG
+VIEW_SIZE = 2048
+
+
+@router.get("/view/{row}", summary="a gallery image as a browser can show it (the full photo)", response_class=Response,
+            responses={200: {"content": {"image/*": {}}}, 404: {"model": M.Error}, 415: {"model": M.Error}})
+def view(row: int, st: State):
+    """The stored file when browsers show its format, else a JPEG of it at most 2048 px (cached)."""
+    p = lookup(st, row)
+    if p.suffix.lower() in BROWSER_SUFFIXES:
+        return FileResponse(p, headers={"cache-control": "private, max-age=3600"})
+    return thumb_response(st, st.files.thumb_key(p, VIEW_SIZE), p, VIEW_SIZE, sizes=(VIEW_SIZE,))
 
 
 @router.get("/thumb/{row}", summary="a gallery image as a JPEG thumbnail (any gallery format)", **THUMB_DOC)

@@ -9,12 +9,15 @@ from typing import Annotated, Optional
 from fastapi import APIRouter, File, Form, HTTPException, UploadFile
 
 from ...framework.errors import AgentcirError
+from ...framework.loops import loop_steps
 from ...framework.search import Searcher
 from .. import models as M
 from ..files import THUMB_SIZES
 from ..state import ServeState
 from . import State
+from ..plain import plain
 from .images import lookup
+from .results import group_hits
 from .uploads import store_upload
 
 router = APIRouter()
@@ -30,18 +33,20 @@ def info(st: State):
                   answers_set=bool(getattr(m, "answers_set", False)), questions=bool(asking),
                   with_metadata=st.with_metadata(),
                   max_upload_mb=cfg.max_upload_mb, max_pixels=cfg.max_pixels, thumb_sizes=list(THUMB_SIZES),
-                  auth=bool(st.token))
+                  auth=bool(st.token), dup_threshold=cfg.dup_threshold, album=bool(cfg.album_root))
 
 
 def run_search(st: ServeState, s: Searcher, *, image_path, text: str, k: int, shown: str, upload: str | None,
-               ref_row: int | None):
-    """One search by ``s``, its progress shown; the trace's reference and visual proxy made servable."""
+               ref_row: int | None, dup_threshold: float | None = -1.0):
+    """One search by ``s``, its progress shown; the trace's reference and visual proxy made servable,
+    its loop summarised (``trace.search.loop``); the hits grouped as near-duplicates at
+    ``dup_threshold`` (negative: the server's default; None: not grouped)."""
     progress = st.progress
     progress.begin()
     try:
         result = s.search(image=image_path, text=text, k=k, progress=progress.hook)
     except AgentcirError as e:
-        msg = str(e).replace(str(image_path), shown) if image_path else str(e)
+        msg = plain(str(e).replace(str(image_path), shown) if image_path else str(e))
         progress.end(error=msg)
         raise HTTPException(400, msg) from None
     except BaseException:
@@ -61,6 +66,10 @@ def run_search(st: ServeState, s: Searcher, *, image_path, text: str, k: int, sh
             key = hashlib.sha256(str(vp).encode()).hexdigest()[:16]
             st.proxies[key] = str(vp)
             extra["visual_proxy"] = {"row": None, "url": f"/proxy/{key}/thumb"}
+    extra["loop"] = loop_steps(out["trace"])  # a looped method's rounds, suggestions and verdicts
+    if dup_threshold is not None:
+        rows = [h["row"] for h in out["hits"]]
+        out["groups"] = group_hits(st, rows, None if dup_threshold < 0 else dup_threshold)[0]
     return out
 
 
@@ -72,6 +81,8 @@ async def search(
     text: Annotated[str, Form(max_length=2000, description="modification text, or a text query")] = "",
     k: Annotated[int, Form(ge=1, le=1000, description="results")] = 20,
     reference_row: Annotated[Optional[int], Form(ge=0, description="a gallery row as the reference (refine by click)")] = None,
+    dup_threshold: Annotated[Optional[float], Form(ge=0, le=1, description="near-duplicate grouping: image-embedding "
+                                                   "cosine (0 = no grouping; default: the server's --dup-threshold)")] = None,
 ):
     """Rank the gallery for a reference (an upload, or a gallery row) and/or a text. With a
     text and no reference, any method works: a composed method is replaced by text retrieval
@@ -88,7 +99,8 @@ async def search(
     if path is None and not text.strip():
         raise HTTPException(400, "a search needs a reference image, a text, or both")
     return await asyncio.to_thread(run_search, st, st.searcher, image_path=path, text=text, k=k, shown=shown,
-                                   upload=upload, ref_row=reference_row)
+                                   upload=upload, ref_row=reference_row,
+                                   dup_threshold=-1.0 if dup_threshold is None else dup_threshold)
 
 
 @router.post("/api/ask", response_model=M.SearchResponse, summary="a question about the photo history (ImageSeeker)",
