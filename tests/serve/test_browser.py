@@ -160,6 +160,7 @@ def test_a_file_named_like_html_shows_as_text(page, server, gallery, artifacts):
     page.fill("#k", "100")  # the whole gallery
     page.click("#go")
     _wait_results(page)
+    page.select_option("#hits-per-page", "96")  # on one page
     assert XSS_NAME in _hit_ids(page)
     card = page.locator("#hits figure.hit", has_text=XSS_NAME).first
     assert card.locator(".id").text_content() == XSS_NAME  # shown as text
@@ -192,4 +193,123 @@ def test_api_docs_render_offline(page, server, artifacts):
     _expect(page.locator(".swagger-ui .info .title")).to_contain_text("agentcir")
     _expect(page.locator(".opblock-summary-path", has_text="/api/search")).to_have_count(1)
     _shot(page, artifacts, "08-api-docs")
+    assert not page.problems, page.problems
+
+
+def _visible_ids(page, grid: str = "#hits") -> list[str]:
+    return page.eval_on_selector_all(f"{grid} figure.hit:not([hidden])", "els => els.map(e => e.dataset.id)")
+
+
+def _search(page, text: str, k: int = 20):
+    page.fill("#text", text)
+    page.fill("#k", str(k))
+    page.click("#go")
+    _wait_results(page)
+
+
+def test_pages_and_a_duplicate_group(page, server, gallery, artifacts):
+    _, _, _, facts = gallery
+    t0 = time.perf_counter()
+    _open(page, server)
+    _search(page, "a t-shirt", 100)
+    page.select_option("#hits-per-page", "96")
+    all_ids = _hit_ids(page)  # every hit, copies (hidden) included
+    assert len(all_ids) == 39 and len(_visible_ids(page)) < 39
+    group = page.locator("#hits figure.grouped", has=page.locator(f'xpath=self::*[@data-id="{facts["products"][0]}"]'))
+    if not group.count():  # the TIFF copy may outrank the JPEG: then it leads
+        group = page.locator(f'#hits figure.grouped[data-id="{facts["tiff"]}"]')
+    lead = group.first
+    assert lead.locator("button.dups").text_content() == "+1 copy"
+    copy_id = facts["tiff"] if lead.get_attribute("data-id") == facts["products"][0] else facts["products"][0]
+    copy = page.locator(f'#hits figure.copy[data-id="{copy_id}"]')
+    _expect(copy).to_be_hidden()
+    lead.locator("button.dups").click()   # expand: the copy shows, marked as one
+    _expect(copy).to_be_visible()
+    assert "copy of" in copy.text_content()
+    lead.scroll_into_view_if_needed()
+    _shot(page, artifacts, "09-duplicate-group")
+    lead.locator("button.dups").click()
+    _expect(copy).to_be_hidden()
+    # pages: 12 pictures a page
+    page.select_option("#hits-per-page", "12")
+    first = _visible_ids(page)
+    assert len(first) == 12
+    _expect(page.locator("#hits-pager")).to_contain_text("page 1 of")
+    page.click('#hits-pager button[data-page="2"]')
+    _expect(page.locator('#hits-pager button[aria-current="page"]')).to_have_text("2")
+    second = _visible_ids(page)
+    assert len(second) == 12 and not set(first) & set(second)
+    assert all_ids.index(second[0]) > all_ids.index(first[-1])   # in rank order
+    _shot(page, artifacts, "10-page-2")
+    assert not page.problems, page.problems
+    print(f"groups and pages: {time.perf_counter() - t0:.1f} s")
+
+
+def test_export_csv_and_zip(page, server, artifacts, tmp_path):
+    import csv
+    import zipfile
+
+    _open(page, server)
+    _search(page, "a blue shirt", 6)
+    ids = _hit_ids(page)
+    with page.expect_download() as d:
+        page.click("#hits-export-csv")
+    p = tmp_path / "r.csv"
+    d.value.save_as(p)
+    assert d.value.suggested_filename == "agentcir-results.csv"
+    rows = list(csv.DictReader(p.open()))
+    assert [r["id"] for r in rows] == ids and all(r["path"] for r in rows)
+    with page.expect_download() as d:
+        page.click("#hits-export-zip")
+    z = tmp_path / "r.zip"
+    d.value.save_as(z)
+    names = zipfile.ZipFile(z).namelist()
+    assert len([n for n in names if n.startswith("photos/")]) == len(ids) and "results.json" in names
+    _expect(page.locator("#hits-tool-msg")).to_contain_text("ZIP of 6 results saved")
+    assert not page.problems, page.problems
+
+
+def test_breadcrumb_steps_restore_their_own_results(page, server, artifacts):
+    _open(page, server)
+    _search(page, "a blue shirt", 8)
+    one = _hit_ids(page)
+    _search(page, "a red dress", 8)
+    two = _hit_ids(page)
+    assert one != two
+    page.click('#crumbs li[data-step="1"]')
+    _expect(page.locator('#crumbs li[aria-current="step"]')).to_have_attribute("data-step", "1")
+    assert _hit_ids(page) == one and page.input_value("#text") == "a blue shirt"
+    _shot(page, artifacts, "11-breadcrumb-back")
+    page.click('#crumbs li[data-step="2"]')
+    assert _hit_ids(page) == two and page.input_value("#text") == "a red dress"
+    page.click('#crumbs li[data-step="1"]')
+    _search(page, "a green top", 8)   # a search from step 1 replaces the steps after it
+    _expect(page.locator("#crumbs li")).to_have_count(2)
+    assert "a green top" in page.text_content('#crumbs li[data-step="2"]')
+    assert not page.problems, page.problems
+
+
+def test_full_photo_and_plain_upload_error(page, server, artifacts, tmp_path):
+    _open(page, server)
+    _search(page, "a blue shirt", 4)
+    page.locator("#hits figure.hit img").first.click()
+    _expect(page.locator("#viewer")).to_be_visible()
+    row = page.locator("#hits figure.hit").first.get_attribute("data-row")
+    assert page.get_attribute("#viewer-img", "src") == f"/view/{row}"
+    _expect(page.locator("#viewer-img")).not_to_have_class(re.compile("loading"))
+    assert page.eval_on_selector("#viewer-img", "img => img.naturalWidth") > 0
+    assert page.get_attribute("#viewer-download", "href") == f"/image/{row}?download=true"
+    _shot(page, artifacts, "12-full-photo")
+    page.click("#viewer-close")
+    _expect(page.locator("#viewer")).to_be_hidden()
+    bad = tmp_path / "holiday.jpg"
+    bad.write_bytes(b"this is a text file, not a photo")
+    page.set_input_files("#file", str(bad))
+    page.fill("#text", "in red")
+    page.click("#go")
+    _expect(page.locator("#error")).to_contain_text("This file is not an image agentcir can read ('holiday.jpg'")
+    err = page.text_content("#error")
+    assert "Error" not in err and "rerun" not in err
+    page.click("#ref-clear")
+    _shot(page, artifacts, "13-plain-error")
     assert not page.problems, page.problems
