@@ -12,6 +12,10 @@ Routes (OpenAPI at ``/openapi.json``, Swagger UI at ``/docs`` from local files):
     GET  /api/progress         the running search's stage and counts (the page polls it)
     GET  /image/{row}          a gallery file      GET /thumb/{row}?size=   its JPEG thumbnail
     GET  /upload/{name}/thumb  a stored upload     GET /proxy/{key}/thumb   a generated visual proxy
+    GET  /view/{row}           the full photo as a browser shows it (``/image/{row}?download=true``: the file)
+    POST /api/groups           near-duplicate groups of a result set (:mod:`agentcir.serve.groups`)
+    POST /api/export           a result set as CSV, JSON or a zip of the photos (:mod:`agentcir.serve.export`)
+    POST /api/album            copy a result set into an album folder (``--album-root``)
 
 Both search routes answer :class:`~agentcir.serve.models.SearchResponse`, the shape of
 ``agentcir search --json``. Limits and the token: :class:`~agentcir.serve.state.ServeConfig`;

@@ -313,3 +313,29 @@ def test_full_photo_and_plain_upload_error(page, server, artifacts, tmp_path):
     page.click("#ref-clear")
     _shot(page, artifacts, "13-plain-error")
     assert not page.problems, page.problems
+
+
+def test_a_looped_method_shows_its_rounds(page, gallery, artifacts, tmp_path):
+    """AutoCIR (planner, then corrector rounds): the trace view lists each round with its verdict and suggestions."""
+    from agentcir.framework.recipe import compose
+    from agentcir.framework.search import Searcher
+    from agentcir.serve import ServeConfig, create_app
+
+    folder, gdir, root, facts = gallery
+    s = Searcher(compose([f"run.root={root}", "run.progress=false", "method=autocir"]), gdir)
+    app = create_app(s, uploads=tmp_path / "up", thumbs=tmp_path / "th", config=ServeConfig(warm_up=False, prepare=False))
+    with running_app(app) as port:
+        _open(page, f"http://127.0.0.1:{port}")
+        page.set_input_files("#file", str(folder / f"{facts['products'][2]}.jpg"))
+        page.fill("#text", "in red")
+        page.click("#go")
+        _wait_results(page)
+        page.click("#trace-box summary")
+        loop = page.locator("#loop li")
+        _expect(loop).to_have_count(2)
+        assert "plan" in loop.nth(0).text_content() and "searched with" in loop.nth(0).text_content()
+        r1 = loop.nth(1).text_content()
+        assert "round 1" in r1 and "verdict" in r1 and ("suggestions" in r1 or "stopped" in r1)
+        assert "the loop of autocir" in page.text_content("#trace")
+        _shot(page, artifacts, "14-loop-trace")
+    assert not page.problems, page.problems

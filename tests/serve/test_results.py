@@ -281,7 +281,7 @@ def test_loop_steps_read_rounds_suggestions_and_verdicts():
     assert loop_steps({"perceive": {"target_caption": "x"}, "verify": {"verdicts": [True], "accepted": 0}}) == []
 
 
-def test_api_and_cli_show_the_loop_of_autocir(gallery, tmp_path, capsys):
+def test_api_and_cli_show_the_loop_of_autocir(gallery, tmp_path, capsys, monkeypatch):
     from fastapi.testclient import TestClient
 
     from agentcir.cli import main
@@ -299,7 +299,12 @@ def test_api_and_cli_show_the_loop_of_autocir(gallery, tmp_path, capsys):
     loop = r.json()["trace"]["search"]["loop"]
     assert [x["stage"] for x in loop] == ["plan", "round1"] and loop[1]["round"] == 1
     assert loop[1]["verdict"] and (loop[1]["suggestions"] or loop[1]["stopped"]) and loop[0]["description"]
-    assert main(["search", "--gallery", str(gdir), "--image", str(folder / f"{facts['products'][2]}.jpg"), "--text",
-                 "in red", "-k", "3", f"run.root={root}", "method=autocir", "-q"]) == 0
+    # the CLI prints the same steps, read from the search's trace
+    from agentcir.framework.search import SearchResult
+
+    done = SearchResult([], {**AUTOCIR_TRACE, "search": {**r.json()["trace"]["search"], "note": ""}})
+    monkeypatch.setattr(Searcher, "search", lambda self, **kw: done)
+    assert main(["search", "--gallery", str(gdir), "--text", "in red", "-k", "3", f"run.root={root}", "-q"]) == 0
     err = capsys.readouterr().err
-    assert "the loop of autocir (2 steps):" in err and "round 1" in err and "verdict: “" in err
+    assert "the loop of autocir (3 steps):" in err and "round 1" in err and "suggestions: “make it red”" in err
+    assert "round 2" in err and "stopped: good retrieval" in err
