@@ -9,6 +9,7 @@ import threading
 from fastapi import APIRouter
 
 from .. import models as M
+from ..plain import plain
 from ..state import ServeState
 from . import State
 
@@ -39,6 +40,6 @@ def start_preparation(st: ServeState) -> None:
             progress.end(prepared=True)
         except Exception as e:  # shown on the page; a search retries it
             log.warning("gallery preparation failed: %s", e)
-            progress.end(error=f"gallery preparation failed: {e}", prepared=False)
+            progress.end(error=f"The gallery could not be prepared: {plain(str(e))}", prepared=False)
 
     threading.Thread(target=prep, name="agentcir-prepare", daemon=True).start()

@@ -124,7 +124,7 @@ async def ask_question(
                 try:
                     st.ask_searcher = await asyncio.to_thread(st.ask)
                 except AgentcirError as e:
-                    raise HTTPException(400, f"cannot answer questions on this gallery: {e}") from None
+                    raise HTTPException(400, f"cannot answer questions on this gallery: {plain(str(e))}") from None
             s = st.ask_searcher
     return await asyncio.to_thread(run_search, st, s, image_path=None, text=question, k=1000, shown="", upload=None,
                                    ref_row=None)
