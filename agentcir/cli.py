@@ -204,12 +204,16 @@ def cmd_build_index(args) -> int:
 # -- search -------------------------------------------------------------------------------
 @_command("search")
 def cmd_search(args) -> int:
+    from .framework.loops import format_loop, loop_steps
     from .framework.search import Searcher
 
     searcher = Searcher(_compose(args), args.gallery, progress=not (args.quiet or args.json))
     result = searcher.search(image=args.image, text=args.text or "", k=args.k)
+    steps = loop_steps(result.trace)
     if args.json:  # the web API's shape: {"hits": [...], "trace": {...}}
-        print(json.dumps(result.to_json(), ensure_ascii=False, default=str))
+        out = result.to_json()
+        out["trace"]["search"]["loop"] = steps
+        print(json.dumps(out, ensure_ascii=False, default=str))
         return 0
     note = result.trace["search"]["note"]
     if note:
@@ -220,9 +224,7 @@ def cmd_search(args) -> int:
         print(f"{h.rank:>4}  {h.id:<24} {score:>9}{' *' if h.verified else '  '}  {h.path}")
     if any(h.verified for h in result.hits):
         print("(* verified: the verification stage accepted it)", file=sys.stderr)
-    from .framework.loops import format_loop, loop_steps
-
-    loop = format_loop(loop_steps(result.trace), result.trace["search"]["method"])
+    loop = format_loop(steps, result.trace["search"]["method"])
     if loop:  # a looped method's rounds, suggestions and verdicts
         print(loop, file=sys.stderr)
     return 0

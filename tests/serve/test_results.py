@@ -47,6 +47,8 @@ def test_search_groups_copies_of_one_picture(client, searcher, gallery):
     assert all(len(g) <= 2 for g in groups) and len(groups) >= len(ids) - 2
     off = client.post("/api/search", data={"text": "a t-shirt", "k": "1000", "dup_threshold": "0"}).json()
     assert off["groups"] == [[i] for i in range(len(off["hits"]))]
+    r = client.post("/api/search", data={"text": "a t-shirt", "dup_threshold": "0.2"})
+    assert r.status_code == 422 and "dup_threshold: 0.2" in r.json()["detail"]
 
 
 def test_groups_threshold_and_hash_are_tunable(client, searcher, gallery):
@@ -297,6 +299,7 @@ def test_api_and_cli_show_the_loop_of_autocir(gallery, tmp_path, capsys, monkeyp
     r = c.post("/api/search", data={"reference_row": str(row), "text": "in red", "k": "5"})
     assert r.status_code == 200, r.text
     loop = r.json()["trace"]["search"]["loop"]
+    assert r.json()["trace"]["search"]["mode"] == "composed"
     assert [x["stage"] for x in loop] == ["plan", "round1"] and loop[1]["round"] == 1
     assert loop[1]["verdict"] and (loop[1]["suggestions"] or loop[1]["stopped"]) and loop[0]["description"]
     # the CLI prints the same steps, read from the search's trace

@@ -96,6 +96,8 @@ async def search(
     elif reference_row is not None:
         path = lookup(st, reference_row)
         shown = st.gallery.ids[reference_row]
+    if dup_threshold is not None and 0 < dup_threshold < 0.5:
+        raise HTTPException(422, f"dup_threshold: {dup_threshold} is not 0 (off) or a cosine between 0.5 and 1")
     if path is None and not text.strip():
         raise HTTPException(400, "a search needs a reference image, a text, or both")
     return await asyncio.to_thread(run_search, st, st.searcher, image_path=path, text=text, k=k, shown=shown,
