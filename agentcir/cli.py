@@ -209,11 +209,8 @@ def cmd_search(args) -> int:
 
     searcher = Searcher(_compose(args), args.gallery, progress=not (args.quiet or args.json))
     result = searcher.search(image=args.image, text=args.text or "", k=args.k)
-    steps = loop_steps(result.trace)
     if args.json:  # the web API's shape: {"hits": [...], "trace": {...}}
-        out = result.to_json()
-        out["trace"]["search"]["loop"] = steps
-        print(json.dumps(out, ensure_ascii=False, default=str))
+        print(json.dumps(result.to_json(), ensure_ascii=False, default=str))
         return 0
     note = result.trace["search"]["note"]
     if note:
@@ -224,7 +221,7 @@ def cmd_search(args) -> int:
         print(f"{h.rank:>4}  {h.id:<24} {score:>9}{' *' if h.verified else '  '}  {h.path}")
     if any(h.verified for h in result.hits):
         print("(* verified: the verification stage accepted it)", file=sys.stderr)
-    loop = format_loop(steps, result.trace["search"]["method"])
+    loop = format_loop(loop_steps(result.trace), result.trace["search"]["method"])
     if loop:  # a looped method's rounds, suggestions and verdicts
         print(loop, file=sys.stderr)
     return 0

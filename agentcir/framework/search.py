@@ -24,6 +24,8 @@ three answer one shape, :meth:`SearchResult.to_json`::
   (cosine >= ``DUPLICATE_COS``: the same picture re-encoded, another format), is dropped
   (``trace.search.excluded``).
 - ``trace.search.stages``: model calls, cache hits and wall time of each stage of the query.
+- ``trace.search.loop``: a looped method's rounds, suggestions and verdicts
+  (:func:`agentcir.framework.loops.loop_steps`; empty for a one-shot method).
 
 The method runs through the same runner as a benchmark run (no run directory): every model
 call goes through the call cache, and gallery captions are computed once and stored in the
@@ -45,6 +47,7 @@ from .errors import InputError
 from .galleries import open_gallery
 from .hashing import file_digest
 from .images import load_rgb
+from .loops import loop_steps
 from .method import RunState
 from .recipe import ComponentPool
 from .runner import RunContext, Runner, caption_stage
@@ -265,7 +268,8 @@ class Searcher:
             "note": why, "reference": ({"path": ref[0], "gallery_id": ref_id} if ref else None), "text": text,
             "excluded": excluded, "verification": verification, "wall_s": round(wall, 4),
             "stages": {name: {"calls": s.calls, "cache_hits": s.cache_hits, "wall_s": round(s.wall_s, 4),
-                              "by_component": dict(s.by_component)} for name, s in ctx.stats.items()}}
+                              "by_component": dict(s.by_component)} for name, s in ctx.stats.items()},
+            "loop": loop_steps(trace)}  # a looped method's rounds, suggestions and verdicts
         return SearchResult(hits, trace)
 
     def _reference_vector(self, ctx: RunContext, state: RunState, ref: list[str]):

@@ -9,7 +9,6 @@ from typing import Annotated, Optional
 from fastapi import APIRouter, File, Form, HTTPException, UploadFile
 
 from ...framework.errors import AgentcirError
-from ...framework.loops import loop_steps
 from ...framework.search import Searcher
 from .. import models as M
 from ..files import THUMB_SIZES
@@ -38,8 +37,8 @@ def info(st: State):
 
 def run_search(st: ServeState, s: Searcher, *, image_path, text: str, k: int, shown: str, upload: str | None,
                ref_row: int | None, dup_threshold: float | None = -1.0):
-    """One search by ``s``, its progress shown; the trace's reference and visual proxy made servable,
-    its loop summarised (``trace.search.loop``); the hits grouped as near-duplicates at
+    """One search by ``s``, its progress shown; the trace's reference and visual proxy made servable;
+    the hits grouped as near-duplicates at
     ``dup_threshold`` (negative: the server's default; None: not grouped)."""
     progress = st.progress
     progress.begin()
@@ -66,7 +65,6 @@ def run_search(st: ServeState, s: Searcher, *, image_path, text: str, k: int, sh
             key = hashlib.sha256(str(vp).encode()).hexdigest()[:16]
             st.proxies[key] = str(vp)
             extra["visual_proxy"] = {"row": None, "url": f"/proxy/{key}/thumb"}
-    extra["loop"] = loop_steps(out["trace"])  # a looped method's rounds, suggestions and verdicts
     if dup_threshold is not None:
         rows = [h["row"] for h in out["hits"]]
         out["groups"] = group_hits(st, rows, None if dup_threshold < 0 else dup_threshold)[0]
