@@ -43,13 +43,13 @@ def gallery(tmp_path_factory):
     photos = base / "photos"
     photos.mkdir()
     demo = sorted(DEMO.iterdir())
-    for p in demo[:12]:
+    for p in demo[:8]:
         shutil.copy(p, photos / p.name)
     for i, (album, name, taken) in enumerate(DATED):
         write_dated_photo(photos / album / f"{name}.jpg", 10 + i, taken)
     assert main(["index", str(photos), "--out", str(base / "gallery"), "-q", f"run.root={base / 'runs'}",
                  "run.progress=false"]) == 0
-    return photos, base / "gallery", base / "runs", demo[12]
+    return photos, base / "gallery", base / "runs", demo[8]
 
 
 def server_command(gallery, *extra: str) -> tuple[str, list[str], dict]:
@@ -59,3 +59,8 @@ def server_command(gallery, *extra: str) -> tuple[str, list[str], dict]:
            "AGENTCIR_TOKEN": ""}
     return sys.executable, ["-m", "agentcir.cli", "mcp", "--gallery", str(gdir), *extra, f"run.root={runs}",
                             "run.progress=false"], env
+
+
+def text_of(result) -> str:
+    """The text content of a tool result (its first text block)."""
+    return next(c.text for c in result.content if c.type == "text")
