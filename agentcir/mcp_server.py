@@ -138,8 +138,8 @@ class PhotoTools:
     Args:
         searcher: the recipe's method over the gallery.
         config: limits, folders.
-        uploads, thumbs: folders of reference images given as bytes and of thumbnails
-            (default under ``run.root``, beside ``serve``'s).
+        uploads: the folder of reference images given as bytes (default ``<run.root>/_uploads``, as ``serve``).
+        thumbs: the thumbnail cache folder (default ``<run.root>/_thumbs``, as ``serve``).
         ask: makes the searcher answering history questions (ImageSeeker), on first use;
             default: ``searcher`` when its method answers sets, else none.
     """
