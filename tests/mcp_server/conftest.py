@@ -53,11 +53,11 @@ def gallery(tmp_path_factory):
 
 
 def server_command(gallery, *extra: str) -> tuple[str, list[str], dict]:
-    """(executable, arguments, environment) of ``python -m agentcir.cli mcp`` over ``gallery``."""
+    """(executable, arguments, environment) of ``python -m agentcir mcp`` over ``gallery``."""
     _, gdir, runs, _ = gallery
     env = {"PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep),
            "AGENTCIR_TOKEN": ""}
-    return sys.executable, ["-m", "agentcir.cli", "mcp", "--gallery", str(gdir), *extra, f"run.root={runs}",
+    return sys.executable, ["-m", "agentcir", "mcp", "--gallery", str(gdir), *extra, f"run.root={runs}",
                             "run.progress=false"], env
 
 

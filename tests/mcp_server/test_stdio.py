@@ -22,7 +22,10 @@ def session(gallery):
     from mcp import Client, StdioServerParameters
 
     photos, _, _, spare = gallery
-    exe, args, env = server_command(gallery, "method=image_text_sum")
+    refs = photos.parent / "refs"  # a folder served with --root: its photos may be references
+    refs.mkdir(exist_ok=True)
+    shutil.copy(sorted(DEMO.iterdir())[20], refs / "elsewhere.jpg")
+    exe, args, env = server_command(gallery, "--root", str(refs), "method=image_text_sum")
     first = sorted(DEMO.iterdir())[0]
     out = {}
 
@@ -34,6 +37,7 @@ def session(gallery):
                 "composed": ("composed_search", {"reference_id": first.stem, "text": "in blue", "k": 3}),
                 "like_path": ("composed_search", {"reference_path": str(photos / first.name), "k": 2}),
                 "outside": ("composed_search", {"reference_path": str(spare), "text": "in red"}),
+                "root_ref": ("composed_search", {"reference_path": str(refs / "elsewhere.jpg"), "text": "in red", "k": 2}),
                 "escape": ("view_photo", {"path": str(photos / ".." / "gallery" / "items.jsonl")}),
                 "two_refs": ("composed_search", {"reference_id": first.stem, "reference_path": str(photos / first.name)}),
                 "big_k": ("text_search", {"text": "a shoe", "k": 100_000}),
@@ -98,6 +102,12 @@ def test_a_reference_path_and_no_text_is_more_like_this(session):
     r = session["like_path"]
     assert not r.is_error, text_of(r)
     assert r.structured_content["mode"] == "image" and len(r.structured_content["hits"]) == 2
+
+
+def test_a_photo_in_a_folder_served_with_root_is_a_reference(session):
+    r = session["root_ref"]
+    assert not r.is_error, text_of(r)
+    assert r.structured_content["mode"] == "composed" and len(r.structured_content["hits"]) == 2
 
 
 @pytest.mark.parametrize("key", ["outside", "escape"])
