@@ -266,6 +266,15 @@ def cmd_serve(args) -> int:
 
 
 # -- mcp ----------------------------------------------------------------------------------
+def _loopback(host: str) -> bool:
+    import ipaddress
+
+    try:
+        return host == "localhost" or ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
 @_command("mcp")
 def cmd_mcp(args) -> int:
     import os
@@ -278,6 +287,9 @@ def cmd_mcp(args) -> int:
     from .serve.app import TOKEN_ENV
 
     token = args.token or os.environ.get(TOKEN_ENV, "")
+    if args.transport != "stdio" and not _loopback(args.host) and not token:
+        print(f"agentcir mcp: warning: listening on {args.host} without a token: anyone who can reach this address can "
+              f"search the gallery and read its photos; set --token or {TOKEN_ENV}", file=sys.stderr)
     cfg = MCPConfig(token=token, host=args.host, allow_hosts=tuple(args.allow_host or ()), roots=tuple(args.root or ()),
                     max_upload_mb=args.max_upload_mb, max_pixels=args.max_pixels, max_k=args.max_k,
                     updates=not args.no_updates)

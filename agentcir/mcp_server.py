@@ -302,6 +302,11 @@ class PhotoTools:
                 "reasoning": str(seek.get("reasoning") or ""), "steps": steps,
                 "note": "" if result.hits else "no photo matches the question"}
 
+    @property
+    def answers_questions(self) -> bool:
+        """Whether ``ask_history`` can answer (an ImageSeeker searcher, or a way to make one)."""
+        return self.ask_searcher is not None or self.ask is not None
+
     def _ask_searcher(self) -> Searcher:
         with self._ask_lock:
             if self.ask_searcher is None:
@@ -521,7 +526,7 @@ def create_server(tools: PhotoTools, *, name: str = "agentcir"):
            "update_index": update_index}
     assert tuple(fns) == TOOL_NAMES
     for tool, fn in fns.items():
-        if tool == "update_index" and not tools.cfg.updates:
+        if (tool == "update_index" and not tools.cfg.updates) or (tool == "ask_history" and not tools.answers_questions):
             continue
         hints = (ToolAnnotations(read_only_hint=False, destructive_hint=False, idempotent_hint=True, open_world_hint=False)
                  if tool == "update_index" else read_only)

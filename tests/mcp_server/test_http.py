@@ -79,8 +79,8 @@ def session(server, gallery):
 def test_tools_over_http(session):
     from agentcir.mcp_server import TOOL_NAMES
 
-    # --no-updates: no update_index tool; --no-questions: ask_history says it answers none
-    assert session["tools"] == set(TOOL_NAMES) - {"update_index"}
+    # --no-updates: no update_index tool; --no-questions (and a method answering no questions): no ask_history
+    assert session["tools"] == set(TOOL_NAMES) - {"update_index", "ask_history"}
     r = session["text"]
     assert not r.is_error, text_of(r)
     assert r.structured_content["mode"] == "text" and len(r.structured_content["hits"]) == 4
