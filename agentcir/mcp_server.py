@@ -171,9 +171,9 @@ class PhotoTools:
         self._collection = None
 
     # -- inputs ---------------------------------------------------------------------------------
-    def _k(self, k: int) -> int:
+    def _k(self, k: int, name: str = "k") -> int:
         if not 1 <= k <= self.cfg.max_k:
-            raise InputError(f"k must be between 1 and {self.cfg.max_k}, got {k}")
+            raise InputError(f"{name} must be between 1 and {self.cfg.max_k}, got {k}")
         return k
 
     def row_of_id(self, photo_id: str) -> int:
@@ -265,7 +265,7 @@ class PhotoTools:
 
         if not expression.strip():
             raise InputError("expression is empty")
-        self._k(limit)
+        self._k(limit, "limit")
         c = self.collection()
         pred = compile_expression(expression, gazetteer=c.gazetteer, lookup=c.get)
         photos = [p for p in c.photos if pred(p)]
@@ -356,8 +356,9 @@ class PhotoTools:
                 raise InputError(f"gallery '{g.root}' holds the photos of {len(users)} users: update it per user with "
                                  f"`agentcir index FOLDER --out {g.root} --user NAME`")
             recipe = self.searcher.recipe
+            shards = len(g.info["shards"]) if "shards" in g.info else None  # the gallery keeps its layout
             report = index_folder(recipe, source, g.root, dtype=g.info.get("dtype", "float32"),
-                                  user=next(iter(users), None), scale=scale_for(recipe),
+                                  user=next(iter(users), None), scale=scale_for(recipe, shards=shards),
                                   encoder=self.searcher.pool.get("encoder"))
             self.searcher.reopen()
             if self.ask_searcher is not None and self.ask_searcher is not self.searcher:
