@@ -37,6 +37,8 @@ EXTRAS = {
     # agentcir/serve/ (`agentcir serve`): the web app and JSON API (multipart uploads; fastapi-offline for
     # its bundled Swagger UI 5 files, an offline /docs; pillow-heif: HEIC/AVIF thumbnails)
     "serve": ["fastapi>=0.110", "uvicorn>=0.29", "python-multipart>=0.0.9", "fastapi-offline>=1.7", "pillow-heif>=0.16"],
+    # agentcir/mcp_server.py (`agentcir mcp`): the MCP server (the official SDK: stdio and streamable HTTP)
+    "mcp": ["mcp>=2.3"],
     # the scale path (docs/scale.md): Ray Data embedding jobs and Ray shard actors
     # (agentcir/framework/scale/), per-shard faiss indexes (`agentcir build-index`); faiss is also
     # benchmarks/bench_cosine_topk.py's IndexFlatIP baseline
@@ -60,7 +62,7 @@ EXTRAS = {
 }
 EXTRAS["dev"] = sorted({
     *EXTRAS["catalog"], *EXTRAS["onnx"], *EXTRAS["gpu"], *EXTRAS["llm"], *EXTRAS["hf"], *EXTRAS["diffusion"],
-    *EXTRAS["photos"], *EXTRAS["scale"], *EXTRAS["plot"], *EXTRAS["video"], *EXTRAS["serve"], *EXTRAS["features"],
+    *EXTRAS["photos"], *EXTRAS["scale"], *EXTRAS["plot"], *EXTRAS["video"], *EXTRAS["serve"], *EXTRAS["mcp"], *EXTRAS["features"],
     *EXTRAS["docs"], *EXTRAS["mlflow"], *EXTRAS["tensorboard"],
     # the linter (ruff.toml; `make lint`, run by .ci/run)
     "ruff>=0.6",

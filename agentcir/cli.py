@@ -6,6 +6,7 @@
     agentcir index FOLDER --out DIR        embed a folder of images into a gallery directory
     agentcir search --gallery DIR ...      reference image and/or text against an indexed gallery (--json)
     agentcir serve --gallery DIR           a web app + JSON API: search, refine, history questions (agentcir[serve])
+    agentcir mcp --gallery DIR             an MCP server (stdio or streamable HTTP): the same searches as tools for agents
     agentcir eval RUN_DIR... [--compare]   metrics of finished runs, side by side (+ PNG plot, submissions)
     agentcir build-benchmark ...           composed benchmark from photos + an attributes CSV
     agentcir build-disbench ...            DISBench-format photo-history benchmark (multi-hop questions)
@@ -269,6 +270,52 @@ def cmd_serve(args) -> int:
     return 0
 
 
+# -- mcp ----------------------------------------------------------------------------------
+def _loopback(host: str) -> bool:
+    import ipaddress
+
+    try:
+        return host == "localhost" or ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+@_command("mcp")
+def cmd_mcp(args) -> int:
+    import os
+
+    from .framework.errors import require
+    from .framework.search import Searcher
+
+    require("mcp", "mcp", feature="agentcir mcp")
+    from .mcp_server import MCPConfig, PhotoTools, run
+    from .serve.app import TOKEN_ENV
+
+    token = args.token or os.environ.get(TOKEN_ENV, "")
+    if args.transport != "stdio" and not _loopback(args.host) and not token:
+        print(f"agentcir mcp: warning: listening on {args.host} without a token: anyone who can reach this address can "
+              f"search the gallery and read its photos; set --token or {TOKEN_ENV}", file=sys.stderr)
+    cfg = MCPConfig(token=token, host=args.host, allow_hosts=tuple(args.allow_host or ()), roots=tuple(args.root or ()),
+                    max_upload_mb=args.max_upload_mb, max_pixels=args.max_pixels, max_k=args.max_k,
+                    updates=not args.no_updates)
+    recipe = _compose(args)
+    searcher = Searcher(recipe, args.gallery)
+    ask = None
+    if not args.no_questions and not getattr(searcher.method, "answers_set", False):
+        def ask():  # the history-question agent over the same gallery, built on the first question
+            from .framework.recipe import compose
+
+            keep = [o for o in args.overrides if not o.lstrip("+~").startswith("method")]
+            return Searcher(compose([*keep, "method=imageseeker"], config_name=args.config,
+                                    extra_dirs=args.recipes or ()), args.gallery)
+    tools = PhotoTools(searcher, config=cfg, uploads=args.uploads, thumbs=args.thumbs, ask=ask)
+    if args.transport != "stdio":
+        print(f"MCP server of gallery '{args.gallery}' at http://{args.host}:{args.port}/mcp (streamable HTTP"
+              f"{', bearer token required' if token else ''}; Ctrl-C stops)", file=sys.stderr)
+    run(tools, transport=args.transport, port=args.port)
+    return 0
+
+
 # -- eval ---------------------------------------------------------------------------------
 @_command("eval")
 def cmd_eval(args) -> int:
@@ -524,6 +571,29 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--export-max-mb", type=float, default=2048.0, help="largest zip export of a result set (default 2048)")
     p.add_argument("--album-root", help="folder under which the page may copy a result set into an album folder "
                                         "(default: off)")
+    _add_recipe_args(p)
+
+    p = sub.add_parser("mcp", help="an MCP server over an indexed gallery (tools for agents; agentcir[mcp])",
+                       description="Serve the gallery's searches as Model Context Protocol tools: composed search, text "
+                                   "search, metadata filter, photo metadata, history questions (ImageSeeker), view photo "
+                                   "and index update, over stdio (default) or streamable HTTP (docs/mcp.md).")
+    p.add_argument("--gallery", required=True, help="gallery directory made by `agentcir index`")
+    p.add_argument("--transport", choices=["stdio", "streamable-http"], default="stdio",
+                   help="stdio (an MCP client launches this command) or streamable-http (at http://HOST:PORT/mcp)")
+    p.add_argument("--host", default="127.0.0.1", help="streamable-http: address to listen on (default 127.0.0.1)")
+    p.add_argument("--port", type=int, default=8765, help="streamable-http: port (default 8765)")
+    p.add_argument("--token", help="streamable-http: bearer token required on every request (default: $AGENTCIR_TOKEN)")
+    p.add_argument("--allow-host", action="append", metavar="NAME",
+                   help="streamable-http: a name this server is reached by (repeatable; see `agentcir serve`)")
+    p.add_argument("--root", action="append", metavar="DIR",
+                   help="a folder whose photos may be given as a reference path, besides the gallery's own (repeatable)")
+    p.add_argument("--uploads", help="folder for reference images sent as bytes (default <run.root>/_uploads)")
+    p.add_argument("--thumbs", help="thumbnail cache folder (default <run.root>/_thumbs)")
+    p.add_argument("--max-upload-mb", type=float, default=20.0, help="largest reference image sent as bytes (default 20)")
+    p.add_argument("--max-pixels", type=int, default=50_000_000, help="largest image decoded, in pixels (default 50M)")
+    p.add_argument("--max-k", type=int, default=100, help="most hits a search returns (default 100)")
+    p.add_argument("--no-questions", action="store_true", help="no ask_history tool answers (no ImageSeeker agent)")
+    p.add_argument("--no-updates", action="store_true", help="no update_index tool")
     _add_recipe_args(p)
 
     p = sub.add_parser("eval", help="metrics of finished runs, compared, submitted",

@@ -136,6 +136,19 @@ class Searcher:
         self._text_method = None
         self._image_method = None
 
+    def reopen(self) -> None:
+        """Open the gallery directory again after it was updated (``agentcir index`` into it, or
+        :func:`~agentcir.framework.indexing.index_folder`): the models stay loaded; the method is
+        built again, since a method may hold state made from the gallery's rows."""
+        with self._lock:
+            built = {k: v for k, v in self.pool.built().items() if k != "method"}
+            self.pool = ComponentPool(self.recipe, prebuilt=built)
+            self.gallery = open_gallery(self.gallery.root, encoder=self.pool.get("encoder"), scale=self.recipe.get("scale"))
+            self.method = self.pool.get("method")
+            self._rows = None
+            self._prepared = not self.method.needs_captions
+            self._text_method = self._image_method = None
+
     @property
     def prepared(self) -> bool:
         """Whether the gallery captions the method needs are ready (or it needs none)."""

@@ -11,11 +11,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Optional
 
+from ..framework.http_guard import COOKIE  # noqa: F401  (re-exported: serve.app, serve.guard)
 from ..framework.search import Searcher
 from .files import BoundedDir, Decoder, GalleryFiles
 
 TOKEN_ENV = "AGENTCIR_TOKEN"
-COOKIE = "agentcir_token"
 
 
 @dataclass

@@ -223,7 +223,7 @@ def test_bad_uploads_are_said_in_plain_words(client, data, words):
 
 
 def test_plain_strips_class_names_reprs_and_command_advice():
-    from agentcir.serve.plain import plain
+    from agentcir.framework.plain import plain
 
     raw = ("stage 'create': 1 of 1 queries failed (first: query query: ImageDecodeError: image 'x.jpg': file not found); "
            "the others' work is saved, rerun the same command to retry the failed ones")

@@ -9,7 +9,7 @@ import threading
 from fastapi import APIRouter
 
 from .. import models as M
-from ..plain import plain
+from ...framework.plain import plain
 from ..state import ServeState
 from . import State
 

@@ -14,7 +14,7 @@ from .. import models as M
 from ..files import THUMB_SIZES
 from ..state import ServeState
 from . import State
-from ..plain import plain
+from ...framework.plain import plain
 from .images import lookup
 from .results import group_hits
 from .uploads import store_upload
