@@ -35,7 +35,11 @@ def test_question_set_covers_every_kind():
             "country", "demonym", "people", "album", "camera make", "camera model", "keyword", "title", "rating", "negation",
             "counting", "combination"} <= kinds
     assert set(answers) == {q["id"] for q in qs}
-    assert all(answers[q["id"]] for q in qs if q["metadata"])  # no metadata question is trivially empty
+    # no metadata question is trivially empty, except the abstention questions, whose right answer is no photo
+    assert all(answers[q["id"]] for q in qs if q["metadata"] and q["kind"] != "abstention")
+    assert all(not answers[q["id"]] for q in qs if q["kind"] == "abstention")
+    assert {"keyword", "continent", "multilingual place", "month range", "abstention"} <= {q["kind"] for q in qs
+                                                                                         if q.get("set") == "v2"}
 
 
 def test_answers_file_is_what_exiftool_reads(photos):
