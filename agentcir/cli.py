@@ -220,6 +220,8 @@ def cmd_search(args) -> int:
         print(f"{h.rank:>4}  {h.id:<24} {score:>9}{' *' if h.verified else '  '}  {h.path}")
     if any(h.verified for h in result.hits):
         print("(* verified: the verification stage accepted it)", file=sys.stderr)
+    if result.trace["search"].get("no_match"):
+        print(result.trace["search"]["no_match"])
     return 0
 
 

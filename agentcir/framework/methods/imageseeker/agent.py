@@ -61,6 +61,13 @@ class Planner(Choice):
     offline = "offline"
 
 
+class VisualPass(Choice):
+    """What admits a candidate at the offline planner's visual check (``method.visual_pass``)."""
+
+    calibrated = "calibrated"
+    checked = "checked"
+
+
 class OfflineJudge(Choice):
     """What the offline planner judges candidates by (``method.offline_judge``)."""
 
@@ -113,6 +120,14 @@ class ImageSeeker(Method):
         visual_z: offline planner: a candidate passes the visual check when its similarity to the
             phrase is this many standard deviations above the mean over all the user's photos (or
             when the vocabulary check confirms it).
+        visual_pass: offline planner: what admits a target candidate: ``calibrated`` (its similarity
+            to the phrase clears the calibrated threshold of ``visual_z``; the answer is the
+            candidates ranked by similarity, cut there) or ``checked`` (the vocabulary check or the
+            captioner's caption confirms it, or it clears the threshold).
+        min_answer: offline planner: best-ranked candidates answered when none passes the visual
+            check (0: answer no photo, and say so).
+        file_dates: date a photo whose metadata has no date by its file's modification time (the
+            last date source; relative dates count from metadata dates when there are any).
         web_search: web_search backend, ``none`` (offline) or ``searxng``.
         web_search_url: the SearXNG base URL for ``web_search=searxng``.
     """
@@ -162,6 +177,9 @@ class ImageSeeker(Method):
         verify_max: int = 100
         keep_top: int = 0
         visual_z: float = bounded(2.0, None)
+        visual_pass: VisualPass = VisualPass.calibrated
+        min_answer: int = bounded(1, 0)
+        file_dates: bool = True
         web_search: WebSearch = WebSearch.none
         web_search_url: str = ""
 
@@ -235,7 +253,7 @@ class ImageSeeker(Method):
 
     async def _build_store(self, ctx: RunContext, gallery, user: str | None) -> UserStore:
         if user not in self._users:
-            coll = PhotoCollection(gallery, user, event_gap_hours=self.cfg.event_gap_hours)
+            coll = PhotoCollection(gallery, user, event_gap_hours=self.cfg.event_gap_hours, file_dates=self.cfg.file_dates)
             vocab = await self._vocabulary(ctx)
             tags = vocab.tags(coll.embeddings, self.cfg.clue_tags) if self.cfg.clue_tags > 0 else [[] for _ in coll.photos]
             graph = None
@@ -370,11 +388,12 @@ class ImageSeeker(Method):
 
         planner = OfflinePlanner(tb, lambda photos, phrase, views, contrast: self._verify(ctx, store, photos, phrase, views, contrast),
                                  PlanConfig(self.cfg.episode_top_k, self.cfg.target_top_k, self.cfg.verify_max,
-                                            keep_top=self.cfg.keep_top, visual_z=self.cfg.visual_z), scorer=score)
+                                            min_answer=self.cfg.min_answer, keep_top=self.cfg.keep_top,
+                                            visual_z=self.cfg.visual_z, visual_pass=str(self.cfg.visual_pass)), scorer=score)
         res = await planner.run(d)
         rec = {"planner": "offline", "ids": res.ids, "reasoning": res.reasoning,
                "subset_chain": self._chain(tb, res.subset, res.ids), "decomposition": d.to_json(), "filters": res.filters,
-               "visual_check": res.visual, "unparsed": d.unparsed, "stopped": "answered"}
+               "visual_check": res.visual, "unparsed": d.unparsed, "stopped": "answered", "no_match": res.no_match}
         if d.count:
             rec["count"] = len(res.ids)
         return rec
