@@ -64,6 +64,7 @@ class Planner(Choice):
 class VisualPass(Choice):
     """What admits a candidate at the offline planner's visual check (``method.visual_pass``)."""
 
+    auto = "auto"
     calibrated = "calibrated"
     checked = "checked"
 
@@ -122,8 +123,10 @@ class ImageSeeker(Method):
             when the vocabulary check confirms it).
         visual_pass: offline planner: what admits a target candidate: ``calibrated`` (its similarity
             to the phrase clears the calibrated threshold of ``visual_z``; the answer is the
-            candidates ranked by similarity, cut there) or ``checked`` (the vocabulary check or the
-            captioner's caption confirms it, or it clears the threshold).
+            candidates ranked by similarity, cut there), ``checked`` (the vocabulary check or the
+            captioner's caption confirms it, or it clears the threshold) or ``auto`` (``checked``
+            when the checks read a captioner's captions, else ``calibrated``: the encoder's
+            zero-shot vocabulary check confirms a whole category, "t-shirt", whatever its colour).
         min_answer: offline planner: best-ranked candidates answered when none passes the visual
             check (0: answer no photo, and say so).
         file_dates: date a photo whose metadata has no date by its file's modification time (the
@@ -177,7 +180,7 @@ class ImageSeeker(Method):
         verify_max: int = 100
         keep_top: int = 0
         visual_z: float = bounded(2.0, None)
-        visual_pass: VisualPass = VisualPass.calibrated
+        visual_pass: VisualPass = VisualPass.auto
         min_answer: int = bounded(1, 0)
         file_dates: bool = True
         web_search: WebSearch = WebSearch.none
@@ -213,6 +216,12 @@ class ImageSeeker(Method):
             return {"budget": c.context_budget, "keep_last": c.context_keep_last, "token_counter": c.token_counter,
                     "summarizer": c.summarizer}
         return {}
+
+    def visual_pass(self) -> str:
+        """The offline visual check's rule (``visual_pass``, ``auto`` resolved)."""
+        if self.cfg.visual_pass == "auto":
+            return "checked" if self.judge_by_caption() else "calibrated"
+        return str(self.cfg.visual_pass)
 
     def judge_by_caption(self) -> bool:
         """Whether the offline checks read the captioner's captions (``offline_judge``): ``auto``
@@ -389,7 +398,7 @@ class ImageSeeker(Method):
         planner = OfflinePlanner(tb, lambda photos, phrase, views, contrast: self._verify(ctx, store, photos, phrase, views, contrast),
                                  PlanConfig(self.cfg.episode_top_k, self.cfg.target_top_k, self.cfg.verify_max,
                                             min_answer=self.cfg.min_answer, keep_top=self.cfg.keep_top,
-                                            visual_z=self.cfg.visual_z, visual_pass=str(self.cfg.visual_pass)), scorer=score)
+                                            visual_z=self.cfg.visual_z, visual_pass=self.visual_pass()), scorer=score)
         res = await planner.run(d)
         rec = {"planner": "offline", "ids": res.ids, "reasoning": res.reasoning,
                "subset_chain": self._chain(tb, res.subset, res.ids), "decomposition": d.to_json(), "filters": res.filters,

@@ -108,7 +108,7 @@ class Gazetteer:
         self.continents: dict[str, str] = {code: c["name"] for code, c in world.get("continents", {}).items()}
         #: country code -> continent code
         self.continent_code: dict[str, str] = {cc: c["continent"] for cc, c in world.get("countries", {}).items()}
-        for code, c in world.get("continents", {}).items():
+        for c in world.get("continents", {}).values():
             canon = fold(c["name"])
             self._pop[canon] = 10**11
             for n in [c["name"], *c["names"]]:
