@@ -200,7 +200,8 @@ def ask_all(folder: Path, work: Path, overrides: list[str] = (), method_override
     out = {}
     for q in json.loads(QUESTIONS.read_text(encoding="utf-8"))["questions"]:
         res = searcher.search(text=q["question"], k=100000)
-        out[q["id"]] = {"ids": [h.id for h in res.hits], "trace": res.trace.get("seek", res.trace)}
+        out[q["id"]] = {"ids": [h.id for h in res.hits], "trace": res.trace.get("seek", res.trace),
+                        "no_match": res.trace["search"].get("no_match")}
     searcher.pool.close()
     return out
 
@@ -215,7 +216,7 @@ def score(results: dict[str, dict], answers: dict) -> tuple[list[dict], dict[str
         f1, em = set_scores(pred, gold)
         row = {"id": q["id"], "kind": q["kind"], "question": q["question"], "metadata": q["metadata"], "f1": f1, "em": em,
                "gold": len(gold), "answered": len(pred), "set": q.get("set", "v1"),
-               "no_match": results[q["id"]]["trace"].get("no_match")}
+               "no_match": results[q["id"]].get("no_match")}
         if "how many" in q["question"].lower():
             row["count"] = results[q["id"]]["trace"].get("count")
         rows.append(row)

@@ -72,3 +72,12 @@ def test_offline_planner_answers_metadata_questions(photos, tmp_path, capsys):
     trace = results[q["id"]]["trace"]
     assert [(f["kind"], f["of"], f["kept"]) for f in trace["filters"]] == [("place", 122, 10), ("date", 10, 9), ("camera", 9, 9)]
     assert trace["visual_check"] is None and trace["answer_size"] == 9
+    # a question that matches no photo answers none and names the condition that emptied the set
+    for r in rows:
+        if r["kind"] == "abstention":
+            assert r["answered"] == 0 and r["no_match"].startswith("no photo matches: "), r
+    kenya = next(r for r in rows if r["question"] == "Nikon photos from Kenya")
+    assert kenya["no_match"] == "no photo matches: camera 'Nikon' kept none of the 1 photo(s) that matched the conditions before it"
+    # the new kinds, written with their answers before the code that reads them
+    v2 = [r for r in meta if r["set"] == "v2"]
+    assert len(v2) >= 25 and sum(r["f1"] for r in v2) / len(v2) >= 0.9, [r for r in v2 if r["f1"] < 1]
