@@ -127,6 +127,8 @@ def test_iptc_keywords_are_read(library):
     ("Bilder aus Deutschland", ["berlin"]),
     ("fotos tomadas en España", ["madrid"]),
     ("photos prises en Italie", ["rome"]),
+    ("Photos d'Italie", ["rome"]),
+    ("foto dall'Italia", ["rome"]),
     ("photos from Deutschland or España", ["berlin", "madrid"]),
     # month and year ranges over every date source (DateTimeOriginal, CreateDate, GPS date, the file's time)
     ("between March and May 2019", ["kenya", "berlin", "madrid"]),

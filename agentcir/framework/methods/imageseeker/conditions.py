@@ -66,7 +66,7 @@ _TAG_STOP = {"place", "places", "events", "event", "tag", "tags", "photo", "phot
              "test", "file", "jpg", "jpeg", "photoshop"}
 
 #: place prepositions of other languages ("fotos de Italia", "Bilder aus Deutschland", "photos prises en Italie")
-FOREIGN_PREP = r"de|del|da|dal|dalla|di|aus|von|en|desde|dans|nach|uit|em|do|na"
+FOREIGN_PREP = r"de|del|della|da|dal|dalla|di|aus|von|en|desde|dans|nach|uit|em|do|na|nella|alla"
 NEG = r"(?P<neg>\b(?:not|except(?:\s+for)?|excluding|exclude|without|but\s+not|other\s+than|outside(?:\s+of)?|apart\s+from|never|no)\s+(?:(?:taken|shot|photographed)\s+)?)?"
 PREP = r"(?:\b(?:taken|shot|photographed|captured)\s+)?(?:\b(?:in|on|during|from|of|at)\s+(?:the\s+)?)?"
 #: a clause after an episode word ("the evening I photographed a hat") makes it an episode, not a time
@@ -544,10 +544,16 @@ _HOLIDAY = re.compile(r"\b(?:christmas|easter|thanksgiving|halloween|new\s+year'
                       r"tomorrow|recently|lately|ago|last\s+\w+|next\s+\w+|earlier|later)\b", re.I)
 
 
+#: an elided article or preposition before a capitalised name ("photos d'Italie", "foto dall'Italia") is split off
+_ELIDED = {"d": "de", "l": "la", "dall": "dalla", "dell": "della", "nell": "nella", "all": "alla"}
+_ELISION = re.compile(r"\b(d|l|dall|dell|nell|all)['’](?=[A-ZÀ-Þ])", re.I)
+
+
 def parse_conditions(text: str, gazetteer: Gazetteer, facts: Facts | None = None, *,
                      min_population: int = 15000) -> Parsed:
     """The metadata conditions of ``text`` (see the module docstring)."""
-    r = _Reader(" ".join(str(text).split()), gazetteer, facts or Facts(), min_population)
+    text = _ELISION.sub(lambda m: _ELIDED[m.group(1).lower()] + " ", " ".join(str(text).split()))
+    r = _Reader(text, gazetteer, facts or Facts(), min_population)
     count = False
     m = re.search(r"\b(?:how\s+many|number\s+of|count(?:\s+the)?|total\s+of)\b", r.t, re.I)
     if m:

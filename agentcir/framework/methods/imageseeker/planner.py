@@ -64,7 +64,8 @@ _FILLER = re.compile(r"\b(?:the|a|an|some|my|our|all|every|each|those|these|that
                      r"with|were|was|taken|took|"
                      + "|".join(_EPISODE_WORDS) + r")\b", re.I)
 #: question words of other languages ("fotos de Italia", "Bilder aus Deutschland", "photos prises en Italie")
-_FOREIGN = (r"fotos?|fotograf[ií]as?|fotografie|bilder|bild|aufnahmen|im[aá]genes|immagini|de|del|da|dal|dalla|di|aus|von|en|"
+_FOREIGN = (r"fotos?|fotograf[ií]as?|fotografie|bilder|bild|aufnahmen|im[aá]genes|immagini|de|del|della|da|dal|dalla|di|aus|von|en|"
+            r"nella|alla|"
             r"desde|dans|nach|uit|em|do|na|tomadas?|hechas?|sacadas?|prises?|gemacht|aufgenommen|scattate|fatte|genomen|"
             r"meine|mis|mes|mijn|le|les|la|las|los|die|der|das|el|il|alle|todas|toutes|tutte|und|y|et|ou|oder|"
             r"alguna|algo|etwas|quelque|qualcosa")
