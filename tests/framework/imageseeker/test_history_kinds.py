@@ -193,3 +193,14 @@ def test_question_words_in_other_languages_do_not_break_parsing():
     assert d.target == "" and sorted(c.kind for c in d.conditions) == ["date", "place"]
     p = parse_conditions("Bilder aus Deutschland", gaz, Facts())
     assert [c.expression() for c in p.conditions] == ['place ~ "Deutschland"'] and not p.unparsed
+
+
+def test_the_vocabulary_check_is_trusted_only_for_what_it_can_confirm():
+    from agentcir.framework.methods.imageseeker.visual import ClueVocabulary
+
+    names, syns = ClueVocabulary.terms(["articles", "objects"])
+    vocab = ClueVocabulary(names, syns, np.zeros((len(names), 4), np.float32))
+    # a category and more (colour, whom it is for): the zero-shot check confirms only the category
+    assert vocab.asks_more("red t-shirts for women") and vocab.asks_more("black dress")
+    # the category alone, or no vocabulary term at all: the check tests what is asked
+    assert not vocab.asks_more("t-shirts") and not vocab.asks_more("a hat") and not vocab.asks_more("helicopter")

@@ -124,9 +124,10 @@ class ImageSeeker(Method):
         visual_pass: offline planner: what admits a target candidate: ``calibrated`` (its similarity
             to the phrase clears the calibrated threshold of ``visual_z``; the answer is the
             candidates ranked by similarity, cut there), ``checked`` (the vocabulary check or the
-            captioner's caption confirms it, or it clears the threshold) or ``auto`` (``checked``
-            when the checks read a captioner's captions, else ``calibrated``: the encoder's
-            zero-shot vocabulary check confirms a whole category, "t-shirt", whatever its colour).
+            captioner's caption confirms it, or it clears the threshold) or ``auto``
+            (``calibrated`` when the phrase names a vocabulary term and asks more, "red t-shirts
+            for women", and the checks are the encoder's zero-shot vocabulary ranks, which confirm
+            the whole category whatever its colour or whom it is for; else ``checked``).
         min_answer: offline planner: best-ranked candidates answered when none passes the visual
             check (0: answer no photo, and say so).
         file_dates: date a photo whose metadata has no date by its file's modification time (the
@@ -217,10 +218,12 @@ class ImageSeeker(Method):
                     "summarizer": c.summarizer}
         return {}
 
-    def visual_pass(self) -> str:
-        """The offline visual check's rule (``visual_pass``, ``auto`` resolved)."""
+    def visual_pass(self, phrase: str, vocab: ClueVocabulary | None) -> str:
+        """The offline visual check's rule for ``phrase`` (``visual_pass``, ``auto`` resolved: ``checked``
+        unless the phrase asks more than a vocabulary term the zero-shot check can confirm and no captioner's
+        captions judge, :meth:`ClueVocabulary.asks_more`)."""
         if self.cfg.visual_pass == "auto":
-            return "checked" if self.judge_by_caption() else "calibrated"
+            return "calibrated" if vocab is not None and vocab.asks_more(phrase) else "checked"
         return str(self.cfg.visual_pass)
 
     def judge_by_caption(self) -> bool:
@@ -391,6 +394,8 @@ class ImageSeeker(Method):
         coll = store.collection
         d = decompose(q.text, coll.gazetteer, facts=store.facts)
 
+        vocab = await self._vocabulary(ctx) if self.cfg.visual_pass == "auto" and not self.judge_by_caption() else None
+
         async def score(phrase: str) -> dict[str, float]:  # the calibration population: all the user's photos
             te = l2_normalize(np.asarray(await ctx.call(self.encoder, "encode_texts", texts=[PROMPT.format(phrase)]), np.float32))[0]
             return dict(zip(coll.ids, (coll.embeddings @ te).tolist()))
@@ -398,7 +403,8 @@ class ImageSeeker(Method):
         planner = OfflinePlanner(tb, lambda photos, phrase, views, contrast: self._verify(ctx, store, photos, phrase, views, contrast),
                                  PlanConfig(self.cfg.episode_top_k, self.cfg.target_top_k, self.cfg.verify_max,
                                             min_answer=self.cfg.min_answer, keep_top=self.cfg.keep_top,
-                                            visual_z=self.cfg.visual_z, visual_pass=self.visual_pass()), scorer=score)
+                                            visual_z=self.cfg.visual_z, visual_pass="auto"), scorer=score,
+                                 pass_rule=lambda phrase: self.visual_pass(phrase, vocab))
         res = await planner.run(d)
         rec = {"planner": "offline", "ids": res.ids, "reasoning": res.reasoning,
                "subset_chain": self._chain(tb, res.subset, res.ids), "decomposition": d.to_json(), "filters": res.filters,

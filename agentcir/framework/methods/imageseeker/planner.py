@@ -208,7 +208,8 @@ class PlanConfig:
     #: standard deviations above the mean over all the user's photos (needs a scorer)
     visual_z: float = 2.0
     #: ``calibrated``: a target candidate passes when its similarity clears the calibrated threshold
-    #: (the answer is the ranking cut there); ``checked``: also when the eyes confirm it
+    #: (the answer is the ranking cut there); ``checked``: also when the eyes confirm it; ``auto``:
+    #: the planner's ``pass_rule`` decides per phrase (``calibrated`` without one)
     visual_pass: str = "calibrated"
 
 
@@ -229,8 +230,10 @@ class PlanResult:
 class OfflinePlanner:
     """Executes a :class:`Decomposition` with a :class:`Toolbox` (see the module docstring)."""
 
-    def __init__(self, toolbox: Toolbox, verify: Verifier, cfg: PlanConfig | None = None, *, scorer: Scorer | None = None):
+    def __init__(self, toolbox: Toolbox, verify: Verifier, cfg: PlanConfig | None = None, *, scorer: Scorer | None = None,
+                 pass_rule: Callable[[str], str] | None = None):
         self.tb = toolbox
+        self.pass_rule = pass_rule
         self.verify = verify
         self.scorer = scorer
         self.cfg = cfg or PlanConfig()
@@ -289,7 +292,10 @@ class OfflinePlanner:
         ids = self.tb.subsets.ids(subset)[: self.cfg.verify_max]
         good: set[str] = set(ids[:keep_top])
         above, cut = await self._calibrated(phrase)
-        calibrated = save_as == "answer" and self.cfg.visual_pass == "calibrated" and cut is not None
+        rule = self.cfg.visual_pass
+        if rule == "auto":
+            rule = self.pass_rule(phrase) if self.pass_rule else "calibrated"
+        calibrated = save_as == "answer" and rule == "calibrated" and cut is not None
         if calibrated:  # the ranking (image_search's order) cut at the threshold: every candidate, not only those viewed
             ids = self.tb.subsets.ids(subset)
         good |= above & set(ids)
