@@ -225,6 +225,8 @@ def cmd_search(args) -> int:
     loop = format_loop(loop_steps(result.trace), result.trace["search"]["method"])
     if loop:  # a looped method's rounds, suggestions and verdicts
         print(loop, file=sys.stderr)
+    if result.trace["search"].get("no_match"):
+        print(result.trace["search"]["no_match"])
     return 0
 
 

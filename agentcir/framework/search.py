@@ -23,6 +23,9 @@ three answer one shape, :meth:`SearchResult.to_json`::
   reference (an upload of a gallery photo), or whose image embedding is the reference's
   (cosine >= ``DUPLICATE_COS``: the same picture re-encoded, another format), is dropped
   (``trace.search.excluded``).
+- A set-answering method may answer no photo: ``trace.search.no_match`` then says why ("no photo
+  matches: place 'from Antarctica' kept none of the 122 photo(s)", naming the condition that
+  emptied the set).
 - ``trace.search.stages``: model calls, cache hits and wall time of each stage of the query.
 - ``trace.search.loop``: a looped method's rounds, suggestions and verdicts
   (:func:`agentcir.framework.loops.loop_steps`; empty for a one-shot method).
@@ -280,6 +283,8 @@ class Searcher:
             "mode": mode, "method": method.registry_key or type(method).__name__, "recipe_method": self.method_name,
             "note": why, "reference": ({"path": ref[0], "gallery_id": ref_id} if ref else None), "text": text,
             "excluded": excluded, "verification": verification, "wall_s": round(wall, 4),
+            "no_match": None if hits else next((r["no_match"] for r in trace.values() if isinstance(r, dict) and r.get("no_match")),
+                                               None),
             "stages": {name: {"calls": s.calls, "cache_hits": s.cache_hits, "wall_s": round(s.wall_s, 4),
                               "by_component": dict(s.by_component)} for name, s in ctx.stats.items()},
             "loop": loop_steps(trace)}  # a looped method's rounds, suggestions and verdicts

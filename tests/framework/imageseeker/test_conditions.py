@@ -111,7 +111,7 @@ def collection() -> PhotoCollection:
     return PhotoCollection(g)
 
 
-def run(q: str, scores: dict[str, float] | None = None, verified: set[str] = frozenset()):
+def run(q: str, scores: dict[str, float] | None = None, verified: set[str] = frozenset(), **cfg):
     coll = collection()
 
     async def embed(text):
@@ -124,7 +124,7 @@ def run(q: str, scores: dict[str, float] | None = None, verified: set[str] = fro
         return scores
 
     tb = Toolbox(coll, NamedSubsets(None), embed_text=embed)
-    planner = OfflinePlanner(tb, verify, PlanConfig(visual_z=1.5), scorer=scorer if scores else None)
+    planner = OfflinePlanner(tb, verify, PlanConfig(visual_z=1.5, **cfg), scorer=scorer if scores else None)
     return asyncio.run(planner.run(decompose(q, coll.gazetteer, facts=Facts.of(coll.photos)))), tb
 
 
@@ -140,7 +140,9 @@ def test_metadata_only_questions_answer_every_matching_photo():
     res, _ = run("photos of Marie Curie")
     assert res.ids == ["p4"]
     res, _ = run("photos from Spain")
-    assert res.ids == [] and "no photo matches every condition" in res.reasoning
+    assert res.ids == [] and res.no_match == "no photo matches: place 'from Spain' kept none of the 5 photo(s)"
+    res, _ = run("Canon photos from Florence")  # the condition that emptied the set is named, after those that kept some
+    assert res.ids == [] and "camera 'Canon' kept none of the 1 photo(s) that matched the conditions before it" in res.no_match
 
 
 def test_visual_check_runs_over_the_filtered_photos_with_a_calibrated_threshold():
@@ -150,11 +152,18 @@ def test_visual_check_runs_over_the_filtered_photos_with_a_calibrated_threshold(
     assert res.ids == ["p1"] and res.visual["calibrated_above"] == 1 and res.visual["candidates"] == 3
     search = next(o for o in tb.log if o.name == "image_search")
     assert search.arguments["search_within"] == "filter_1_place"
-    # the vocabulary check also lets photos through; with neither, the best candidate is named as a fallback
+    # calibrated (the default): the ranking cut at the threshold, whatever the vocabulary check says
     res, _ = run("photos of a tower in Italy", scores=scores, verified={"p2"})
-    assert sorted(res.ids) == ["p1", "p2"]
+    assert res.ids == ["p1"] and res.visual["pass"] == "calibrated"
+    # checked: the vocabulary check also lets photos through; with neither, the best candidate is named as a fallback
+    res, _ = run("photos of a tower in Italy", scores=scores, verified={"p2"}, visual_pass="checked")
+    assert sorted(res.ids) == ["p1", "p2"] and res.visual["pass"] == "checked"
     res, _ = run("photos of a tower in Italy", scores={k: 0.1 for k in scores} | {"p4": 0.2})
     assert len(res.ids) == 1 and "no photo passed the visual check" in res.reasoning
+    # min_answer=0: no photo, and the answer says which check kept none
+    res, _ = run("photos of a tower in Italy", scores={k: 0.1 for k in scores} | {"p4": 0.2}, min_answer=0)
+    assert res.ids == [] and res.no_match.startswith("no photo matches: none of the 3 candidate(s) within those photos passed "
+                                                      "the visual check of 'tower'")
 
 
 def test_odd_inputs():

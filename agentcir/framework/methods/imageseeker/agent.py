@@ -61,6 +61,14 @@ class Planner(Choice):
     offline = "offline"
 
 
+class VisualPass(Choice):
+    """What admits a candidate at the offline planner's visual check (``method.visual_pass``)."""
+
+    auto = "auto"
+    calibrated = "calibrated"
+    checked = "checked"
+
+
 class OfflineJudge(Choice):
     """What the offline planner judges candidates by (``method.offline_judge``)."""
 
@@ -113,6 +121,17 @@ class ImageSeeker(Method):
         visual_z: offline planner: a candidate passes the visual check when its similarity to the
             phrase is this many standard deviations above the mean over all the user's photos (or
             when the vocabulary check confirms it).
+        visual_pass: offline planner: what admits a target candidate: ``calibrated`` (its similarity
+            to the phrase clears the calibrated threshold of ``visual_z``; the answer is the
+            candidates ranked by similarity, cut there), ``checked`` (the vocabulary check or the
+            captioner's caption confirms it, or it clears the threshold) or ``auto``
+            (``calibrated`` when the phrase names a vocabulary term and asks more, "red t-shirts
+            for women", and the checks are the encoder's zero-shot vocabulary ranks, which confirm
+            the whole category whatever its colour or whom it is for; else ``checked``).
+        min_answer: offline planner: best-ranked candidates answered when none passes the visual
+            check (0: answer no photo, and say so).
+        file_dates: date a photo whose metadata has no date by its file's modification time (the
+            last date source; relative dates count from metadata dates when there are any).
         web_search: web_search backend, ``none`` (offline) or ``searxng``.
         web_search_url: the SearXNG base URL for ``web_search=searxng``.
     """
@@ -162,6 +181,9 @@ class ImageSeeker(Method):
         verify_max: int = 100
         keep_top: int = 0
         visual_z: float = bounded(2.0, None)
+        visual_pass: VisualPass = VisualPass.auto
+        min_answer: int = bounded(1, 0)
+        file_dates: bool = True
         web_search: WebSearch = WebSearch.none
         web_search_url: str = ""
 
@@ -195,6 +217,14 @@ class ImageSeeker(Method):
             return {"budget": c.context_budget, "keep_last": c.context_keep_last, "token_counter": c.token_counter,
                     "summarizer": c.summarizer}
         return {}
+
+    def visual_pass(self, phrase: str, vocab: ClueVocabulary | None) -> str:
+        """The offline visual check's rule for ``phrase`` (``visual_pass``, ``auto`` resolved: ``checked``
+        unless the phrase asks more than a vocabulary term the zero-shot check can confirm and no captioner's
+        captions judge, :meth:`ClueVocabulary.asks_more`)."""
+        if self.cfg.visual_pass == "auto":
+            return "calibrated" if vocab is not None and vocab.asks_more(phrase) else "checked"
+        return str(self.cfg.visual_pass)
 
     def judge_by_caption(self) -> bool:
         """Whether the offline checks read the captioner's captions (``offline_judge``): ``auto``
@@ -235,7 +265,7 @@ class ImageSeeker(Method):
 
     async def _build_store(self, ctx: RunContext, gallery, user: str | None) -> UserStore:
         if user not in self._users:
-            coll = PhotoCollection(gallery, user, event_gap_hours=self.cfg.event_gap_hours)
+            coll = PhotoCollection(gallery, user, event_gap_hours=self.cfg.event_gap_hours, file_dates=self.cfg.file_dates)
             vocab = await self._vocabulary(ctx)
             tags = vocab.tags(coll.embeddings, self.cfg.clue_tags) if self.cfg.clue_tags > 0 else [[] for _ in coll.photos]
             graph = None
@@ -364,17 +394,21 @@ class ImageSeeker(Method):
         coll = store.collection
         d = decompose(q.text, coll.gazetteer, facts=store.facts)
 
+        vocab = await self._vocabulary(ctx) if self.cfg.visual_pass == "auto" and not self.judge_by_caption() else None
+
         async def score(phrase: str) -> dict[str, float]:  # the calibration population: all the user's photos
             te = l2_normalize(np.asarray(await ctx.call(self.encoder, "encode_texts", texts=[PROMPT.format(phrase)]), np.float32))[0]
             return dict(zip(coll.ids, (coll.embeddings @ te).tolist()))
 
         planner = OfflinePlanner(tb, lambda photos, phrase, views, contrast: self._verify(ctx, store, photos, phrase, views, contrast),
                                  PlanConfig(self.cfg.episode_top_k, self.cfg.target_top_k, self.cfg.verify_max,
-                                            keep_top=self.cfg.keep_top, visual_z=self.cfg.visual_z), scorer=score)
+                                            min_answer=self.cfg.min_answer, keep_top=self.cfg.keep_top,
+                                            visual_z=self.cfg.visual_z, visual_pass="auto"), scorer=score,
+                                 pass_rule=lambda phrase: self.visual_pass(phrase, vocab))
         res = await planner.run(d)
         rec = {"planner": "offline", "ids": res.ids, "reasoning": res.reasoning,
                "subset_chain": self._chain(tb, res.subset, res.ids), "decomposition": d.to_json(), "filters": res.filters,
-               "visual_check": res.visual, "unparsed": d.unparsed, "stopped": "answered"}
+               "visual_check": res.visual, "unparsed": d.unparsed, "stopped": "answered", "no_match": res.no_match}
         if d.count:
             rec["count"] = len(res.ids)
         return rec

@@ -65,6 +65,8 @@ LOWERCASE_PLACE_POPULATION = 100_000
 _TAG_STOP = {"place", "places", "events", "event", "tag", "tags", "photo", "photos", "image", "images", "picture", "xmp",
              "test", "file", "jpg", "jpeg", "photoshop"}
 
+#: place prepositions of other languages ("fotos de Italia", "Bilder aus Deutschland", "photos prises en Italie")
+FOREIGN_PREP = r"de|del|della|da|dal|dalla|di|aus|von|en|desde|dans|nach|uit|em|do|na|nella|alla"
 NEG = r"(?P<neg>\b(?:not|except(?:\s+for)?|excluding|exclude|without|but\s+not|other\s+than|outside(?:\s+of)?|apart\s+from|never|no)\s+(?:(?:taken|shot|photographed)\s+)?)?"
 PREP = r"(?:\b(?:taken|shot|photographed|captured)\s+)?(?:\b(?:in|on|during|from|of|at)\s+(?:the\s+)?)?"
 #: a clause after an episode word ("the evening I photographed a hat") makes it an episode, not a time
@@ -150,7 +152,7 @@ class Facts:
 
     @classmethod
     def of(cls, photos) -> "Facts":
-        people, albums, cameras, tags, titles, whens = {}, {}, {}, {}, {}, []
+        people, albums, cameras, tags, titles, whens, file_whens = {}, {}, {}, {}, {}, [], []
         for p in photos:
             for x in p.people:
                 people[x] = 1
@@ -163,8 +165,9 @@ class Facts:
                 tags[t] = 1
             if p.title:
                 titles[p.title] = 1
-            if p.when is not None:
-                whens.append(p.when)
+            if p.when is not None:  # a file's time is when it was written (a copy, an edit): counted only without others
+                (file_whens if p.meta.get("time_source") == "file:mtime" else whens).append(p.when)
+        whens = whens or file_whens
         return cls(list(people), list(albums), list(cameras), list(tags), list(titles), max(whens) if whens else None)
 
 
@@ -279,6 +282,13 @@ class _Reader:
             self.notes.append(f"read '{' '.join(m.group(0).split())}' as the span from {_fmt(a[0])} to {_fmt(b[1])}")
         return self._date("date", (a[0], b[1]))
 
+    def _month_range(self, m: re.Match) -> list[Condition] | None:
+        """``between March and May 2019``: the months of one year (a range that wraps, ``from
+        November to February 2009``, starts in the year before)."""
+        y, a, b = int(m.group("y")), MONTHS[m.group("m1").lower()], MONTHS[m.group("m2").lower()]
+        start = datetime(y if a <= b else y - 1, a, 1)
+        return self._date("date", (start, month_period(y, b)[1]))
+
     def _bound(self, m: re.Match) -> list[Condition] | None:
         p = date_value(m.group("d"))
         if p is None:
@@ -301,6 +311,8 @@ class _Reader:
         self.sub(r"\b(?P<n>\d+|one|two|three|four|five|six|seven|eight|nine|ten|a|an)\s+(?P<unit>years?|months?)\s+ago\b", self._ago)
         self.sub(r"\b(?:in|over|during|within|from)?\s*the\s+(?:last|past)\s+(?P<n>\d+|two|three|four|five|six|seven|eight|nine|ten)"
                  r"\s+(?P<unit>years|months|weeks|days)\b", self._past)
+        self.sub(rf"{PREP}\b(?:between\s+|from\s+)?(?P<m1>{_MONTH_RX})\.?(?:\s*(?:-|–)\s*|\s+(?:and|to|until|till|through|thru)\s+)"
+                 rf"(?P<m2>{_MONTH_RX})\.?,?\s+(?:of\s+)?(?P<y>(?:18|19|20)\d{{2}})\b", self._month_range)
         self.sub(rf"{PREP}\bbetween\s+(?P<a>{_DV})\s+and\s+(?P<b>{_DV})", self._range)
         self.sub(rf"{PREP}\bfrom\s+(?P<a>{_DV})\s+(?:to|until|till|through|thru)\s+(?P<b>{_DV})", self._range)
         self.sub(rf"{PREP}\b(?:the\s+)?(?P<c>(?:18|19|20)\d)0s\b",
@@ -449,6 +461,17 @@ class _Reader:
                      lambda m: [Condition("keyword", f"tag = {_quote(self._canon(m.group('k'), tags))}", "")])
         self.sub(r"\b(?:tagged|keyword|with\s+the\s+tag|with\s+the\s+keyword)\s+[\"“'](?P<k>[^\"”']+)[\"”']",
                  lambda m: [Condition("keyword", f"tag ~ {_quote(m.group('k'))}", "")])
+        # "tagged volcano": an explicit keyword that no photo has is still a keyword condition (it keeps
+        # no photo, and the answer says so) rather than a guess by the eyes
+        stop = (r"(?:from|in|on|at|during|taken|shot|with|without|and|or|but|not|between|before|after|since|until|by|of|near"
+                r"|that|which|where|when|people|persons|faces|someone|anyone|photos?|pictures?|images?)\b")
+        self.sub(rf"\b(?:tagged|labell?ed|(?:with\s+)?(?:the\s+)?(?:tag|keyword))\s+(?:with\s+|as\s+)?(?:the\s+)?(?!{stop})"
+                 rf"(?P<k>[^\W\d_][\w'-]*(?:\s+(?!{stop})[^\W\d_][\w'-]*){{0,2}})",
+                 lambda m: self._unknown_keyword(m.group("k")))
+
+    def _unknown_keyword(self, word: str) -> list[Condition]:
+        self.notes.append(f"'{word}' is read as a keyword; no photo of this collection has it")
+        return [Condition("keyword", f"tag = {_quote(word)}", "")]
 
     def titles(self) -> None:
         self.sub(r"(?:\b(?:with\s+)?(?:the\s+)?(?:titled|entitled|title|called|named|captioned|described\s+as|description)\s+)[\"“'](?P<x>[^\"”']+)[\"”']",
@@ -473,7 +496,8 @@ class _Reader:
                     break
         positive: list[tuple[str, str]] = []
         for p in found:
-            m = re.search(NEG + r"(?:\b(?:taken|shot|photographed)\s+)?(?:\b(?:in|at|from|to|near|around|of)\s+(?:the\s+)?)?\b"
+            m = re.search(NEG + r"(?:\b(?:taken|shot|photographed)\s+)?(?:\b(?:in|at|from|to|near|around|of|" + FOREIGN_PREP
+                          + r")\s+(?:the\s+)?)?\b"
                           + re.escape(p) + r"\b", self.t, re.I)
             if not m:
                 continue
@@ -520,10 +544,16 @@ _HOLIDAY = re.compile(r"\b(?:christmas|easter|thanksgiving|halloween|new\s+year'
                       r"tomorrow|recently|lately|ago|last\s+\w+|next\s+\w+|earlier|later)\b", re.I)
 
 
+#: an elided article or preposition before a capitalised name ("photos d'Italie", "foto dall'Italia") is split off
+_ELIDED = {"d": "de", "l": "la", "dall": "dalla", "dell": "della", "nell": "nella", "all": "alla"}
+_ELISION = re.compile(r"\b(d|l|dall|dell|nell|all)['’](?=[A-ZÀ-Þ])", re.I)
+
+
 def parse_conditions(text: str, gazetteer: Gazetteer, facts: Facts | None = None, *,
                      min_population: int = 15000) -> Parsed:
     """The metadata conditions of ``text`` (see the module docstring)."""
-    r = _Reader(" ".join(str(text).split()), gazetteer, facts or Facts(), min_population)
+    text = _ELISION.sub(lambda m: _ELIDED[m.group(1).lower()] + " ", " ".join(str(text).split()))
+    r = _Reader(text, gazetteer, facts or Facts(), min_population)
     count = False
     m = re.search(r"\b(?:how\s+many|number\s+of|count(?:\s+the)?|total\s+of)\b", r.t, re.I)
     if m:

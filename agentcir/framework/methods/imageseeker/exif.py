@@ -19,7 +19,8 @@ album           the folder of the photo relative to the indexed root (folder = a
                 ``albums`` adds XMP album names (``xmpDM:album``) when present
 people          names of XMP face regions (MWG ``mwg-rs:Name`` of ``Type=Face``, Microsoft
                 ``MPReg:PersonDisplayName``) and ``People/...`` hierarchical tags
-tags            XMP ``dc:subject`` keywords and hierarchical tags that are not people
+tags            XMP ``dc:subject`` keywords and hierarchical tags that are not people, IPTC-IIM
+                keywords (JPEG, TIFF)
 title,          XMP ``dc:title`` / ``dc:description``, EXIF ImageDescription
 description
 rating          XMP ``xmp:Rating``
@@ -206,6 +207,28 @@ def read_exif(path: str | os.PathLike) -> dict[str, Any]:
 
 
 # -- XMP -----------------------------------------------------------------------------------------
+def read_iptc_keywords(path: str | os.PathLike) -> list[str]:
+    """The IPTC-IIM keywords (record 2, dataset 25) of a JPEG or TIFF, as Pillow reads them; ``[]``
+    when the file has none or is not such an image. UTF-8, else Latin-1."""
+    from PIL import Image, IptcImagePlugin
+
+    p = Path(path)
+    if p.suffix.lower() not in (".jpg", ".jpeg", ".jpe", ".tif", ".tiff"):
+        return []
+    with Image.open(p) as im:
+        info = IptcImagePlugin.getiptcinfo(im) or {}
+    raw = info.get((2, 25))
+    out = []
+    for v in raw if isinstance(raw, list) else [raw] if raw else []:
+        try:
+            text = v.decode("utf-8")
+        except UnicodeDecodeError:
+            text = v.decode("latin-1")
+        if text.strip():
+            out.append(text.strip())
+    return list(dict.fromkeys(out))
+
+
 def _decode_xmp(raw: bytes) -> str | None:
     if raw[:2] in (b"\xff\xfe", b"\xfe\xff") or (len(raw) > 1 and (raw[0] == 0 or raw[1] == 0)):
         enc = "utf-16-be" if raw[:2] == b"\xfe\xff" or (raw[0] == 0) else "utf-16-le"
@@ -373,6 +396,10 @@ def read_metadata(path: str | os.PathLike, *, root: str | os.PathLike | None = N
                 xmp[k] = list(dict.fromkeys([*xmp.get(k, []), *v]))
             else:
                 xmp.setdefault(k, v)
+    try:
+        xmp["tags"] = list(dict.fromkeys([*xmp["tags"], *read_iptc_keywords(p)]))
+    except Exception as e:  # a broken IPTC block: keep going without its keywords
+        problems.append(f"IPTC unreadable ({type(e).__name__}: {str(e)[:120]})")
     # time
     candidates = [("exif:DateTimeOriginal", exif.get("DateTimeOriginal")), ("exif:DateTimeDigitized", exif.get("DateTimeDigitized")),
                   ("xmp:photoshop:DateCreated", xmp.get("DateCreated")), ("xmp:exif:DateTimeOriginal", xmp.get("DateTimeOriginal")),

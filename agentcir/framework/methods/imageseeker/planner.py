@@ -63,10 +63,17 @@ _FILLER = re.compile(r"\b(?:the|a|an|some|my|our|all|every|each|those|these|that
                      r"of|i|we|me|us|also|too|again|find|show|get|give|please|which|where|when|same|one|ones|"
                      r"with|were|was|taken|took|"
                      + "|".join(_EPISODE_WORDS) + r")\b", re.I)
+#: question words of other languages ("fotos de Italia", "Bilder aus Deutschland", "photos prises en Italie")
+_FOREIGN = (r"fotos?|fotograf[ií]as?|fotografie|bilder|bild|aufnahmen|im[aá]genes|immagini|de|del|della|da|dal|dalla|di|aus|von|en|"
+            r"nella|alla|"
+            r"desde|dans|nach|uit|em|do|na|tomadas?|hechas?|sacadas?|prises?|gemacht|aufgenommen|scattate|fatte|genomen|"
+            r"meine|mis|mes|mijn|le|les|la|las|los|die|der|das|el|il|alle|todas|toutes|tutte|und|y|et|ou|oder|"
+            r"alguna|algo|etwas|quelque|qualcosa")
 #: words that carry no visual content once the metadata conditions are read
 _NOT_VISUAL = re.compile(r"\b(?:from|in|on|at|by|to|near|during|taken|shot|shoot|snap|captured|see|view|look|let|may|can|could|would|how|many|did|do|does|have|has|had|take|"
                          r"are|is|am|be|been|there|show|list|count|number|and|or|but|any|photographs?|pics?|camera|phone|"
-                         r"what|who|whose|them|it|total|made|snapped|all|only|just|either|both|nor|while|then|than|everything|anything|stuff)\b", re.I)
+                         r"what|who|whose|them|it|total|made|snapped|all|only|just|either|both|nor|while|then|than|everything|anything|stuff|"
+                         + _FOREIGN + r")\b", re.I)
 #: the order in which conditions are applied and written (places and dates first)
 _KIND_ORDER = {"place": 0, "date": 1, "time": 2, "weekday": 3}
 
@@ -200,6 +207,10 @@ class PlanConfig:
     #: a candidate also passes the visual check when its similarity to the phrase lies this many
     #: standard deviations above the mean over all the user's photos (needs a scorer)
     visual_z: float = 2.0
+    #: ``calibrated``: a target candidate passes when its similarity clears the calibrated threshold
+    #: (the answer is the ranking cut there); ``checked``: also when the eyes confirm it; ``auto``:
+    #: the planner's ``pass_rule`` decides per phrase (``calibrated`` without one)
+    visual_pass: str = "calibrated"
 
 
 @dataclass
@@ -212,13 +223,17 @@ class PlanResult:
     filters: list[dict] = field(default_factory=list)
     #: the visual check: phrase, candidates, passed, threshold (None when the question has no visual part)
     visual: dict | None = None
+    #: why no photo is answered ("no photo matches: ...", naming the filter or check that kept none); None otherwise
+    no_match: str | None = None
 
 
 class OfflinePlanner:
     """Executes a :class:`Decomposition` with a :class:`Toolbox` (see the module docstring)."""
 
-    def __init__(self, toolbox: Toolbox, verify: Verifier, cfg: PlanConfig | None = None, *, scorer: Scorer | None = None):
+    def __init__(self, toolbox: Toolbox, verify: Verifier, cfg: PlanConfig | None = None, *, scorer: Scorer | None = None,
+                 pass_rule: Callable[[str], str] | None = None):
         self.tb = toolbox
+        self.pass_rule = pass_rule
         self.verify = verify
         self.scorer = scorer
         self.cfg = cfg or PlanConfig()
@@ -277,8 +292,14 @@ class OfflinePlanner:
         ids = self.tb.subsets.ids(subset)[: self.cfg.verify_max]
         good: set[str] = set(ids[:keep_top])
         above, cut = await self._calibrated(phrase)
+        rule = self.cfg.visual_pass
+        if rule == "auto":
+            rule = self.pass_rule(phrase) if self.pass_rule else "calibrated"
+        calibrated = save_as == "answer" and rule == "calibrated" and cut is not None
+        if calibrated:  # the ranking (image_search's order) cut at the threshold: every candidate, not only those viewed
+            ids = self.tb.subsets.ids(subset)
         good |= above & set(ids)
-        for start in range(0, len(ids), 20):
+        for start in range(0, 0 if calibrated else len(ids), 20):
             batch = ids[start:start + 20]
             view = await self._call("view_photos", ids=batch, max=20)
             if view.error:
@@ -289,7 +310,8 @@ class OfflinePlanner:
         keep = [i for i in ids if i in good]
         if save_as == "answer":
             self.visual = {"phrase": phrase, "candidates": len(ids), "passed": len(keep), "calibrated_above": len(above & set(ids)),
-                           "threshold": None if cut is None else round(cut, 4), "visual_z": self.cfg.visual_z}
+                           "threshold": None if cut is None else round(cut, 4), "visual_z": self.cfg.visual_z,
+                           "pass": "calibrated" if calibrated else "checked"}
         if not keep:
             return [], None
         quoted = ", ".join(f'"{i}"' for i in keep)
@@ -336,14 +358,14 @@ class OfflinePlanner:
                     why.append(f"'{d.clue}' seen in {sum(stats[e][0] for e in events)} photo(s) of event(s) {', '.join(events)}")
         elif scope and not d.target:   # metadata only: the answer is every photo that matches
             ids = self.tb.subsets.ids(scope)
-            why.append(f"{len(ids)} photo(s) match every condition" if ids else "no photo matches every condition")
+            why.append(f"{len(ids)} photo(s) match every condition" if ids else self._emptied())
             return await self._answer(d, ids, scope, why)
         elif not d.target:   # neither a condition nor anything visual: every photo
             ids = self.tb.c.ids
             why.append(f"the question names no condition and nothing to look for: all {len(ids)} photos")
             return await self._answer(d, ids, None, why)
         elif scope and not matched:
-            why.append("no photo matches every condition")
+            why.append(self._emptied())
             return await self._answer(d, [], scope, why)
         if not d.target:   # an episode question without a target: the episode's photos
             ids = self.tb.subsets.ids(scope) if scope else []
@@ -364,11 +386,26 @@ class OfflinePlanner:
         else:
             ids = self.tb.subsets.ids("target_candidates")[: self.cfg.min_answer]
             saved = "target_candidates"
-            why.append(f"no photo passed the visual check of '{d.target}'; answering with the top {len(ids)} candidate(s)")
+            check = (f"the visual check of '{d.target}'" + (f" (similarity threshold {v['threshold']}: mean + {self.cfg.visual_z} "
+                                                             f"sd over all {len(self.tb.c)} photos)" if v.get("threshold") is not None else ""))
+            if ids:
+                why.append(f"no photo passed {check}; answering with the top {len(ids)} candidate(s)")
+            else:
+                why.append(f"no photo matches: none of the {v.get('candidates', 0)} candidate(s)" + (" within those photos" if scope else "")
+                           + f" passed {check}")
         return await self._answer(d, ids, saved, why)
+
+    def _emptied(self) -> str:
+        """"no photo matches: ..." naming the first condition that kept no photo (and what it was applied to)."""
+        f = next((f for f in self.filters if f.get("kept") == 0), None)
+        if f is None:
+            return "no photo matches every condition"
+        return f"no photo matches: {f['condition']} kept none of the {f['of']} photo(s)" + (
+            " that matched the conditions before it" if f is not self.filters[0] else "")
 
     async def _answer(self, d: Decomposition, ids: list[str], subset: str | None, why: list[str]) -> PlanResult:
         if d.count:
             why.insert(0, f"{len(ids)} photo(s)")
         await self._call("answer", ids=list(ids), subset=None, reasoning="; ".join(why))
-        return PlanResult(list(ids), "; ".join(dict.fromkeys(why + self.notes)), subset, d, self.filters, self.visual)
+        no_match = None if ids else next((w for w in why if w.startswith("no photo matches")), "no photo matches")
+        return PlanResult(list(ids), "; ".join(dict.fromkeys(why + self.notes)), subset, d, self.filters, self.visual, no_match)

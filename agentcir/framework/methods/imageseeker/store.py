@@ -14,6 +14,7 @@ photoset per album (or stay alone). An event id is ``<user>/e<n>``.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Iterable, Sequence
@@ -102,6 +103,24 @@ def photo_from_meta(item_id: str, row: int, path: str, meta: dict[str, Any]) -> 
                  description=str(meta.get("description") or ""), rating=num(meta.get("rating")), meta=dict(meta))
 
 
+#: ``time_source`` of a photo dated by its file's modification time (no date in its metadata)
+FILE_TIME_SOURCE = "file:mtime"
+
+
+def date_by_file(photo: Photo) -> bool:
+    """Date a photo that has no date in its metadata by its file's modification time (local time),
+    the last resort of the date sources; ``time_source`` becomes :data:`FILE_TIME_SOURCE`. False
+    when the file cannot be read."""
+    try:
+        mtime = os.stat(photo.path).st_mtime
+    except OSError:
+        return False
+    photo.when = datetime.fromtimestamp(mtime).replace(microsecond=0)
+    photo.meta["taken_time"] = format_timestamp(photo.when)
+    photo.meta["time_source"] = FILE_TIME_SOURCE
+    return True
+
+
 class PhotoCollection:
     """One user's photos (see the module docstring).
 
@@ -109,15 +128,21 @@ class PhotoCollection:
         gallery: the indexed gallery.
         user: the user id (``None``: every photo of the gallery).
         event_gap_hours: a gap longer than this between consecutive photos starts a new event.
+        file_dates: date a photo whose metadata has no date by its file's modification time
+            (:func:`date_by_file`; the metadata's sources come first, see :mod:`.exif`).
     """
 
-    def __init__(self, gallery, user: str | None = None, *, event_gap_hours: float = 24.0):
+    def __init__(self, gallery, user: str | None = None, *, event_gap_hours: float = 24.0, file_dates: bool = True):
         self.gallery = gallery
         self.user = user
         rows = [r for r, it in enumerate(gallery.items) if user is None or str(it.meta.get("user")) == str(user)]
         if not rows:
             raise InputError(f"user '{user}' has no photos in gallery '{gallery.root}'")
         self.photos = [photo_from_meta(gallery.ids[r], r, gallery.paths[r], gallery.items[r].meta) for r in rows]
+        if file_dates:
+            for p in self.photos:
+                if p.when is None:
+                    date_by_file(p)
         self._by_id = {p.id: i for i, p in enumerate(self.photos)}
         self.rows = np.array(rows, dtype=np.int64)
         self._emb: np.ndarray | None = None

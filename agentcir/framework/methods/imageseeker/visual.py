@@ -20,6 +20,7 @@ import numpy as np
 from ...vocab import load_vocab
 
 PROMPT = "a photo of {}"
+_FUNCTION_WORDS = {"a", "an", "the", "of", "some", "any", "one", "pair", "pairs", "photo", "photos", "picture", "pictures"}
 
 
 @dataclass
@@ -48,6 +49,18 @@ class ClueVocabulary:
             if any(f" {s} " in low or f" {s}s " in low for s in group):
                 out.add(g)
         return out
+
+    def asks_more(self, phrase: str) -> bool:
+        """Whether ``phrase`` names a vocabulary term *and* asks more than it ("red t-shirts for
+        women": a colour and whom it is for). :meth:`rank_of` leaves the term's own group out of
+        the competition, so it confirms any photo of the category and cannot check the rest; a
+        phrase of vocabulary terms only ("a hat") or of none ("a helicopter") it checks as asked."""
+        groups = self.group_of(phrase)
+        if not groups:
+            return False
+        known = {w for g in groups for s in self.synonyms[g] for w in s.split()}
+        words = re.findall(r"[a-z0-9-]+", phrase.lower())
+        return any(w not in known and w[:-1] not in known and w[:-2] not in known and w not in _FUNCTION_WORDS for w in words)
 
     def tags(self, photo_emb: np.ndarray, top: int = 2) -> list[list[tuple[str, float]]]:
         """Top ``top`` terms per photo with their cosine."""
