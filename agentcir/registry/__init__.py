@@ -75,6 +75,7 @@ METHODS = Registry("method", {
     "xr": f"{_F}.methods.xr",
     "autocir": f"{_F}.methods.autocir",
     "imagescope": f"{_F}.methods.imagescope",
+    "wiser": f"{_F}.methods.wiser",
     "imageseeker": f"{_F}.methods.imageseeker.agent",
     "history_topk": f"{_F}.methods.imageseeker.baseline",
 })
