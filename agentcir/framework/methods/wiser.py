@@ -124,6 +124,14 @@ def says_stop(text: str, *, upstream_compat: bool = False) -> bool:
     return STOP_PHRASE in text if upstream_compat else STOP_PHRASE.lower() in text.lower()
 
 
+def refine_step(check_reply: str, *, upstream_compat: bool = False) -> tuple[bool, str]:
+    """Whether an open path is refined after the refiner's ``check_reply``, and the suggestion: the
+    extracted suggestion (the whole reply when none is found); refined when it holds no stop phrase
+    and is not empty (the released ``need_text_modify`` / ``need_image_modify``)."""
+    sugg = extract_suggestions(check_reply, upstream_compat=upstream_compat) or str(check_reply or "")
+    return (not says_stop(sugg, upstream_compat=upstream_compat) and sugg != ""), sugg
+
+
 def combined_instruction(modification: str, suggestion: str) -> str:
     """The released refinement instruction: ``"<modification> and <suggestion>."`` with
     ``'.?, '`` stripped from the modification's ends and ``'.?,"\\' '`` from the suggestion's."""
@@ -326,8 +334,7 @@ class WISER(Method):
                                            prompt=getattr(c, f"check_{path}_prompt"),
                                            variables={"reference_caption": ref_cap, "modification": q.text,
                                                       "retrieved_caption": caps[row_of[pseudo]] if pseudo else ""})
-                    sugg = extract_suggestions(check, upstream_compat=c.upstream_compat) or check
-                    need = not says_stop(sugg, upstream_compat=c.upstream_compat) and sugg != ""
+                    need, sugg = refine_step(check, upstream_compat=c.upstream_compat)
                     rec["verdict"][path] = check
                     rec["suggestions"][path] = sugg if need else STOP_PHRASE
                     rec["stopped"][path] = not need
