@@ -1,6 +1,7 @@
 """WISER beside the authors' released code (Physicsmile/WISER), on the same inputs and replies.
 
-    python benchmarks/upstream_wiser.py --wiser PATH/TO/WISER
+    python benchmarks/upstream_wiser.py --wiser PATH/TO/WISER                        # the side-by-side check
+    python benchmarks/upstream_wiser.py --wiser PATH --export-prompts DIR            # the authors' prompts as files
 
 The check loads, from the checkout (never vendored), ``extract_suggestions``,
 ``LLM_modify_editimg_caption``, ``get_pseudo_targets`` and ``LLM_remodify_editimg_caption`` of
@@ -17,6 +18,11 @@ are asked), and runs them beside :mod:`agentcir.framework.methods.wiser`'s funct
   ``Suggestions:``, no marker, empty) -> which paths are refined, the instruction the caption editor and
   the image editor get, the image edited (the reference), the new descriptions;
 - both paths' candidate lists with confidences -> the fused ranking (sum, max, t2i, name).
+
+``--export-prompts DIR`` writes ``describe.txt`` and ``redescribe.txt`` (the caption editor's two
+prompts around the released base prompt of ``src/prompts.py``, ``--base``), ``check_t2i.txt``,
+``check_i2i.txt`` (the refiner's) and ``verify.txt`` (the local verifier's) with the authors' wording
+and this project's ``{{placeholders}}``; run WISER with them by ``method.prompts=DIR``.
 
 Equal: every one of those. Without ``upstream_compat`` the readings differ where docs/upstream.md
 says; the count is printed. Exit status 0 when the compat reading equals the released one.
@@ -229,12 +235,69 @@ def check(checkout: Path) -> dict:
             "upstream_compat": compare(theirs, ours(True)), "correct": compare(theirs, ours(False))}
 
 
+def _verifier_prompt(checkout: Path) -> str:
+    """The local verifier's prompt (an f-string inside ``VQAModelHandler._chat_local``), its
+    instruction replaced by ``{{modification}}``."""
+    import ast
+
+    tree = ast.parse((checkout / "src" / "get_pseudo_targets.py").read_text(encoding="utf-8"))
+    for node in ast.walk(tree):
+        if isinstance(node, ast.JoinedStr):
+            parts = [v.value if isinstance(v, ast.Constant) else "{{modification}}" for v in node.values]
+            text = "".join(parts)
+            if "strict visual verifier" in text:
+                return text
+    raise SystemExit(f"{checkout}/src/get_pseudo_targets.py: no verifier prompt found")
+
+
+def export_prompts(checkout: Path, out: Path, base_name: str = "structural_modifier_prompt") -> list[Path]:
+    """The authors' five prompts with this project's placeholders (method.prompts=DIR)."""
+    import runpy
+
+    prompts = runpy.run_path(str(checkout / "src" / "prompts.py"))
+    if base_name not in prompts:
+        raise SystemExit(f"{checkout}/src/prompts.py has no prompt '{base_name}'; it has: "
+                         f"{', '.join(k for k, v in prompts.items() if isinstance(v, str) and not k.startswith('_'))}")
+    base = prompts[base_name]
+    ns = {"json": json, "torch": types.SimpleNamespace(device=object), "Enum": object, "auto": lambda: 0}
+    handler = load_defs(checkout / "src" / "check_prompt.py", ["ModelHandler"], ns)["ModelHandler"]
+    args = ("{{reference_caption}}", "{{modification}}", "{{retrieved_caption}}")
+    bagel = Bagel()
+    bagel.generate_caption = lambda prompt: bagel.prompts.append(prompt) or ""  # type: ignore[method-assign]
+    import tqdm
+
+    fns = load_defs(checkout / "src" / "utils.py", ["extract_suggestions", "LLM_remodify_editimg_caption"],
+                    {"tqdm": tqdm, "os": os, "prompts": types.SimpleNamespace(base=base)})
+    fns["LLM_remodify_editimg_caption"](
+        bagel_editor=bagel, LLM_model_name="bagel", llm_prompt_args="prompts.base", last_captions=[""],
+        last_img_pths=[""], ref_img_paths=[""], all_captions=["{{reference_caption}}"], relative_captions=["@@M@@"],
+        t2i_suggestions=["Suggestion: @@S@@"], i2i_suggestions=[""], openai_key="", device="cpu",
+        txt_check_index=[True], img_check_index=[False], reference_names=["r"], target_names=["t"], query_ids=[],
+        edited_image_dir=str(out), loop=1, task="t", dataset_path=str(out))
+    redescribe = bagel.prompts[0].replace("@@M@@ and @@S@@.", "{{instruction}}")
+    files = {"describe.txt": base + "\nImage Content: {{reference_caption}}\nInstruction: {{instruction}}",
+             "redescribe.txt": redescribe,
+             "check_t2i.txt": handler._generate_t2i_check_prompt(None, *args),
+             "check_i2i.txt": handler._generate_i2i_check_prompt(None, *args),
+             "verify.txt": _verifier_prompt(checkout)}
+    out.mkdir(parents=True, exist_ok=True)
+    for name, text in files.items():
+        (out / name).write_text(text, encoding="utf-8")
+    return [out / n for n in files]
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--wiser", type=Path, required=True, help="a checkout of Physicsmile/WISER")
+    ap.add_argument("--export-prompts", type=Path, help="write the authors' prompts as prompt files into this folder")
+    ap.add_argument("--base", default="structural_modifier_prompt", help="the released base prompt of the caption editor")
     args = ap.parse_args(argv)
     if not (args.wiser / "src" / "utils.py").is_file():
         ap.error(f"--wiser {args.wiser}: not a WISER checkout (no src/utils.py)")
+    if args.export_prompts:
+        for f in export_prompts(args.wiser, args.export_prompts, args.base):
+            print(f"wrote {f}")
+        return 0
     res = check(args.wiser)
     print(f"WISER: {res['queries']} queries; paths settled by the verifier (t2i): {res['settled']}; "
           f"refined: t2i {res['refined_t2i']}, i2i {res['refined_i2i']}")
