@@ -54,6 +54,7 @@ written with this project's ``{{placeholders}}``).
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 from typing import Any, ClassVar, Sequence
@@ -177,7 +178,9 @@ def fuse_two_paths(names1: Sequence[str], conf1: Sequence[float], names2: Sequen
 
 
 # -- offline replies (the rules LLM and the scripted endpoint) -----------------------------------------
+@functools.lru_cache(maxsize=1)
 def _rules():
+    """The offline rules LLM whose AutoCIR replies the WISER repliers reuse (built once)."""
     from ...registry import LLMS
 
     return LLMS.build("rules", {})
