@@ -21,7 +21,7 @@ from agentcir.framework.methods.wiser import (PROMPT_FILES, STOP_PHRASE, best_ca
 from agentcir.framework.recipe import compose
 from agentcir.framework.runner import run_recipe
 from agentcir.framework.shards import ShardedGallery
-from tests.framework.methods.test_autocir_imagescope_runs import SHARED, no_call, recipe
+from tests.framework.methods.test_autocir_imagescope_runs import SHARED, no_call, recipe, sweep  # noqa: F401 (sweep: a fixture)
 from tests.framework.test_resume_points import cut_after
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -173,3 +173,19 @@ def test_agentcir_search_shows_the_loop(plugin_env, image_folder, tmp_path):
     trace = out["trace"]
     assert len(out["hits"]) == 3 and trace["search"]["method"] == "wiser"
     assert {"round0", "round1"} <= set(trace) and "suggestions" in trace["round1"] and "fused" in trace["round0"]
+
+
+@pytest.mark.slow
+def test_sigkill_inside_a_model_stage_and_after_a_boundary(sweep):
+    """Real SIGKILLs of ``agentcir run`` (WISER with the recolour editor) talking to the scripted
+    server as a slow OpenAI-compatible endpoint: after the first two stage boundaries and inside a
+    stage; each rerun finishes with the metrics of an uninterrupted run and repeats at most
+    ``run.concurrency`` model calls (a negative count: the uninterrupted reference run retried a
+    request that timed out on a loaded machine, so it made more requests than the killed runs)."""
+    sweep.kills("wiser", inside=1, boundaries=2)
+    rows = [r for r in sweep.done.values() if r["scenario"].split()[1] == "wiser"]
+    assert len(rows) == 3
+    for r in rows:
+        assert r["tried"] == 1 and r["identical"] == 1, r
+        assert r["tracebacks"] == 0 and r["failed_queries"] == 0, r
+        assert r["repeated_calls"] <= sweep.concurrency, r
