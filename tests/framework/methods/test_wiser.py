@@ -21,7 +21,7 @@ from agentcir.framework.methods.wiser import (PROMPT_FILES, STOP_PHRASE, best_ca
 from agentcir.framework.recipe import compose
 from agentcir.framework.runner import run_recipe
 from agentcir.framework.shards import ShardedGallery
-from tests.framework.methods.test_autocir_imagescope_runs import SHARED, no_call, recipe, sweep  # noqa: F401 (sweep: a fixture)
+from tests.framework.methods.test_autocir_imagescope_runs import SHARED, no_call, recipe
 from tests.framework.test_resume_points import cut_after
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -173,6 +173,14 @@ def test_agentcir_search_shows_the_loop(plugin_env, image_folder, tmp_path):
     trace = out["trace"]
     assert len(out["hits"]) == 3 and trace["search"]["method"] == "wiser"
     assert {"round0", "round1"} <= set(trace) and "suggestions" in trace["round1"] and "fused" in trace["round0"]
+
+
+@pytest.fixture(scope="module")
+def sweep(plugin_path, tmp_path_factory):
+    """The fault sweep of ``benchmarks/fault_sweep.py`` (as the AutoCIR / ImageScope runs use it)."""
+    from tests.framework.methods import test_autocir_imagescope_runs as runs
+
+    yield from runs.sweep.__wrapped__(plugin_path, tmp_path_factory)
 
 
 @pytest.mark.slow
