@@ -236,6 +236,9 @@ class WISER(Method):
 
     requires: ClassVar[tuple[str, ...]] = ("encoder", "llm", "captioner")
     optional: ClassVar[tuple[str, ...]] = ("editor",)
+    needs: ClassVar[dict[str, tuple[str, ...]]] = {"llm": ("task:wiser_describe", "task:wiser_redescribe",
+                                                           "task:wiser_check_t2i", "task:wiser_check_i2i",
+                                                           "task:wiser_verify")}
     needs_captions: ClassVar[bool] = True
     prompt_fields: ClassVar[tuple[str, ...]] = tuple(PROMPT_FILES)
 
