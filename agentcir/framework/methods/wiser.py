@@ -36,7 +36,12 @@ Stages (each leaves a snapshot, so the report shows the fused ranking after ever
 The ranking of every round is the released multi-level fusion (:func:`fuse_two_paths`): the union
 of both paths' candidates, ordered by the sum of the two confidences (0 where a path lacks the
 candidate), then the larger one, then the t2i one, then the gallery id (the released ``x[0]``, the
-image name). The ranking holds only that union (at most ``2 * top_n`` items), as released.
+image name). The ranking holds only that union (at most ``2 * top_n`` items), as released. The
+released code fuses, after the loop, the candidates it verified at the *start* of the last round (the
+verification after the last re-retrieval updates the pseudo targets but not the lists it fuses), so
+with ``max_check_num`` 1 its final ranking is round 0's; ``upstream_compat=true`` does the same (the
+last stage's ranking is the previous round's fusion); by default each round ranks by its own
+verification.
 
 Reply reading: correct by default; ``upstream_compat=true`` reads replies as released: an
 ``Edited Description:`` line keeps only the text up to the next colon; the suggestion is found on a
@@ -373,8 +378,11 @@ class WISER(Method):
         width = max(1, 2 * c.top_n)
         ids = np.full((len(state.queries), width), -1, np.int32)
         scores = np.full((len(state.queries), width), -np.inf, np.float32)
+        # released: the final ranking fuses the candidates verified at the start of the last round (its
+        # get_pseudo_targets output goes to candidates1/2; the one after the re-retrieval does not)
+        source = f"round{r - 1}" if c.upstream_compat and r == c.max_check_num and r > 0 else f"round{r}"
         for i, q in enumerate(state.queries):
-            rec = state.record(q, f"round{r}")
+            rec = state.record(q, source)
             fused = fuse_two_paths(rec["t2i"]["ids"], rec["t2i"]["confidence"], rec["i2i"]["ids"],
                                    rec["i2i"]["confidence"])
             for j, (name, s) in enumerate(fused[:width]):

@@ -104,6 +104,20 @@ def test_fusion_is_the_ranking_and_edits_feed_the_image_path(plugin_path, tmp_pa
     assert images == [str(q.reference[0]) for q in plain.state.queries]  # no editor: the reference itself
 
 
+def test_upstream_compat_final_ranking_is_the_previous_rounds_fusion(plugin_path, tmp_path):
+    """Released: after the loop, the lists verified at the start of the last round are fused (the
+    last re-retrieval's verification does not reach them); by default the last round ranks by its own."""
+    g_ids = None
+    for compat in (True, False):
+        res = run_recipe(recipe(tmp_path, *WISER, "method.max_check_num=1", f"method.upstream_compat={str(compat).lower()}"))
+        g_ids = res.state.gallery.ids
+        for i, q in enumerate(res.state.queries):
+            ranked = [g_ids[x] for x in res.candidates.ids[i] if x >= 0]
+            assert ranked == res.state.record(q, "round0" if compat else "round1")["fused"]
+        if compat:
+            assert np.array_equal(res.state.stage_candidates["round1"].ids, res.state.stage_candidates["round0"].ids)
+
+
 def test_three_local_shards_rank_as_one_process(plugin_path, tmp_path):
     single = run_recipe(recipe(tmp_path, *WISER))
     sharded = run_recipe(recipe(tmp_path, *WISER, "+scale=local", "scale.shards=3"))
