@@ -261,7 +261,7 @@ def render(summaries: dict[str, tuple[str, str, str]], queries: int) -> str:
             "CIRR's free-form instructions). AutoCIR's round counts are upper bounds: a query the corrector stops",
             "makes no re-planner call. WISER verifies the `top_n` (50) candidates of both paths in every round",
             "(up to 100 verifier calls per query and round; a candidate both paths hold is asked once) and makes",
-            "one image edit per query in round 0 and one per refined image path after it: its round-1 counts are",
+            "one image edit per query in `round0` and one per refined image path after it: its `round1` counts are",
             "upper bounds (a path the verifier settles, or the refiner stops, is not refined).", "",
             "`octopus_webvid_release` imports the release's target descriptions, enriched descriptions and",
             "generated-image features (`run.imports`), so only the text encoder runs (name it:",
