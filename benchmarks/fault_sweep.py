@@ -65,6 +65,7 @@ METHODS: dict[str, list[str]] = {
     "image_text_sum": ["method=image_text_sum"],
     "autocir": ["method=autocir", "method.max_check_num=2"],
     "imagescope": ["method=imagescope", "method.k=10"],
+    "wiser": ["method=wiser", "method.top_n=5", "editor=recolour"],
 }
 FAULTS = ("429", "500", "503", "hang", "reset", "truncate", "prose", "empty", "huge")
 BAD_200 = ("truncate", "prose", "empty")   # kind "bad200": one of these, drawn per faulted request

@@ -61,6 +61,11 @@ ROWS: list[tuple[str, str, str]] = [  # (bundle, table, row); the paper's number
     ("imagescope_fashioniq_l14", "ImageScope CIR", "FashionIQ average, ViT-L/14"),
     ("imagescope_cirr_l14", "ImageScope CIR", "CIRR, ViT-L/14"),
     ("imagescope_circo_l14", "ImageScope CIR", "CIRCO, ViT-L/14"),
+    ("wiser_circo_g14", "WISER main", "CIRCO test, ViT-G/14"),
+    ("wiser_circo_l14", "WISER main", "CIRCO test, ViT-L/14"),
+    ("wiser_cirr_g14", "WISER main", "CIRR test, ViT-G/14"),
+    ("wiser_cirr_l14", "WISER main", "CIRR test, ViT-L/14"),
+    ("wiser_fashioniq_g14", "WISER main", "FashionIQ average, ViT-G/14"),
 ]
 FULL_QUERIES = {"webvid": 2554, "fashioniq": 2017 + 2038 + 1961, "cirr": 4181, "circo": 220}
 FASHIONIQ_GALLERY = {"dress": 3817, "all": 3817 + 6346 + 5373}
@@ -160,7 +165,7 @@ def plan_row(bundle: str, roots: dict[str, Path], work: Path, queries: int) -> d
     from agentcir.framework.recipe import compose
 
     d = dataset_of(bundle)
-    small = d == "circo" and not (bundle.startswith(("octopus_t1_", "xr_circo_", "imagescope_circo_"))
+    small = d == "circo" and not (bundle.startswith(("octopus_t1_", "xr_circo_", "imagescope_circo_", "wiser_circo_"))
                                   or bundle == "octopus_t3_circo_full")
     root = roots["circo_small" if small else d]
     args = [*bundle_args(bundle), f"dataset.root={root}", f"dataset.limit={queries}", f"run.root={work / 'runs'}",
@@ -207,7 +212,10 @@ def render(summaries: dict[str, tuple[str, str, str]], queries: int) -> str:
            "Qwen-Image (a GPU); XR rows call InternVL3-8B behind an OpenAI-compatible server",
            "(`vllm serve OpenGVLab/InternVL3-8B`; `llm.base_url=...`). AutoCIR rows call GPT-4o-mini and BLIP-2",
            "OPT-6.7B (a GPU); ImageScope rows InternVL2-8B behind an OpenAI-compatible server, for all four of",
-           "the paper's roles (docs/upstream.md). FashionIQ rows are one category per run",
+           "the paper's roles (docs/upstream.md). WISER rows call GPT-4o for its caption editor, refiner and",
+           "verifier, and Qwen-Image-Edit (a GPU) as its image editor (docs/upstream.md); their CIRCO and CIRR",
+           "numbers are the test splits, scored by the benchmarks' servers (`dataset.split=test` / `test1`,",
+           "`agentcir eval RUN --submit DIR`). FashionIQ rows are one category per run",
            "(`dataset.category=dress|shirt|toptee`): the paper's number is the mean of the three",
            "(`agentcir eval RUN_DRESS RUN_SHIRT RUN_TOPTEE --compare`).", "",
            "**Model calls** are what `agentcir run --plan ...` reports (no model is called): the gallery-wide",
@@ -251,7 +259,10 @@ def render(summaries: dict[str, tuple[str, str, str]], queries: int) -> str:
             "query (verifier `check`), then judges up to `alpha` (3) candidates (verifier `verify`): 20 x",
             "propositions + 3 per query; the propositions planned here are the offline stand-in's (it finds few in",
             "CIRR's free-form instructions). AutoCIR's round counts are upper bounds: a query the corrector stops",
-            "makes no re-planner call.", "",
+            "makes no re-planner call. WISER verifies the `top_n` (50) candidates of both paths in every round",
+            "(up to 100 verifier calls per query and round; a candidate both paths hold is asked once) and makes",
+            "one image edit per query in `round0` and one per refined image path after it: its `round1` counts are",
+            "upper bounds (a path the verifier settles, or the refiner stops, is not refined).", "",
             "`octopus_webvid_release` imports the release's target descriptions, enriched descriptions and",
             "generated-image features (`run.imports`), so only the text encoder runs (name it:",
             "`encoder.text.name=open_clip encoder.text.model=ViT-L-14 encoder.text.pretrained=FILE`);",
