@@ -66,6 +66,7 @@ METHODS = Registry("method", {
     "ldre": f"{_F}.methods.baselines",
     "octopus": f"{_F}.methods.octopus",
     "xr": f"{_F}.methods.xr",
+    "paracosm": f"{_F}.methods.paracosm",
     "autocir": f"{_F}.methods.autocir",
     "imagescope": f"{_F}.methods.imagescope",
     "imageseeker": f"{_F}.methods.imageseeker.agent",
