@@ -17,7 +17,7 @@ Stages:
    description, drawing and batch of ``encode_batch`` embeddings is one cached call).
 2. ``imagine`` (per query): the ``editor`` edits the reference image by the instruction rendered
    from ``edit_prompt`` (``edit_shared_prompt`` for a query with a shared concept: CIRCO) -> the
-   "mental image"; the describer describes it in one sentence (``mental_prompt``); the query text is
+   "mental image" (``editor=none``: the reference image stands in for it); the describer describes it in one sentence (``mental_prompt``); the query text is
    the modification (``query_text=modification``: CIRR), both caption orders of FashionIQ
    (``both_orders``) or an LLM composition of the modification and the shared concept
    (``composed``: CIRCO's ``text_composed``, task ``paracosm_compose``).
@@ -163,8 +163,8 @@ class Paracosm(Method):
         compose_prompt: prompt of task ``paracosm_compose``.
     """
 
-    requires: ClassVar[tuple[str, ...]] = ("encoder", "editor", "generator")
-    optional: ClassVar[tuple[str, ...]] = ("llm", "captioner")
+    requires: ClassVar[tuple[str, ...]] = ("encoder", "generator")
+    optional: ClassVar[tuple[str, ...]] = ("editor", "llm", "captioner")
     prompt_fields: ClassVar[tuple[str, ...]] = ("edit_prompt", "edit_shared_prompt", "mental_prompt", "gallery_prompt",
                                                 "compose_prompt")
 
@@ -302,7 +302,10 @@ class Paracosm(Method):
             concept = str(q.meta.get("shared_concept") or "").strip()
             prompt = c.edit_shared_prompt if concept else c.edit_prompt
             instruction = load_prompt(prompt).render({"modification": q.text, "shared_concept": concept}).strip()
-            mental = await ctx.call(self.editor, "edit", image=Path(ref), instruction=instruction)
+            if self.editor is None:   # editor=none: the reference stands in for the mental image
+                mental = Path(ref)
+            else:
+                mental = await ctx.call(self.editor, "edit", image=Path(ref), instruction=instruction)
             if mental is None:
                 raise InputError(f"query '{q.id}': editor '{self.editor.registry_key}' made no image")
             description = await self._describe(ctx, Path(mental), "mental")
