@@ -359,7 +359,7 @@ def register(kind: str, name: str, *, config: type | None = None) -> Callable[[T
     """Class decorator: register a component of ``kind`` under ``name``.
 
     The class takes its ``Config`` dataclass (or ``config``) and the components it ``requires``;
-    ``kind`` is one of ``encoder``, ``llm``, ``captioner``, ``generator``, ``detector``,
+    ``kind`` is one of ``encoder``, ``llm``, ``captioner``, ``generator``, ``editor``, ``detector``,
     ``verifier``, ``memory``, ``method``, ``dataset``. The name is then selectable in any
     recipe (``encoder=mine``, ``encoder.dim=8``) with no recipe file: its ``Config`` defaults
     are the recipe. Registering the same class again (a notebook cell run twice) is allowed;
@@ -401,7 +401,7 @@ def list_components(kind: str | None = None) -> dict[str, builtins.list[str]] | 
         >>> ac.list("encoders")
         Traceback (most recent call last):
         ...
-        agentcir.errors.InputError: unknown component kind 'encoders'; kinds: encoder, llm, captioner, generator, detector, verifier, memory, method, dataset
+        agentcir.errors.InputError: unknown component kind 'encoders'; kinds: encoder, llm, captioner, generator, editor, detector, verifier, memory, method, dataset
     """
     from .registry import REGISTRIES
 

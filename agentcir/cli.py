@@ -446,7 +446,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="if another process is running in the same run directory, wait for it instead of failing")
 
     p = sub.add_parser("list", help="registered keys per component kind")
-    p.add_argument("kind", nargs="?", help="one kind (encoder, llm, captioner, generator, detector, verifier, memory, method, dataset)")
+    p.add_argument("kind", nargs="?", help="one kind (encoder, llm, captioner, generator, editor, detector, verifier, memory, method, dataset)")
     p.add_argument("--recipes-too", action="store_true", help="also list recipe files of each group")
 
     p = sub.add_parser("index", help="embed a folder of images into a gallery directory",

@@ -43,7 +43,7 @@ EXPERIMENTS = [*(f"octopus_{r}" for r in ("no_reasoning", "no_refinement", "no_t
 #: the table's row order: each method, then its ablation rows
 ROWS = [*METHODS[:6], *EXPERIMENTS[:7], METHODS[6], *EXPERIMENTS[7:], *METHODS[7:]]
 #: the component groups listed in the table
-COMPONENTS = ("encoder", "llm", "captioner", "generator", "detector", "verifier")
+COMPONENTS = ("encoder", "llm", "captioner", "generator", "editor", "detector", "verifier")
 
 
 def by_edit_kind(res) -> dict[str, dict[str, float]]:

@@ -244,6 +244,22 @@ class Generator(Component):
         raise NotImplementedError
 
 
+class Editor(Component):
+    """Edits an image by an instruction: the reference image changed as the text asks.
+
+    A method calls ``ctx.call(editor, "edit", image=path, instruction=text)`` per query; the
+    result is an image file written under the editor's ``output_dir`` with a content-addressed
+    name (the same edit is the same file), cached by the call cache like every model call, so
+    a rerun reuses the file without calling the model.
+    """
+
+    kind: ClassVar[str] = "editor"
+
+    def edit(self, image: Path, instruction: str) -> Path:
+        """The file of ``image`` edited as ``instruction`` asks."""
+        raise NotImplementedError
+
+
 class Detector(Component):
     """Lists the objects in an image: ``[{"label": str, "score": float, "box": [x0,y0,x1,y1] | None}]``."""
 

@@ -2,7 +2,7 @@
 
 The plan walks the method's real stages on the real dataset, gallery size and config, but
 every model operation of the recipe's components (encoder ``encode_images`` /
-``encode_texts``, LLM ``run_task`` / ``chat``, ``caption``, ``generate``, ``detect``,
+``encode_texts``, LLM ``run_task`` / ``chat``, ``caption``, ``generate``, ``edit``, ``detect``,
 ``verify`` / ``check``) is replaced, for the plan's duration, by a stand-in that records
 the call and answers offline:
 
@@ -30,7 +30,8 @@ detector or verifier backed by an LLM (the ``vlm`` ones) is one LLM request per 
 prompt file and images in, :data:`OUT_TOKENS` out, priced as ``llm``. Cost comes
 from ``run.prices``: per component kind, ``input_per_1m`` / ``output_per_1m`` (per million
 tokens), ``per_call`` and ``per_item`` (an image or a text embedded), e.g.
-``run.prices.llm.input_per_1m=0.15 run.prices.llm.output_per_1m=0.6 run.prices.generator.per_call=0.04``.
+``run.prices.llm.input_per_1m=0.15 run.prices.llm.output_per_1m=0.6 run.prices.generator.per_call=0.04``
+(an image edit: ``run.prices.editor.per_call``).
 
 Nothing is written: no run folder, no gallery, no cache entry.
 """
@@ -62,6 +63,7 @@ OPS: dict[str, tuple[str, ...]] = {
     "llm": ("run_task", "chat"),
     "captioner": ("caption",),
     "generator": ("generate",),
+    "editor": ("edit",),
     "detector": ("detect",),
     "verifier": ("verify", "check"),
 }
@@ -250,6 +252,10 @@ class _Recorder:
         def generate(self, description, *, reference=None):
             rec.record(self, "generate")
             return rec.tmp / f"proxy-{stable_hash(description, str(reference), n=12)}.png"
+
+        def edit(self, image, instruction):
+            rec.record(self, "edit")
+            return rec.tmp / f"edit-{stable_hash(str(image), instruction, n=12)}.png"
 
         def detect(self, image):
             rec.record_vlm(self, "detect", "prompt", 1, OUT_TOKENS["detect"])

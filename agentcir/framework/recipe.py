@@ -1,7 +1,7 @@
 """Hydra recipes: compose, type-check against the registries, build components lazily.
 
 A recipe has one group per component kind (``encoder``, ``llm``, ``captioner``,
-``generator``, ``detector``, ``verifier``, ``memory``), plus ``method``, ``dataset``,
+``generator``, ``editor``, ``detector``, ``verifier``, ``memory``), plus ``method``, ``dataset``,
 ``kernels`` and the ``run`` settings. Each component group holds ``name`` (a registry
 key, never an import path) and that component's config fields. Composition checks
 every field against the registered ``Config`` dataclass, so a wrong type or an
@@ -26,7 +26,7 @@ from ..registry.config import closest_hint, config_dict
 from .errors import InputError
 
 RECIPES_DIR = Path(__file__).resolve().parent.parent / "recipes"
-COMPONENT_GROUPS = ("encoder", "llm", "captioner", "generator", "detector", "verifier", "memory")
+COMPONENT_GROUPS = ("encoder", "llm", "captioner", "generator", "editor", "detector", "verifier", "memory")
 GROUPS = (*COMPONENT_GROUPS, "method", "dataset")
 #: a component group set to this key is absent (allowed for a method's optional components)
 NONE_KEY = "none"

@@ -81,7 +81,7 @@ def write_report(result: "RunResult") -> None:
 FACT_FIELDS = ("model", "arch", "pretrained", "revision", "model_config", "weights", "checkpoint", "path", "base_url",
                "dtype", "precision",
                "category", "split", "root")
-REPORT_KINDS = ("method", "dataset", "encoder", "llm", "captioner", "generator", "detector", "verifier")
+REPORT_KINDS = ("method", "dataset", "encoder", "llm", "captioner", "generator", "editor", "detector", "verifier")
 
 
 def _facts(node: dict[str, Any]) -> str:

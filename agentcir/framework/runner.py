@@ -77,9 +77,9 @@ class StageError(AgentcirError):
 
 
 def _names_a_vanished_file(component: Any, value: Any) -> bool:
-    """A cached generator output naming an image file that is gone (a gallery photo renamed or
-    deleted, a cleaned folder): the call runs again instead of failing on the file forever."""
-    if getattr(component, "kind", "") != "generator" or not isinstance(value, (str, os.PathLike)):
+    """A cached generator or editor output naming an image file that is gone (a gallery photo
+    renamed or deleted, a cleaned folder): the call runs again instead of failing on the file forever."""
+    if getattr(component, "kind", "") not in ("generator", "editor") or not isinstance(value, (str, os.PathLike)):
         return False
     p = os.fspath(value)
     return os.path.isabs(p) and not os.path.exists(p)
@@ -455,6 +455,18 @@ class Runner:
             self.ctx.close()
 
 
+#: component groups added to the recipe after run directories existed: absent (``none``), they are
+#: left out of the recipe's identity, so the runs of recipes that do not use them keep their names
+LATER_GROUPS = ("editor",)
+
+
+def recipe_identity(recipe: dict[str, Any]) -> dict[str, Any]:
+    """The parts of ``recipe`` that name its run: every group but ``run``, and a group of
+    :data:`LATER_GROUPS` only when it selects a component."""
+    return {k: v for k, v in recipe.items()
+            if k != "run" and not (k in LATER_GROUPS and (v or {}).get("name") == "none")}
+
+
 def resolve_run_dir(recipe: dict[str, Any]) -> Path:
     """``<root>/<name>``; the default name is ``<method>-<dataset>-<hash of the recipe>``."""
     from .recipe import VOLATILE_RUN_FIELDS
@@ -462,7 +474,7 @@ def resolve_run_dir(recipe: dict[str, Any]) -> Path:
     run = recipe["run"]
     if run.get("name"):
         return Path(run["root"]) / run["name"]
-    identity = {k: v for k, v in recipe.items() if k != "run"}
+    identity = recipe_identity(recipe)
     # an empty run.imports keeps the names runs had before it existed
     identity["run"] = {k: v for k, v in run.items()
                        if k not in VOLATILE_RUN_FIELDS and not (k == "imports" and not v)}
@@ -477,7 +489,7 @@ def prepare_run_dir(run_dir: Path, recipe: dict[str, Any]) -> None:
     import yaml
 
     rfile = run_dir / "recipe.yaml"
-    identity = {k: v for k, v in recipe.items() if k != "run"}
+    identity = recipe_identity(recipe)
     if rfile.is_file() and recipe["run"].get("fresh"):
         shutil.rmtree(run_dir)
     elif rfile.is_file():
@@ -491,7 +503,7 @@ def prepare_run_dir(run_dir: Path, recipe: dict[str, Any]) -> None:
             recompute_warning(damage, "the run's stages are recomputed (model calls come from the call cache)")
             discard_stages(run_dir)
             old = None
-        old_identity = {k: v for k, v in (old or {}).items() if k != "run"}
+        old_identity = recipe_identity(old or {})
         if old is not None and stable_hash(old_identity) != stable_hash(identity):
             diff = sorted(k for k in set(old_identity) | set(identity) if old_identity.get(k) != identity.get(k))
             raise InputError(f"run directory '{run_dir}' holds a run of a different recipe (differs in: {', '.join(diff)}); "

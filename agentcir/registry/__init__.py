@@ -40,6 +40,13 @@ GENERATORS = Registry("generator", {
     "none": f"{_C}.generators.none",
 })
 
+EDITORS = Registry("editor", {
+    "openai_edits": f"{_C}.editors.openai_edits",
+    "diffusers": f"{_C}.editors.diffusion",
+    "recolour": f"{_C}.editors.standins",
+    "none": f"{_C}.editors.standins",
+})
+
 DETECTORS = Registry("detector", {
     "vlm": f"{_C}.detectors.vlm",
     "owlvit": f"{_C}.detectors.owlvit",
@@ -98,6 +105,7 @@ REGISTRIES: dict[str, Registry] = {
     "llm": LLMS,
     "captioner": CAPTIONERS,
     "generator": GENERATORS,
+    "editor": EDITORS,
     "detector": DETECTORS,
     "verifier": VERIFIERS,
     "memory": MEMORIES,
@@ -107,6 +115,6 @@ REGISTRIES: dict[str, Registry] = {
 
 __all__ = [
     "Registry", "RegistryError", "Entry", "Choice", "ConfigError", "make_config", "REGISTRIES",
-    "ENCODERS", "LLMS", "CAPTIONERS", "GENERATORS", "DETECTORS", "VERIFIERS", "MEMORIES",
+    "ENCODERS", "LLMS", "CAPTIONERS", "GENERATORS", "EDITORS", "DETECTORS", "VERIFIERS", "MEMORIES",
     "METHODS", "DATASETS", "LOGGERS",
 ]

@@ -1,7 +1,7 @@
 """A real HTTP server on 127.0.0.1 that speaks the OpenAI wire format with scripted replies.
 
 For tests and offline demos of everything that talks to an OpenAI-compatible endpoint
-(the chat client, the images-API generator, agent loops with tool calls). Standard
+(the chat client, the images-API generator and editor, agent loops with tool calls). Standard
 library only; it listens on loopback only.
 
 From the command line it answers every LLM task, the built-in ones and those plugins register
@@ -93,6 +93,49 @@ def chat_completion(text: str | None = "", *, tool_calls: list[dict] | None = No
     return {"id": "chatcmpl-scripted", "object": "chat.completion", "created": int(time.time()), "model": model,
             "choices": [{"index": 0, "message": msg, "finish_reason": finish_reason or ("tool_calls" if tool_calls else "stop")}],
             "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}}
+
+
+def multipart_fields(req: Request) -> dict[str, bytes]:
+    """The fields of a ``multipart/form-data`` request (an image upload): name -> raw bytes."""
+    from email.parser import BytesParser
+    from email.policy import HTTP
+
+    ctype = req.headers.get("content-type", "")
+    if not ctype.startswith("multipart/form-data"):
+        raise ValueError(f"not a multipart/form-data request (Content-Type: {ctype!r})")
+    msg = BytesParser(policy=HTTP).parsebytes(b"Content-Type: " + ctype.encode() + b"\r\n\r\n" + req.body)
+    out: dict[str, bytes] = {}
+    for part in msg.iter_parts():
+        name = part.get_param("name", header="content-disposition")
+        if name:
+            out[str(name)] = part.get_payload(decode=True) or b""
+    return out
+
+
+def image_edit_reply(transform: Callable[[Any, str], Any] | None = None) -> Callable[[Request], Step]:
+    """A step for ``/images/edits``: the uploaded ``image`` changed by ``transform(PIL image, prompt)``
+    (default: mirrored left to right, a visible and deterministic edit), sent back as ``b64_json``.
+    A request without an ``image`` or ``prompt`` field is answered 400, as the API does."""
+    import base64
+    import io
+
+    def answer(req: Request) -> Step:
+        from PIL import Image, ImageOps
+
+        try:
+            fields = multipart_fields(req)
+        except ValueError as e:
+            return Step(status=400, json=error_body(str(e), "invalid_request_error"))
+        if "image" not in fields or not fields.get("prompt"):
+            return Step(status=400, json=error_body("'image' and 'prompt' are required", "invalid_request_error"))
+        with Image.open(io.BytesIO(fields["image"])) as im:
+            im = im.convert("RGB")
+            out = transform(im, fields["prompt"].decode()) if transform else ImageOps.mirror(im)
+        buf = io.BytesIO()
+        out.save(buf, format="PNG")
+        return Step(json={"created": int(time.time()), "data": [{"b64_json": base64.b64encode(buf.getvalue()).decode()}]})
+
+    return answer
 
 
 def error_body(message: str, kind: str = "server_error") -> dict:

@@ -1,13 +1,13 @@
-"""Every captioner/generator/detector/verifier recipe composes and builds (with the test
+"""Every captioner/generator/editor/detector/verifier recipe composes and builds (with the test
 plugin's encoder and LLM injected), and its cache identity changes when its config,
 its prompt file or its injected model changes (issue 5, point 8)."""
 
 import pytest
 
 from agentcir.framework.recipe import RECIPES_DIR
-from agentcir.registry import CAPTIONERS, DETECTORS, GENERATORS, VERIFIERS
+from agentcir.registry import CAPTIONERS, DETECTORS, EDITORS, GENERATORS, VERIFIERS
 
-GROUPS = {"captioner": CAPTIONERS, "generator": GENERATORS, "detector": DETECTORS, "verifier": VERIFIERS}
+GROUPS = {"captioner": CAPTIONERS, "generator": GENERATORS, "editor": EDITORS, "detector": DETECTORS, "verifier": VERIFIERS}
 FILES = sorted((g, p.stem) for g in GROUPS for p in (RECIPES_DIR / g).glob("*.yaml"))
 
 #: one config change per key that must change the identity
@@ -19,6 +19,9 @@ CHANGES = {
     ("generator", "retrieval"): "generator.exclude_reference=false",
     ("generator", "openai_images"): "generator.model=other",
     ("generator", "diffusers"): "generator.steps=4",
+    ("editor", "openai_edits"): "editor.model=other",
+    ("editor", "diffusers"): "editor.steps=4",
+    ("editor", "recolour"): "editor.background=200",
     ("detector", "vlm"): "detector.max_objects=3",
     ("detector", "owlvit"): "detector.threshold=0.2",
     ("detector", "crop_tagger"): "detector.grids=[1,3]",
