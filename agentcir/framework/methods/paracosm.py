@@ -68,7 +68,7 @@ from ..method import Method, RunState, Stage
 from ..prompts import load_prompt
 from ..runner import RunContext
 from ..tasks import register_task
-from .common import check_reference, middle, reference_rows, sample_keyframes, to_candidates
+from .common import check_reference, middle, reference_rows, to_candidates
 
 #: the prompt files ``prompts=DIR`` reads, per config field (``compose.txt`` only when there)
 PROMPT_FILES = {"edit_prompt": "edit.txt", "edit_shared_prompt": "edit_shared.txt",
@@ -295,10 +295,15 @@ class Paracosm(Method):
     # -- 2. the mental image ----------------------------------------------------------------------
     async def _imagine(self, ctx: RunContext, state: RunState) -> None:
         c = self.cfg
+        if c.query_text == QueryText.both_orders:
+            bad = next((q for q in state.queries if not q.meta.get("text_reversed")), None)
+            if bad is not None:
+                raise InputError(f"query '{bad.id}': query_text=both_orders needs the two caption orders of a "
+                                 f"FashionIQ query (meta 'text_reversed'); this dataset's queries have one text")
 
         async def one(q):
             check_reference(q)
-            ref = middle(sample_keyframes(q.reference, 1)) if len(q.reference) > 1 else q.reference_paths[0]
+            ref = middle(q.reference_paths)   # a video: its middle keyframe
             concept = str(q.meta.get("shared_concept") or "").strip()
             prompt = c.edit_shared_prompt if concept else c.edit_prompt
             instruction = load_prompt(prompt).render({"modification": q.text, "shared_concept": concept}).strip()
@@ -314,11 +319,7 @@ class Paracosm(Method):
                 rec["text"] = [str(await ctx.call(self.llm, "run_task", task="paracosm_compose", prompt=c.compose_prompt,
                                                   variables={"modification": q.text, "shared_concept": concept}))]
             elif c.query_text == QueryText.both_orders:
-                reversed_text = q.meta.get("text_reversed")
-                if not reversed_text:
-                    raise InputError(f"query '{q.id}': query_text=both_orders needs the two caption orders of a "
-                                     f"FashionIQ query (meta 'text_reversed'); this dataset's queries have one text")
-                rec["text"] = [q.text, str(reversed_text)]
+                rec["text"] = [q.text, str(q.meta["text_reversed"])]
             else:
                 rec["text"] = [q.text]
             return rec

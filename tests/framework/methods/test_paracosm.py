@@ -15,7 +15,7 @@ import pytest
 
 from agentcir.framework.errors import InputError
 from agentcir.framework.interfaces import Editor, Generator
-from agentcir.framework.methods.paracosm import paracosm_index, paracosm_query
+from agentcir.framework.methods.paracosm import Paracosm, paracosm_index, paracosm_query
 from agentcir.framework.prompts import load_prompt
 from agentcir.registry import METHODS
 
@@ -65,7 +65,7 @@ class ScriptGenerator(Generator):
 
 def build(world, **cfg):
     editor = ScriptEditor(root=world.root)
-    generator = ScriptGenerator({"salt": cfg.pop("salt", "")}, root=world.root)
+    generator = ScriptGenerator(ScriptGenerator.Config(salt=cfg.pop("salt", "")), root=world.root)
     m = METHODS.build("paracosm", {"top_k": 10, **cfg}, encoder=world.encoder, editor=editor, generator=generator,
                       captioner=world.captioner, llm=world.llm)
     return m, editor, generator
@@ -170,10 +170,10 @@ def test_query_texts_and_bad_configurations(world, tmp_path):
     with pytest.raises(InputError, match="describer=llm needs an llm"):
         METHODS.build("paracosm", {"describer": "llm"}, encoder=world.encoder, editor=ScriptEditor(root=tmp_path),
                       generator=ScriptGenerator(root=tmp_path), captioner=world.captioner)
-    needs = METHODS.get("paracosm").needs_for({"describer": "llm", "query_text": "composed"})
+    needs = Paracosm.needs_for({"describer": "llm", "query_text": "composed"})
     assert needs == {"llm": ("images", "task:paracosm_describe_mental", "task:paracosm_describe_gallery",
                              "task:paracosm_compose")}
-    assert METHODS.get("paracosm").needs_for({"describer": "captioner"}) == {}
+    assert Paracosm.needs_for({"describer": "captioner"}) == {}
 
 
 def test_shared_concept_and_composed_text(world):
