@@ -85,13 +85,16 @@ def _compose_offline(v: dict[str, Any]) -> str:
 
 
 def _describe_offline(v: dict[str, Any]) -> str:
-    return "an image"   # no model saw it: the plan's and the scripted endpoint's stand-in reply
+    # no model saw the image: the plan's and the scripted endpoint's stand-in reply, one per item
+    return f"an image ({v['item']})" if v.get("item") else "an image"
 
 
+# ``item`` (the gallery item or the query whose image is described) is not in the prompts: it tells
+# the offline repliers' images apart, so a plan counts one drawing per gallery image as a run makes
 register_task("paracosm_describe_mental", (), reply="text", images="[image]", prompt="paracosm/describe_mental",
-              replier=_describe_offline)
+              optional={"item": ""}, replier=_describe_offline)
 register_task("paracosm_describe_gallery", (), reply="text", images="[image]", prompt="paracosm/describe_gallery",
-              replier=_describe_offline)
+              optional={"item": ""}, replier=_describe_offline)
 register_task("paracosm_compose", ("modification", "shared_concept"), reply="text", prompt="paracosm/compose",
               replier=_compose_offline)
 
@@ -216,12 +219,13 @@ class Paracosm(Method):
         return out + [Stage("imagine", self._imagine), Stage("retrieve", self._retrieve)]
 
     # -- the describer ----------------------------------------------------------------------
-    async def _describe(self, ctx: RunContext, image: Path, which: str) -> str:
+    async def _describe(self, ctx: RunContext, image: Path, which: str, item: str) -> str:
         if self.cfg.describer == Describer.captioner:
             return str(await ctx.call(self.captioner, "caption", image=Path(image)))
         task, prompt = (("paracosm_describe_mental", self.cfg.mental_prompt) if which == "mental"
                         else ("paracosm_describe_gallery", self.cfg.gallery_prompt))
-        reply = await ctx.call(self.llm, "run_task", task=task, prompt=prompt, variables={}, images=[Path(image)])
+        reply = await ctx.call(self.llm, "run_task", task=task, prompt=prompt, variables={"item": item},
+                               images=[Path(image)])
         if not str(reply).strip():
             raise InputError(f"method 'paracosm': the describer gave an empty description of '{image}'")
         return str(reply)
@@ -249,7 +253,7 @@ class Paracosm(Method):
         descriptions = g.captions(desc_key)
         if descriptions is None:
             descriptions = await self._over_gallery(ctx, len(g), "gallery descriptions",
-                                                    lambda r: self._describe(ctx, g.path_of(r), "gallery"))
+                                                    lambda r: self._describe(ctx, g.path_of(r), "gallery", g.ids[r]))
             g.save_captions(desc_key, descriptions)
         drawn = await self._over_gallery(ctx, len(g), "synthetic counterparts",
                                          lambda r: ctx.call(gen, "generate", description=descriptions[r]))
@@ -313,7 +317,7 @@ class Paracosm(Method):
                 mental = await ctx.call(self.editor, "edit", image=Path(ref), instruction=instruction)
             if mental is None:
                 raise InputError(f"query '{q.id}': editor '{self.editor.registry_key}' made no image")
-            description = await self._describe(ctx, Path(mental), "mental")
+            description = await self._describe(ctx, Path(mental), "mental", q.id)
             rec: dict[str, Any] = {"instruction": instruction, "mental_image": str(mental), "description": description}
             if c.query_text == QueryText.composed:
                 rec["text"] = [str(await ctx.call(self.llm, "run_task", task="paracosm_compose", prompt=c.compose_prompt,
