@@ -353,9 +353,9 @@ class Paracosm(Method):
         if c.synthetic_gallery:
             _, key = self.gallery_keys(g)
             index = g.derived_emb("paracosm", key)
-            if index is None:
-                raise InputError(f"gallery '{g.root}' has no Paracosm index '{key}': the stage synthetic_gallery "
-                                 f"did not finish")
+            if index is None:   # removed from the gallery since its stage finished: made again (from the cache)
+                await self._synthetic_gallery(ctx, state)
+                index = g.derived_emb("paracosm", key)
         exclude = reference_rows(state) if c.exclude_reference else None
         state.candidates = to_candidates(cosine_topk(query, index, min(len(g), c.top_k), exclude=exclude,
                                                      backend=ctx.kernels))

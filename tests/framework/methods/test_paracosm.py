@@ -218,3 +218,19 @@ def test_released_prompts_export_with_the_variables(tmp_path):
     assert load_prompt(files["edit.txt"]).variables == {"modification"}
     assert load_prompt(files["describe_mental.txt"]).variables == set()
     assert "one sentence" in files["describe_mental.txt"].read_text()
+
+
+def test_an_index_removed_from_the_gallery_is_made_again_from_the_cache(world):
+    """A run resumed after its gallery-side stage finished, whose gallery lost the stored index since:
+    the retrieval makes it again from the call cache (no drawing)."""
+    import shutil
+
+    m, _, _ = build(world)
+    world.run(m, name="a")
+    shutil.rmtree(world.gallery.root / "derived")
+    for f in (world.root / "a" / "stages").glob("retrieve.*"):
+        f.unlink()
+    m2, _, gen2 = build(world)
+    state, ctx = world.run(m2, name="a")
+    assert gen2.calls == [] and ctx.stats["retrieve"].calls == 0 and ctx.stats["retrieve"].cache_hits > N_GALLERY
+    assert_ranking(state.candidates, *expected(world))
