@@ -234,3 +234,16 @@ def test_an_index_removed_from_the_gallery_is_made_again_from_the_cache(world):
     state, ctx = world.run(m2, name="a")
     assert gen2.calls == [] and ctx.stats["retrieve"].calls == 0 and ctx.stats["retrieve"].cache_hits > N_GALLERY
     assert_ranking(state.candidates, *expected(world))
+
+
+def test_gallery_derived_arrays_are_checked(world):
+    g = world.gallery
+    a = np.arange(N_GALLERY * 8, dtype=np.float32).reshape(N_GALLERY, 8)
+    np.testing.assert_array_equal(g.save_derived_emb("k", "v1", a), a)
+    with pytest.raises(ValueError, match="got an array of shape"):
+        g.save_derived_emb("k", "v2", a[:3])
+    with pytest.raises(InputError, match="plain name"):
+        g.derived_emb("../k", "v1")
+    f = g.root / "derived" / "k" / "v1.npy"
+    f.write_bytes(f.read_bytes()[:-8] + b"\0" * 8)   # damaged: removed, to be recomputed
+    assert g.derived_emb("k", "v1") is None and not f.exists()
