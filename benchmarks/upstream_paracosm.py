@@ -382,14 +382,19 @@ def main(argv: list[str] | None = None) -> int:
         for f in export_prompts(args.paracosm, args.export_prompts):
             print(f"wrote {f}")
         return 0
+    import os
+
+    os.environ.setdefault("TQDM_DISABLE", "1")   # the released loops' progress bars
     res = check(args.paracosm)
     print("| dataset | queries | max |q_released - q| | top-50 lists differing | recall difference |")
     print("|---|---|---|---|---|")
     bad = False
     for name, r in res.items():
+        recall = f"{r['recall_diff']:.1e}" if "recall_diff" in r else ""
         print(f"| {name} | {r['queries']} | {r['query_vector_max_diff']:.2e} | {r.get('top50_lists_differing', '')} | "
-              f"{r.get('recall_diff', '')} |")
-        bad |= r["query_vector_max_diff"] > 1e-5 or bool(r.get("top50_lists_differing")) or r.get("recall_diff", 0) > 0
+              f"{recall} |")
+        # float32 rounding: the released recall is a float32 division
+        bad |= r["query_vector_max_diff"] > 1e-5 or bool(r.get("top50_lists_differing")) or r.get("recall_diff", 0) > 1e-4
     return 1 if bad else 0
 
 
