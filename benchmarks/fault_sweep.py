@@ -66,6 +66,7 @@ METHODS: dict[str, list[str]] = {
     "autocir": ["method=autocir", "method.max_check_num=2"],
     "imagescope": ["method=imagescope", "method.k=10"],
     "wiser": ["method=wiser", "method.top_n=5", "editor=recolour"],
+    "paracosm": ["method=paracosm", "method.describer=llm", "editor=recolour"],
 }
 FAULTS = ("429", "500", "503", "hang", "reset", "truncate", "prose", "empty", "huge")
 BAD_200 = ("truncate", "prose", "empty")   # kind "bad200": one of these, drawn per faulted request
@@ -271,6 +272,12 @@ class Sweep:
 
     def clean(self, name: str, root: Path | None = None) -> None:
         shutil.rmtree((root or self.work / "root") / name, ignore_errors=True)
+        # what a method stores with the shared gallery (Paracosm's gallery-side pass: its descriptions and
+        # index) goes too, so that every scenario makes those calls again, as the reference run did
+        for g in ((root or self.work / "root") / "_galleries").glob("*"):
+            shutil.rmtree(g / "derived", ignore_errors=True)
+            for f in g.glob("captions/paracosm-*"):
+                f.unlink(missing_ok=True)
         for suffix in (".sqlite", ".sqlite-wal", ".sqlite-shm"):
             (self.work / (name + suffix)).unlink(missing_ok=True)
 

@@ -4,7 +4,8 @@ The rows are two sweeps (``agentcir run -m``, :mod:`agentcir.framework.sweep`) o
 group and the experiment group, run in this process with shared components, galleries,
 captions and call cache::
 
-    agentcir run -m method=image_only,text_only,image_text_sum,cirevl,ldre,octopus,xr,autocir,imagescope,wiser dataset=fashion_cir
+    agentcir run -m method=image_only,text_only,image_text_sum,cirevl,ldre,octopus,xr,autocir,imagescope,wiser,paracosm \
+        dataset=fashion_cir
     agentcir run -m +experiment=octopus_no_reasoning,...,xr_visual_qa dataset=fashion_cir
 
 with the recipe's components (by default the offline ones: encoder=catalog, llm=rules,
@@ -36,7 +37,8 @@ import time
 from pathlib import Path
 
 #: the sweeps: (group override key, its options); the agentic rows' ablations are the experiment bundles
-METHODS = ["image_only", "text_only", "image_text_sum", "cirevl", "ldre", "octopus", "xr", "autocir", "imagescope", "wiser"]
+METHODS = ["image_only", "text_only", "image_text_sum", "cirevl", "ldre", "octopus", "xr", "autocir", "imagescope",
+           "wiser", "paracosm"]
 EXPERIMENTS = [*(f"octopus_{r}" for r in ("no_reasoning", "no_refinement", "no_textual_proxies", "no_visual_proxy",
                                          "no_creator", "v2v", "no_verification")),
                *(f"xr_{r}" for r in ("visual_sim", "text_sim", "text_qa", "visual_qa"))]

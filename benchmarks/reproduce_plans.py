@@ -28,7 +28,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 SHARED = ROOT.parent / "shared" / "data"
 RELEASE = SHARED / "releases" / "octopus-webvid-covr"
-GALLERY_STAGES = ("index", "gallery_captions")
+GALLERY_STAGES = ("index", "gallery_captions", "synthetic_gallery")   # synthetic_gallery: Paracosm's gallery-side pass
 
 #: Table 3's ablation rows: bundle suffix -> what the row takes away
 OCTOPUS_T3 = {"no_reasoning": "Without modification reasoning", "no_refinement": "Without semantic refinement",
@@ -66,6 +66,7 @@ ROWS: list[tuple[str, str, str]] = [  # (bundle, table, row); the paper's number
     ("wiser_cirr_g14", "WISER main", "CIRR test, ViT-G/14"),
     ("wiser_cirr_l14", "WISER main", "CIRR test, ViT-L/14"),
     ("wiser_fashioniq_g14", "WISER main", "FashionIQ average, ViT-G/14"),
+    ("paracosm_circo_g14", "Paracosm main", "CIRCO, ViT-G/14"),
 ]
 FULL_QUERIES = {"webvid": 2554, "fashioniq": 2017 + 2038 + 1961, "cirr": 4181, "circo": 220}
 FASHIONIQ_GALLERY = {"dress": 3817, "all": 3817 + 6346 + 5373}
@@ -165,7 +166,8 @@ def plan_row(bundle: str, roots: dict[str, Path], work: Path, queries: int) -> d
     from agentcir.framework.recipe import compose
 
     d = dataset_of(bundle)
-    small = d == "circo" and not (bundle.startswith(("octopus_t1_", "xr_circo_", "imagescope_circo_", "wiser_circo_"))
+    small = d == "circo" and not (bundle.startswith(("octopus_t1_", "xr_circo_", "imagescope_circo_", "wiser_circo_",
+                                                     "paracosm_circo_"))
                                   or bundle == "octopus_t3_circo_full")
     root = roots["circo_small" if small else d]
     args = [*bundle_args(bundle), f"dataset.root={root}", f"dataset.limit={queries}", f"run.root={work / 'runs'}",
@@ -215,11 +217,14 @@ def render(summaries: dict[str, tuple[str, str, str]], queries: int) -> str:
            "the paper's roles (docs/upstream.md). WISER rows call GPT-4o for its caption editor, refiner and",
            "verifier, and Qwen-Image-Edit (a GPU) as its image editor (docs/upstream.md); their CIRCO and CIRR",
            "numbers are the test splits, scored by the benchmarks' servers (`dataset.split=test` / `test1`,",
-           "`agentcir eval RUN --submit DIR`). FashionIQ rows are one category per run",
+           "`agentcir eval RUN --submit DIR`). Paracosm rows run Qwen-Image-Edit and Qwen-Image (a GPU) and",
+           "Qwen2.5-VL-7B behind an OpenAI-compatible server. FashionIQ rows are one category per run",
            "(`dataset.category=dress|shirt|toptee`): the paper's number is the mean of the three",
            "(`agentcir eval RUN_DRESS RUN_SHIRT RUN_TOPTEE --compare`).", "",
            "**Model calls** are what `agentcir run --plan ...` reports (no model is called): the gallery-wide",
-           "stages (index, gallery captions) over the whole gallery, the per-query stages planned on the first",
+           "stages (index, gallery captions, Paracosm's synthetic gallery: one description and one drawing per",
+           "gallery image, made once per gallery and shared by every run over it) over the whole gallery, the",
+           "per-query stages planned on the first",
            f"{queries} queries and scaled to the full query set (WebVid-CoVR 2,554 (the release's), FashionIQ val",
            "6,016 over three categories (galleries 15,536), CIRR val 4,181, CIRCO val 220 (gallery 123,403)).",
            "Verification counts are upper bounds (every gated query judged to its depth); which queries the",

@@ -7,6 +7,8 @@ A gallery lives in a directory::
     image_emb.npy           [N, dim] float32 or float16, opened memory-mapped
     captions/<hash>.jsonl   captions made by a captioner (identity-keyed)
     caption_emb/<hash>.npy  their embeddings by the gallery's encoder
+    derived/<kind>/<key>.npy  [N, d] arrays a method derives from every item (identity-keyed,
+                            e.g. Paracosm's image + synthetic-counterpart index)
 
 Embeddings are computed once, in resumable chunks (an interrupted build keeps every
 finished chunk), and opening a gallery with a different encoder is an error.
@@ -180,7 +182,7 @@ def clear_built(root: Path) -> None:
     images), so that it is built again; ``gallery.json`` first, so a kill leaves no half gallery."""
     for name in ("gallery.json", "image_emb.npy", "items.jsonl"):
         (root / name).unlink(missing_ok=True)
-    for name in ("captions", "caption_emb", "_chunks"):
+    for name in ("captions", "caption_emb", "derived", "_chunks"):
         if (root / name).is_dir():
             shutil.rmtree(root / name)
 
@@ -493,6 +495,43 @@ class Gallery:
                     np.save(tmp, emb)
                 write_sidecar(f, rows=len(caps))
         return np.load(f, mmap_mode="r")
+
+    # -- derived arrays ---------------------------------------------------------------
+    def _derived_file(self, kind: str, key: str) -> Path:
+        for what, name in (("kind", kind), ("key", key)):
+            if not name or not all(c.isalnum() or c in "_-." for c in name) or name.startswith("."):
+                raise InputError(f"gallery '{self.root}': a derived array's {what} must be a plain name "
+                                 f"(letters, digits, _ - .), got {name!r}")
+        return self.root / "derived" / kind / f"{key}.npy"
+
+    def derived_emb(self, kind: str, key: str) -> np.ndarray | None:
+        """The stored ``[N, d]`` array ``key`` of ``kind`` (one row per item, derived by a method from
+        the items, e.g. Paracosm's index of images and their synthetic counterparts), memory-mapped;
+        ``None`` when it is not stored (a damaged file is removed, to be recomputed, with a warning)."""
+        f = self._derived_file(kind, key)
+        if not f.is_file():
+            return None
+        try:
+            return _check_emb(f, len(self), self.dim)
+        except Damaged as e:
+            recompute_warning(e, "the derived array is recomputed")
+            remove_with_sidecar(f)
+            return None
+
+    def save_derived_emb(self, kind: str, key: str, emb: np.ndarray) -> np.ndarray:
+        """Store ``emb`` (``[N, d]``, one row per item) as array ``key`` of ``kind`` beside the gallery
+        (atomically, with its checksum sidecar); returns it memory-mapped."""
+        emb = np.asarray(emb)
+        if emb.shape != (len(self), self.dim):
+            raise ValueError(f"gallery '{self.root}' has {len(self)} items of dimension {self.dim}, got an array "
+                             f"of shape {tuple(emb.shape)}")
+        f = self._derived_file(kind, key)
+        with storage_errors(f.parent, "the gallery's derived arrays"):
+            f.parent.mkdir(parents=True, exist_ok=True)
+            with atomic_path(f) as tmp:
+                np.save(tmp, emb.astype(self.info["dtype"]))
+            write_sidecar(f, rows=len(self))
+        return self.derived_emb(kind, key)
 
     def ensure_captions(self, key: str, make: Callable[[list[int]], list[str]]) -> list[str]:
         """Captions ``key``, calling ``make(rows)`` for them when not stored yet."""

@@ -63,8 +63,10 @@ class Encoder(Component):
 
     def encode_images(self, images: Sequence, batch_size: int | None = None, *,
                       progress: bool | Callable[[int], None] | None = None,
-                      skipped: list[Skipped] | None = None) -> np.ndarray:
-        """Embed images (paths or PIL images) -> float32 ``[n_ok, dim]``, L2-normalised.
+                      skipped: list[Skipped] | None = None, normalize: bool = True) -> np.ndarray:
+        """Embed images (paths or PIL images) -> float32 ``[n_ok, dim]``, L2-normalised
+        (``normalize=False``: the model's output as it is, for formulas that add unnormalised
+        features, e.g. Paracosm's mental image + description).
 
         Images that fail to decode are skipped, logged by path with a count, and
         appended to ``skipped`` when a list is given (their ``index`` is the
@@ -82,7 +84,8 @@ class Encoder(Component):
                 decoded, _, sk = decode_many(chunk)
                 bad.extend(Skipped(s.index + start, s.path, s.reason) for s in sk)
                 if decoded:
-                    out.append(l2_normalize(self._embed_images(decoded)))
+                    emb = self._embed_images(decoded)
+                    out.append(l2_normalize(emb) if normalize else np.asarray(emb, np.float32))
                 bar.update(len(chunk))
                 if report is not None:
                     report(len(chunk))
@@ -91,8 +94,9 @@ class Encoder(Component):
             skipped.extend(bad)
         return np.concatenate(out) if out else np.zeros((0, self.dim), np.float32)
 
-    def encode_texts(self, texts: Sequence[str], batch_size: int | None = None, *, progress: bool | None = None) -> np.ndarray:
-        """Embed texts -> float32 ``[n, dim]``, L2-normalised."""
+    def encode_texts(self, texts: Sequence[str], batch_size: int | None = None, *, progress: bool | None = None,
+                     normalize: bool = True) -> np.ndarray:
+        """Embed texts -> float32 ``[n, dim]``, L2-normalised (``normalize=False``: as the model gives them)."""
         if isinstance(texts, str):
             raise TypeError("encode_texts takes a list of strings, not a single string")
         b = self._batch(batch_size)
@@ -100,7 +104,8 @@ class Encoder(Component):
         with _progress(len(texts), f"{self.describe()}: texts", progress, 16 * b) as bar:
             for start in range(0, len(texts), b):
                 chunk = [str(t) for t in texts[start:start + b]]
-                out.append(l2_normalize(self._embed_texts(chunk)))
+                emb = self._embed_texts(chunk)
+                out.append(l2_normalize(emb) if normalize else np.asarray(emb, np.float32))
                 bar.update(len(chunk))
         return np.concatenate(out) if out else np.zeros((0, self.dim), np.float32)
 

@@ -215,12 +215,12 @@ class _Recorder:
     def _standins(self) -> dict[str, Any]:
         rec = self
 
-        def encode_images(self, images, batch_size=None, *, progress=None, skipped=None):
+        def encode_images(self, images, batch_size=None, *, progress=None, skipped=None, normalize=True):
             rec.record(self, "encode_images", len(images))
             tmp = str(rec.tmp)  # a stand-in proxy's vector does not depend on where this plan keeps it
             return _vectors([str(p).replace(tmp, "<plan>", 1) for p in images], "image", rec.dim)
 
-        def encode_texts(self, texts, batch_size=None, *, progress=None):
+        def encode_texts(self, texts, batch_size=None, *, progress=None, normalize=True):
             if isinstance(texts, str):
                 raise TypeError("encode_texts takes a list of strings, not a single string")
             rec.record(self, "encode_texts", len(texts))

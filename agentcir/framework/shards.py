@@ -9,7 +9,7 @@ A sharded gallery is a directory::
                         "shards": [{"dir": "shard-00000", "n": rows, "offset": first global row}, ...]
     shard-00000/        a regular gallery folder (gallery.json, items.jsonl, image_emb.npy)
     shard-00001/ ...
-    captions/ caption_emb/   as in an unsharded gallery (global rows)
+    captions/ caption_emb/ derived/   as in an unsharded gallery (global rows)
     ann/<kind>-<hash>/shard-00000.faiss   per-shard approximate indexes (``agentcir build-index``)
 
 Global row ``r`` is row ``r - offset`` of the shard whose range holds it, so the rows, ids
@@ -115,6 +115,12 @@ class ShardedGallery(Gallery):
         """As :meth:`Gallery.caption_emb` (one file of global rows), viewed shard by shard."""
         super().caption_emb(key, encoder, dtype=dtype)
         return ShardedArray(self, str(self._caption_emb_file(key, encoder)))
+
+    def derived_emb(self, kind: str, key: str) -> "ShardedArray | None":
+        """As :meth:`Gallery.derived_emb` (one file of global rows), viewed shard by shard."""
+        if super().derived_emb(kind, key) is None:
+            return None
+        return ShardedArray(self, str(self._derived_file(kind, key)))
 
     def set_meta(self, meta_by_id: dict[str, dict[str, Any]]) -> int:
         """Replace items' ``meta`` in the shard that holds each (see :meth:`Gallery.set_meta`)."""

@@ -73,6 +73,7 @@ METHODS = Registry("method", {
     "ldre": f"{_F}.methods.baselines",
     "octopus": f"{_F}.methods.octopus",
     "xr": f"{_F}.methods.xr",
+    "paracosm": f"{_F}.methods.paracosm",
     "autocir": f"{_F}.methods.autocir",
     "imagescope": f"{_F}.methods.imagescope",
     "wiser": f"{_F}.methods.wiser",

@@ -121,7 +121,8 @@ class FeaturesEncoder(Encoder):
 
     # -- encoder ----------------------------------------------------------------------------
     def encode_images(self, images: Sequence, batch_size: int | None = None, *,
-                      progress: bool | None = None, skipped: list[Skipped] | None = None) -> np.ndarray:
+                      progress: bool | None = None, skipped: list[Skipped] | None = None,
+                      normalize: bool = True) -> np.ndarray:
         rows, bad = [], []
         for i, im in enumerate(images):
             hit = self._lookup(im)
@@ -132,7 +133,9 @@ class FeaturesEncoder(Encoder):
         report_skipped(bad, "image(s) without features")
         if skipped is not None:
             skipped.extend(bad)
-        return l2_normalize(np.stack(rows)) if rows else np.zeros((0, self.dim), np.float32)
+        if not rows:
+            return np.zeros((0, self.dim), np.float32)
+        return l2_normalize(np.stack(rows)) if normalize else np.stack(rows).astype(np.float32)
 
     def _embed_texts(self, texts: list[str]) -> np.ndarray:
         enc = self.text_encoder
@@ -140,7 +143,7 @@ class FeaturesEncoder(Encoder):
             raise InputError("encoder 'features' serves precomputed image features only: it has no text tower. "
                              "Name the text encoder the features were made with, e.g. "
                              "encoder.text.name=open_clip encoder.text.model=ViT-L-14 encoder.text.pretrained=FILE")
-        out = enc.encode_texts(texts)
+        out = enc.encode_texts(texts, normalize=False)  # normalised by encode_texts unless asked otherwise
         if out.shape[1] != self.dim:
             raise InputError(f"encoder 'features': the text encoder '{enc.registry_key}' gives {out.shape[1]}-d "
                              f"embeddings, the features under '{self.cfg.path}' are {self.dim}-d")

@@ -151,3 +151,11 @@ def test_texts_go_to_the_named_encoder(tmp_path):
     bad = ENCODERS.build("features", {"path": str(tmp_path / "h.npy"), "text": {"name": "hf_clip", "path": str(model)}})
     with pytest.raises(InputError, match="gives 16-d embeddings, the features .* are 8-d"):
         bad.encode_texts(["a"])
+
+
+def test_unnormalised_features_are_the_stored_rows(release):
+    enc = ENCODERS.build("features", {"path": str(release / "preload"), "arch": "ViT-B/32"})
+    raw = pickle.load(open(release / "preload/img_features/ViT-B/32_webvidcovr_test.pkl", "rb"))
+    got = enc.encode_images([feature_ref("img_features", "2/21")], normalize=False)
+    np.testing.assert_allclose(got[0], raw["index_features"][1].float().numpy(), rtol=1e-6)
+    assert abs(float(np.linalg.norm(got[0])) - 1.0) > 1e-3   # the stored rows are not unit vectors
