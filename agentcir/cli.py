@@ -149,10 +149,15 @@ def cmd_index(args) -> int:
     from .framework.indexing import index_folder
 
     recipe = _compose(args)
+    encoder = None
+    if args.watch:  # built once, kept for the updates
+        from .framework.recipe import ComponentPool
+
+        encoder = ComponentPool(recipe).get("encoder") if recipe.get("encoder", {}).get("name") not in (None, "none") else None
     # photo metadata (EXIF/XMP, gazetteer places, folder = album) goes into each item's meta
     r = index_folder(recipe, args.folder, args.out, dtype=args.dtype, user=args.user, metadata=not args.no_metadata,
                      scale=_scale_args(recipe, args), progress=not args.quiet,
-                     follow_links=args.follow_links)
+                     follow_links=args.follow_links, encoder=encoder)
     if r.shards:
         print(f"{r.shards} shard(s), engine {r.engine}")
     if r.change:
@@ -167,6 +172,31 @@ def cmd_index(args) -> int:
         print(r.metadata)
     if r.domain:
         print(r.domain)
+    if args.watch:
+        return _watch_index(args, recipe, encoder)
+    return 0
+
+
+def _watch_index(args, recipe: dict, encoder) -> int:
+    """``agentcir index --watch``: follow the folder, updating the gallery per settled batch, until Ctrl-C."""
+    from .framework.indexing import FolderFollower, watch_line
+    from .framework.watch import FolderWatch
+
+    follower = FolderFollower(recipe, args.folder, args.out, encoder=encoder, scale=_scale_args(recipe, args),
+                              dtype=args.dtype, user=args.user, metadata=not args.no_metadata,
+                              follow_links=args.follow_links)
+    watch = FolderWatch(args.folder, debounce_s=args.debounce, observer="polling" if args.poll else "auto",
+                        poll_s=args.poll or 1.0)
+    try:
+        with watch:
+            print(f"watching '{args.folder}' ({watch.kind} file events; changes settle {watch.debounce_s:g} s); "
+                  f"Ctrl-C stops", flush=True)
+            follower.update()  # what changed while the first index ran
+            follower.follow(watch, on_update=lambda b, r, s: print(watch_line(b, r, s), flush=True))
+    except KeyboardInterrupt:
+        pass
+    print(f"stopped watching '{args.folder}' after {follower.updates - 1} update(s); the gallery '{args.out}' is whole",
+          flush=True)
     return 0
 
 
@@ -422,6 +452,18 @@ def cmd_export_onnx(args) -> int:
     return 0
 
 
+def _add_watch_args(p: argparse.ArgumentParser, what: str, folder: bool = False) -> None:
+    if folder:
+        p.add_argument("--watch", nargs="?", const="", metavar="FOLDER", help=what)
+    else:
+        p.add_argument("--watch", action="store_true", help=what)
+    p.add_argument("--debounce", type=float, default=1.0, metavar="S",
+                   help="watch: apply a burst of changes once none came for S seconds (default 1)")
+    p.add_argument("--poll", type=float, default=0.0, metavar="S",
+                   help="watch: poll the folder every S seconds instead of the platform's file events "
+                        "(network shares); default: file events, polling where they are unavailable")
+
+
 def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="agentcir", description="Training-free agentic image retrieval.")
     ap.add_argument("-v", "--verbose", action="store_true", help="debug logging and full tracebacks")
@@ -464,6 +506,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--engine", choices=["local", "ray"], help="embed in this process or as a Ray Data job (docs/scale.md)")
     p.add_argument("--address", help="Ray cluster to join (default $RAY_ADDRESS, else a local Ray)")
     p.add_argument("--shards", type=int, help="write a sharded gallery of this many shards")
+    _add_watch_args(p, "after indexing, follow the folder and update the gallery as photos are added, changed, "
+                       "renamed or deleted (docs/library.md), until Ctrl-C")
     p.add_argument("-q", "--quiet", action="store_true")
     _add_recipe_args(p)
 
