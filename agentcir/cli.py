@@ -189,8 +189,8 @@ def _watch_index(args, recipe: dict, encoder) -> int:
                         poll_s=args.poll or 1.0)
     try:
         with watch:
-            print(f"watching '{args.folder}' ({watch.kind} file events; changes settle {watch.debounce_s:g} s); "
-                  f"Ctrl-C stops", flush=True)
+            print(f"watching '{args.folder}' ({watch.kind} file events; a burst of changes is applied "
+                  f"{watch.debounce_s:g} s after its last one); Ctrl-C stops", flush=True)
             follower.update()  # what changed while the first index ran
             follower.follow(watch, on_update=lambda b, r, s: print(watch_line(b, r, s), flush=True))
     except KeyboardInterrupt:
@@ -288,8 +288,16 @@ def cmd_serve(args) -> int:
     cfg = ServeConfig(token=token, host=args.host, allow_hosts=tuple(args.allow_host or ()), max_upload_mb=args.max_upload_mb, max_pixels=args.max_pixels,
                       uploads_mb=args.uploads_mb, thumbs_mb=args.thumbs_mb)
     app = create_app(searcher, uploads=args.uploads, thumbs=args.thumbs, config=cfg, ask=ask)
+    if args.watch is not None:  # --watch [FOLDER]: default, the folder the gallery was indexed from
+        folder = args.watch or str(searcher.gallery.info.get("source") or "")
+        if not folder or not os.path.isdir(folder):
+            raise InputError(f"--watch: the gallery '{args.gallery}' names no photo folder that exists "
+                             f"('{folder}'); give it: --watch FOLDER")
+        app.state.serve.watch(folder, debounce_s=args.debounce, observer="polling" if args.poll else "auto",
+                              poll_s=args.poll or 1.0)
+        print(f"watching '{folder}': new, changed and deleted photos are indexed and searchable without a restart")
     print(f"serving gallery '{args.gallery}' on http://{args.host}:{args.port}/{'?token=...' if token else ''}  "
-          f"(API docs at /docs; Ctrl-C stops)")
+          f"(API docs at /docs; warm-up and updates at /api/status; Ctrl-C stops)")
     uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
     return 0
 
@@ -557,6 +565,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--thumbs-mb", type=float, default=256.0, help="thumbnail cache kept under this (default 256)")
     p.add_argument("--no-questions", action="store_true",
                    help="no history questions (by default the page also asks an ImageSeeker agent about the gallery)")
+    _add_watch_args(p, "follow FOLDER (default: the folder the gallery was indexed from) and index new, changed, "
+                       "renamed and deleted photos into the gallery as they come; searchable without a restart",
+                    folder=True)
     _add_recipe_args(p)
 
     p = sub.add_parser("eval", help="metrics of finished runs, compared, submitted",

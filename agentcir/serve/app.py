@@ -34,7 +34,7 @@ def create_app(searcher: Searcher, *, uploads: str | Path | None = None, thumbs:
 
     from . import models as M
     from .guard import Guard
-    from .routes import images, jobs, pages, search
+    from .routes import images, jobs, pages, search, status
     from .routes import uploads as upload_routes
 
     st = ServeState(searcher, uploads=uploads, thumbs=thumbs, config=config, ask=ask)
@@ -55,7 +55,7 @@ def create_app(searcher: Searcher, *, uploads: str | Path | None = None, thumbs:
         return JSONResponse({"detail": "; ".join(parts)}, status_code=422)
 
     pages.mount(app)
-    for module in (pages, search, jobs, images, upload_routes):
+    for module in (pages, search, jobs, images, upload_routes, status):
         app.include_router(module.router)
 
     if st.token:  # the spec says so: Swagger UI's "Authorize" sends the header
