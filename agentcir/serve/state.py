@@ -182,7 +182,7 @@ class ServeState:
         self._with_metadata: tuple[Any, int] | None = None
         self.warm = WarmUp()
         self.thumbnails = Thumbnails(cfg.thumb_size)
-        self.library: dict[str, Any] = {"watching": None, "observer": "", "updates": 0, "last_update": "",
+        self.library: dict[str, Any] = {"watching": None, "observer": "", "following": False, "updates": 0, "last_update": "",
                                         "last_update_s": None, "error": "", "loaded_at": time.time()}
         self._stop = threading.Event()
         self._thumbs_wanted = threading.Event()
@@ -261,6 +261,7 @@ class ServeState:
                     self.library["observer"] = w.kind
                     follower.update()  # what changed since the gallery was indexed
                     self.reload()
+                    self.library["following"] = True
                     follower.follow(w, stop=self._stop, on_update=updated)
             except (InputError, StorageError, OSError) as e:
                 self.library["error"] = f"watching '{folder}' stopped: {e}"
