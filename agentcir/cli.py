@@ -290,6 +290,8 @@ def cmd_serve(args) -> int:
     app = create_app(searcher, uploads=args.uploads, thumbs=args.thumbs, config=cfg, ask=ask)
     if args.watch is not None:  # --watch [FOLDER]: default, the folder the gallery was indexed from
         folder = args.watch or str(searcher.gallery.info.get("source") or "")
+        if args.watch and not os.path.isdir(folder):
+            raise InputError(f"--watch: folder '{folder}' does not exist or is not a folder")
         if not folder or not os.path.isdir(folder):
             raise InputError(f"--watch: the gallery '{args.gallery}' names no photo folder that exists "
                              f"('{folder}'); give it: --watch FOLDER")

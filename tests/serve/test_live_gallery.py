@@ -114,3 +114,25 @@ def test_serve_watch_makes_a_new_photo_searchable_without_a_restart(gallery, ask
     finally:
         st.close()
         other.app.state.serve.close()
+
+
+def test_the_serve_command_watches_the_folder_it_is_given(gallery, monkeypatch, tmp_path, capsys):
+    import uvicorn
+
+    from agentcir.cli import main
+
+    folder, gdir, _, _ = gallery
+    photos, g2 = tmp_path / "photos", tmp_path / "g"
+    shutil.copytree(folder, photos)
+    shutil.copytree(gdir, g2)
+    apps = []
+    monkeypatch.setattr(uvicorn, "run", lambda app, **kw: apps.append(app))
+    assert main(["serve", "--gallery", str(g2), "--watch", str(photos), "--poll", "0.05", f"run.root={tmp_path}"]) == 0
+    st = apps[-1].state.serve
+    try:
+        assert st.library["watching"] == str(photos.resolve()) and "watching" in capsys.readouterr().out
+        assert wait_for(lambda: st.library["following"], 60) and st.library["observer"] == "polling"
+    finally:
+        st.close()
+    assert main(["serve", "--gallery", str(g2), "--watch", str(tmp_path / "nope"), f"run.root={tmp_path}"]) == 2
+    assert f"--watch: folder '{tmp_path / 'nope'}' does not exist" in capsys.readouterr().err
