@@ -327,8 +327,8 @@ class Searcher:
         return time.perf_counter() - t0
 
     def warm_steps(self) -> list["WarmStep"]:
-        """The warm-up's steps, each run under the search lock: the encoder's two towers; a text
-        search (its kernels); an image search ("more like this"); the gallery captions the method
+        """The warm-up's steps, each run under the search lock: the encoder's text tower; a text
+        search (its kernels); the encoder's image tower; an image search ("more like this"); the gallery captions the method
         needs; a composed search with a fresh reference (a gallery photo with one pixel changed,
         so no call is a cache hit) and a fresh text, which loads every other model of the method."""
         import tempfile
@@ -343,8 +343,10 @@ class Searcher:
                   if k not in ("encoder", "method", "memory", "dataset")]
         answers = getattr(self.method, "answers_set", False)
 
-        def encoder(progress):
+        def text_tower(progress):
             enc.encode_texts([f"a photo {word}"], progress=False)
+
+        def image_tower(progress):
             if first is not None:
                 enc.encode_images([first], progress=False)
 
@@ -366,8 +368,9 @@ class Searcher:
             self._prepare(progress)
 
         name = f"encoder:{getattr(enc, 'registry_key', '') or type(enc).__name__}"
-        steps = [WarmStep("encoder", [name], ("text", "image"), encoder),
-                 WarmStep("text search", [], ("text",), search(False, True))]
+        steps = [WarmStep("encoder text tower", [f"{name} text"], (), text_tower),
+                 WarmStep("text search", [], ("text",), search(False, True)),
+                 WarmStep("encoder image tower", [f"{name} images"], (), image_tower)]
         if first is not None:
             steps.append(WarmStep("image search", [], ("image",), search(True, False)))
         if self.method.needs_captions:

@@ -31,9 +31,11 @@ def test_status_reports_the_warm_up_per_model_and_the_thumbnails(searcher, ask_f
     assert wait_for(lambda: c.get("/api/status").json()["warm_up"]["state"] == "done", 120)
     st = c.get("/api/status").json()
     w = st["warm_up"]
-    assert [s["name"] for s in w["steps"]][:3] == ["encoder", "text search", "image search"]
+    assert [s["name"] for s in w["steps"]][:4] == ["encoder text tower", "text search", "encoder image tower",
+                                                   "image search"]
     assert w["steps"][-1]["name"] == "composed search" and all(s["state"] == "done" for s in w["steps"])
-    assert w["models"]["encoder:catalog"] == "ready" and all(v == "ready" for v in w["models"].values())
+    assert w["models"]["encoder:catalog text"] == w["models"]["encoder:catalog images"] == "ready"
+    assert all(v == "ready" for v in w["models"].values())
     assert any(m.startswith("llm:") for m in w["models"]) and set(w["ready_for"]) == {"text", "image", "composed"}
     assert wait_for(lambda: c.get("/api/status").json()["thumbnails"]["state"] == "done", 60)
     t = c.get("/api/status").json()["thumbnails"]
