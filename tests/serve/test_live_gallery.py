@@ -134,6 +134,7 @@ def test_the_serve_command_watches_the_folder_it_is_given(gallery, monkeypatch, 
     try:
         assert st.library["watching"] == str(photos.resolve()) and "watching" in capsys.readouterr().out
         assert wait_for(lambda: st.library["following"], 60) and st.library["observer"] == "polling"
+        assert wait_for(lambda: st.warm.snapshot()["state"] in ("done", "failed"), 120)   # nothing left running
     finally:
         st.close()
     assert main(["serve", "--gallery", str(g2), "--watch", str(tmp_path / "nope"), f"run.root={tmp_path}"]) == 2
