@@ -33,6 +33,7 @@ gallery (:meth:`Searcher.prepare`; with a ``progress`` hook it reports their cou
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import threading
 import time
@@ -243,6 +244,21 @@ class Searcher:
             self._rows = {str(Path(p).resolve()): i for i, p in enumerate(self.gallery.paths)}
         return self._rows.get(str(Path(path).resolve()), -1)
 
+    @contextlib.contextmanager
+    def _turn(self):
+        """The search lock, counted while waited for (the warm-up lets a waiting search go first)."""
+        with self._count_lock:
+            self._waiting += 1
+        try:
+            self._lock.acquire()
+        finally:
+            with self._count_lock:
+                self._waiting -= 1
+        try:
+            yield
+        finally:
+            self._lock.release()
+
     def busy(self) -> bool:
         """Whether a search (or a warm-up step, or a reload) runs or waits to run."""
         return self._waiting > 0 or self._lock.locked()
@@ -290,18 +306,15 @@ class Searcher:
         """Make the gallery captions (and their embeddings) the method needs, once; a later
         search finds them stored. Reports ``gallery_captions`` counts through ``progress``."""
         with self._lock:
-            self._prepare(progress)
-
-    def _prepare(self, progress: Progress | None) -> None:
-        if self._prepared:
-            return
-        ctx = self._context(progress)
-        stage = self._caption_stage()
-        ctx.stage = stage.name
-        if progress:
-            progress(stage.name, 0, len(self.gallery))
-        asyncio.run(Runner(_NoStages(), ctx, RunState(queries=[], gallery=self.gallery), prepare=[stage]).execute())
-        self._prepared = True
+            if self._prepared:
+                return
+            ctx = self._context(progress)
+            stage = self._caption_stage()
+            ctx.stage = stage.name
+            if progress:
+                progress(stage.name, 0, len(self.gallery))
+            asyncio.run(Runner(_NoStages(), ctx, RunState(queries=[], gallery=self.gallery), prepare=[stage]).execute())
+            self._prepared = True
 
     def warm_up(self, progress: Progress | None = None, status: "WarmUp | None" = None) -> float:
         """Load every model and compile every kernel a search uses, before the first person waits
@@ -315,21 +328,20 @@ class Searcher:
         for step in steps:
             while self._waiting:  # someone is searching: let them go first
                 time.sleep(0.01)
-            with self._lock:
-                status.start(step.name)
-                try:
-                    step.run(progress)
-                except Exception as e:
-                    status.finish(step.name, error=f"{type(e).__name__}: {e}")
-                    raise
-                status.finish(step.name)
+            status.start(step.name)
+            try:
+                step.run(progress)  # takes the search lock itself
+            except Exception as e:
+                status.finish(step.name, error=f"{type(e).__name__}: {e}")
+                raise
+            status.finish(step.name)
         status.done()
         return time.perf_counter() - t0
 
     def warm_steps(self) -> list["WarmStep"]:
-        """The warm-up's steps, each run under the search lock: the encoder's text tower; a text
-        search (its kernels); the encoder's image tower; an image search ("more like this"); the gallery captions the method
-        needs; a composed search with a fresh reference (a gallery photo with one pixel changed,
+        """The warm-up's steps, each holding the search lock while it runs: the encoder's text
+        tower; a text search (its kernels); the encoder's image tower; an image search ("more like
+        this"); the gallery captions the method needs; a composed search with a fresh reference (a gallery photo with one pixel changed,
         so no call is a cache hit) and a fresh text, which loads every other model of the method."""
         import tempfile
         import uuid
@@ -344,11 +356,13 @@ class Searcher:
         answers = getattr(self.method, "answers_set", False)
 
         def text_tower(progress):
-            enc.encode_texts([f"a photo {word}"], progress=False)
+            with self._lock:
+                enc.encode_texts([f"a photo {word}"], progress=False)
 
         def image_tower(progress):
             if first is not None:
-                enc.encode_images([first], progress=False)
+                with self._lock:
+                    enc.encode_images([first], progress=False)
 
         def search(image: bool, text: bool):
             def run(progress):
@@ -361,11 +375,11 @@ class Searcher:
 
                         ref = Path(d) / "warm.png"
                         Image.fromarray(im).save(ref)
-                    self._search(image=ref, text=f"a photo in red {word}" if text else "", k=5, progress=progress)
+                    self.search(image=ref, text=f"a photo in red {word}" if text else "", k=5, progress=progress)
             return run
 
         def captions(progress):
-            self._prepare(progress)
+            self.prepare(progress)
 
         name = f"encoder:{getattr(enc, 'registry_key', '') or type(enc).__name__}"
         steps = [WarmStep("encoder text tower", [f"{name} text"], (), text_tower),
@@ -407,55 +421,42 @@ class Searcher:
                progress: Progress | None = None) -> SearchResult:
         """Rank the gallery for a reference ``image`` and/or a ``text``; the top ``k`` hits (a
         set-answering method: its whole answer set)."""
-        with self._count_lock:
-            self._waiting += 1
-        try:
-            self._lock.acquire()  # one query at a time, its decodes included (bounded memory)
-        finally:
-            with self._count_lock:
-                self._waiting -= 1
-        try:
-            return self._search(image=image, text=text, k=k, progress=progress)
-        finally:
-            self._lock.release()
-
-    def _search(self, *, image, text: str, k: int, progress: Progress | None) -> SearchResult:
-        """:meth:`search`, the lock held."""
         text = (text or "").strip()
         if image is None and not text:
             raise InputError("a search needs a reference image, a text, or both")
         if k < 1:
             raise InputError(f"k must be at least 1, got {k}")
-        t0 = time.perf_counter()
-        ref: list[str] = []
-        ref_id = ref_digest = None
-        if image is not None:
-            if not Path(image).is_file():
-                raise InputError(f"reference image '{image}' not found")
-            load_rgb(image)  # a clear error now rather than deep inside a stage
-            ref = [str(Path(image).resolve())]
-            row = self.row_of(ref[0])
-            ref_id = self.gallery.ids[row] if row >= 0 else None
-            ref_digest = _file_digest(ref[0])
-        method, mode, why = self.method, "composed" if ref and text else ("image" if ref else "text"), ""
-        if ref and not text:
-            method = self.image_method()
-            if method is not self.method:
-                why = (f"a reference image and no text: more like this, so this is image retrieval (the image_only "
-                       f"baseline with the same encoder) rather than method '{self.method_name}'")
-        elif getattr(method, "answers_set", False):
-            mode = "answer"
-        elif not ref and getattr(method, "needs_reference", True):
-            method = self.text_method()
-            why = (f"no reference image: method '{self.method_name}' needs one, so this is text retrieval "
-                   f"(the text_only baseline with the same encoder)")
-        q = Query(id="query", text=text, reference=ref, reference_id=ref_id)
-        state = RunState(queries=[q], gallery=self.gallery)
-        ctx = self._context(progress)
-        prepare = [self._caption_stage()] if method.needs_captions else []
-        asyncio.run(Runner(method, ctx, state, prepare=prepare).execute())
-        self._prepared = self._prepared or bool(prepare)
-        ref_vec = self._reference_vector(ctx, state, ref) if ref else None
+        with self._turn():  # one query at a time, its decodes included (bounded memory)
+            t0 = time.perf_counter()
+            ref: list[str] = []
+            ref_id = ref_digest = None
+            if image is not None:
+                if not Path(image).is_file():
+                    raise InputError(f"reference image '{image}' not found")
+                load_rgb(image)  # a clear error now rather than deep inside a stage
+                ref = [str(Path(image).resolve())]
+                row = self.row_of(ref[0])
+                ref_id = self.gallery.ids[row] if row >= 0 else None
+                ref_digest = _file_digest(ref[0])
+            method, mode, why = self.method, "composed" if ref and text else ("image" if ref else "text"), ""
+            if ref and not text:
+                method = self.image_method()
+                if method is not self.method:
+                    why = (f"a reference image and no text: more like this, so this is image retrieval (the image_only "
+                           f"baseline with the same encoder) rather than method '{self.method_name}'")
+            elif getattr(method, "answers_set", False):
+                mode = "answer"
+            elif not ref and getattr(method, "needs_reference", True):
+                method = self.text_method()
+                why = (f"no reference image: method '{self.method_name}' needs one, so this is text retrieval "
+                       f"(the text_only baseline with the same encoder)")
+            q = Query(id="query", text=text, reference=ref, reference_id=ref_id)
+            state = RunState(queries=[q], gallery=self.gallery)
+            ctx = self._context(progress)
+            prepare = [self._caption_stage()] if method.needs_captions else []
+            asyncio.run(Runner(method, ctx, state, prepare=prepare).execute())
+            self._prepared = self._prepared or bool(prepare)
+            ref_vec = self._reference_vector(ctx, state, ref) if ref else None
         wall = time.perf_counter() - t0
         trace = dict(state.traces.get(q.id, {}))
         hits, excluded, verification = self._hits(state, method, k, ref_digest, ref_id, ref_vec)
@@ -476,7 +477,7 @@ class Searcher:
 
     def _hits(self, state: RunState, method, k: int, ref_digest, ref_id, ref_vec=None) -> tuple[list[Hit], list[str], list[dict]]:
         """The hits; the ids excluded as the reference; the verdicts of the verified candidates."""
-        g = self.gallery
+        g = state.gallery  # the gallery searched (an update may have been opened since)
         c = state.candidates
         if c is None:
             raise InputError(f"method '{self.method_name}' produced no ranking")

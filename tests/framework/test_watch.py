@@ -72,9 +72,11 @@ def test_a_new_photo_becomes_searchable(followed):
 
 def test_a_burst_is_one_update(followed):
     folder, out, enc, done = followed
-    for i in range(12):   # faster than the 0.2 s debounce
-        photo(folder / "burst" / f"b{i:02d}.png", 200 + i)
-        time.sleep(0.01)
+    made = [photo(folder.parent / "staging" / f"b{i:02d}.png", 200 + i) for i in range(12)]
+    (folder / "burst").mkdir()
+    for p in made:   # 12 photos landing within the 0.2 s debounce
+        os.replace(p, folder / "burst" / p.name)
+        time.sleep(0.005)
     assert wait_for(lambda: done)
     time.sleep(0.5)
     assert len(done) == 1 and len(done[0][0].changed) == 12 and enc.count == 12
