@@ -43,6 +43,9 @@ EXTRAS = {
     # (agentcir/framework/scale/), per-shard faiss indexes (`agentcir build-index`); faiss is also
     # benchmarks/bench_cosine_topk.py's IndexFlatIP baseline
     "scale": ["ray[data]>=2.40", "faiss-cpu>=1.8"],
+    # watch mode (agentcir/framework/watch.py): `agentcir index --watch`, `agentcir serve --watch`
+    # follow a photo folder through the platform's file events (a polling observer where none work)
+    "watch": ["watchdog>=4"],
     # `agentcir eval --compare` plots (agentcir/framework/report.py)
     "plot": ["matplotlib>=3.7"],
     # agentcir/components/encoders/features.py: precomputed features (torch for the torch-pickled
@@ -62,8 +65,8 @@ EXTRAS = {
 }
 EXTRAS["dev"] = sorted({
     *EXTRAS["catalog"], *EXTRAS["onnx"], *EXTRAS["gpu"], *EXTRAS["llm"], *EXTRAS["hf"], *EXTRAS["diffusion"],
-    *EXTRAS["photos"], *EXTRAS["scale"], *EXTRAS["plot"], *EXTRAS["video"], *EXTRAS["serve"], *EXTRAS["mcp"], *EXTRAS["features"],
-    *EXTRAS["docs"], *EXTRAS["mlflow"], *EXTRAS["tensorboard"],
+    *EXTRAS["photos"], *EXTRAS["scale"], *EXTRAS["plot"], *EXTRAS["video"], *EXTRAS["serve"], *EXTRAS["mcp"],
+    *EXTRAS["features"], *EXTRAS["docs"], *EXTRAS["mlflow"], *EXTRAS["tensorboard"], *EXTRAS["watch"],
     # the linter (ruff.toml; `make lint`, run by .ci/run)
     "ruff>=0.6",
     *EXTRAS["upstream"],

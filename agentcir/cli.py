@@ -150,10 +150,15 @@ def cmd_index(args) -> int:
     from .framework.indexing import index_folder
 
     recipe = _compose(args)
+    encoder = None
+    if args.watch:  # built once, kept for the updates
+        from .framework.recipe import ComponentPool
+
+        encoder = ComponentPool(recipe).get("encoder") if recipe.get("encoder", {}).get("name") not in (None, "none") else None
     # photo metadata (EXIF/XMP, gazetteer places, folder = album) goes into each item's meta
     r = index_folder(recipe, args.folder, args.out, dtype=args.dtype, user=args.user, metadata=not args.no_metadata,
                      scale=_scale_args(recipe, args), progress=not args.quiet,
-                     follow_links=args.follow_links)
+                     follow_links=args.follow_links, encoder=encoder)
     if r.shards:
         print(f"{r.shards} shard(s), engine {r.engine}")
     if r.change:
@@ -168,6 +173,31 @@ def cmd_index(args) -> int:
         print(r.metadata)
     if r.domain:
         print(r.domain)
+    if args.watch:
+        return _watch_index(args, recipe, encoder)
+    return 0
+
+
+def _watch_index(args, recipe: dict, encoder) -> int:
+    """``agentcir index --watch``: follow the folder, updating the gallery per settled batch, until Ctrl-C."""
+    from .framework.indexing import FolderFollower, watch_line
+    from .framework.watch import FolderWatch
+
+    follower = FolderFollower(recipe, args.folder, args.out, encoder=encoder, scale=_scale_args(recipe, args),
+                              dtype=args.dtype, user=args.user, metadata=not args.no_metadata,
+                              follow_links=args.follow_links)
+    watch = FolderWatch(args.folder, debounce_s=args.debounce, observer="polling" if args.poll else "auto",
+                        poll_s=args.poll or 1.0)
+    try:
+        with watch:
+            print(f"watching '{args.folder}' ({watch.kind} file events; a burst of changes is applied "
+                  f"{watch.debounce_s:g} s after its last one); Ctrl-C stops", flush=True)
+            follower.update()  # what changed while the first index ran
+            follower.follow(watch, on_update=lambda b, r, s: print(watch_line(b, r, s), flush=True))
+    except KeyboardInterrupt:
+        pass
+    print(f"stopped watching '{args.folder}' after {follower.updates - 1} update(s); the gallery '{args.out}' is whole",
+          flush=True)
     return 0
 
 
@@ -266,8 +296,18 @@ def cmd_serve(args) -> int:
                       uploads_mb=args.uploads_mb, thumbs_mb=args.thumbs_mb)
     cfg.dup_threshold, cfg.export_max_mb, cfg.album_root = args.dup_threshold, args.export_max_mb, args.album_root or ""
     app = create_app(searcher, uploads=args.uploads, thumbs=args.thumbs, config=cfg, ask=ask)
+    if args.watch is not None:  # --watch [FOLDER]: default, the folder the gallery was indexed from
+        folder = args.watch or str(searcher.gallery.info.get("source") or "")
+        if args.watch and not os.path.isdir(folder):
+            raise InputError(f"--watch: folder '{folder}' does not exist or is not a folder")
+        if not folder or not os.path.isdir(folder):
+            raise InputError(f"--watch: the gallery '{args.gallery}' names no photo folder that exists "
+                             f"('{folder}'); give it: --watch FOLDER")
+        app.state.serve.watch(folder, debounce_s=args.debounce, observer="polling" if args.poll else "auto",
+                              poll_s=args.poll or 1.0)
+        print(f"watching '{folder}': new, changed and deleted photos are indexed and searchable without a restart")
     print(f"serving gallery '{args.gallery}' on http://{args.host}:{args.port}/{'?token=...' if token else ''}  "
-          f"(API docs at /docs; Ctrl-C stops)")
+          f"(API docs at /docs; warm-up and updates at /api/status; Ctrl-C stops)")
     uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
     return 0
 
@@ -476,6 +516,18 @@ def cmd_export_onnx(args) -> int:
     return 0
 
 
+def _add_watch_args(p: argparse.ArgumentParser, what: str, folder: bool = False) -> None:
+    if folder:
+        p.add_argument("--watch", nargs="?", const="", metavar="FOLDER", help=what)
+    else:
+        p.add_argument("--watch", action="store_true", help=what)
+    p.add_argument("--debounce", type=float, default=1.0, metavar="S",
+                   help="watch: apply a burst of changes once none came for S seconds (default 1)")
+    p.add_argument("--poll", type=float, default=0.0, metavar="S",
+                   help="watch: poll the folder every S seconds instead of the platform's file events "
+                        "(network shares); default: file events, polling where they are unavailable")
+
+
 def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="agentcir", description="Training-free agentic image retrieval.")
     ap.add_argument("-v", "--verbose", action="store_true", help="debug logging and full tracebacks")
@@ -518,6 +570,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--engine", choices=["local", "ray"], help="embed in this process or as a Ray Data job (docs/scale.md)")
     p.add_argument("--address", help="Ray cluster to join (default $RAY_ADDRESS, else a local Ray)")
     p.add_argument("--shards", type=int, help="write a sharded gallery of this many shards")
+    _add_watch_args(p, "after indexing, follow the folder and update the gallery as photos are added, changed, "
+                       "renamed or deleted (docs/library.md), until Ctrl-C")
     p.add_argument("-q", "--quiet", action="store_true")
     _add_recipe_args(p)
 
@@ -573,6 +627,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--export-max-mb", type=float, default=2048.0, help="largest zip export of a result set (default 2048)")
     p.add_argument("--album-root", help="folder under which the page may copy a result set into an album folder "
                                         "(default: off)")
+    _add_watch_args(p, "follow FOLDER (default: the folder the gallery was indexed from) and index new, changed, "
+                       "renamed and deleted photos into the gallery as they come; searchable without a restart",
+                    folder=True)
     _add_recipe_args(p)
 
     p = sub.add_parser("mcp", help="an MCP server over an indexed gallery (tools for agents; agentcir[mcp])",

@@ -9,6 +9,11 @@
    composed search (upload + text), the next ones, a text-only search, a refine-by-click search;
 3. the page weight: the bytes of the page and its files, and of the 20 thumbnails of a results grid.
 
+``--phase start`` (after a build): the time from the server's start to the first result of a
+search sent at once, while the warm-up runs in the background (the search goes first and waits
+only for the models it needs), the warm-up's per-model state then, its steps, and the background
+thumbnails.
+
 Prints one JSON line per figure; the medians are over ``--repeat`` distinct queries.
 """
 
@@ -94,13 +99,61 @@ def serve(args) -> None:
     cache.unlink(missing_ok=True)
 
 
+def at_start(args) -> None:
+    """Time to the first results after the server starts, as `agentcir serve` starts: the app made,
+    its warm-up running in the background, and a search sent at once (a composed one, then a text
+    one, as two fresh servers); the warm-up's per-model state at that moment and its steps."""
+    from fastapi.testclient import TestClient
+
+    from agentcir.framework.recipe import compose
+    from agentcir.framework.search import Searcher
+    from agentcir.serve import ServeConfig, create_app
+
+    gdir = Path(args.out) / "gallery"
+    photos = sorted((Path(args.out) / "photos").iterdir())
+    cache = Path(args.out) / f"cache-{os.getpid()}.sqlite"  # a fresh call cache: no query is a cache hit
+    t0 = time.perf_counter()
+    s = Searcher(compose([f"run.root={args.out}/runs", "run.progress=false", f"run.cache={cache}"]), gdir)
+    c = TestClient(create_app(s, uploads=Path(args.out) / "up", thumbs=Path(args.out) / f"thumbs-{os.getpid()}",
+                              config=ServeConfig(warm_up=args.warm_up)), base_url="http://127.0.0.1")
+    made = time.perf_counter() - t0
+    if args.first == "composed":
+        r = c.post("/api/search", files={"image": ("q.jpg", photos[7].read_bytes(), "image/jpeg")},
+                   data={"text": "in red", "k": "20"})
+    else:
+        r = c.post("/api/search", data={"text": "a red shirt", "k": "20"})
+    first = time.perf_counter() - t0
+    assert r.status_code == 200, r.text
+    at_first = c.get("/api/status").json()["warm_up"]
+    deadline = time.time() + 1800
+    while c.get("/api/status").json()["warm_up"]["state"] == "running" and time.time() < deadline:
+        time.sleep(0.2)
+    w = c.get("/api/status").json()["warm_up"]
+    out = {"app_made_s": made, f"first_{args.first}_result_after_start_s": first,
+           "warm_up_state_at_first_result": at_first["state"], "ready_for_at_first_result": at_first["ready_for"],
+           "warm_up_s": w["elapsed_s"], "warm_up_steps": {x["name"]: x["seconds"] for x in w["steps"]},
+           "gallery": len(s.gallery), "method": s.method_name}
+    for k, v in out.items():
+        print(json.dumps({"figure": k, "value": round(v, 3) if isinstance(v, float) else v}), flush=True)
+    while c.get("/api/status").json()["thumbnails"]["state"] in ("waiting", "running") and time.time() < deadline:
+        time.sleep(0.5)
+    t = c.get("/api/status").json()["thumbnails"]
+    print(json.dumps({"figure": "background_thumbnails", "value": t}), flush=True)
+    app_state = c.app.state.serve
+    app_state.close()
+    shutil.rmtree(Path(args.out) / f"thumbs-{os.getpid()}", ignore_errors=True)
+    cache.unlink(missing_ok=True)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--images", default=str(ROOT.parent / "shared" / "data" / "fashion-products" / "images"))
     ap.add_argument("--n", type=int, default=5000)
     ap.add_argument("--out", default=str(ROOT / "runs" / "_bench" / "serve5k"))
     ap.add_argument("--repeat", type=int, default=5)
-    ap.add_argument("--phase", choices=["all", "build", "serve"], default="all")
+    ap.add_argument("--phase", choices=["all", "build", "serve", "start"], default="all",
+                    help="start: time the first result of a search sent as the server starts (--first)")
+    ap.add_argument("--first", choices=["composed", "text"], default="composed", help="--phase start: the first search")
     ap.add_argument("--no-warm-up", dest="warm_up", action="store_false",
                     help="time the first search of a server started without the warm-up")
     args = ap.parse_args()
@@ -112,6 +165,8 @@ def main() -> None:
                        check=True, env={**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])})
     elif args.phase == "serve":
         serve(args)
+    elif args.phase == "start":
+        at_start(args)
 
 
 if __name__ == "__main__":

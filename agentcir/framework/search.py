@@ -38,6 +38,7 @@ gallery (:meth:`Searcher.prepare`; with a ``progress`` hook it reports their cou
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import threading
 import time
@@ -95,6 +96,99 @@ class SearchResult:
         return {"hits": [h.to_json() for h in self.hits], "trace": self.trace}
 
 
+@dataclass
+class WarmStep:
+    """One step of :meth:`Searcher.warm_up`: the models it loads (``kind:key``), the search modes
+    that wait for no model once it is done, and what it runs."""
+
+    name: str
+    models: list[str]
+    ready_for: tuple[str, ...]
+    run: Callable[[Any], None]
+
+
+class WarmUp:
+    """The warm-up's progress, read from another thread (``agentcir serve``'s ``/api/status``):
+    its ``state`` (``idle``, ``running``, ``done``, ``failed``, ``off``), each step's state
+    (``waiting``, ``running``, ``done``, ``failed``) and seconds, each model's load state
+    (``waiting``, ``loading``, ``ready``, ``failed``) and the search modes ready (``text``,
+    ``image``, ``composed``, ``answer``): those that no longer wait for a model to load."""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self.state = "idle"
+        self._steps: list[dict[str, Any]] = []
+        self._modes: set[str] = set()
+        self._t0 = self._t1 = 0.0
+        self.error = ""
+
+    def plan(self, steps: list[WarmStep]) -> None:
+        with self._lock:
+            self.state, self._t0, self._t1 = "running", time.perf_counter(), 0.0
+            self._steps = [{"name": s.name, "models": list(s.models), "ready_for": list(s.ready_for), "state": "waiting",
+                            "seconds": 0.0, "error": "", "_t": 0.0} for s in steps]
+
+    def _step(self, name: str) -> dict[str, Any]:
+        return next(s for s in self._steps if s["name"] == name)
+
+    def start(self, name: str) -> None:
+        with self._lock:
+            st = self._step(name)
+            st.update(state="running", _t=time.perf_counter())
+
+    def finish(self, name: str, error: str = "") -> None:
+        with self._lock:
+            st = self._step(name)
+            st.update(state="failed" if error else "done", error=error, seconds=round(time.perf_counter() - st["_t"], 3))
+            if error:
+                self.state, self.error, self._t1 = "failed", f"{name}: {error}", time.perf_counter()
+            else:
+                self._modes.update(st["ready_for"])
+
+    def done(self) -> None:
+        with self._lock:
+            self.state, self._t1 = "done", time.perf_counter()
+
+    def off(self) -> None:
+        with self._lock:
+            self.state = "off"
+
+    def snapshot(self) -> dict[str, Any]:
+        with self._lock:
+            steps = [{k: v for k, v in s.items() if k != "_t"} for s in self._steps]
+            for s in steps:
+                if s["state"] == "running":
+                    s["seconds"] = round(time.perf_counter() - next(t["_t"] for t in self._steps if t["name"] == s["name"]), 3)
+            models: dict[str, str] = {}
+            for s in steps:
+                for m in s["models"]:
+                    models[m] = {"waiting": "waiting", "running": "loading", "done": "ready", "failed": "failed"}[s["state"]]
+            end = self._t1 or time.perf_counter()
+            return {"state": self.state, "elapsed_s": round(end - self._t0, 3) if self._t0 else 0.0,
+                    "ready_for": sorted(self._modes), "models": models, "steps": steps, "error": self.error}
+
+
+#: the files whose (inode, size, mtime) tell that a gallery folder holds another gallery: an
+#: update swaps a new folder in (new inodes), a metadata refresh rewrites ``items.jsonl``
+SIGNATURE_FILES = ("gallery.json", "items.jsonl", "content.json")
+
+
+def gallery_signature(root: str | Path) -> tuple | None:
+    """What changes when gallery folder ``root`` is updated; None while it has no gallery (a swap
+    between its two renames)."""
+    out = []
+    for name in SIGNATURE_FILES:
+        try:
+            st = os.stat(Path(root) / name)
+        except OSError:
+            if name == "gallery.json":
+                return None
+            out.append(None)
+            continue
+        out.append((st.st_ino, st.st_size, st.st_mtime_ns))
+    return tuple(out)
+
+
 def _file_digest(path: str | Path) -> tuple[int, str] | None:
     """(size, sha256) of a file (the hash memoised by :func:`~.hashing.file_digest`); None: unreadable."""
     try:
@@ -129,7 +223,11 @@ class Searcher:
     def __init__(self, recipe: dict[str, Any], gallery_dir: str | Path, *, progress: bool = False):
         self.recipe = recipe
         self.pool = ComponentPool(recipe)
+        self.gallery_dir = Path(gallery_dir)
+        self._signature = gallery_signature(self.gallery_dir)
         self.gallery = open_gallery(gallery_dir, encoder=self.pool.get("encoder"), scale=recipe.get("scale"))
+        #: how many times the gallery was opened again after an update (:meth:`reload`)
+        self.generation = 0
         self.method = self.pool.get("method")
         self.cache = open_call_cache(self.pool, recipe["run"])
         self.progress = progress
@@ -138,6 +236,8 @@ class Searcher:
         self._prepared = not self.method.needs_captions
         self._text_method = None
         self._image_method = None
+        self._waiting = 0  # searches waiting for the lock: the warm-up lets them go first
+        self._count_lock = threading.Lock()
 
     def reopen(self) -> None:
         """Open the gallery directory again after it was updated (``agentcir index`` into it, or
@@ -162,6 +262,49 @@ class Searcher:
         if self._rows is None:  # one resolve per gallery file: only once a reference image is given
             self._rows = {str(Path(p).resolve()): i for i, p in enumerate(self.gallery.paths)}
         return self._rows.get(str(Path(path).resolve()), -1)
+
+    @contextlib.contextmanager
+    def _turn(self):
+        """The search lock, counted while waited for (the warm-up lets a waiting search go first)."""
+        with self._count_lock:
+            self._waiting += 1
+        try:
+            self._lock.acquire()
+        finally:
+            with self._count_lock:
+                self._waiting -= 1
+        try:
+            yield
+        finally:
+            self._lock.release()
+
+    def busy(self) -> bool:
+        """Whether a search (or a warm-up step, or a reload) runs or waits to run."""
+        return self._waiting > 0 or self._lock.locked()
+
+    def changed_on_disk(self) -> bool:
+        """Whether the gallery folder holds another gallery than the one open (an update was swapped
+        in, or its metadata rewritten) since it was opened."""
+        sig = gallery_signature(self.gallery_dir)
+        return sig is not None and sig != self._signature
+
+    def reload(self, *, force: bool = False) -> bool:
+        """Open the gallery again when it changed on disk (``force``: in any case); waits for the
+        running search. Returns whether it was opened again."""
+        with self._lock:
+            sig = gallery_signature(self.gallery_dir)
+            if sig is None or (sig == self._signature and not force):
+                return False
+            old = self.gallery
+            self.gallery = open_gallery(self.gallery_dir, encoder=self.pool.get("encoder"), scale=self.recipe.get("scale"))
+            self._signature = sig
+            self._rows = None
+            self._prepared = not self.method.needs_captions
+            self.generation += 1
+        close = getattr(old, "close", None)
+        if callable(close):
+            close()
+        return True
 
     @property
     def method_name(self) -> str:
@@ -192,29 +335,86 @@ class Searcher:
             asyncio.run(Runner(_NoStages(), ctx, RunState(queries=[], gallery=self.gallery), prepare=[stage]).execute())
             self._prepared = True
 
-    def warm_up(self, progress: Progress | None = None) -> float:
+    def warm_up(self, progress: Progress | None = None, status: "WarmUp | None" = None) -> float:
         """Load every model and compile every kernel a search uses, before the first person waits
-        for it: one composed search with a fresh reference (a gallery photo with one pixel changed,
-        so no call is a cache hit) and a fresh text, and one text-only search. Returns seconds."""
+        for it, step by step (:meth:`warm_steps`), each reported in ``status``. A search that comes
+        in the meantime goes first, between two steps: it waits only for the step running (and
+        loads what it needs itself). Returns seconds."""
+        status = status if status is not None else WarmUp()
+        steps = self.warm_steps()
+        status.plan(steps)
+        t0 = time.perf_counter()
+        for step in steps:
+            while self._waiting:  # someone is searching: let them go first
+                time.sleep(0.01)
+            status.start(step.name)
+            try:
+                step.run(progress)  # takes the search lock itself
+            except Exception as e:
+                status.finish(step.name, error=f"{type(e).__name__}: {e}")
+                raise
+            status.finish(step.name)
+        status.done()
+        return time.perf_counter() - t0
+
+    def warm_steps(self) -> list["WarmStep"]:
+        """The warm-up's steps, each holding the search lock while it runs: the encoder's text
+        tower; a text search (its kernels); the encoder's image tower; an image search ("more like
+        this"); the gallery captions the method needs; a composed search with a fresh reference (a gallery photo with one pixel changed,
+        so no call is a cache hit) and a fresh text, which loads every other model of the method."""
         import tempfile
         import uuid
 
         import numpy as np
 
-        t0 = time.perf_counter()
-        self.prepare(progress)
         word = uuid.uuid4().hex[:8]
-        with tempfile.TemporaryDirectory(prefix="agentcir-warm-") as d:
-            im = np.array(load_rgb(self.gallery.paths[0]))
-            im[0, 0] = np.random.default_rng().integers(0, 256, 3)
-            from PIL import Image
+        enc = self.pool.get("encoder")
+        first = self.gallery.paths[0] if len(self.gallery) else None
+        others = [f"{k}:{getattr(c, 'registry_key', '') or type(c).__name__}" for k, c in self.pool.built().items()
+                  if k not in ("encoder", "method", "memory", "dataset")]
+        answers = getattr(self.method, "answers_set", False)
 
-            ref = Path(d) / "warm.png"
-            Image.fromarray(im).save(ref)
-            if not getattr(self.method, "answers_set", False):
-                self.search(image=ref, text=f"in red {word}", k=5, progress=progress)
-        self.search(text=f"a photo {word}", k=5, progress=progress)
-        return time.perf_counter() - t0
+        def text_tower(progress):
+            with self._lock:
+                enc.encode_texts([f"a photo {word}"], progress=False)
+
+        def image_tower(progress):
+            if first is not None:
+                with self._lock:
+                    enc.encode_images([first], progress=False)
+
+        def search(image: bool, text: bool):
+            def run(progress):
+                with tempfile.TemporaryDirectory(prefix="agentcir-warm-") as d:
+                    ref = None
+                    if image:
+                        im = np.array(load_rgb(self.gallery.paths[0]))
+                        im[0, 0] = np.random.default_rng().integers(0, 256, 3)
+                        from PIL import Image
+
+                        ref = Path(d) / "warm.png"
+                        Image.fromarray(im).save(ref)
+                    self.search(image=ref, text=f"a photo in red {word}" if text else "", k=5, progress=progress)
+            return run
+
+        def captions(progress):
+            self.prepare(progress)
+
+        name = f"encoder:{getattr(enc, 'registry_key', '') or type(enc).__name__}"
+        steps = [WarmStep("encoder text tower", [f"{name} text"], (), text_tower),
+                 WarmStep("text search", [], ("text",), search(False, True)),
+                 WarmStep("encoder image tower", [f"{name} images"], (), image_tower)]
+        if first is not None:
+            steps.append(WarmStep("image search", [], ("image",), search(True, False)))
+        if self.method.needs_captions:
+            steps.append(WarmStep("gallery captions", [o for o in others if o.startswith("captioner:")], (), captions))
+        if first is not None and not answers:
+            steps.append(WarmStep("composed search", [o for o in others if not o.startswith("captioner:")] or [],
+                                  ("composed",), search(True, True)))
+        elif answers:
+            steps.append(WarmStep("question", [o for o in others if not o.startswith("captioner:")], ("answer",),
+                                  search(False, True)))
+        return steps
 
     def text_method(self):
         """The text retrieval used for a text-only search when the method needs a reference."""
@@ -245,7 +445,7 @@ class Searcher:
             raise InputError("a search needs a reference image, a text, or both")
         if k < 1:
             raise InputError(f"k must be at least 1, got {k}")
-        with self._lock:  # one query at a time, its decodes included (bounded memory)
+        with self._turn():  # one query at a time, its decodes included (bounded memory)
             t0 = time.perf_counter()
             ref: list[str] = []
             ref_id = ref_digest = None
@@ -299,7 +499,7 @@ class Searcher:
 
     def _hits(self, state: RunState, method, k: int, ref_digest, ref_id, ref_vec=None) -> tuple[list[Hit], list[str], list[dict]]:
         """The hits; the ids excluded as the reference; the verdicts of the verified candidates."""
-        g = self.gallery
+        g = state.gallery  # the gallery searched (an update may have been opened since)
         c = state.candidates
         if c is None:
             raise InputError(f"method '{self.method_name}' produced no ranking")

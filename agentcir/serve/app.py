@@ -34,7 +34,7 @@ def create_app(searcher: Searcher, *, uploads: str | Path | None = None, thumbs:
 
     from . import models as M
     from .guard import Guard
-    from .routes import images, jobs, pages, results, search
+    from .routes import images, jobs, pages, results, search, status
     from .routes import uploads as upload_routes
 
     st = ServeState(searcher, uploads=uploads, thumbs=thumbs, config=config, ask=ask)
@@ -63,7 +63,7 @@ def create_app(searcher: Searcher, *, uploads: str | Path | None = None, thumbs:
         return JSONResponse({"detail": "Something went wrong on the server while answering this request; its log has "
                                        "the details."}, status_code=500)
 
-    for module in (pages, search, jobs, images, results, upload_routes):
+    for module in (pages, search, jobs, images, results, upload_routes, status):
         app.include_router(module.router)
 
     if st.token:  # the spec says so: Swagger UI's "Authorize" sends the header

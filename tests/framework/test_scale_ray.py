@@ -307,3 +307,46 @@ def test_index_command_joins_a_running_cluster_by_address(local_ray, plugin_env,
     g = open_gallery(out)
     assert g.ids == local.ids
     np.testing.assert_array_equal(np.asarray(g.image_emb), np.asarray(local.image_emb))
+
+
+def test_an_incremental_update_of_a_ray_sharded_gallery(local_ray, tmp_path):
+    """A sharded gallery updated with the Ray engine's settings (new photos embedded, a deleted one
+    dropped, the rest reused) is searched by Ray shard actors as a fresh build would be. (The first
+    build runs in this process: a Ray Data job's start would dominate the test; the Ray build
+    itself is tested above.)"""
+    import shutil
+
+    from agentcir.framework.gallery import items_from_folder
+    from agentcir.framework.library import index_into
+    from agentcir.framework.scale import scale_settings
+
+    recipe = toy_recipe(tmp_path)
+    enc = ComponentPool(recipe).get("encoder")
+    pool = sorted((DEMO / "images").iterdir())
+    folder = tmp_path / "photos"
+    folder.mkdir()
+    for p in pool[:24]:
+        shutil.copy(p, folder / p.name)
+    scale = scale_settings({"engine": "ray", "shards": 2})
+    g, change = index_into(tmp_path / "g", items_from_folder(folder)[0], enc, scale={**scale, "engine": "local"},
+                           recipe=recipe, progress=False)
+    assert change is None and len(g) == 24
+    for p in pool[24:27]:
+        shutil.copy(p, folder / p.name)
+    (folder / pool[3].name).unlink()
+    items = items_from_folder(folder)[0]
+    g, change = index_into(tmp_path / "g", items, enc, scale=scale, recipe=recipe, progress=False)
+    try:
+        assert (len(change.added), len(change.removed), change.embedded, change.reused) == (3, 1, 3, 23)
+        assert len(g.shards) == 2 and len(g) == 26 and pool[3].stem not in g.ids
+        fresh = build_sharded(tmp_path / "fresh", items, enc, {"shards": 2}, progress=False)
+        assert g.ids == fresh.ids
+        for s in range(2):
+            np.testing.assert_array_equal(np.load(g.shard_dir(s) / "image_emb.npy"),
+                                          np.load(fresh.shard_dir(s) / "image_emb.npy"))
+        q = np.asarray(fresh.image_emb[[0, 25]], np.float32)
+        a = kernels.cosine_topk(q, fresh.image_emb, 5)
+        b = kernels.cosine_topk(q, g.image_emb, 5)     # through the Ray shard actors
+        np.testing.assert_array_equal(a.ids, b.ids)
+    finally:
+        g.close()

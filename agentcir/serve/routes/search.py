@@ -56,7 +56,8 @@ def run_search(st: ServeState, s: Searcher, *, image_path, text: str, k: int, sh
     extra = out["trace"]["search"]
     if extra.get("reference"):
         extra["reference"].update(upload=upload, row=ref_row, path=shown)
-    vp = (out["trace"].get("create") or {}).get("visual_proxy")
+    vp = next((rec.get(key) for stage, key in PROXY_FIELDS
+               if isinstance(rec := out["trace"].get(stage) or {}, dict) and rec.get(key)), None)
     if vp:
         row = s.row_of(vp)
         if row >= 0:
@@ -69,6 +70,11 @@ def run_search(st: ServeState, s: Searcher, *, image_path, text: str, k: int, sh
         rows = [h["row"] for h in out["hits"]]
         out["groups"] = group_hits(st, rows, None if dup_threshold < 0 else dup_threshold)[0]
     return out
+
+
+#: where a method's trace names the image it made of the target (shown beside the results):
+#: OCTOPUS' visual proxy, Paracosm's mental image, WISER's first edited reference
+PROXY_FIELDS = (("create", "visual_proxy"), ("imagine", "mental_image"), ("round0", "edited_image"))
 
 
 @router.post("/api/search", response_model=M.SearchResponse, summary="composed, image or text search",

@@ -91,23 +91,42 @@ async function loadInfo() {
   watchWarmup();
 }
 
-// The start-up warm-up's progress (models loading, thumbnails pre-generated), when the server
-// has a route for it: GET WARMUP_ROUTE answers {"ready": bool, "stage": str, "done": int,
-// "total": int, "elapsed_s": float, "message": str}. A server without it answers 404: nothing shown.
-const WARMUP_ROUTE = "/api/warmup";
+// The start-up work's progress from GET /api/status (agentcir/serve/routes/status.py): the
+// warm-up step by step ({"warm_up": {"state", "elapsed_s", "ready_for", "steps": [{"name", "state"}]}})
+// and the thumbnails made in the background ({"thumbnails": {"state", "done", "total"}}). The banner
+// says what is loading and what can already be searched; it hides when both are done.
+const STATUS_ROUTE = "/api/status";
+function warmupText(st) {
+  const w = st.warm_up || {}, t = st.thumbnails || {};
+  const parts = [];
+  if (w.state === "running" || w.state === "idle") {
+    const steps = w.steps || [];
+    const now = steps.find((s) => s.state === "running") || steps.find((s) => s.state !== "done");
+    const done = steps.filter((s) => s.state === "done").length;
+    parts.push(`Getting ready: ${now ? now.name : "starting"} (${done} / ${steps.length || "?"} steps` +
+      (w.elapsed_s !== undefined ? `, ${Number(w.elapsed_s).toFixed(0)} s` : "") + ")");
+    if ((w.ready_for || []).length) parts.push(`ready for ${w.ready_for.join(", ")} searches`);
+  } else if (w.state === "failed") {
+    parts.push("Some models could not be loaded ahead of time; a search loads them when it runs");
+  }
+  if (t.state === "running" && t.total) parts.push(`thumbnails ${t.done} / ${t.total}`);
+  return parts.join(" · ");
+}
 async function watchWarmup() {
   const banner = $("warmup");
   for (;;) {
-    let w;
+    let st;
     try {
-      const r = await fetch(WARMUP_ROUTE, { credentials: "same-origin" });
+      const r = await fetch(STATUS_ROUTE, { credentials: "same-origin" });
       if (!r.ok) { banner.hidden = true; return; }
-      w = await r.json();
+      st = await r.json();
     } catch (_) { banner.hidden = true; return; }
-    if (w.ready) { banner.hidden = true; return; }
-    banner.hidden = false;
-    banner.textContent = w.message || `Getting ready: ${w.stage || "starting"}` + (w.total ? ` ${w.done} / ${w.total}` : "") +
-      (w.elapsed_s !== undefined ? ` · ${Number(w.elapsed_s).toFixed(0)} s` : "");
+    const text = warmupText(st);
+    const w = (st.warm_up || {}).state, t = (st.thumbnails || {}).state;
+    const settled = ["done", "off", "failed"].includes(w) && ["done", "off"].includes(t);
+    banner.hidden = !text;
+    banner.textContent = text;
+    if (settled) return;
     await new Promise((res) => setTimeout(res, 1000));
   }
 }
