@@ -62,3 +62,12 @@ def plugin_env(plugin_path, tmp_path) -> dict:
 
 # the method authors' testing kit: image_folder, tiny_dataset, scripted_llm, agentcir_env
 pytest_plugins = ["agentcir.testing.pytest_plugin"]
+
+
+def pytest_collection_modifyitems(config, items):
+    """The modules holding a test marked ``slow`` run first, each module's tests kept together and
+    in their order (so module-scoped fixtures are set up once). Under pytest-xdist the long tests
+    then start early, on either worker, and the run ends on short ones instead of one worker
+    finishing a long test alone."""
+    slow_files = {item.path for item in items if item.get_closest_marker("slow")}
+    items.sort(key=lambda item: item.path not in slow_files)
