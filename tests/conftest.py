@@ -23,6 +23,11 @@ if "TRITON_INTERPRET" not in os.environ and importlib.util.find_spec("torch") is
     if not torch.cuda.is_available():
         os.environ["TRITON_INTERPRET"] = "1"
 
+# Ray starts its workers at nice 15: beside the suite's other pytest-xdist workers (or anything else
+# busy on the machine) its actors would get a few percent of a core, and the Ray tests would take
+# minutes. The suite's Ray clusters (here and in subprocesses, which inherit it) run at normal priority.
+os.environ.setdefault("RAY_worker_niceness", "0")
+
 ROOT = Path(__file__).resolve().parent.parent
 SHARED = Path(os.environ.get("AGENTCIR_SHARED", ROOT.parent / "shared"))
 
