@@ -33,12 +33,14 @@ venv: $(VENV)/.run-deps
 run: $(VENV)/.run-deps
 	$(VENV)/bin/agentcir run $(ARGS)
 
-# the suite runs on every core (pytest-xdist, JOBS workers); the tests that measure time run
-# alone afterwards (marker `serial`)
+# the suite runs on every core (pytest-xdist, JOBS workers; `loadgroup`: the tests marked
+# xdist_group("name") share one worker); the tests that need an idle machine (marker `serial`)
+# run alone afterwards, collected from the files that carry the marker only
 JOBS ?= auto
+SERIAL_FILES = $(shell grep -rlE '@pytest\.mark\.serial|^pytestmark.*mark\.serial' tests --include='test_*.py')
 test: $(VENV)/.dev-deps
-	$(PY) -m pytest -q -n $(JOBS) -m "not serial" $(PYTEST_ARGS)
-	$(PY) -m pytest -q -m serial $(PYTEST_ARGS)
+	$(PY) -m pytest -q -n $(JOBS) --dist loadgroup -m "not serial" $(PYTEST_ARGS)
+	$(if $(SERIAL_FILES),$(PY) -m pytest -q -m serial $(PYTEST_ARGS) $(SERIAL_FILES))
 	$(MAKE) --no-print-directory test-clip
 
 lint: $(VENV)/.dev-deps

@@ -23,6 +23,11 @@ if "TRITON_INTERPRET" not in os.environ and importlib.util.find_spec("torch") is
     if not torch.cuda.is_available():
         os.environ["TRITON_INTERPRET"] = "1"
 
+# Ray starts its workers at nice 15: beside the suite's other pytest-xdist workers (or anything else
+# busy on the machine) its actors would get a few percent of a core, and the Ray tests would take
+# minutes. The suite's Ray clusters (here and in subprocesses, which inherit it) run at normal priority.
+os.environ.setdefault("RAY_worker_niceness", "0")
+
 ROOT = Path(__file__).resolve().parent.parent
 SHARED = Path(os.environ.get("AGENTCIR_SHARED", ROOT.parent / "shared"))
 
@@ -62,3 +67,12 @@ def plugin_env(plugin_path, tmp_path) -> dict:
 
 # the method authors' testing kit: image_folder, tiny_dataset, scripted_llm, agentcir_env
 pytest_plugins = ["agentcir.testing.pytest_plugin"]
+
+
+def pytest_collection_modifyitems(config, items):
+    """The modules holding a test marked ``slow`` run first, each module's tests kept together and
+    in their order (so module-scoped fixtures are set up once). Under pytest-xdist the long tests
+    then start early, on either worker, and the run ends on short ones instead of one worker
+    finishing a long test alone."""
+    slow_files = {item.path for item in items if item.get_closest_marker("slow")}
+    items.sort(key=lambda item: item.path not in slow_files)

@@ -113,7 +113,9 @@ def test_the_example_runs_offline_and_its_loop_refines(example_site, dataset, tm
 
 def test_killed_and_resumed_against_the_scripted_endpoint_gives_identical_results(example_site, dataset, tmp_path):
     port = free_port()
-    endpoint = Endpoint(port, env_for(example_site, tmp_path / "unused.sqlite"), delay=0.3).start()
+    # 0.1 s a reply, one request at a time: once 3 queries are planned, 5 plans and the refine
+    # stage's calls (over a second) remain to be cut
+    endpoint = Endpoint(port, env_for(example_site, tmp_path / "unused.sqlite"), delay=0.1).start()
     llm = ["llm=openai", f"llm.base_url={endpoint.url}", "llm.model=scripted", "run.concurrency=1"]
     try:
         # an uninterrupted run

@@ -91,6 +91,8 @@ def main(argv=None) -> int:
     p.add_argument("--encoder", nargs="+", default=["encoder=catalog"],
                    help="recipe overrides choosing the encoder (e.g. encoder=onnx encoder.path=DIR)")
     p.add_argument("--out", required=True, help="results JSON")
+    p.add_argument("--quiet-limit", type=float, default=15.0,
+                   help="seconds to wait at most for an idle machine before each timed part (0: start at once)")
     args = p.parse_args(argv)
 
     import ray
@@ -112,11 +114,11 @@ def main(argv=None) -> int:
         timed_job(ray, items[:64], ComponentPool(recipe).get("encoder"), recipe, scale)   # the cluster's helper actors
         out["first_job_s"] = round(time.perf_counter() - t, 2)
         for r in range(args.rounds):
-            quiet()        # each timed on an idle machine: the last job's actors unload torch as they exit
+            quiet(limit=args.quiet_limit)        # each timed on an idle machine: the last job's actors unload torch as they exit
             t = time.perf_counter()
             Gallery.build(work / f"local-{r}", items, ComponentPool(recipe).get("encoder"), progress=False)
             local = time.perf_counter() - t
-            quiet()
+            quiet(limit=args.quiet_limit)
             job = timed_job(ray, items, ComponentPool(recipe).get("encoder"), recipe, scale)
             job["local_s"] = round(local, 2)
             out["rounds"].append(job)

@@ -342,7 +342,7 @@ def part_embed(args, data: Path) -> dict:
                 fn = variants[name]
                 d = data / f"embed-{name}"
                 shutil.rmtree(d, ignore_errors=True)
-                waits.append(quiet())            # the previous variant's leftovers are not timed here
+                waits.append(quiet(limit=args.quiet_limit))   # the previous variant's leftovers are not timed here
                 t = time.perf_counter()
                 took = fn(d)
                 times[name].append(time.perf_counter() - t)
@@ -397,6 +397,8 @@ def main(argv=None) -> int:
     p.add_argument("--no-embed-commands", dest="embed_commands", action="store_false",
                    help="time only the jobs in this process, not the `agentcir index` commands too")
     p.add_argument("--object-store-mb", type=int, default=300)
+    p.add_argument("--quiet-limit", type=float, default=15.0,
+                   help="seconds to wait at most for an idle machine before each embedding variant (0: start at once)")
     p.add_argument("--data", default="/tmp/agentcir-scale", help="folder of the synthetic files")
     p.add_argument("--out", required=True, help="results JSON (parts already in it are skipped)")
     p.add_argument("--parts", nargs="+", default=list(PARTS), choices=list(PARTS))

@@ -25,6 +25,11 @@ from agentcir.framework.shards import ShardError
 
 ray = pytest.importorskip("ray")
 
+# one pytest-xdist worker runs every Ray test in turn (`--dist loadgroup`): the two-node test's
+# ray.cluster_utils.Cluster names itself in /tmp/ray/ray_current_cluster, which a plain ray.init()
+# elsewhere would join
+pytestmark = pytest.mark.xdist_group("ray")
+
 ROOT = Path(__file__).resolve().parents[2]
 DEMO = ROOT / "agentcir" / "data" / "demo"
 
