@@ -75,8 +75,8 @@ def shape_class(rows: int) -> str:
 
 
 def class_rows(label: str) -> int:
-    """The representative row count of a class (its upper bound; 1024 for the open class)."""
-    return min(dict((lbl, hi) for hi, lbl in CLASSES)[label], 1024)
+    """The representative row count of a class (its upper bound; 2048 for the open class)."""
+    return min(dict((lbl, hi) for hi, lbl in CLASSES)[label], 2048)
 
 
 def cache_path() -> Path:

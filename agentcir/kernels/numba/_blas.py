@@ -110,7 +110,7 @@ MEASURE_D, MEASURE_SCAN_ROWS, MEASURE_FLOPS, MEASURE_ROUNDS = 512, 65536, 6e8, 3
 def _synthetic(kind: str, rows: int) -> tuple[np.ndarray, Gallery]:
     rng = np.random.default_rng(rows)
     d = MEASURE_D
-    n = MEASURE_SCAN_ROWS if rows <= 4 else int(min(MEASURE_SCAN_ROWS, max(4096, MEASURE_FLOPS / (2 * rows * d))))
+    n = MEASURE_SCAN_ROWS if rows <= 4 else int(min(MEASURE_SCAN_ROWS, max(1024, MEASURE_FLOPS / (2 * rows * d))))
     G = rng.standard_normal((n, d), dtype=np.float32)
     X = rng.standard_normal((rows, d), dtype=np.float32)
     if kind == "float16":
