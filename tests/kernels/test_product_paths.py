@@ -128,3 +128,18 @@ def test_timing_failure_uses_the_fixed_table(cache_file, monkeypatch):
     monkeypatch.setattr(tune, "_measure", fail)
     assert tune.choose("float16", 1) == "loop" and tune.choose("float16", 300) == "blas"
     assert not cache_file.exists()
+
+
+def test_cli_shows_and_resets_the_tune_cache(cache_file, monkeypatch, capsys):
+    from agentcir.cli import main
+
+    monkeypatch.setattr(tune, "_measure", lambda kind, rows: {"loop": 1.0, "blas": 0.5})
+    assert tune.choose("float32", 64) == "blas"
+    assert main(["kernels", "tune"]) == 0
+    out = capsys.readouterr().out
+    assert str(cache_file) in out and "float32/r17-64" in out and "blas" in out
+    assert main(["kernels", "tune", "--reset"]) == 0
+    assert "removed" in capsys.readouterr().out and not cache_file.exists()
+    cache_file.write_text("[]")
+    assert main(["kernels", "tune", "--show"]) == 0
+    assert "refused" in capsys.readouterr().out
