@@ -12,7 +12,7 @@ Both multiply in float32, so both give the reference's results within the same t
 tie rules. Which one is faster depends on the CPU (16 vs 32 vector registers, AMX, the BLAS
 build), the dtype and the number of product rows, so the choice is **measured** the first time
 a (dtype, shape class) is met: both paths run a small synthetic top-k of that class (a few
-hundred ms in all) and the faster median wins. Choices are kept in a JSON file
+hundred ms in all) and the faster median wins (``blas`` only by at least :data:`BLAS_MARGIN`). Choices are kept in a JSON file
 (:func:`cache_path`: ``$AGENTCIR_KERNELS_TUNE_FILE``, else ``$XDG_CACHE_HOME/agentcir/kernels-tune.json``,
 else ``~/.cache/agentcir/kernels-tune.json``), valid for one machine identity
 (:func:`machine_identity`: CPU model, ISA flags, numba code-generation target, BLAS build and
@@ -53,6 +53,10 @@ CLASSES = ((1, "r1"), (4, "r2-4"), (16, "r5-16"), (64, "r17-64"), (256, "r65-256
 #: every gallery row once, half rows at half the bytes), the BLAS tile product above
 FALLBACK = {"r1": "loop", "r2-4": "loop"}
 FALLBACK_DEFAULT = "blas"
+#: ``blas`` must beat ``loop`` by this factor to be chosen: the numba loop schedules its chunks
+#: dynamically and keeps its speed on a loaded machine, where a BLAS pool waiting on a preempted
+#: thread can lose several times over; a near tie therefore goes to ``loop``
+BLAS_MARGIN = 1.10
 #: tests force a path here (None: environment, then the tuned choice)
 PATH_OVERRIDE: str | None = None
 
@@ -223,7 +227,7 @@ def tune(kind: str, rows: int) -> dict:
         if _measure is None:
             raise RuntimeError("no kernel registered a measurement (import agentcir.kernels.numba)")
         times = _measure(kind, class_rows(label))
-        best = min(times, key=times.get)
+        best = "blas" if times["blas"] * BLAS_MARGIN < times["loop"] else "loop"
         entry = {"path": best, "ms": {p: round(t * 1e3, 3) for p, t in times.items()},
                  "at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
         data["choices"][f"{kind}/{label}"] = entry
