@@ -528,6 +528,23 @@ def _add_watch_args(p: argparse.ArgumentParser, what: str, folder: bool = False)
                         "(network shares); default: file events, polling where they are unavailable")
 
 
+@_command("kernels")
+def cmd_kernels(args) -> int:
+    from .kernels import tune
+
+    if args.reset:
+        print(f"removed the kernel tune cache {tune.reset()}; choices are measured again on first use")
+    if args.run:
+        from .kernels import numba as _numba  # noqa: F401  (registers the measurement)
+
+        for kind in args.dtype or ["float32", "float16", "bfloat16"]:
+            for _, label in tune.CLASSES:
+                tune.tune(kind, tune.class_rows(label))
+    if args.show or not (args.reset or args.run):
+        print(tune.show())
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="agentcir", description="Training-free agentic image retrieval.")
     ap.add_argument("-v", "--verbose", action="store_true", help="debug logging and full tracebacks")
@@ -732,6 +749,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", required=True, help="folder to write image.onnx, text.onnx, tokenizer.json, encoder.json")
     p.add_argument("--opset", type=int, default=17, help="ONNX opset")
     _add_recipe_args(p)
+
+    p = sub.add_parser("kernels", help="the scoring kernels' product-path choices (autotune cache)",
+                       description="tune: show, reset or measure now the per-CPU choice between BLAS and numba tile "
+                                   "products (agentcir/kernels/tune.py).")
+    p.add_argument("action", choices=["tune"], help="tune: the autotune cache")
+    p.add_argument("--show", action="store_true", help="print the cache file, its machine identity and choices (default)")
+    p.add_argument("--reset", action="store_true", help="delete the cache file: choices are measured again on first use")
+    p.add_argument("--run", action="store_true", help="measure every shape class now (a few seconds per dtype)")
+    p.add_argument("--dtype", action="append", choices=["float32", "float16", "bfloat16"],
+                   help="with --run: only this gallery dtype (repeatable)")
     return ap
 
 

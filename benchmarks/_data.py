@@ -184,6 +184,19 @@ def topk_agreement(ids_a, ids_b) -> float:
     return float(np.mean([set(x.tolist()) == set(y.tolist()) for x, y in zip(a, b)]))
 
 
+def forced(path: str, fn):
+    """``fn`` with the numba backend's product path forced (``loop`` or ``blas``, agentcir.kernels.tune)."""
+    def run(x):
+        from agentcir.kernels import tune
+
+        old, tune.PATH_OVERRIDE = tune.PATH_OVERRIDE, path
+        try:
+            return fn(x)
+        finally:
+            tune.PATH_OVERRIDE = old
+    return run
+
+
 def lazy(x: dict, key: str, build):
     """``x["lazy"][key]``, built on first use (so a provider's extra inputs cost only when it runs)."""
     cache = x.setdefault("lazy", {})

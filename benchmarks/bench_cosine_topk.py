@@ -1,4 +1,4 @@
-"""cosine_topk: numba / torch backends vs straightforward numpy and torch, the exact-search peers
+"""cosine_topk: numba (autotuned product path, and each path forced) / torch backends vs straightforward numpy and torch, the exact-search peers
 (faiss IndexFlatIP at its default and with the BLAS threshold lowered, its best setting; usearch
 exact search; hnswlib BFIndex) and the memory-bandwidth bound (numpy reading the gallery).
 
@@ -12,7 +12,7 @@ import sys
 import numpy as np
 import pytest
 import torch
-from _data import FaissFlatIP, HnswlibBF, UsearchExact, as_kind, gallery, lazy, numpy_topk, torch_topk, unit
+from _data import FaissFlatIP, HnswlibBF, UsearchExact, as_kind, forced, gallery, lazy, numpy_topk, torch_topk, unit
 from conftest import as_numpy_ids, round_robin, run_provider
 from sizes import ids, sizes
 
@@ -58,6 +58,9 @@ PROVIDERS = {
     "numba-f16": lambda x: K.cosine_topk(x["q"], _half(x, "float16"), x["k"], backend="numba"),
     "numba-bf16": lambda x: K.cosine_topk(x["q"], _half(x, "bfloat16"), x["k"], backend="numba"),
 }
+#: the two product paths of the numba backend, forced (numba-f32 takes the autotuned one)
+PROVIDERS["numba-loop-f32"] = forced("loop", PROVIDERS["numba-f32"])
+PROVIDERS["numba-blas-f32"] = forced("blas", PROVIDERS["numba-f32"])
 
 
 def result_ids(out):

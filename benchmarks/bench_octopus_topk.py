@@ -11,7 +11,7 @@ import sys
 import numpy as np
 import pytest
 import torch
-from _data import as_kind, lazy, octopus_inputs, torch_octopus
+from _data import as_kind, forced, lazy, octopus_inputs, torch_octopus
 from conftest import as_numpy_ids, round_robin, run_provider
 from sizes import ids, sizes
 
@@ -56,6 +56,9 @@ PROVIDERS = {
     "numba-f16": lambda x: _kernel(x, "float16", "numba"),
     "numba-bf16": lambda x: _kernel(x, "bfloat16", "numba"),
 }
+#: the two product paths of the numba backend, forced (numba-f32 takes the autotuned one)
+PROVIDERS["numba-loop-f32"] = forced("loop", PROVIDERS["numba-f32"])
+PROVIDERS["numba-blas-f32"] = forced("blas", PROVIDERS["numba-f32"])
 
 
 def result_ids(out):

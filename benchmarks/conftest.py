@@ -37,6 +37,16 @@ def pytest_configure(config):
     os.environ.setdefault("AGENTCIR_KERNELS", "numba")  # never the Triton interpreter by accident
 
 
+#: environment variables that force a lower ISA's code generation (recorded with every run)
+ISA_FORCING = ("NUMBA_CPU_NAME", "NUMBA_CPU_FEATURES", "OPENBLAS_CORETYPE", "ATEN_CPU_CAPABILITY", "FAISS_OPT_LEVEL",
+               "AGENTCIR_KERNELS_PRODUCT", "AGENTCIR_KERNELS_AUTOTUNE")
+
+
+def pytest_benchmark_update_machine_info(config, machine_info):
+    """The run's forced ISA (``report.py`` prints it next to the CPU: forced figures are marked)."""
+    machine_info["isa_forcing"] = {k: os.environ[k] for k in ISA_FORCING if os.environ.get(k)}
+
+
 def memory_in_subprocess(bench_file: str, size: str, provider: str) -> dict:
     """Peak extra bytes of one call, measured by ``memory.py`` in a fresh interpreter."""
     env = dict(os.environ, MALLOC_MMAP_THRESHOLD_="65536", MALLOC_TRIM_THRESHOLD_="0")
@@ -54,9 +64,10 @@ def round_robin(providers, rounds: int) -> list:
     providers of each round in a shuffled order (seeded, the same in every run): with one fixed
     order a provider always follows the same one, and on a host whose memory speed changes
     within a second that alone moved the ratios of side-by-side probes by 10-20%."""
-    rng = random.Random(len(providers) * 1000 + rounds)
+    n_rounds = int(os.environ.get("AGENTCIR_BENCH_ROUNDS") or rounds)  # fewer on a busy machine
+    rng = random.Random(len(providers) * 1000 + n_rounds)
     order = []
-    for r in range(rounds):
+    for r in range(n_rounds):
         ps = list(providers)
         rng.shuffle(ps)
         order += [pytest.param(p, r, id=f"{p}-r{r}") for p in ps]

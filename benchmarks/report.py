@@ -1,6 +1,9 @@
-"""Print the kernel benchmarks of ONE pytest-benchmark JSON run side by side, and check the targets.
+"""Print the kernel benchmarks of pytest-benchmark JSON runs side by side, and check the targets.
 
-    python benchmarks/report.py benchmarks/results/latest.json
+    python benchmarks/report.py benchmarks/results/latest.json [another-isa.json ...]
+
+Each file is one run (one ISA: native, or forced lower by ``NUMBA_CPU_NAME`` / ``OPENBLAS_CORETYPE`` /
+``ATEN_CPU_CAPABILITY``; the run records which, and the report prints it next to the CPU).
 
 One table per group (``<op> <size>``): median time, time relative to the group's
 baseline (``x base``: below 1 is faster), speed-up over it, peak extra memory (measured
@@ -180,18 +183,116 @@ def targets_14(groups) -> list[tuple[str, bool | None, str]]:
     return out
 
 
-def main(path: str) -> int:
-    data, groups = load(path)
-    cpu = cpu_line(data)
-    print(f"# kernel benchmarks: {path}")
-    print(f"run: {data.get('datetime', '?')}, commit {data.get('commit_info', {}).get('id', '?')[:10]}, "
-          f"cpu {cpu}")
-    print_tables(groups, cpu)
-    print(f"\n## targets   CPU: {cpu}")
-    for name, ok, detail in targets(groups):
-        print(f"[{'PASS' if ok else 'MISS'}] {name}: {detail}")
+def isa_line(data: dict) -> str:
+    """``native`` or the variables that forced a lower ISA in the run (conftest's ``isa_forcing``)."""
+    forced = data.get("machine_info", {}).get("isa_forcing") or {}
+    shown = {k: v for k, v in forced.items() if not k.startswith("AGENTCIR_")}
+    return ("forced: " + " ".join(f"{k}={v}" for k, v in shown.items())) if shown else "native (nothing forced)"
+
+
+def _sweep(groups) -> dict[int, dict[str, float]]:
+    """Q -> provider -> median seconds of the batch sweep (``cosine_sweep Q<n>-...`` groups)."""
+    out: dict[int, dict[str, float]] = {}
+    for group, rows in groups.items():
+        if group.startswith("cosine_sweep Q"):
+            q = int(group.split()[1].split("-")[0][1:])
+            out[q] = {p: r["median"] for p, r in rows.items()}
+    return dict(sorted(out.items()))
+
+
+def crossover(sweep: dict[int, dict[str, float]], a: str, b: str) -> str:
+    """Where ``a`` is faster than ``b`` along the sweep, e.g. ``a faster from Q=64`` (the Q values at which it leads)."""
+    lead = [q for q, t in sweep.items() if a in t and b in t and t[a] < t[b]]
+    seen = [q for q, t in sweep.items() if a in t and b in t]
+    if not seen:
+        return "not measured"
+    if not lead:
+        return f"{a} never faster"
+    if lead == seen:
+        return f"{a} faster at every Q"
+    first = lead[0]
+    if lead == [q for q in seen if q >= first]:
+        return f"{a} faster from Q={first}"
+    return f"{a} faster at Q={','.join(map(str, lead))}"
+
+
+def print_sweep(groups) -> None:
+    sweep = _sweep(groups)
+    if not sweep:
+        return
+    provs = sorted({p for t in sweep.values() for p in t})
+    print("\n## batch sweep (cosine_topk, N=20k d=512): median ms per Q")
+    print(f"{'Q':>6s} " + " ".join(f"{p:>21s}" for p in provs))
+    for q, t in sweep.items():
+        print(f"{q:6d} " + " ".join(f"{t[p] * 1e3:21.2f}" if p in t else f"{'-':>21s}" for p in provs))
+    print("crossovers:")
+    for a, b in (("numba-f32", "faiss-flatip-blas-f32"), ("numba-f32", "torch-naive-f32"),
+                 ("numba-blas-f32", "numba-loop-f32"), ("numba-bf16", "numba-f32"), ("numba-f16", "numba-f32")):
+        print(f"  {a} vs {b}: {crossover(sweep, a, b)}")
+
+
+def targets_portable(groups) -> list[tuple[str, bool | None, str]]:
+    """The targets that must hold on every ISA (one run per ISA, ``isa_line`` says which)."""
+    out = []
+    c64 = "cosine_topk Q64-N100k-d512"
+    f32 = _med(groups, c64, "numba-f32")
+    faiss = [m for m in (_med(groups, c64, p) for p in ("faiss-flatip-blas-f32", "faiss-flatip-f32")) if m]
+    torch = _med(groups, c64, "torch-naive-f32")
+    if f32 and (faiss or torch):
+        best = min(faiss + ([torch] if torch else []))
+        out.append(("cosine Q=64 N=100k fp32 >= 1.2x the best of tuned faiss and torch", best / f32 >= 1.2,
+                    f"best rival {best * 1e3:.1f} ms / numba-f32 {f32 * 1e3:.1f} ms = {best / f32:.2f}x"
+                    + (f" (faiss {min(faiss) * 1e3:.1f} ms" if faiss else " (") + (f", torch {torch * 1e3:.1f} ms)"
+                                                                                     if torch else ")")))
+    oc = "octopus_topk Q64-K10-N100k-d512"
+    nf, tb, tn = _med(groups, oc, "numba-f32"), _med(groups, oc, "torch-f32"), _med(groups, oc, "torch-naive-f32")
+    if nf and tb:
+        out.append(("fused OCTOPUS Q=64 fp32 >= 1.5x the torch backend", tb / nf >= 1.5,
+                    f"torch-f32 {tb * 1e3:.0f} ms / numba-f32 {nf * 1e3:.0f} ms = {tb / nf:.2f}x"))
+    if nf and tn:
+        out.append(("fused OCTOPUS Q=64 fp32 >= 2x the naive torch", tn / nf >= 2.0,
+                    f"torch-naive-f32 {tn * 1e3:.0f} ms / numba-f32 {nf * 1e3:.0f} ms = {tn / nf:.2f}x"))
+    ratios = []
+    for group in [g for g in groups if g.startswith(("cosine_topk", "octopus_topk", "cosine_sweep"))]:
+        base = _med(groups, group, "numba-f32")
+        for h in ("numba-f16", "numba-bf16"):
+            m = _med(groups, group, h)
+            if base and m:
+                ratios.append((f"{group.split()[0].replace('cosine_', '')} {group.split()[1].split('-')[0]} {h[6:]}",
+                               base / m))
+    if ratios:
+        out.append(("half galleries never slower than fp32 (every size and Q)", all(r >= 1.0 for _, r in ratios),
+                    "slower: " + (", ".join(f"{g} {r:.2f}x" for g, r in ratios if r < 1.0) or "none")
+                    + f"; range {min(r for _, r in ratios):.2f}-{max(r for _, r in ratios):.2f}x"))
+    c1 = "cosine_topk Q1-N1M-d512"
+    f32 = _med(groups, c1, "numba-f32")
+    reads = {p: _med(groups, c1, p) for p in ("numpy-sum-read", "numpy-gemv-read")}
+    reads = {p: m for p, m in reads.items() if m}
+    if f32 and reads:
+        p, m = min(reads.items(), key=lambda pm: pm[1])
+        out.append(("cosine Q=1 N=1M fp32 within 1.15x of the best read of the same bytes", f32 / m <= 1.15,
+                    f"numba-f32 {f32 * 1e3:.1f} ms / {p} {m * 1e3:.1f} ms = {f32 / m:.2f}"))
+    return out
+
+
+def main(paths: list[str]) -> int:
+    for path in paths:
+        data, groups = load(path)
+        cpu, isa = cpu_line(data), isa_line(data)
+        print(f"# kernel benchmarks: {path}")
+        print(f"run: {data.get('datetime', '?')}, commit {data.get('commit_info', {}).get('id', '?')[:10]}, "
+              f"cpu {cpu}; ISA {isa}")
+        print_tables(groups, f"{cpu}; ISA {isa}")
+        print_sweep(groups)
+        print(f"\n## targets   CPU: {cpu}; ISA {isa}")
+        for name, ok, detail in targets(groups):
+            print(f"[{'PASS' if ok else 'MISS'}] {name}: {detail}")
+        print(f"\n## portable targets (every ISA)   CPU: {cpu}; ISA {isa}")
+        for name, ok, detail in targets_portable(groups):
+            print(f"[{'PASS' if ok else 'MISS'}] {name}: {detail}")
+        print()
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1] if len(sys.argv) > 1 else "benchmarks/results/latest.json"))
+    sys.exit(main(sys.argv[1:] or ["benchmarks/results/latest.json"]))

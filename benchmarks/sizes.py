@@ -21,6 +21,9 @@ SIZES: dict[str, list[dict]] = {
         dict(name="Q1-N1M-d512", Q=1, N=_n(1_000_000), d=512, k=10),
         dict(name="Q64-N100k-d512", Q=64, N=_n(100_000), d=512, k=10),
     ],
+    #: the batch sweep (bench_cosine_sweep.py): Q = 1..4096 on one gallery, for the crossover points
+    "cosine_sweep": [dict(name=f"Q{q}-N20k-d512", Q=q, N=_n(20_000), d=512, k=10)
+                     for q in (1, 4, 16, 64, 256, 1024, 4096)],
     "proxy_scores_topk": [dict(name="Q64-K10-N100k-d512", Q=64, K=10, N=_n(100_000), d=512, k=10)],
     "octopus_weights": [dict(name="Q64-K10-N100k-d512", Q=64, K=10, N=_n(100_000), d=512)],
     "octopus_topk": [dict(name="Q64-K10-N100k-d512", Q=64, K=10, N=_n(100_000), d=512, k=10),

@@ -27,6 +27,9 @@ if "TRITON_INTERPRET" not in os.environ and importlib.util.find_spec("torch") is
 # busy on the machine) its actors would get a few percent of a core, and the Ray tests would take
 # minutes. The suite's Ray clusters (here and in subprocesses, which inherit it) run at normal priority.
 os.environ.setdefault("RAY_worker_niceness", "0")
+# the scoring core's product path is the fixed table (agentcir/kernels/tune.py), not measured per
+# test process nor written into the user's cache; tests/kernels/test_product_paths.py tunes on purpose
+os.environ.setdefault("AGENTCIR_KERNELS_AUTOTUNE", "0")
 
 ROOT = Path(__file__).resolve().parent.parent
 SHARED = Path(os.environ.get("AGENTCIR_SHARED", ROOT.parent / "shared"))

@@ -31,6 +31,14 @@ def kind(request) -> str:
 
 
 @pytest.fixture(autouse=True)
+def fixed_product_paths(monkeypatch):
+    """No autotune measurement in the tests: the fixed product-path table (deterministic); the
+    tests of every path force each one (test_product_paths.py)."""
+    monkeypatch.setenv("AGENTCIR_KERNELS_AUTOTUNE", "0")
+    monkeypatch.delenv("AGENTCIR_KERNELS_PRODUCT", raising=False)
+
+
+@pytest.fixture(autouse=True)
 def small_tiles(monkeypatch):
     """Stream tiny galleries in many odd-sized tiles (37 rows; direct-kernel chunks of 16)."""
     monkeypatch.setattr(_tiling, "TILE_OVERRIDE", 37)

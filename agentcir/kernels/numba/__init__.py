@@ -1,5 +1,6 @@
-"""numba backend (the CPU default): register-blocked numba products on gallery tiles, then numba
-passes that aggregate, fuse and keep a running top-k; memory-bound direct kernels for a few queries.
+"""numba backend (the CPU default): gallery-tile products (the process's BLAS sgemm or register-blocked
+numba kernels, chosen per CPU, dtype and shape class by :mod:`agentcir.kernels.tune`), then numba passes
+that aggregate, fuse and keep a running top-k; memory-bound direct kernels for a few queries.
 
 One op per module: cosine (cosine_topk), proxy (proxy_scores_topk), weights
 (octopus_weights), ldre (ldre_weights), octopus (octopus_topk), rank_fusion (rrf), score_fusion (fuse_scores),
@@ -19,6 +20,10 @@ from .rank_fusion import rrf_lists, rrf_scores  # noqa: E402
 from .score_fusion import fuse_dense, fuse_lists  # noqa: E402
 from .weights import octopus_gap_sums, octopus_weights  # noqa: E402
 from .xr import xr_rerank  # noqa: E402
+from .. import tune as _tune  # noqa: E402
+from ._blas import measure as _measure  # noqa: E402
+
+_tune._measure = _measure  # the product-path measurement of agentcir.kernels.tune
 
 __all__ = ["NATIVE", "cosine_topk", "fuse_dense", "fuse_lists", "ldre_top_drops", "ldre_weights", "octopus_gap_sums", "octopus_topk", "octopus_weights",
            "promote_first_accepted", "proxy_scores_topk", "rrf_lists", "rrf_scores", "uncertainty", "xr_rerank"]

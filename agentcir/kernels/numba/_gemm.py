@@ -1,6 +1,8 @@
-"""Register-blocked tile products in numba: ``S = X @ float32(G[a:b]).T`` without BLAS.
+"""Register-blocked tile products in numba: ``S = X @ float32(G[a:b]).T`` without BLAS (the ``loop``
+product path; the other, ``blas``, is :mod:`._blas`; :mod:`agentcir.kernels.tune` measures which is
+faster per CPU, dtype and shape class).
 
-Why not BLAS: on CPUs where the BLAS library is limited to AVX2 (OpenBLAS built or
+Where it wins: on CPUs where the BLAS library is limited to AVX2 (OpenBLAS built or
 configured for Haswell, MKL on AMD), or where its thread pool spins next to numba's
 (two runtimes on two cores, see :mod:`._threads`), a BLAS tile product is both slower and
 less predictable than this kernel. Here one block computes the 4 x 6 dot products of 4

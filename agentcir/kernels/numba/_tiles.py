@@ -10,6 +10,9 @@ part and a bf16 low part (``x = hi + lo`` to ~16 bits), so only the gallery's ro
 bf16 and the output rounding remain. Only the OCTOPUS proxy weights (a mean over the
 whole gallery) use it, and only for large half-precision galleries (README.md "Precision").
 
+:func:`product_tiles` yields the same products from the ``loop`` (:func:`exact_tiles`) or the
+``blas`` path (:mod:`._blas`), as :mod:`agentcir.kernels.tune` chooses.
+
 Buffers are reused from tile to tile: consume each yielded tile before the next.
 Peak extra memory is O(rows x tile + tile x d), never O(rows x N).
 """
@@ -23,7 +26,9 @@ from typing import Iterator, Sequence
 import numpy as np
 from numba import njit
 
+from .. import tune
 from .._inputs import Gallery
+from . import _blas
 from ._common import KIND_CODES, f16_to_f32
 from ._gemm import pad_rows, product, sub_rows
 from ._threads import balanced
@@ -95,6 +100,18 @@ def exact_tiles(gallery: Gallery, mats: Sequence[np.ndarray], tile: int,
                 product(p, g.data, KIND_CODES[g.kind], start, stop, sub_rows(d, g.data.itemsize), S)
             outs.append(S[:m.shape[0]])
         yield start, stop, outs
+
+
+def product_tiles(gallery: Gallery, mats: Sequence[np.ndarray], tile: int,
+                  galleries: Sequence[Gallery] | None = None) -> tuple[bool, Iterator[tuple[int, int, list[np.ndarray]]]]:
+    """``(blas, tiles)``: the tiles of :func:`exact_tiles` (``tile`` rows) or of :func:`._blas.tiles`
+    (its own tile size), whichever :func:`agentcir.kernels.tune.choose` picks for the gallery's dtype
+    and the rows of ``mats``; ``blas`` tells the caller to run its pass after each tile serial."""
+    rows = sum(m.shape[0] for m in mats)
+    if tune.choose(gallery.kind, rows) == "blas":
+        N, d = gallery.shape
+        return True, _blas.tiles(gallery, mats, _blas.tile_rows(rows, d, N), galleries)
+    return False, exact_tiles(gallery, mats, tile, galleries)
 
 
 @njit(inline="always", cache=True)

@@ -1,6 +1,9 @@
 """cosine_topk, numba: streamed inner-product top-k with a running heap per query.
 
-Two launch shapes, both exact float32 arithmetic on the stored gallery values:
+Two product paths, chosen per CPU, dtype and Q by :func:`agentcir.kernels.tune.choose`, both
+exact float32 arithmetic on the stored gallery values: ``blas`` (:func:`._blas.topk`: the
+process's sgemm on gallery tiles, each tile folded into the running heaps) and ``loop``, the
+numba kernels of this module in two launch shapes:
 
 * few queries (``Q <= DIRECT_MAX_Q``): one pass of ``_direct_kernel`` over the gallery,
   which is memory-bound: each row is read (and widened from fp16/bf16 bits) once, in order,
@@ -20,7 +23,9 @@ import numba
 import numpy as np
 from numba import njit, prange
 
+from .. import tune
 from .._inputs import Gallery
+from . import _blas
 from ._common import (
     KIND_CODES,
     dot,
@@ -138,11 +143,19 @@ def blocked_topk(X: np.ndarray, gallery: Gallery, k: int, excl: np.ndarray, ex_v
     return _merged(hs, hi, cnt)
 
 
+def loop_topk(X: np.ndarray, gallery: Gallery, k: int, excl: np.ndarray, ex_value: np.float32):
+    """The ``loop`` path: the direct scan for at most ``DIRECT_MAX_Q`` queries, else the blocked kernel."""
+    if X.shape[0] <= DIRECT_MAX_Q:
+        return direct_topk(X, gallery, k, excl, ex_value)
+    return blocked_topk(X, gallery, k, excl, ex_value)
+
+
 def cosine_topk(queries: np.ndarray, gallery: Gallery, k: int, exclude: np.ndarray | None,
                 exclude_score: float | None):
-    """Top-k inner products; see :func:`agentcir.kernels.cosine_topk`."""
+    """Top-k inner products; see :func:`agentcir.kernels.cosine_topk`. The product path (numba
+    ``loop`` or ``blas`` tiles) is :func:`agentcir.kernels.tune.choose`'s for this dtype and Q."""
     excl = empty_exclude() if exclude is None else exclude
     ex_value = exclusion_value(exclude_score)
-    if queries.shape[0] <= DIRECT_MAX_Q:
-        return direct_topk(queries, gallery, k, excl, ex_value)
-    return blocked_topk(queries, gallery, k, excl, ex_value)
+    if tune.choose(gallery.kind, queries.shape[0]) == "blas":
+        return _blas.topk(queries, gallery, k, excl, ex_value)
+    return loop_topk(queries, gallery, k, excl, ex_value)

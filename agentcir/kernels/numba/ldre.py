@@ -15,7 +15,7 @@ from numba import njit
 from .._inputs import Gallery
 from .._tiling import score_tile_rows
 from ._common import FASTMATH, score_f32
-from ._tiles import exact_tiles
+from ._tiles import product_tiles
 
 
 @njit(cache=True, fastmath=FASTMATH)
@@ -45,7 +45,7 @@ def ldre_top_drops(before: np.ndarray, proxies: np.ndarray, gallery: Gallery, to
     N = gallery.shape[0]
     D = np.ascontiguousarray((before[:, None, :] - proxies).reshape(Q * K, d))
     best = np.zeros((Q * K, min(topk, N)), dtype=np.float32)  # relu >= 0: zeros are neutral
-    for _, _, (S,) in exact_tiles(gallery, [D], score_tile_rows(Q * K, N)):
+    for _, _, (S,) in product_tiles(gallery, [D], score_tile_rows(Q * K, N))[1]:
         _top_values(S, best)
     return best[:, ::-1].reshape(Q, K, -1)
 

@@ -1,7 +1,7 @@
 """octopus_topk, numba: OCTOPUS bidirectional fusion with top-k and the streamed entropy.
 
 Pass 1 (:mod:`.weights`) gives the proxy weights, hence ``t = (e + q_t) / 2``. Pass 2
-walks image and caption tiles in lockstep: the numba tile product (:mod:`._gemm`) gives ``t . I_tile`` and ``q_v . C_tile``;
+walks image and caption tiles in lockstep: the tile product (numba :mod:`._gemm` or BLAS :mod:`._blas`, :mod:`agentcir.kernels.tune`) gives ``t . I_tile`` and ``q_v . C_tile``;
 ``_fuse_select`` forms ``S = lam*S_t2v + (1-lam)*S_v2t*S_t2v``, applies the reference
 mask, folds the tile into the running softmax entropy and the running top-k.
 Extra memory: O(Q*(K+1)*tile) in pass 1, O(Q*tile) in pass 2.
@@ -10,11 +10,12 @@ Extra memory: O(Q*(K+1)*tile) in pass 1, O(Q*tile) in pass 2.
 from __future__ import annotations
 
 import numpy as np
-from numba import njit, prange
+from numba import prange
 
 from .._inputs import Gallery
 from .._tiling import score_tile_rows
 from ._common import (
+    dual,
     empty_exclude,
     entropy_from_state,
     entropy_update,
@@ -26,12 +27,12 @@ from ._common import (
     select_row,
     sorted_from_heaps,
 )
-from ._tiles import exact_tiles
+from ._tiles import product_tiles
 from ._threads import balanced
 from .weights import octopus_query, octopus_weights
 
 
-@njit(parallel=True, cache=True)
+@dual()
 def _fuse_select(St, Sv, has_visual, lam, start, excl, ex_value, inv_tau, state, hs, hi, cnt):
     T = St.shape[1]
     a = np.float32(lam)
@@ -67,9 +68,13 @@ def octopus_topk(reference: np.ndarray, proxies: np.ndarray, target: np.ndarray,
     hs, hi, cnt = new_heaps(Q, k)
     state = new_entropy_state(Q)
     tile = score_tile_rows(len(mats) * Q, images.shape[0])
-    for start, _, outs in exact_tiles(images, mats, tile, galleries=gals):
+    blas, it = product_tiles(images, mats, tile, galleries=gals)
+    for start, _, outs in it:
+        args = (outs[0], outs[-1], visual is not None, lam, start, excl, ex_value, 1.0 / entropy_tau, state, hs, hi, cnt)
+        if blas:  # serial right after a BLAS call (_blas)
+            _fuse_select.serial(*args)
+            continue
         with balanced():
-            _fuse_select(outs[0], outs[-1], visual is not None, lam, start, excl, ex_value, 1.0 / entropy_tau,
-                     state, hs, hi, cnt)
+            _fuse_select.parallel(*args)
     scores, ids = sorted_from_heaps(hs, hi, cnt)
     return scores, ids, w, entropy_from_state(state), log_partition_from_state(state)

@@ -1,6 +1,6 @@
 """proxy_scores_topk, numba: K proxies per query, aggregated per gallery item, fused with top-k.
 
-The numba tile product (:mod:`._gemm`) scores a ``[Q*K, tile]`` block (:func:`._tiles.exact_tiles`); ``_aggregate_select``
+The tile product (numba :mod:`._gemm` or BLAS :mod:`._blas`) scores a ``[Q*K, tile]`` block (:func:`._tiles.product_tiles`); ``_aggregate_select``
 reduces the K rows of each query to one row (mean / max / logsumexp), applies the
 exclusions and feeds the running top-k. No ``[Q, K, N]`` (or ``[Q, N]``) buffer exists.
 ``agg="mean"`` is linear, so it scores the mean proxy with :mod:`.cosine` (one row per
@@ -26,7 +26,7 @@ from ._common import (
     sorted_from_heaps,
 )
 from ._threads import balanced
-from ._tiles import exact_tiles
+from ._tiles import product_tiles
 from .cosine import cosine_topk
 from .weights import octopus_query, octopus_weights
 
@@ -81,7 +81,11 @@ def proxy_scores_topk(proxies: np.ndarray, gallery: Gallery, k: int, agg: str, t
     ex_value = exclusion_value(exclude_score)
     hs, hi, cnt = new_heaps(Q, k)
     tile = score_tile_rows(Q * K, gallery.shape[0])
-    for start, _, (S,) in exact_tiles(gallery, [X], tile):
+    blas, it = product_tiles(gallery, [X], tile)
+    for start, _, (S,) in it:
+        if blas:  # serial right after a BLAS call (_blas)
+            _aggregate_select.serial(S, K, AGG_CODES[agg], tau, start, excl, ex_value, hs, hi, cnt)
+            continue
         with balanced():  # parallel over queries: the product ran on the same numba pool
             _aggregate_select.parallel(S, K, AGG_CODES[agg], tau, start, excl, ex_value, hs, hi, cnt)
     return sorted_from_heaps(hs, hi, cnt)

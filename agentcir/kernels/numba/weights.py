@@ -6,6 +6,10 @@ gives the gaps directly (one row per proxy instead of K + 1 rows, and the roundi
 relative to the gap, not to the similarities). ``_relu_sums`` adds ``relu(gap)`` into
 ``acc[q, i]``; after the last tile ``s = acc / N`` and ``w = softmax(s / tau)``.
 
+The tile product is the process's BLAS sgemm (:mod:`._blas`) or the fused register-blocked
+numba kernel (``_fused_relu_sums``), as :func:`agentcir.kernels.tune.choose` picks for the dtype
+and ``Q*K`` rows.
+
 Precision: exact float32 products for float32 galleries. For float16 / bfloat16
 galleries of at least ``COARSE_MIN_ITEMS`` items on a CPU with AMX the tile product runs
 in bfloat16 (:func:`._tiles.coarse_tiles`, about 3-4x faster there; without AMX the
@@ -19,8 +23,10 @@ from __future__ import annotations
 import numpy as np
 from numba import njit, prange
 
+from .. import tune
 from .._inputs import Gallery
 from .._tiling import tile_rows
+from . import _blas
 from ._common import FASTMATH, KIND_CODES, score_f32
 from ._gemm import chunk_count, chunk_span, fused_sub_rows, pad_rows, sweep
 from ._threads import balanced
@@ -84,6 +90,9 @@ def octopus_gap_sums(reference: np.ndarray, proxies: np.ndarray, gallery: Galler
     if gallery.kind != "float32" and N >= COARSE_MIN_ITEMS and coarse_is_faster():
         for _, _, S in coarse_tiles(gallery, D, tile):
             _relu_sums(S, True, acc)
+    elif tune.choose(gallery.kind, Q * K) == "blas":
+        for _, _, (S,) in _blas.tiles(gallery, [D], _blas.tile_rows(Q * K, d, N)):
+            _relu_sums(S, False, acc)
     else:
         sub = fused_sub_rows(Q * K, d, gallery.data.itemsize)
         n_chunks = chunk_count(N, sub)

@@ -1,0 +1,141 @@
+"""The ``blas`` product path of the numba backend: the process's BLAS ``sgemm`` on gallery tiles.
+
+``tiles`` yields ``X_m @ float32(G_m[a:b]).T`` for a few float32 row blocks, computed by numpy's
+``matmul`` (the BLAS numpy was built with: OpenBLAS picks its kernels per ISA at run time, MKL
+and Accelerate likewise), as faiss does. A float16 / bfloat16 tile is first widened exactly into
+a float32 buffer of ``BLAS_TILE_BYTES`` (a serial numba pass: cache-resident, no second thread
+pool). The passes after the product (selection, aggregation, fusion) are the numba backend's
+own, run serial: a parallel numba region right after a BLAS call would wait for the BLAS
+threads to go idle (``_common`` "Threads"), and those passes are cheap next to the product.
+
+Which path a call takes (this one or the register-blocked ``loop`` of :mod:`._gemm`) is
+decided by :func:`agentcir.kernels.tune.choose`, measured per CPU, dtype and shape class;
+:func:`measure` is the measurement it uses.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from typing import Iterator, Sequence
+
+import numpy as np
+from numba import njit
+
+from .. import _tiling
+from .._inputs import Gallery
+from ._common import KIND_CODES, bf16_to_f32, f16_to_f32, new_heaps, patch_excluded, select_row, sorted_from_heaps
+
+#: bytes of the [rows, tile] float32 score block of one BLAS call (L2 / L3 resident for the pass after it)
+SCORE_BYTES = 2 << 20
+#: bytes of a widened (half -> float32) gallery tile
+BLAS_TILE_BYTES = 4 << 20
+MIN_ROWS, MAX_ROWS = 256, 16384
+
+
+def tile_rows(rows: int, d: int, N: int) -> int:
+    """Gallery rows per BLAS tile: the score block within ``SCORE_BYTES`` and a widened tile within
+    ``BLAS_TILE_BYTES`` (a multiple of 256 between 256 and 16384); ``_tiling.TILE_OVERRIDE`` wins (tests)."""
+    if _tiling.TILE_OVERRIDE:
+        return max(1, min(_tiling.TILE_OVERRIDE, N))
+    t = min(SCORE_BYTES // (4 * max(rows, 1)), BLAS_TILE_BYTES // (4 * max(d, 1)))
+    t = max(MIN_ROWS, min(MAX_ROWS, t)) // MIN_ROWS * MIN_ROWS
+    return max(1, min(t, N))
+
+
+@njit(cache=True)
+def widen(G, kind, start, stop, out):
+    """``out[:stop-start] = float32(G[start:stop])`` (kind 1 float16 bits, 2 bfloat16 bits; exact)."""
+    for r in range(stop - start):
+        src = G[start + r]
+        dst = out[r]
+        if kind == 1:
+            for j in range(src.shape[0]):
+                dst[j] = f16_to_f32(src[j])
+        else:
+            for j in range(src.shape[0]):
+                dst[j] = bf16_to_f32(src[j])
+
+
+def tiles(gallery: Gallery, mats: Sequence[np.ndarray], tile: int,
+          galleries: Sequence[Gallery] | None = None) -> Iterator[tuple[int, int, list[np.ndarray]]]:
+    """Yield ``(start, stop, [mats[m] @ float32(G_m[start:stop]).T])`` (float32 ``[rows_m, stop - start]``),
+    like :func:`._tiles.exact_tiles`; buffers are reused: consume each tile before the next."""
+    gals = list(galleries) if galleries is not None else [gallery] * len(mats)
+    N, d = gallery.shape
+    xs = [np.ascontiguousarray(m, dtype=np.float32) for m in mats]
+    flat = [np.empty(x.shape[0] * tile, dtype=np.float32) for x in xs]
+    wide = np.empty((tile, d), dtype=np.float32) if any(g.kind != "float32" for g in gals) else None
+    for start in range(0, N, tile):
+        stop = min(N, start + tile)
+        T = stop - start
+        outs = []
+        for x, g, buf in zip(xs, gals, flat):
+            S = buf[:x.shape[0] * T].reshape(x.shape[0], T)
+            if g.kind == "float32":
+                np.matmul(x, g.data[start:stop].T, out=S)
+            else:
+                widen(g.data, KIND_CODES[g.kind], start, stop, wide)
+                np.matmul(x, wide[:T].T, out=S)
+            outs.append(S)
+        yield start, stop, outs
+
+
+@njit(cache=True)
+def select_tile(S, start, excl, ex_value, hs, hi, cnt):
+    """Offer every row ``q`` of the score tile to heap ``q`` (serial), exclusions patched first."""
+    for q in range(S.shape[0]):
+        row = S[q]
+        if excl.shape[1]:
+            patch_excluded(row, q, start, excl, ex_value)
+        cnt[q] = select_row(row, start, hs[q], hi[q], cnt[q])
+
+
+def topk(X: np.ndarray, gallery: Gallery, k: int, excl: np.ndarray, ex_value: np.float32):
+    """Top-k of ``X @ float32(G).T``: BLAS tiles, each folded into the running heaps."""
+    Q = X.shape[0]
+    hs, hi, cnt = new_heaps(Q, k)
+    N, d = gallery.shape
+    for start, _, (S,) in tiles(gallery, [X], tile_rows(Q, d, N)):
+        select_tile(S, start, excl, ex_value, hs, hi, cnt)
+    return sorted_from_heaps(hs, hi, cnt)
+
+
+# -- the measurement behind agentcir.kernels.tune -----------------------------------------
+#: synthetic problem of a measurement: d, gallery rows for few rows (memory-bound: larger than
+#: a last-level cache) and the product flops aimed at for many rows
+MEASURE_D, MEASURE_SCAN_ROWS, MEASURE_FLOPS, MEASURE_ROUNDS = 512, 65536, 6e8, 3
+
+
+def _synthetic(kind: str, rows: int) -> tuple[np.ndarray, Gallery]:
+    rng = np.random.default_rng(rows)
+    d = MEASURE_D
+    n = MEASURE_SCAN_ROWS if rows <= 4 else int(min(MEASURE_SCAN_ROWS, max(1024, MEASURE_FLOPS / (2 * rows * d))))
+    G = rng.standard_normal((n, d), dtype=np.float32)
+    X = rng.standard_normal((rows, d), dtype=np.float32)
+    if kind == "float16":
+        data = G.astype(np.float16).view(np.uint16)
+    elif kind == "bfloat16":
+        data = (G.view(np.uint32) >> 16).astype(np.uint16)
+    else:
+        data = G
+    return X, Gallery(data, kind)
+
+
+def measure(kind: str, rows: int) -> dict[str, float]:
+    """Median seconds of a k=10 top-k of ``rows`` query rows over a synthetic ``kind`` gallery by
+    each path (``loop``: the numba backend's own kernels, ``blas``: :func:`topk`), interleaved."""
+    from .cosine import loop_topk
+
+    X, g = _synthetic(kind, rows)
+    excl, ex_value = np.empty((rows, 0), dtype=np.int32), np.float32(-np.inf)
+    runs = {"loop": lambda: loop_topk(X, g, 10, excl, ex_value), "blas": lambda: topk(X, g, 10, excl, ex_value)}
+    for fn in runs.values():  # compile / load the kernels, touch the pages
+        fn()
+    times: dict[str, list[float]] = {p: [] for p in runs}
+    for _ in range(MEASURE_ROUNDS):
+        for p, fn in runs.items():
+            t = time.perf_counter()
+            fn()
+            times[p].append(time.perf_counter() - t)
+    return {p: statistics.median(ts) for p, ts in times.items()}

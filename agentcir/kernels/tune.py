@@ -1,0 +1,282 @@
+"""Which product a numba kernel uses, per (CPU and ISA, gallery dtype, shape class): measured once, cached.
+
+The numba backend has two ways to compute a gallery tile's scores ``X @ float32(G_tile).T``:
+
+* ``loop``: the register-blocked numba microkernels (:mod:`.numba._gemm`; for at most 4 query
+  rows the memory-bound direct scan of :mod:`.numba.cosine`), half rows widened inside the loop;
+* ``blas``: the BLAS ``sgemm`` of the process (numpy's ``matmul``; OpenBLAS / MKL / Accelerate,
+  tuned per ISA at run time) on a gallery tile, a half tile first widened into a cache-resident
+  float32 buffer; the selection, aggregation and fusion stay fused numba passes over that tile.
+
+Both multiply in float32, so both give the reference's results within the same tolerances and
+tie rules. Which one is faster depends on the CPU (16 vs 32 vector registers, AMX, the BLAS
+build), the dtype and the number of product rows, so the choice is **measured** the first time
+a (dtype, shape class) is met: both paths run a small synthetic top-k of that class (a few
+hundred ms in all) and the faster median wins (``blas`` only by at least :data:`BLAS_MARGIN`). Choices are kept in a JSON file
+(:func:`cache_path`: ``$AGENTCIR_KERNELS_TUNE_FILE``, else ``$XDG_CACHE_HOME/agentcir/kernels-tune.json``,
+else ``~/.cache/agentcir/kernels-tune.json``), valid for one machine identity
+(:func:`machine_identity`: CPU model, ISA flags, numba code-generation target, BLAS build and
+forced core type, package versions); another identity re-tunes. A file that cannot be read
+is refused with a warning naming it and what is wrong, then re-tuned and rewritten.
+
+Overrides (read on every call):
+
+* ``AGENTCIR_KERNELS_PRODUCT=loop|blas``: that path everywhere (no tuning);
+* ``AGENTCIR_KERNELS_AUTOTUNE=0``: no measurement; the fixed :data:`FALLBACK` table (also used
+  when timing fails). The kernel tests run this way (deterministic).
+
+Inspect or reset: ``agentcir kernels tune --show`` / ``--reset`` / ``--run``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import platform
+import threading
+import time
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+
+log = logging.getLogger(__name__)
+
+PATHS = ("loop", "blas")
+FORMAT = 1
+ENV_FILE, ENV_AUTOTUNE, ENV_PRODUCT = "AGENTCIR_KERNELS_TUNE_FILE", "AGENTCIR_KERNELS_AUTOTUNE", "AGENTCIR_KERNELS_PRODUCT"
+#: shape classes by the number of product rows (query rows, or Q*K proxy rows): (upper bound, label)
+CLASSES = ((1, "r1"), (4, "r2-4"), (16, "r5-16"), (64, "r17-64"), (256, "r65-256"), (1024, "r257-1024"),
+           (1 << 62, "r1025+"))
+#: the fixed choice without measurement: the numba loops (for up to 4 rows the memory-bound scan
+#: that reads every gallery row once, half rows at half the bytes) up to 1024 rows, the BLAS tile
+#: product above, where it was measured ahead on AVX-512 and forced AVX2
+#: (benchmarks/results/2026-12-03-portable-speed.md)
+FALLBACK = {label: "loop" for _, label in CLASSES[:-1]}
+FALLBACK_DEFAULT = "blas"
+#: ``blas`` must beat ``loop`` by this factor to be chosen: the numba loop schedules its chunks
+#: dynamically and keeps its speed on a loaded machine, where a BLAS pool waiting on a preempted
+#: thread can lose several times over; a near tie therefore goes to ``loop``
+BLAS_MARGIN = 1.10
+#: tests force a path here (None: environment, then the tuned choice)
+PATH_OVERRIDE: str | None = None
+
+_lock = threading.Lock()
+_memo: dict | None = None
+#: kind, rows -> {path: seconds}; set by the numba backend (it owns the kernels that are timed)
+_measure: Callable[[str, int], dict[str, float]] | None = None
+
+
+class TuneCacheError(ValueError):
+    """The tune cache file is unreadable or malformed (the message names the file and the problem)."""
+
+
+def shape_class(rows: int) -> str:
+    """The label of the shape class of ``rows`` product rows."""
+    for hi, label in CLASSES:
+        if rows <= hi:
+            return label
+    return CLASSES[-1][1]  # pragma: no cover
+
+
+def class_rows(label: str) -> int:
+    """The representative row count of a class (its upper bound; 2048 for the open class)."""
+    return min(dict((lbl, hi) for hi, lbl in CLASSES)[label], 2048)
+
+
+def cache_path() -> Path:
+    """Where the choices are kept (see the module docstring)."""
+    env = os.environ.get(ENV_FILE, "").strip()
+    if env:
+        return Path(env).expanduser()
+    base = os.environ.get("XDG_CACHE_HOME", "").strip() or str(Path.home() / ".cache")
+    return Path(base) / "agentcir" / "kernels-tune.json"
+
+
+def _cpu_model_and_flags() -> tuple[str, list[str]]:
+    model, flags = platform.processor() or platform.machine(), []
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            for line in f:
+                key, _, val = line.partition(":")
+                key = key.strip()
+                if key == "model name" and model in ("", platform.machine(), platform.processor()):
+                    model = val.strip()
+                elif key in ("flags", "Features") and not flags:
+                    flags = val.split()
+    except OSError:
+        pass
+    keep = ("avx2", "fma", "avx512f", "avx512_bf16", "avx512_fp16", "amx_tile", "amx_bf16", "neon", "asimd", "sve",
+            "f16c")
+    return model, sorted(f for f in set(flags) if f in keep)
+
+
+def machine_identity() -> dict:
+    """What a choice is valid for: CPU model and ISA flags, the code generation numba and the BLAS
+    are forced to (``NUMBA_CPU_NAME`` / ``NUMBA_CPU_FEATURES``, ``OPENBLAS_CORETYPE``), package versions."""
+    from .. import __version__ as agentcir_version
+
+    model, flags = _cpu_model_and_flags()
+    ident = {"cpu": model, "isa": flags, "machine": platform.machine(), "numpy": np.__version__,
+             "agentcir": agentcir_version, "threads": os.cpu_count(),
+             "NUMBA_CPU_NAME": os.environ.get("NUMBA_CPU_NAME", ""),
+             "NUMBA_CPU_FEATURES": os.environ.get("NUMBA_CPU_FEATURES", ""),
+             "OPENBLAS_CORETYPE": os.environ.get("OPENBLAS_CORETYPE", "")}
+    try:
+        import numba
+
+        ident["numba"] = numba.__version__
+        ident["numba_threads"] = numba.config.NUMBA_NUM_THREADS
+    except ImportError:  # pragma: no cover - numba is a base dependency
+        pass
+    try:
+        blas = np.show_config(mode="dicts")["Build Dependencies"]["blas"]
+        ident["blas"] = f"{blas.get('name', '?')} {blas.get('version', '?')}"
+    except Exception:  # pragma: no cover - numpy < 1.26 has no dicts mode
+        ident["blas"] = "?"
+    return ident
+
+
+def read_cache(path: Path | None = None) -> dict:
+    """The cache file's content (``{}`` when there is none); :class:`TuneCacheError` when unreadable."""
+    path = path or cache_path()
+    if not path.exists():
+        return {}
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise TuneCacheError(f"kernel tune cache {path}: not readable JSON ({e})") from e
+    if not isinstance(data, dict) or data.get("format") != FORMAT or not isinstance(data.get("choices"), dict) \
+            or not isinstance(data.get("machine"), dict):
+        raise TuneCacheError(f"kernel tune cache {path}: expected {{'format': {FORMAT}, 'machine': {{...}}, "
+                             f"'choices': {{...}}}}, got {str(data)[:120]}")
+    for key, entry in data["choices"].items():
+        if not isinstance(entry, dict) or entry.get("path") not in PATHS:
+            raise TuneCacheError(f"kernel tune cache {path}: entry '{key}' has no valid path "
+                                 f"(one of {', '.join(PATHS)}): {entry!r}")
+    return data
+
+
+def _write(data: dict, path: Path) -> None:
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(data, indent=1, sort_keys=True), encoding="utf-8")
+        os.replace(tmp, path)
+    except OSError as e:  # a read-only home still runs: the choices stay in memory
+        log.warning("kernels: cannot write the tune cache %s (%s); choices are kept for this process only", path, e)
+
+
+def _load() -> dict:
+    """The process's view of the cache for this machine identity (read once, refused when corrupt)."""
+    global _memo
+    path = cache_path()
+    if _memo is not None and _memo.get("_path") == str(path):
+        return _memo
+    ident = machine_identity()
+    try:
+        data = read_cache(path)
+    except TuneCacheError as e:
+        log.warning("%s; refused: re-tuning and rewriting it", e)
+        data = {}
+    if data and data.get("machine") != ident:
+        log.info("kernels: tune cache %s was measured on another machine identity; re-tuning", path)
+        data = {}
+    _memo = {"format": FORMAT, "machine": ident, "choices": dict(data.get("choices", {})), "_path": str(path)}
+    return _memo
+
+
+def reset() -> Path:
+    """Delete the cache file and forget this process's choices; returns the path."""
+    global _memo
+    path = cache_path()
+    with _lock:
+        _memo = None
+        if path.exists():
+            path.unlink()
+    return path
+
+
+def autotune_enabled() -> bool:
+    return os.environ.get(ENV_AUTOTUNE, "1").strip().lower() not in ("0", "false", "no", "off")
+
+
+def fallback(kind: str, rows: int) -> str:
+    """The fixed choice (no measurement)."""
+    return FALLBACK.get(shape_class(rows), FALLBACK_DEFAULT)
+
+
+def _forced() -> str | None:
+    if PATH_OVERRIDE is not None:
+        return PATH_OVERRIDE
+    env = os.environ.get(ENV_PRODUCT, "").strip()
+    if env and env != "auto":
+        if env not in PATHS:
+            from ._inputs import KernelInputError
+
+            raise KernelInputError(f"${ENV_PRODUCT}: unknown product path '{env}'; choose one of "
+                                   f"{', '.join(PATHS)} or auto")
+        return env
+    return None
+
+
+def tune(kind: str, rows: int) -> dict:
+    """Measure both paths for (``kind``, the class of ``rows``) now, store and return the entry."""
+    label = shape_class(rows)
+    with _lock:
+        data = _load()
+        if _measure is None:
+            raise RuntimeError("no kernel registered a measurement (import agentcir.kernels.numba)")
+        times = _measure(kind, class_rows(label))
+        best = "blas" if times["blas"] * BLAS_MARGIN < times["loop"] else "loop"
+        entry = {"path": best, "ms": {p: round(t * 1e3, 3) for p, t in times.items()},
+                 "at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+        data["choices"][f"{kind}/{label}"] = entry
+        _write({k: v for k, v in data.items() if k != "_path"}, Path(data["_path"]))
+    log.info("kernels: tuned %s %s: %s (%s)", kind, label, best,
+             ", ".join(f"{p} {t * 1e3:.1f} ms" for p, t in times.items()))
+    return entry
+
+
+def choose(kind: str, rows: int) -> str:
+    """The product path for a ``kind`` gallery (``float32`` / ``float16`` / ``bfloat16``) and
+    ``rows`` product rows: forced > cached choice > measured now > :data:`FALLBACK`."""
+    forced = _forced()
+    if forced:
+        return forced
+    if not autotune_enabled():
+        return fallback(kind, rows)
+    entry = _load()["choices"].get(f"{kind}/{shape_class(rows)}")
+    if entry is not None:
+        return entry["path"]
+    try:
+        return tune(kind, rows)["path"]
+    except Exception as e:  # timing impossible (no memory, interrupted pool...): the fixed table
+        log.warning("kernels: could not tune %s %s (%s); using the fixed choice", kind, shape_class(rows), e)
+        return fallback(kind, rows)
+
+
+def show() -> str:
+    """A human-readable view of the cache file (or why it cannot be read)."""
+    path = cache_path()
+    lines = [f"kernel tune cache: {path}"]
+    lines.append(f"autotune: {'on' if autotune_enabled() else f'off (${ENV_AUTOTUNE}=0): fixed choices'}"
+                 + (f"; forced path: {_forced()}" if _forced() else ""))
+    try:
+        data = read_cache(path)
+    except TuneCacheError as e:
+        return "\n".join(lines + [f"refused: {e}", "it is re-tuned on first use, or reset it with --reset"])
+    if not data:
+        return "\n".join(lines + ["no choices yet (they are measured on first use, or with --run)"])
+    ident = machine_identity()
+    lines.append("machine: " + ", ".join(f"{k}={v}" for k, v in data["machine"].items()))
+    if data["machine"] != ident:
+        lines.append("(measured on another machine identity: re-tuned on first use)")
+    lines.append(f"{'dtype/class':24s} {'path':6s} {'loop ms':>9s} {'blas ms':>9s}  measured")
+    for key in sorted(data["choices"]):
+        e = data["choices"][key]
+        ms = e.get("ms", {})
+        lines.append(f"{key:24s} {e['path']:6s} {ms.get('loop', float('nan')):9.2f} {ms.get('blas', float('nan')):9.2f}"
+                     f"  {e.get('at', '?')}")
+    return "\n".join(lines)

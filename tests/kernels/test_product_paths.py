@@ -1,0 +1,149 @@
+"""The numba backend's two tile-product paths (``loop``: register-blocked numba, ``blas``: the
+process's sgemm) each pass the gallery-op tests against the reference; the autotune cache of
+:mod:`agentcir.kernels.tune` is written, read back, reset, and a corrupt file is refused and re-tuned."""
+
+from __future__ import annotations
+
+import json
+import logging
+
+import numpy as np
+import pytest
+import test_gallery_ops as ops
+
+from agentcir import kernels as K
+
+pytest.importorskip("numba")
+
+from agentcir.kernels import tune  # noqa: E402
+
+
+@pytest.fixture(params=tune.PATHS)
+def path(request, monkeypatch):
+    monkeypatch.setenv(tune.ENV_PRODUCT, request.param)
+    return request.param
+
+
+def test_every_gallery_op_on_every_path(path, kind):
+    """The existing reference comparisons (odd shapes, exclusions, exact ties) with the path forced,
+    so both Q <= 4 and Q > 4 run on each path."""
+    ops.test_cosine_topk_matches_reference("numba", kind)
+    for agg in ("max", "logsumexp", "octopus"):
+        ops.test_proxy_scores_topk_matches_reference("numba", kind, agg)
+    ops.test_octopus_weights_match_reference("numba", kind)
+    ops.test_octopus_topk_matches_reference("numba", kind, True)
+    ops.test_exact_ties_keep_the_lower_id("numba", kind)
+
+
+def test_ldre_on_every_path(path):
+    rng = np.random.default_rng(3)
+    G, B, P = ops.unit_rows(rng, 301, 37), ops.unit_rows(rng, 6, 37), ops.unit_rows(rng, 6, 4, 37)
+    np.testing.assert_allclose(K.ldre_top_drops(B, P, G, topk=5, backend="numba"),
+                               K.ldre_top_drops(B, P, G, topk=5, backend="reference"), atol=2e-5)
+
+
+def test_blas_path_is_used_when_forced(monkeypatch):
+    """The forced path is the one that runs (a broken BLAS path must fail the blas run only)."""
+    from agentcir.kernels.numba import _blas
+
+    def boom(*a, **kw):
+        raise AssertionError("blas path ran")
+
+    monkeypatch.setattr(_blas, "topk", boom)
+    X, G = np.eye(6, 8, dtype=np.float32), np.eye(9, 8, dtype=np.float32)
+    monkeypatch.setenv(tune.ENV_PRODUCT, "loop")
+    assert K.cosine_topk(X, G, 2, backend="numba").ids[:, 0].tolist() == list(range(6))
+    monkeypatch.setenv(tune.ENV_PRODUCT, "blas")
+    with pytest.raises(AssertionError, match="blas path ran"):
+        K.cosine_topk(X, G, 2, backend="numba")
+    monkeypatch.setenv(tune.ENV_PRODUCT, "fast")
+    with pytest.raises(K.KernelInputError, match="AGENTCIR_KERNELS_PRODUCT.*loop, blas"):
+        K.cosine_topk(X, G, 2, backend="numba")
+
+
+@pytest.fixture
+def cache_file(tmp_path, monkeypatch):
+    f = tmp_path / "tune.json"
+    monkeypatch.setenv(tune.ENV_FILE, str(f))
+    monkeypatch.setenv(tune.ENV_AUTOTUNE, "1")
+    monkeypatch.delenv(tune.ENV_PRODUCT, raising=False)
+    monkeypatch.setattr(tune, "_memo", None)
+    yield f
+    tune._memo = None
+
+
+def test_fallback_without_autotune(monkeypatch):
+    monkeypatch.setenv(tune.ENV_AUTOTUNE, "0")
+    monkeypatch.setattr(tune, "_measure", lambda kind, rows: pytest.fail("measured with autotune off"))
+    assert [tune.choose("float32", r) for r in (1, 4, 5, 64, 1024, 1025, 5000)] == ["loop"] * 5 + ["blas"] * 2
+
+
+def test_tune_cache_written_read_back_and_reset(cache_file, monkeypatch):
+    """A real (shrunken) measurement: both paths timed, the faster one kept in the file."""
+    from agentcir.kernels.numba import _blas
+
+    monkeypatch.setattr(_blas, "MEASURE_SCAN_ROWS", 2048)
+    monkeypatch.setattr(_blas, "MEASURE_FLOPS", 2e6)
+    monkeypatch.setattr(_blas, "MEASURE_ROUNDS", 1)
+    got = tune.choose("float32", 64)
+    data = json.loads(cache_file.read_text())
+    entry = data["choices"]["float32/r17-64"]
+    ms = entry["ms"]
+    assert entry["path"] == got == ("blas" if ms["blas"] * tune.BLAS_MARGIN < ms["loop"] else "loop")
+    assert set(entry["ms"]) == {"loop", "blas"} and all(v > 0 for v in entry["ms"].values())
+    assert data["machine"] == tune.machine_identity()
+    # read back by a fresh process view, without measuring again
+    tune._memo = None
+    monkeypatch.setattr(tune, "_measure", lambda kind, rows: pytest.fail("measured although cached"))
+    assert tune.choose("float32", 40) == got
+    assert "float32/r17-64" in tune.show()
+    # another machine identity: re-tuned
+    data["machine"]["cpu"] = "another CPU"
+    cache_file.write_text(json.dumps(data))
+    tune._memo = None
+    monkeypatch.setattr(tune, "_measure", lambda kind, rows: {"loop": 2.0, "blas": 1.0})
+    assert tune.choose("float32", 40) == "blas"
+    monkeypatch.setattr(tune, "_measure", lambda kind, rows: {"loop": 1.05, "blas": 1.0})  # a near tie: loop
+    assert tune.choose("float32", 300) == "loop"
+    assert tune.read_cache()["machine"] == tune.machine_identity()
+    assert tune.reset() == cache_file and not cache_file.exists()
+    assert "no choices yet" in tune.show()
+
+
+@pytest.mark.parametrize("content", ["{not json", json.dumps({"format": 1, "machine": {}, "choices": {"x": {"path": "gpu"}}}),
+                                     json.dumps([1, 2])])
+def test_corrupt_tune_cache_is_refused_and_retuned(cache_file, monkeypatch, caplog, content):
+    cache_file.write_text(content)
+    with pytest.raises(tune.TuneCacheError, match=str(cache_file)):
+        tune.read_cache()
+    assert "refused" in tune.show()
+    monkeypatch.setattr(tune, "_measure", lambda kind, rows: {"loop": 1.0, "blas": 3.0})
+    with caplog.at_level(logging.WARNING, logger="agentcir.kernels.tune"):
+        assert tune.choose("bfloat16", 200) == "loop"
+    assert any("refused" in r.getMessage() and str(cache_file) in r.getMessage() for r in caplog.records)
+    assert tune.read_cache()["choices"]["bfloat16/r65-256"]["path"] == "loop"
+
+
+def test_timing_failure_uses_the_fixed_table(cache_file, monkeypatch):
+    def fail(kind, rows):
+        raise MemoryError("no room for the synthetic gallery")
+
+    monkeypatch.setattr(tune, "_measure", fail)
+    assert tune.choose("float16", 1) == "loop" and tune.choose("float16", 300) == "loop"
+    assert tune.choose("float16", 2000) == "blas"
+    assert not cache_file.exists()
+
+
+def test_cli_shows_and_resets_the_tune_cache(cache_file, monkeypatch, capsys):
+    from agentcir.cli import main
+
+    monkeypatch.setattr(tune, "_measure", lambda kind, rows: {"loop": 1.0, "blas": 0.5})
+    assert tune.choose("float32", 64) == "blas"
+    assert main(["kernels", "tune"]) == 0
+    out = capsys.readouterr().out
+    assert str(cache_file) in out and "float32/r17-64" in out and "blas" in out
+    assert main(["kernels", "tune", "--reset"]) == 0
+    assert "removed" in capsys.readouterr().out and not cache_file.exists()
+    cache_file.write_text("[]")
+    assert main(["kernels", "tune", "--show"]) == 0
+    assert "refused" in capsys.readouterr().out
