@@ -6,6 +6,7 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -48,9 +49,15 @@ def plugin_path(tmp_path_factory) -> Path:
     """The tiny plugin package of tests/plugin_pkg, really installed by pip into a temp dir,
     and put on sys.path (subprocesses get it through PYTHONPATH, see ``plugin_env``)."""
     target = tmp_path_factory.mktemp("plugin-site")
-    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation",
-                    "--disable-pip-version-check", "--target", str(target), str(ROOT / "tests" / "plugin_pkg")],
-                   check=True, capture_output=True)
+    # built from a copy: pip writes build/ and *.egg-info next to setup.py, and pytest-xdist
+    # workers installing the same source folder at once would race on them
+    source = tmp_path_factory.mktemp("plugin-src") / "plugin_pkg"
+    shutil.copytree(ROOT / "tests" / "plugin_pkg", source, ignore=shutil.ignore_patterns("build", "*.egg-info"))
+    done = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation",
+                           "--disable-pip-version-check", "--target", str(target), str(source)],
+                          capture_output=True, text=True)
+    if done.returncode:
+        raise RuntimeError(f"pip could not install tests/plugin_pkg: {done.stderr[-2000:]}")
     sys.path.insert(0, str(target))
     importlib.invalidate_caches()
     from agentcir.registry import REGISTRIES

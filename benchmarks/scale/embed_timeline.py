@@ -104,7 +104,7 @@ def main(argv=None) -> int:
     items = items[:args.n] if args.n else items
     recipe = compose(args.encoder + ([f"encoder.batch_size={args.batch_size}"] if args.batch_size else []))
     scale = scale_settings({"engine": "ray"})   # the command's defaults: one 1-CPU actor per core
-    ray.init(num_cpus=os.cpu_count() or 1, include_dashboard=False, log_to_driver=False, _node_ip_address="127.0.0.1",
+    ray.init(address="local", num_cpus=os.cpu_count() or 1, include_dashboard=False, log_to_driver=False, _node_ip_address="127.0.0.1",
              runtime_env={"env_vars": {"PYTHONPATH": str(ROOT)}})
     ray.data.DataContext.get_current().enable_progress_bars = False
     work = Path(tempfile.mkdtemp(prefix="embed-timeline-"))

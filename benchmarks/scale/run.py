@@ -127,7 +127,7 @@ def part_exact(args, data: Path) -> dict:
     single = lambda q: kernels.cosine_topk(q, G, K, backend="numba")  # noqa: E731
     for q in Qs.values():
         single(q)
-    ray.init(num_cpus=cores, include_dashboard=False, log_to_driver=False, _node_ip_address="127.0.0.1",
+    ray.init(address="local", num_cpus=cores, include_dashboard=False, log_to_driver=False, _node_ip_address="127.0.0.1",
              object_store_memory=args.object_store_mb * 2 ** 20)
     out = {"n": n, "dim": D, "dtype": "float16", "gallery_gb": round(n * D * 2 / 1e9, 2), "cores": cores,
            "numpy_sum_pass_s": round(sum_s, 3), "shards": {}}
@@ -301,7 +301,7 @@ def part_embed(args, data: Path) -> dict:
            "rounds": args.embed_rounds, "repeat": args.embed_repeat}
     cores = os.cpu_count() or 1
     t = time.perf_counter()
-    ray.init(num_cpus=cores, include_dashboard=False, log_to_driver=False, _node_ip_address="127.0.0.1",
+    ray.init(address="local", num_cpus=cores, include_dashboard=False, log_to_driver=False, _node_ip_address="127.0.0.1",
              object_store_memory=args.object_store_mb * 2 ** 20,
              runtime_env={"env_vars": {"PYTHONPATH": str(ROOT)}})
     out["ray_init_s"] = round(time.perf_counter() - t, 2)

@@ -39,7 +39,7 @@ def local_ray(plugin_path):
     """One local Ray for the module; its workers import this checkout and the test plugin."""
     old = os.environ.get("PYTHONPATH")
     os.environ["PYTHONPATH"] = os.pathsep.join([str(ROOT), str(plugin_path)] + ([old] if old else []))
-    ray.init(num_cpus=2, object_store_memory=200 * 2 ** 20, include_dashboard=False, log_to_driver=False,
+    ray.init(address="local", num_cpus=2, object_store_memory=200 * 2 ** 20, include_dashboard=False, log_to_driver=False,
              _node_ip_address="127.0.0.1")   # loopback only
     try:
         yield ray

@@ -94,7 +94,7 @@ def test_a_reference_sent_as_bytes(session):
     assert session["first"] not in [h["id"] for h in s["hits"]]  # the same bytes as a gallery photo: excluded
 
 
-@pytest.mark.parametrize("key,words", [("too_big", "larger than 1 MB"), ("not_image", "cannot decode"),
+@pytest.mark.parametrize("key,words", [("too_big", "larger than 1 MB"), ("not_image", "not an image agentcir can read"),
                                        ("outside", "outside the photo folders served here")])
 def test_refused_inputs(session, key, words):
     r = session[key]
