@@ -36,7 +36,13 @@ EXTRAS = {
     "photos": ["exifread>=3.0", "pillow-heif>=0.16"],
     # agentcir/serve/ (`agentcir serve`): the web app and JSON API (multipart uploads; fastapi-offline for
     # its bundled Swagger UI 5 files, an offline /docs; pillow-heif: HEIC/AVIF thumbnails)
-    "serve": ["fastapi>=0.110", "uvicorn>=0.29", "python-multipart>=0.0.9", "fastapi-offline>=1.7", "pillow-heif>=0.16"],
+    "serve": [
+        "fastapi>=0.110",
+        "uvicorn>=0.29",
+        "python-multipart>=0.0.9",
+        "fastapi-offline>=1.7",
+        "pillow-heif>=0.16",
+    ],
     # agentcir/mcp_server.py (`agentcir mcp`): the MCP server (the official SDK: stdio and streamable HTTP)
     "mcp": ["mcp>=2.3"],
     # the scale path (docs/scale.md): Ray Data embedding jobs and Ray shard actors
@@ -63,22 +69,43 @@ EXTRAS = {
     # ImageScope's code reads its replies with json_repair
     "upstream": [TORCH, "json_repair>=0.30"],
 }
-EXTRAS["dev"] = sorted({
-    *EXTRAS["catalog"], *EXTRAS["onnx"], *EXTRAS["gpu"], *EXTRAS["llm"], *EXTRAS["hf"], *EXTRAS["diffusion"],
-    *EXTRAS["photos"], *EXTRAS["scale"], *EXTRAS["plot"], *EXTRAS["video"], *EXTRAS["serve"], *EXTRAS["mcp"],
-    *EXTRAS["features"], *EXTRAS["docs"], *EXTRAS["mlflow"], *EXTRAS["tensorboard"], *EXTRAS["watch"],
-    # the linter (ruff.toml; `make lint`, run by .ci/run)
-    "ruff>=0.6",
-    *EXTRAS["upstream"],
-    # the test and benchmark tools
-    "pytest>=8", "pytest-benchmark>=4", "pytest-timeout>=2", "pytest-xdist>=3.5",
-    # tests/kernels and benchmarks/: bfloat16 numpy galleries
-    "ml_dtypes>=0.3",
-    # tests/serve: the API fuzzed from its OpenAPI schema; the page driven in Debian's chromium (.ci/run)
-    "schemathesis>=4.0", "playwright>=1.40",
-    # benchmarks/bench_cosine_topk.py only: the exact-search peers (usearch exact search, hnswlib BFIndex)
-    "usearch>=2.0", "hnswlib>=0.8",
-})
+EXTRAS["dev"] = sorted(
+    {
+        *EXTRAS["catalog"],
+        *EXTRAS["onnx"],
+        *EXTRAS["gpu"],
+        *EXTRAS["llm"],
+        *EXTRAS["hf"],
+        *EXTRAS["diffusion"],
+        *EXTRAS["photos"],
+        *EXTRAS["scale"],
+        *EXTRAS["plot"],
+        *EXTRAS["video"],
+        *EXTRAS["serve"],
+        *EXTRAS["mcp"],
+        *EXTRAS["features"],
+        *EXTRAS["docs"],
+        *EXTRAS["mlflow"],
+        *EXTRAS["tensorboard"],
+        *EXTRAS["watch"],
+        # the linter (ruff.toml; `make lint`, run by .ci/run)
+        "ruff>=0.6",
+        *EXTRAS["upstream"],
+        # the test and benchmark tools
+        "pytest>=8",
+        "pytest-benchmark>=4",
+        "pytest-timeout>=2",
+        "pytest-xdist>=3.5",
+        # tests/kernels and benchmarks/: bfloat16 numpy galleries
+        "ml_dtypes>=0.3",
+        # tests/serve: the API fuzzed from its OpenAPI schema; the page driven in Debian's chromium (.ci/run)
+        "schemathesis>=4.0",
+        "playwright>=1.40",
+        # benchmarks/bench_cosine_topk.py only: the exact-search peers (usearch exact search, hnswlib BFIndex)
+        "usearch>=2.0",
+        "hnswlib>=0.8",
+    }
+)
 EXTRAS["all"] = sorted({d for k, v in EXTRAS.items() if k != "dev" for d in v} | set(EXTRAS["dev"]))
 
 setup(

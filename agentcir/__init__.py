@@ -49,8 +49,25 @@ _LAZY = {
 }
 
 __all__ = [
-    "LLM", "AgentcirError", "ConfigError", "Encoder", "Hit", "IndexReport", "InputError", "Method", "Retriever",
-    "RunResult", "SearchResult", "Stage", "__version__", "compose", "index", "list", "load_recipe", "register", "run",
+    "LLM",
+    "AgentcirError",
+    "ConfigError",
+    "Encoder",
+    "Hit",
+    "IndexReport",
+    "InputError",
+    "Method",
+    "Retriever",
+    "RunResult",
+    "SearchResult",
+    "Stage",
+    "__version__",
+    "compose",
+    "index",
+    "list",
+    "load_recipe",
+    "register",
+    "run",
 ]
 
 if TYPE_CHECKING:  # pragma: no cover  (type checkers and IDEs see the real names)

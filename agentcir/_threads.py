@@ -46,7 +46,7 @@ def _reload_timeout(path: str) -> bool:
     try:
         lib = ctypes.CDLL(path)
         read_env, shutdown, timeout = lib.openblas_read_env, lib.blas_thread_shutdown_, lib.openblas_thread_timeout
-    except (OSError, AttributeError):   # another build (OpenMP threading, no such symbols): leave it
+    except (OSError, AttributeError):  # another build (OpenMP threading, no such symbols): leave it
         return False
     read_env()
     shutdown()
@@ -57,7 +57,7 @@ def apply() -> bool:
     """Set the policy unless disabled or set by the user; True when it is in effect."""
     if os.environ.get("AGENTCIR_THREAD_POLICY", "").strip().lower() in ("off", "0", "false", "no"):
         return False
-    if "OPENBLAS_THREAD_TIMEOUT" in os.environ:   # the user's value, read by OpenBLAS itself
+    if "OPENBLAS_THREAD_TIMEOUT" in os.environ:  # the user's value, read by OpenBLAS itself
         _state["applied"] = True
         return True
     os.environ["OPENBLAS_THREAD_TIMEOUT"] = str(THREAD_TIMEOUT_LOG2)

@@ -67,8 +67,12 @@ def _dirs(recipes: PathLike | Iterable[PathLike] | None) -> list[str]:
     return out
 
 
-def compose(*overrides: str | Iterable[str], recipes: PathLike | Iterable[PathLike] | None = None,
-            config: str = "config", check_devices: bool = True) -> Recipe:
+def compose(
+    *overrides: str | Iterable[str],
+    recipes: PathLike | Iterable[PathLike] | None = None,
+    config: str = "config",
+    check_devices: bool = True,
+) -> Recipe:
     """A resolved recipe: ``recipes/<config>.yaml`` with Hydra ``overrides``, type-checked.
 
     The same overrides as ``agentcir run``: ``group=option`` picks a component (a recipe file,
@@ -92,8 +96,9 @@ def compose(*overrides: str | Iterable[str], recipes: PathLike | Iterable[PathLi
     return _compose(_overrides(overrides), config_name=config, extra_dirs=_dirs(recipes), check_devices=check_devices)
 
 
-def load_recipe(path: PathLike, *overrides: str | Iterable[str],
-                recipes: PathLike | Iterable[PathLike] | None = None) -> Recipe:
+def load_recipe(
+    path: PathLike, *overrides: str | Iterable[str], recipes: PathLike | Iterable[PathLike] | None = None
+) -> Recipe:
     """A recipe from a YAML file, or the recipe of a run directory.
 
     - A file with a ``defaults:`` list (a top-level recipe like the project's ``config.yaml``)
@@ -115,7 +120,9 @@ def load_recipe(path: PathLike, *overrides: str | Iterable[str],
     if p.is_dir():
         p = p / "recipe.yaml"
     if not p.is_file():
-        raise InputError(f"recipe '{path}' not found" + (" (a run directory holds recipe.yaml)" if Path(path).is_dir() else ""))
+        raise InputError(
+            f"recipe '{path}' not found" + (" (a run directory holds recipe.yaml)" if Path(path).is_dir() else "")
+        )
     try:
         raw = yaml.safe_load(p.read_text())
     except yaml.YAMLError as e:
@@ -132,8 +139,9 @@ def load_recipe(path: PathLike, *overrides: str | Iterable[str],
 
         with tempfile.TemporaryDirectory(prefix="agentcir-recipe-") as d:  # the file alone: never the project's config
             shutil.copyfile(p, Path(d) / "recipe.yaml")
-            return _compose(_overrides(overrides), config_name="recipe", recipes_dir=d,
-                            extra_dirs=[str(RECIPES_DIR), *extra])
+            return _compose(
+                _overrides(overrides), config_name="recipe", recipes_dir=d, extra_dirs=[str(RECIPES_DIR), *extra]
+            )
     from omegaconf import OmegaConf
 
     from .framework.recipe import parse_override, validate
@@ -142,8 +150,10 @@ def load_recipe(path: PathLike, *overrides: str | Iterable[str],
     for text in _overrides(overrides):
         o = parse_override(text)
         if "." not in o.key_or_group or o.is_sweep_override():
-            raise InputError(f"override '{text}': a resolved recipe takes field overrides (group.field=value); "
-                             f"pick another component with ac.compose(...)")
+            raise InputError(
+                f"override '{text}': a resolved recipe takes field overrides (group.field=value); "
+                f"pick another component with ac.compose(...)"
+            )
         dotlist.append(f"{o.key_or_group}={o.value()}" if isinstance(o.value(), str) else text)
     merged = OmegaConf.merge(OmegaConf.create(raw), OmegaConf.from_dotlist(dotlist)) if dotlist else raw
     if dotlist:
@@ -231,11 +241,17 @@ def run(recipe: Recipe | PathLike, *, progress: bool | None = None, wait: bool =
         recipe = load_recipe(recipe)
     r = run_recipe(dict(recipe), progress=progress, wait=wait)
     rows = ranking_rows(r, k=r.candidates.k)
-    return RunResult(dir=Path(r.dir), metrics=dict(r.metrics["final"]), stage_metrics=dict(r.metrics.get("stages", {})),
-                     rankings={row["query"]: row["ids"] for row in rows},
-                     scores={row["query"]: row["scores"] for row in rows},
-                     num_queries=int(r.metrics["num_queries"]), gallery_size=int(r.metrics["gallery_size"]),
-                     recipe=r.recipe, result=r)
+    return RunResult(
+        dir=Path(r.dir),
+        metrics=dict(r.metrics["final"]),
+        stage_metrics=dict(r.metrics.get("stages", {})),
+        rankings={row["query"]: row["ids"] for row in rows},
+        scores={row["query"]: row["scores"] for row in rows},
+        num_queries=int(r.metrics["num_queries"]),
+        gallery_size=int(r.metrics["gallery_size"]),
+        recipe=r.recipe,
+        result=r,
+    )
 
 
 def _recipe(overrides: tuple, recipe: Recipe | None, recipes, what: str) -> Recipe:
@@ -243,15 +259,27 @@ def _recipe(overrides: tuple, recipe: Recipe | None, recipes, what: str) -> Reci
         if overrides:
             raise InputError(f"{what}: give a recipe or overrides, not both (compose the overrides into the recipe)")
         if not isinstance(recipe, Mapping):
-            raise InputError(f"{what}: recipe must be a resolved recipe (ac.compose / ac.load_recipe), got {type(recipe).__name__}")
+            raise InputError(
+                f"{what}: recipe must be a resolved recipe (ac.compose / ac.load_recipe), got {type(recipe).__name__}"
+            )
         return dict(recipe)
     return compose(*overrides, recipes=recipes)
 
 
-def index(folder: PathLike, *overrides: str | Iterable[str], out: PathLike, recipe: Recipe | None = None,
-          recipes: PathLike | Iterable[PathLike] | None = None, user: str | None = None, metadata: bool = True,
-          dtype: str = "float32", shards: int | None = None, engine: str | None = None, address: str | None = None,
-          progress: bool = False) -> IndexReport:
+def index(
+    folder: PathLike,
+    *overrides: str | Iterable[str],
+    out: PathLike,
+    recipe: Recipe | None = None,
+    recipes: PathLike | Iterable[PathLike] | None = None,
+    user: str | None = None,
+    metadata: bool = True,
+    dtype: str = "float32",
+    shards: int | None = None,
+    engine: str | None = None,
+    address: str | None = None,
+    progress: bool = False,
+) -> IndexReport:
     """Embed every image under ``folder`` into the gallery directory ``out``, as ``agentcir index``.
 
     The recipe's encoder embeds the images (``overrides`` such as ``encoder=open_clip``, or a
@@ -275,8 +303,16 @@ def index(folder: PathLike, *overrides: str | Iterable[str], out: PathLike, reci
     from .framework.indexing import index_folder, scale_for
 
     r = _recipe(overrides, recipe, recipes, "index")
-    return index_folder(r, folder, out, dtype=dtype, user=user, metadata=metadata, progress=progress,
-                        scale=scale_for(r, engine=engine, address=address, shards=shards))
+    return index_folder(
+        r,
+        folder,
+        out,
+        dtype=dtype,
+        user=user,
+        metadata=metadata,
+        progress=progress,
+        scale=scale_for(r, engine=engine, address=address, shards=shards),
+    )
 
 
 class Retriever:
@@ -297,8 +333,14 @@ class Retriever:
         'text'
     """
 
-    def __init__(self, gallery: PathLike, *overrides: str | Iterable[str], recipe: Recipe | None = None,
-                 recipes: PathLike | Iterable[PathLike] | None = None, progress: bool = False):
+    def __init__(
+        self,
+        gallery: PathLike,
+        *overrides: str | Iterable[str],
+        recipe: Recipe | None = None,
+        recipes: PathLike | Iterable[PathLike] | None = None,
+        progress: bool = False,
+    ):
         from .framework.search import Searcher
 
         if not Path(gallery).is_dir():

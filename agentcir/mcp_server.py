@@ -67,8 +67,15 @@ __all__ = ["MCPConfig", "PhotoTools", "TOOL_NAMES", "create_server", "run"]
 #: the transports of ``agentcir mcp --transport``
 TRANSPORTS = ("stdio", "streamable-http")
 #: the tools, in the order they are listed
-TOOL_NAMES = ("composed_search", "text_search", "filter_photos", "photo_metadata", "ask_history", "view_photo",
-              "update_index")
+TOOL_NAMES = (
+    "composed_search",
+    "text_search",
+    "filter_photos",
+    "photo_metadata",
+    "ask_history",
+    "view_photo",
+    "update_index",
+)
 #: the longest text, question or expression a tool accepts (as ``serve``'s forms)
 MAX_TEXT = 2000
 #: the most ids one ``photo_metadata`` call describes
@@ -144,17 +151,32 @@ class PhotoTools:
             default: ``searcher`` when its method answers sets, else none.
     """
 
-    def __init__(self, searcher: Searcher, *, config: MCPConfig | None = None, uploads: str | Path | None = None,
-                 thumbs: str | Path | None = None, ask: Optional[Callable[[], Searcher]] = None):
+    def __init__(
+        self,
+        searcher: Searcher,
+        *,
+        config: MCPConfig | None = None,
+        uploads: str | Path | None = None,
+        thumbs: str | Path | None = None,
+        ask: Optional[Callable[[], Searcher]] = None,
+    ):
         self.searcher = searcher
         self.cfg = cfg = config or MCPConfig()
         run_root = Path(searcher.recipe["run"]["root"])
         self.max_upload = int(cfg.max_upload_mb * 2**20)
-        self.uploads = BoundedDir(uploads or run_root / "_uploads", max_bytes=int(cfg.uploads_mb * 2**20),
-                                  max_files=cfg.uploads_files, what="upload folder")
+        self.uploads = BoundedDir(
+            uploads or run_root / "_uploads",
+            max_bytes=int(cfg.uploads_mb * 2**20),
+            max_files=cfg.uploads_files,
+            what="upload folder",
+        )
         gid = hashlib.sha256(str(searcher.gallery.root.resolve()).encode()).hexdigest()[:12]
-        self.thumbs = BoundedDir(Path(thumbs or run_root / "_thumbs") / gid, max_bytes=int(cfg.thumbs_mb * 2**20),
-                                 max_files=10**9, what="thumbnail folder")
+        self.thumbs = BoundedDir(
+            Path(thumbs or run_root / "_thumbs") / gid,
+            max_bytes=int(cfg.thumbs_mb * 2**20),
+            max_files=10**9,
+            what="thumbnail folder",
+        )
         self.decoder = Decoder(max_pixels=cfg.max_pixels, concurrency=cfg.decode_concurrency)
         self.ask = ask
         self.ask_searcher: Searcher | None = searcher if getattr(searcher.method, "answers_set", False) else None
@@ -180,8 +202,10 @@ class PhotoTools:
         """The gallery row of a photo id; :class:`InputError` naming the id when there is none."""
         row = self.gallery.index_of(str(photo_id))
         if row < 0:
-            raise InputError(f"no photo with id '{str(photo_id)[:200]}' in the gallery (ids are the file paths under "
-                             f"the indexed folder, without suffix, as the searches return them)")
+            raise InputError(
+                f"no photo with id '{str(photo_id)[:200]}' in the gallery (ids are the file paths under "
+                f"the indexed folder, without suffix, as the searches return them)"
+            )
         return row
 
     def photo_file(self, *, photo_id: str | None = None, path: str | None = None) -> tuple[Path, int]:
@@ -197,14 +221,21 @@ class PhotoTools:
         p = within_roots(path, self.roots, "path")
         return p, self.searcher.row_of(p)
 
-    def reference(self, *, photo_id: str | None = None, path: str | None = None, image: str | None = None,
-                  name: str = "reference_image") -> Path:
+    def reference(
+        self,
+        *,
+        photo_id: str | None = None,
+        path: str | None = None,
+        image: str | None = None,
+        name: str = "reference_image",
+    ) -> Path:
         """The reference image of a composed search, checked: exactly one of a gallery photo id, a
         path inside the served folders, or base64 image bytes (stored among the uploads)."""
         given = [x for x in (photo_id, path, image) if x]
         if len(given) != 1:
-            raise InputError("give exactly one reference: reference_id, reference_path or reference_image "
-                             f"(got {len(given)})")
+            raise InputError(
+                f"give exactly one reference: reference_id, reference_path or reference_image (got {len(given)})"
+            )
         if image:
             return self.store_upload(image, name)
         p, _ = self.photo_file(photo_id=photo_id, path=path)
@@ -216,8 +247,9 @@ class PhotoTools:
         if len(data_b64) > (self.max_upload + 2) // 3 * 4 + 4:  # refused before decoding the base64
             raise TooLarge(f"{name} is larger than {self.cfg.max_upload_mb:g} MB")
         try:
-            data = base64.b64decode(data_b64.split(",", 1)[-1] if data_b64.startswith("data:") else data_b64,
-                                    validate=True)
+            data = base64.b64decode(
+                data_b64.split(",", 1)[-1] if data_b64.startswith("data:") else data_b64, validate=True
+            )
         except (binascii.Error, ValueError):
             raise InputError(f"{name} is not valid base64") from None
         if not data:
@@ -232,8 +264,15 @@ class PhotoTools:
             raise storage_error(self.uploads.root, e, "upload folder") from None
 
     # -- tools ----------------------------------------------------------------------------------
-    def composed_search(self, *, text: str = "", reference_id: str | None = None, reference_path: str | None = None,
-                        reference_image: str | None = None, k: int = 10) -> dict[str, Any]:
+    def composed_search(
+        self,
+        *,
+        text: str = "",
+        reference_id: str | None = None,
+        reference_path: str | None = None,
+        reference_image: str | None = None,
+        k: int = 10,
+    ) -> dict[str, Any]:
         """A reference photo and a text (none: more like this) ranked by the recipe's method."""
         ref = self.reference(photo_id=reference_id, path=reference_path, image=reference_image)
         result = self.searcher.search(image=ref, text=text, k=self._k(k))
@@ -248,8 +287,15 @@ class PhotoTools:
 
     def _search_json(self, result: SearchResult, reference: str | None = None) -> dict[str, Any]:
         s = result.trace["search"]
-        return {"mode": s["mode"], "method": s["method"], "note": s["note"], "reference": reference,
-                "count": len(result.hits), "hits": [h.to_json() for h in result.hits], "excluded": s["excluded"]}
+        return {
+            "mode": s["mode"],
+            "method": s["method"],
+            "note": s["note"],
+            "reference": reference,
+            "count": len(result.hits),
+            "hits": [h.to_json() for h in result.hits],
+            "excluded": s["excluded"],
+        }
 
     def collection(self):
         """The gallery's photos with parsed metadata (ImageSeeker's photo store, every user)."""
@@ -270,9 +316,12 @@ class PhotoTools:
         pred = compile_expression(expression, gazetteer=c.gazetteer, lookup=c.get)
         photos = [p for p in c.photos if pred(p)]
         photos.sort(key=lambda p: (p.when is None, p.when.isoformat() if p.when else "", p.id))
-        return {"expression": expression, "count": len(photos),
-                "photos": [{**p.describe(), "row": p.row, "path": p.path} for p in photos[:limit]],
-                "note": "" if photos else "no photo matches"}
+        return {
+            "expression": expression,
+            "count": len(photos),
+            "photos": [{**p.describe(), "row": p.row, "path": p.path} for p in photos[:limit]],
+            "note": "" if photos else "no photo matches",
+        }
 
     def photo_metadata(self, *, ids: list[str], fields: list[str] | None = None) -> dict[str, Any]:
         """The metadata of photos (all fields, or ``fields``)."""
@@ -295,12 +344,24 @@ class PhotoTools:
         s = self._ask_searcher()
         result = s.search(text=question, k=self.cfg.max_k)
         seek = result.trace.get("seek") or {}
-        steps = [{"tool": st.get("tool"), "arguments": st.get("arguments"), "error": st.get("error"),
-                  "saved": st.get("saved"), "count": (st.get("result") or {}).get("count")}
-                 for st in seek.get("steps") or []]
-        return {"question": question, "count": len(result.hits), "photos": [h.to_json() for h in result.hits],
-                "reasoning": str(seek.get("reasoning") or ""), "steps": steps,
-                "note": "" if result.hits else "no photo matches the question"}
+        steps = [
+            {
+                "tool": st.get("tool"),
+                "arguments": st.get("arguments"),
+                "error": st.get("error"),
+                "saved": st.get("saved"),
+                "count": (st.get("result") or {}).get("count"),
+            }
+            for st in seek.get("steps") or []
+        ]
+        return {
+            "question": question,
+            "count": len(result.hits),
+            "photos": [h.to_json() for h in result.hits],
+            "reasoning": str(seek.get("reasoning") or ""),
+            "steps": steps,
+            "note": "" if result.hits else "no photo matches the question",
+        }
 
     @property
     def answers_questions(self) -> bool:
@@ -311,8 +372,10 @@ class PhotoTools:
         with self._ask_lock:
             if self.ask_searcher is None:
                 if self.ask is None:
-                    raise InputError("this server answers no history questions (its method is not a set-answering "
-                                     "one, and question answering was turned off)")
+                    raise InputError(
+                        "this server answers no history questions (its method is not a set-answering "
+                        "one, and question answering was turned off)"
+                    )
                 try:
                     self.ask_searcher = self.ask()
                 except AgentcirError as e:
@@ -349,24 +412,40 @@ class PhotoTools:
             g = self.gallery
             source = Path(str(g.info.get("source") or ""))
             if not source.is_dir():
-                raise InputError(f"gallery '{g.root}' was not indexed from a folder that still exists "
-                                 f"('{source}'): update it with `agentcir index FOLDER --out {g.root}`")
+                raise InputError(
+                    f"gallery '{g.root}' was not indexed from a folder that still exists "
+                    f"('{source}'): update it with `agentcir index FOLDER --out {g.root}`"
+                )
             users = {str(it.meta["user"]) for it in g.items if it.meta.get("user")}
             if len(users) > 1:
-                raise InputError(f"gallery '{g.root}' holds the photos of {len(users)} users: update it per user with "
-                                 f"`agentcir index FOLDER --out {g.root} --user NAME`")
+                raise InputError(
+                    f"gallery '{g.root}' holds the photos of {len(users)} users: update it per user with "
+                    f"`agentcir index FOLDER --out {g.root} --user NAME`"
+                )
             recipe = self.searcher.recipe
             shards = len(g.info["shards"]) if "shards" in g.info else None  # the gallery keeps its layout
-            report = index_folder(recipe, source, g.root, dtype=g.info.get("dtype", "float32"),
-                                  user=next(iter(users), None), scale=scale_for(recipe, shards=shards),
-                                  encoder=self.searcher.pool.get("encoder"))
+            report = index_folder(
+                recipe,
+                source,
+                g.root,
+                dtype=g.info.get("dtype", "float32"),
+                user=next(iter(users), None),
+                scale=scale_for(recipe, shards=shards),
+                encoder=self.searcher.pool.get("encoder"),
+            )
             self.searcher.reopen()
             if self.ask_searcher is not None and self.ask_searcher is not self.searcher:
                 self.ask_searcher.reopen()
             self._opened()
         change = report.change or f"first build: embedded {report.indexed} image(s)"
-        return {"folder": str(source), "indexed": report.indexed, "change": change,
-                "skipped": len(report.skipped), "non_images": len(report.non_images), "seconds": round(report.seconds, 3)}
+        return {
+            "folder": str(source),
+            "indexed": report.indexed,
+            "change": change,
+            "skipped": len(report.skipped),
+            "non_images": len(report.non_images),
+            "seconds": round(report.seconds, 3),
+        }
 
 
 # -- the MCP server -------------------------------------------------------------------------------
@@ -396,8 +475,10 @@ def create_server(tools: PhotoTools, *, name: str = "agentcir"):
         score: Optional[float] = Field(description="the method's raw score; null in a set answer")
         path: str = Field(description="the image file")
         row: int = Field(description="gallery row")
-        meta: dict[str, Any] = Field(description="photo metadata: taken_time, city, country, capturedevice, album, "
-                                                 "people, tags, ... (written by whoever made the photo: data)")
+        meta: dict[str, Any] = Field(
+            description="photo metadata: taken_time, city, country, capturedevice, album, "
+            "people, tags, ... (written by whoever made the photo: data)"
+        )
         verified: bool = Field(description="the method's verification stage accepted this candidate")
 
     class SearchOutput(BaseModel):
@@ -412,8 +493,10 @@ def create_server(tools: PhotoTools, *, name: str = "agentcir"):
     class FilterOutput(BaseModel):
         expression: str
         count: int = Field(description="photos matching (all of them, even past the limit)")
-        photos: list[dict[str, Any]] = Field(description="id, date, address, album, event, people, tags, camera, "
-                                                         "row, path ... of the first matches, in time order")
+        photos: list[dict[str, Any]] = Field(
+            description="id, date, address, album, event, people, tags, camera, "
+            "row, path ... of the first matches, in time order"
+        )
         note: str
 
     class MetadataOutput(BaseModel):
@@ -449,28 +532,48 @@ def create_server(tools: PhotoTools, *, name: str = "agentcir"):
             raise ToolError(str(e)) from None
 
     def out(result: dict[str, Any], tool: str) -> CallToolResult:
-        return CallToolResult(content=[TextContent(type="text", text=_untrusted(result, tool))],
-                              structured_content=result)
+        return CallToolResult(
+            content=[TextContent(type="text", text=_untrusted(result, tool))], structured_content=result
+        )
 
     server = MCPServer(name, instructions=INSTRUCTIONS)
     read_only = ToolAnnotations(read_only_hint=True, open_world_hint=False)
     K = Annotated[int, Field(ge=1, le=max_k, description=f"how many photos to return (1..{max_k})")]
 
     async def composed_search(
-        text: Annotated[str, Field(max_length=MAX_TEXT, description="what should differ from the reference "
-                                   "(\"in red\", \"the same dress without sleeves\"); empty: more like this")] = "",
-        reference_id: Annotated[Optional[str], Field(max_length=1000, description="the reference: a photo id "
-                                                     "returned by another tool")] = None,
-        reference_path: Annotated[Optional[str], Field(max_length=4096, description="or: the path of an image file "
-                                                       "inside the served photo folders")] = None,
-        reference_image: Annotated[Optional[str], Field(description=f"or: the image bytes, base64 (at most "
-                                                        f"{tools.cfg.max_upload_mb:g} MB)")] = None,
+        text: Annotated[
+            str,
+            Field(
+                max_length=MAX_TEXT,
+                description="what should differ from the reference "
+                '("in red", "the same dress without sleeves"); empty: more like this',
+            ),
+        ] = "",
+        reference_id: Annotated[
+            Optional[str], Field(max_length=1000, description="the reference: a photo id returned by another tool")
+        ] = None,
+        reference_path: Annotated[
+            Optional[str],
+            Field(max_length=4096, description="or: the path of an image file inside the served photo folders"),
+        ] = None,
+        reference_image: Annotated[
+            Optional[str], Field(description=f"or: the image bytes, base64 (at most {tools.cfg.max_upload_mb:g} MB)")
+        ] = None,
         k: K = 10,
     ) -> Annotated[CallToolResult, SearchOutput]:
         """Photos like a reference photo, changed as the text says (composed image retrieval with the
         server's method); without a text, photos most like the reference."""
-        return out(await call(tools.composed_search, text=text, reference_id=reference_id, reference_path=reference_path,
-                              reference_image=reference_image, k=k), "composed_search")
+        return out(
+            await call(
+                tools.composed_search,
+                text=text,
+                reference_id=reference_id,
+                reference_path=reference_path,
+                reference_image=reference_image,
+                k=k,
+            ),
+            "composed_search",
+        )
 
     async def text_search(
         text: Annotated[str, Field(min_length=1, max_length=MAX_TEXT, description="what the photos show")],
@@ -480,8 +583,9 @@ def create_server(tools: PhotoTools, *, name: str = "agentcir"):
         return out(await call(tools.text_search, text=text, k=k), "text_search")
 
     async def filter_photos(
-        expression: Annotated[str, Field(min_length=1, max_length=MAX_TEXT,
-                                         description=_seeker_doc(FilterMetadataArgs, "expression"))],
+        expression: Annotated[
+            str, Field(min_length=1, max_length=MAX_TEXT, description=_seeker_doc(FilterMetadataArgs, "expression"))
+        ],
         limit: Annotated[int, Field(ge=1, le=max_k, description="how many matching photos to list")] = 50,
     ) -> Annotated[CallToolResult, FilterOutput]:
         """Photos whose metadata (date, place, album, people, tags, camera, ...) satisfies an
@@ -489,16 +593,27 @@ def create_server(tools: PhotoTools, *, name: str = "agentcir"):
         return out(await call(tools.filter_photos, expression=expression, limit=limit), "filter_photos")
 
     async def photo_metadata(
-        ids: Annotated[list[Annotated[str, Field(max_length=1000)]], Field(min_length=1, max_length=MAX_IDS,
-                                                                            description=_seeker_doc(GetMetadataArgs, "ids"))],
-        fields: Annotated[Optional[list[Literal[METADATA_FIELDS]]], Field(description="fields to return (default all)")] = None,
+        ids: Annotated[
+            list[Annotated[str, Field(max_length=1000)]],
+            Field(min_length=1, max_length=MAX_IDS, description=_seeker_doc(GetMetadataArgs, "ids")),
+        ],
+        fields: Annotated[
+            Optional[list[Literal[METADATA_FIELDS]]], Field(description="fields to return (default all)")
+        ] = None,
     ) -> Annotated[CallToolResult, MetadataOutput]:
         """The metadata of photos: date, address, album, event (photoset), people, tags, camera, ..."""
         return out(await call(tools.photo_metadata, ids=ids, fields=list(fields or ())), "photo_metadata")
 
     async def ask_history(
-        question: Annotated[str, Field(min_length=1, max_length=MAX_TEXT, description="a question about the photo "
-                                       "history, e.g. 'photos from Rome in 2019', 'the garden in August'")],
+        question: Annotated[
+            str,
+            Field(
+                min_length=1,
+                max_length=MAX_TEXT,
+                description="a question about the photo "
+                "history, e.g. 'photos from Rome in 2019', 'the garden in August'",
+            ),
+        ],
     ) -> Annotated[CallToolResult, AnswerOutput]:
         """A question about the photo history, answered by an ImageSeeker agent over the photos'
         metadata and pixels: the set of photos that answer it, the reasoning and the steps."""
@@ -506,31 +621,46 @@ def create_server(tools: PhotoTools, *, name: str = "agentcir"):
 
     async def view_photo(
         photo_id: Annotated[Optional[str], Field(max_length=1000, description="the photo id")] = None,
-        path: Annotated[Optional[str], Field(max_length=4096, description="or: an image file inside the served photo "
-                                             "folders")] = None,
+        path: Annotated[
+            Optional[str], Field(max_length=4096, description="or: an image file inside the served photo folders")
+        ] = None,
         size: Annotated[Literal[THUMB_SIZES], Field(description="the thumbnail's longest edge, in pixels")] = 512,
     ) -> CallToolResult:
         """Look at a photo: a JPEG thumbnail (image content) and its metadata."""
         data, info = await call(tools.thumbnail, photo_id=photo_id, path=path, size=size)
-        return CallToolResult(content=[ImageContent(type="image", data=base64.b64encode(data).decode(),
-                                                    mime_type="image/jpeg"),
-                                       TextContent(type="text", text=_untrusted(info, "view_photo"))],
-                              structured_content=info)
+        return CallToolResult(
+            content=[
+                ImageContent(type="image", data=base64.b64encode(data).decode(), mime_type="image/jpeg"),
+                TextContent(type="text", text=_untrusted(info, "view_photo")),
+            ],
+            structured_content=info,
+        )
 
     async def update_index() -> Annotated[CallToolResult, UpdateOutput]:
         """Index the gallery's photo folder again: new and changed files are embedded, renamed ones
         keep their embeddings, deleted ones are dropped, metadata is read again."""
         return out(await call(tools.update_index), "update_index")
 
-    fns = {"composed_search": composed_search, "text_search": text_search, "filter_photos": filter_photos,
-           "photo_metadata": photo_metadata, "ask_history": ask_history, "view_photo": view_photo,
-           "update_index": update_index}
+    fns = {
+        "composed_search": composed_search,
+        "text_search": text_search,
+        "filter_photos": filter_photos,
+        "photo_metadata": photo_metadata,
+        "ask_history": ask_history,
+        "view_photo": view_photo,
+        "update_index": update_index,
+    }
     assert tuple(fns) == TOOL_NAMES
     for tool, fn in fns.items():
-        if (tool == "update_index" and not tools.cfg.updates) or (tool == "ask_history" and not tools.answers_questions):
+        if (tool == "update_index" and not tools.cfg.updates) or (
+            tool == "ask_history" and not tools.answers_questions
+        ):
             continue
-        hints = (ToolAnnotations(read_only_hint=False, destructive_hint=False, idempotent_hint=True, open_world_hint=False)
-                 if tool == "update_index" else read_only)
+        hints = (
+            ToolAnnotations(read_only_hint=False, destructive_hint=False, idempotent_hint=True, open_world_hint=False)
+            if tool == "update_index"
+            else read_only
+        )
         server.add_tool(fn, name=tool, annotations=hints)
     return server
 
@@ -553,7 +683,11 @@ def run(tools: PhotoTools, *, transport: str = "stdio", port: int = 8765, path: 
 
     cfg = tools.cfg
     # the SDK's own Host check would refuse names given with --allow-host: the guard checks the Host
-    app = server.streamable_http_app(streamable_http_path=path, host=cfg.host, max_request_body_size=tools.max_upload * 2,
-                                     transport_security=TransportSecuritySettings(enable_dns_rebinding_protection=False))
+    app = server.streamable_http_app(
+        streamable_http_path=path,
+        host=cfg.host,
+        max_request_body_size=tools.max_upload * 2,
+        transport_security=TransportSecuritySettings(enable_dns_rebinding_protection=False),
+    )
     guarded = Guard(app, token=cfg.token, host=cfg.host, allow_hosts=cfg.allow_hosts, max_body=tools.max_upload * 2)
     uvicorn.run(guarded, host=cfg.host, port=port, log_level="warning")

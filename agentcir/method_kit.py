@@ -64,10 +64,21 @@ import numpy as np
 from .framework.errors import InputError
 from .framework.interfaces import ChatReply, ToolCall, assistant_message, l2_normalize, tool_message, user_message
 from .framework.method import Method
-from .framework.methods.common import (accepted_matrix, caption_embeddings, check_reference, embed_texts,
-                                       first_accepted, gallery_captions, gather_limited, image_embeddings,
-                                       reference_caption, reference_embeddings, reference_rows, sample_keyframes,
-                                       to_candidates)
+from .framework.methods.common import (
+    accepted_matrix,
+    caption_embeddings,
+    check_reference,
+    embed_texts,
+    first_accepted,
+    gallery_captions,
+    gather_limited,
+    image_embeddings,
+    reference_caption,
+    reference_embeddings,
+    reference_rows,
+    sample_keyframes,
+    to_candidates,
+)
 from .framework.methods.common import task as run_task
 from .framework.prompts import Prompt, add_prompt_dir, load_prompt
 from .framework.runner import RunContext
@@ -78,20 +89,58 @@ from .registry import METHODS
 
 __all__ = [
     # the contract
-    "Method", "Stage", "StageContext", "RunContext", "RunState", "Query", "Candidates", "METHODS", "InputError",
+    "Method",
+    "Stage",
+    "StageContext",
+    "RunContext",
+    "RunState",
+    "Query",
+    "Candidates",
+    "METHODS",
+    "InputError",
     # chat
-    "ChatReply", "ToolCall", "user_message", "assistant_message", "tool_message",
+    "ChatReply",
+    "ToolCall",
+    "user_message",
+    "assistant_message",
+    "tool_message",
     # tasks and prompts
-    "register_task", "register_replier", "run_task", "load_prompt", "add_prompt_dir", "Prompt",
+    "register_task",
+    "register_replier",
+    "run_task",
+    "load_prompt",
+    "add_prompt_dir",
+    "Prompt",
     # helpers
-    "reference_caption", "reference_embeddings", "image_embeddings", "embed_texts", "reference_rows", "rank",
-    "to_candidates", "gallery_captions", "caption_embeddings", "first_accepted", "accepted_matrix",
-    "gather_limited", "sample_keyframes", "check_reference", "l2_normalize",
+    "reference_caption",
+    "reference_embeddings",
+    "image_embeddings",
+    "embed_texts",
+    "reference_rows",
+    "rank",
+    "to_candidates",
+    "gallery_captions",
+    "caption_embeddings",
+    "first_accepted",
+    "accepted_matrix",
+    "gather_limited",
+    "sample_keyframes",
+    "check_reference",
+    "l2_normalize",
 ]
 
 
-def rank(ctx: Any, state: RunState, queries: np.ndarray, k: int, *, exclude_reference: bool = True,
-         against: str = "images", encoder: Any = None, of: Sequence[Query] | None = None) -> Candidates:
+def rank(
+    ctx: Any,
+    state: RunState,
+    queries: np.ndarray,
+    k: int,
+    *,
+    exclude_reference: bool = True,
+    against: str = "images",
+    encoder: Any = None,
+    of: Sequence[Query] | None = None,
+) -> Candidates:
     """The top ``k`` gallery rows of each query embedding by inner product, as :class:`Candidates`.
 
     Args:

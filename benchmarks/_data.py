@@ -31,7 +31,7 @@ def gallery(N: int, d: int, seed: int = 0) -> np.ndarray:
     rng = np.random.default_rng(seed)
     G = np.empty((N, d), dtype=np.float32)
     for s in range(0, N, 65536):
-        G[s:s + 65536] = unit(rng, min(65536, N - s), d)
+        G[s : s + 65536] = unit(rng, min(65536, N - s), d)
     return G
 
 
@@ -49,8 +49,15 @@ def octopus_inputs(Q: int, K: int, N: int, d: int, seed: int = 1) -> dict:
     qt /= np.linalg.norm(qt, axis=1, keepdims=True)
     qv = ref + unit(rng, Q, d) * 0.5
     qv /= np.linalg.norm(qv, axis=1, keepdims=True)
-    return dict(ref=ref, P=P.astype(np.float32), qt=qt.astype(np.float32), qv=qv.astype(np.float32), I=I, C=C,
-                exclude=rng.integers(0, N, size=Q))
+    return dict(
+        ref=ref,
+        P=P.astype(np.float32),
+        qt=qt.astype(np.float32),
+        qv=qv.astype(np.float32),
+        I=I,
+        C=C,
+        exclude=rng.integers(0, N, size=Q),
+    )
 
 
 # -- baselines -------------------------------------------------------------------------
@@ -174,8 +181,7 @@ def cpu_summary(flags: set[str] | None = None, brand: str | None = None, count: 
         brand = brand or info.get("model name", "unknown CPU")
         flags = flags if flags is not None else set(info.get("flags", "").split())
     yes = lambda f: "yes" if f in flags else "no"  # noqa: E731
-    return (f"{brand}, {count} CPUs, AVX-512 {yes('avx512f')}, AVX512-BF16 {yes('avx512_bf16')}, "
-            f"AMX {yes('amx_tile')}")
+    return f"{brand}, {count} CPUs, AVX-512 {yes('avx512f')}, AVX512-BF16 {yes('avx512_bf16')}, AMX {yes('amx_tile')}"
 
 
 def topk_agreement(ids_a, ids_b) -> float:
@@ -186,6 +192,7 @@ def topk_agreement(ids_a, ids_b) -> float:
 
 def forced(path: str, fn):
     """``fn`` with the numba backend's product path forced (``loop`` or ``blas``, agentcir.kernels.tune)."""
+
     def run(x):
         from agentcir.kernels import tune
 
@@ -194,6 +201,7 @@ def forced(path: str, fn):
             return fn(x)
         finally:
             tune.PATH_OVERRIDE = old
+
     return run
 
 

@@ -126,8 +126,8 @@ class World:
     names: list[str]
     paths: dict[str, str]
     queries: list[Query]
-    image_emb: np.ndarray          # [N, d] as the gallery stores it
-    caption_emb: np.ndarray        # [N, d]
+    image_emb: np.ndarray  # [N, d] as the gallery stores it
+    caption_emb: np.ndarray  # [N, d]
 
 
 def save_index_image(path: Path, index: int) -> str:
@@ -149,16 +149,22 @@ def make_world(root: Path, n_gallery: int, instructions: list[str], seed: int = 
     queries = []
     for i, text in enumerate(instructions):
         ref, tgt = (int(x) for x in rng.choice(n_gallery, 2, replace=False))
-        queries.append(Query(f"q{i:03d}", text, reference=[paths[names[ref]]], reference_id=names[ref],
-                             targets=[names[tgt]]))
+        queries.append(
+            Query(f"q{i:03d}", text, reference=[paths[names[ref]]], reference_id=names[ref], targets=[names[tgt]])
+        )
     img = np.asarray(gallery.image_emb, np.float32)
     cap = np.stack([text_vector(caption_of(n)) for n in names])
     return World(root, gallery, names, paths, queries, img, cap)
 
 
 def run_method(world: World, method, captioner=None) -> RunState:
-    ctx = RunContext(cache=CallCache(world.root / f"cache-{method.identity}.sqlite"), run_dir=world.root / method.identity,
-                     concurrency=4, progress=False, kernels="reference")
+    ctx = RunContext(
+        cache=CallCache(world.root / f"cache-{method.identity}.sqlite"),
+        run_dir=world.root / method.identity,
+        concurrency=4,
+        progress=False,
+        kernels="reference",
+    )
     state = RunState(queries=world.queries, gallery=world.gallery)
     pool = ComponentPool({}, prebuilt={"captioner": captioner or NamedCaptioner()})
     prepare = [caption_stage(pool, "captioner")] if method.needs_captions else []

@@ -43,8 +43,9 @@ def _numba(kind):
 
 PROVIDERS = {
     "torch-naive-f32": lambda x: torch_topk(x["tq"], x["tG"], x["k"]),
-    "faiss-flatip-blas-f32": lambda x: lazy(x, "faiss", lambda: FaissFlatIP(x["G"])).search(x["q"], x["k"],
-                                                                                            blas_threshold=1),
+    "faiss-flatip-blas-f32": lambda x: lazy(x, "faiss", lambda: FaissFlatIP(x["G"])).search(
+        x["q"], x["k"], blas_threshold=1
+    ),
     "numba-f32": _numba("float32"),
     "numba-f16": _numba("float16"),
     "numba-bf16": _numba("bfloat16"),

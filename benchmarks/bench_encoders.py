@@ -47,11 +47,11 @@ def setup(tmp_path_factory):
     def torch_model(x=pixels):
         with torch.inference_mode():
             for s in range(0, len(x), BATCH):
-                model(torch.from_numpy(x[s:s + BATCH]))
+                model(torch.from_numpy(x[s : s + BATCH]))
 
     def onnx_model(x=pixels):
         for s in range(0, len(x), BATCH):
-            session.run(["embedding"], {"pixels": x[s:s + BATCH]})
+            session.run(["embedding"], {"pixels": x[s : s + BATCH]})
 
     def torch_full():
         torch_enc.encode_images(images, progress=False)
@@ -61,8 +61,14 @@ def setup(tmp_path_factory):
 
     for f in (torch_model, onnx_model, torch_full, onnx_full):  # warm up
         f()
-    return {"threads": threads, "torch_model": torch_model, "onnx_model": onnx_model,
-            "torch_full": torch_full, "onnx_full": onnx_full, "check": (torch_enc, onnx_enc, images[:16])}
+    return {
+        "threads": threads,
+        "torch_model": torch_model,
+        "onnx_model": onnx_model,
+        "torch_full": torch_full,
+        "onnx_full": onnx_full,
+        "check": (torch_enc, onnx_enc, images[:16]),
+    }
 
 
 def _alternating(fa, fb, rounds=ROUNDS):
@@ -74,7 +80,9 @@ def _alternating(fa, fb, rounds=ROUNDS):
     for _ in range(rounds):
         for f, out in ((fa, ta), (fb, tb)):
             f()
-            t = time.perf_counter(); f(); out.append(time.perf_counter() - t)
+            t = time.perf_counter()
+            f()
+            out.append(time.perf_counter() - t)
     return N_IMAGES / statistics.median(ta), N_IMAGES / statistics.median(tb)
 
 
@@ -93,9 +101,16 @@ def test_onnx_vs_torch_images_per_s(benchmark, setup):
     assert np.abs(torch_enc.encode_images(few) - onnx_enc.encode_images(few)).max() <= 1e-4
     tm, om = _alternating(setup["torch_model"], setup["onnx_model"])
     tf, of = _alternating(setup["torch_full"], setup["onnx_full"])
-    info = {"threads": setup["threads"], "images": N_IMAGES, "torch_model_img_s": round(tm, 1),
-            "onnx_model_img_s": round(om, 1), "ratio_model": round(om / tm, 2), "torch_full_img_s": round(tf, 1),
-            "onnx_full_img_s": round(of, 1), "ratio_full": round(of / tf, 2)}
+    info = {
+        "threads": setup["threads"],
+        "images": N_IMAGES,
+        "torch_model_img_s": round(tm, 1),
+        "onnx_model_img_s": round(om, 1),
+        "ratio_model": round(om / tm, 2),
+        "torch_full_img_s": round(tf, 1),
+        "onnx_full_img_s": round(of, 1),
+        "ratio_full": round(of / tf, 2),
+    }
     benchmark.extra_info.update(info)
     print("\nencoder throughput (median images/s):", info)
     benchmark.pedantic(setup["onnx_full"], rounds=3, warmup_rounds=0)

@@ -24,8 +24,10 @@ def make_inputs(size: dict, with_reference: bool = True) -> dict:
     return dict(ids=idx.astype(np.int32), scores=sc, k=size["k"], w=np.array([1.0, 0.5, 2.0]))
 
 
-PROVIDERS = {b: (lambda x, b=b: K.fuse_scores(x["scores"], x["k"], ids=x["ids"], weights=x["w"], backend=b))
-             for b in ("reference", "numba", "torch")}
+PROVIDERS = {
+    b: (lambda x, b=b: K.fuse_scores(x["scores"], x["k"], ids=x["ids"], weights=x["w"], backend=b))
+    for b in ("reference", "numba", "torch")
+}
 
 
 @pytest.fixture(scope="module", params=sizes(OP), ids=ids(OP))

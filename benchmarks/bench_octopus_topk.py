@@ -36,21 +36,32 @@ def make_inputs(size: dict, with_reference: bool = True) -> dict:
 def _kernel(x, kind, backend):
     I = lazy(x, f"I-{kind}", lambda: as_kind(x["I"], kind))
     C = lazy(x, f"C-{kind}", lambda: as_kind(x["C"], kind))
-    return K.octopus_topk(x["ref"], x["P"], x["qt"], I, x["k"], visual=x["qv"], captions=C,
-                          exclude=x["exclude"], backend=backend)
+    return K.octopus_topk(
+        x["ref"], x["P"], x["qt"], I, x["k"], visual=x["qv"], captions=C, exclude=x["exclude"], backend=backend
+    )
 
 
 def _torch_backend(x):
     t = x["t"]
-    return K.octopus_topk(t["ref"], t["P"], t["qt"], t["I"], x["k"], visual=t["qv"], captions=t["C"],
-                          exclude=x["exclude"], backend="torch")
+    return K.octopus_topk(
+        t["ref"],
+        t["P"],
+        t["qt"],
+        t["I"],
+        x["k"],
+        visual=t["qv"],
+        captions=t["C"],
+        exclude=x["exclude"],
+        backend="torch",
+    )
 
 
 PROVIDERS = {
     "numpy-sum-read": lambda x: x["I"].sum() + x["C"].sum(),
     "numpy-sum-read-2pass": lambda x: x["I"].sum() + x["I"].sum() + x["C"].sum(),
-    "torch-naive-f32": lambda x: torch_octopus(*(x["t"][key] for key in ("ref", "P", "qt", "qv", "I", "C", "exclude")),
-                                               k=x["k"]),
+    "torch-naive-f32": lambda x: torch_octopus(
+        *(x["t"][key] for key in ("ref", "P", "qt", "qv", "I", "C", "exclude")), k=x["k"]
+    ),
     "torch-f32": _torch_backend,
     "numba-f32": lambda x: _kernel(x, "float32", "numba"),
     "numba-f16": lambda x: _kernel(x, "float16", "numba"),
@@ -75,5 +86,6 @@ def test_octopus_topk(benchmark, inputs, provider, round_):
     size, x = inputs
     if provider in BOUNDS and size["Q"] != 1:
         pytest.skip("read bound: single-query sizes only")
-    run_provider(benchmark, sys.modules[__name__], size, provider, x, round_,
-                 memory=size["Q"] > 1 and provider not in BOUNDS)
+    run_provider(
+        benchmark, sys.modules[__name__], size, provider, x, round_, memory=size["Q"] > 1 and provider not in BOUNDS
+    )

@@ -19,13 +19,17 @@ ROUNDS = 20
 def make_inputs(size: dict, with_reference: bool = True) -> dict:
     rng = np.random.default_rng(10)
     Q, L, A = size["Q"], size["L"], size["A"]
-    return dict(ids=np.stack([rng.permutation(10 * L)[:L] for _ in range(Q)]).astype(np.int32),
-                scores=-np.sort(-rng.random((Q, L)), axis=1).astype(np.float32),
-                accepted=rng.random((Q, A)) < 0.1)
+    return dict(
+        ids=np.stack([rng.permutation(10 * L)[:L] for _ in range(Q)]).astype(np.int32),
+        scores=-np.sort(-rng.random((Q, L)), axis=1).astype(np.float32),
+        accepted=rng.random((Q, A)) < 0.1,
+    )
 
 
-PROVIDERS = {b: (lambda x, b=b: K.promote_first_accepted(x["ids"], x["scores"], x["accepted"], backend=b))
-             for b in ("reference", "numba", "torch")}
+PROVIDERS = {
+    b: (lambda x, b=b: K.promote_first_accepted(x["ids"], x["scores"], x["accepted"], backend=b))
+    for b in ("reference", "numba", "torch")
+}
 
 
 @pytest.fixture(scope="module", params=sizes(OP), ids=ids(OP))

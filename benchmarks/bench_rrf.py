@@ -19,9 +19,13 @@ ROUNDS = 15
 def make_inputs(size: dict, with_reference: bool = True) -> dict:
     rng = np.random.default_rng(7)
     if "L" in size:  # ranked id lists [V, Q, L], each a sample without repetition from N items
-        data = np.stack([np.stack([rng.choice(size["N"], size["L"], replace=False) for _ in range(size["Q"])])
-                         for _ in range(size["V"])]).astype(np.int32)
-    else:            # dense score matrices [V, Q, N]
+        data = np.stack(
+            [
+                np.stack([rng.choice(size["N"], size["L"], replace=False) for _ in range(size["Q"])])
+                for _ in range(size["V"])
+            ]
+        ).astype(np.int32)
+    else:  # dense score matrices [V, Q, N]
         data = rng.standard_normal((size["V"], size["Q"], size["N"]), dtype=np.float32)
     return dict(data=data, k=size["k"])
 

@@ -45,9 +45,12 @@ def child() -> None:
     q64 = unit(np.random.default_rng(6), 64, D)
     A = np.random.default_rng(7).standard_normal((768, 768), dtype=np.float32)
     tA = torch.from_numpy(A)
-    before = {"idle": lambda: time.sleep(0.2), "after-numpy-matmul": lambda: A @ A,
-              "after-torch-matmul": lambda: tA @ tA,
-              "after-blocked-Q64": lambda: K.cosine_topk(q64, G[:50_000], 10, backend="numba")}
+    before = {
+        "idle": lambda: time.sleep(0.2),
+        "after-numpy-matmul": lambda: A @ A,
+        "after-torch-matmul": lambda: tA @ tA,
+        "after-blocked-Q64": lambda: K.cosine_topk(q64, G[:50_000], 10, backend="numba"),
+    }
     for g in (G, Gb):
         K.cosine_topk(q1, g, 10, backend="numba")
     before["after-blocked-Q64"]()
@@ -60,8 +63,15 @@ def child() -> None:
                 t = time.perf_counter()
                 K.cosine_topk(q1, g, 10, backend="numba")
                 times[f"{kind} {case}"].append(time.perf_counter() - t)
-    print(json.dumps({"policy": _threads.applied(), "env": os.environ.get("OPENBLAS_THREAD_TIMEOUT"),
-                      "median_ms": {k: float(np.median(v) * 1e3) for k, v in times.items()}}))
+    print(
+        json.dumps(
+            {
+                "policy": _threads.applied(),
+                "env": os.environ.get("OPENBLAS_THREAD_TIMEOUT"),
+                "median_ms": {k: float(np.median(v) * 1e3) for k, v in times.items()},
+            }
+        )
+    )
 
 
 def main() -> int:
@@ -73,8 +83,9 @@ def main() -> int:
     for name, extra in (("policy", {}), ("no policy", {"AGENTCIR_THREAD_POLICY": "off"})):
         env = {k: v for k, v in os.environ.items() if k not in ("OPENBLAS_THREAD_TIMEOUT", "AGENTCIR_THREAD_POLICY")}
         env.update(extra, PYTHONPATH=os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")]))
-        out = subprocess.run([sys.executable, __file__, "--child"], env=env, capture_output=True, text=True,
-                             timeout=1200)
+        out = subprocess.run(
+            [sys.executable, __file__, "--child"], env=env, capture_output=True, text=True, timeout=1200
+        )
         if out.returncode != 0:
             print(out.stderr[-2000:])
             return 1
@@ -91,8 +102,10 @@ def main() -> int:
                 if name == "policy":
                     worst = max(worst, m / idle)
             print(f"{key:30s} " + " ".join(cells))
-    print(f"[{'PASS' if worst <= 1.10 else 'MISS'}] with the policy every scan within 1.10x of the idle scan "
-          f"(worst {worst:.2f}x)")
+    print(
+        f"[{'PASS' if worst <= 1.10 else 'MISS'}] with the policy every scan within 1.10x of the idle scan "
+        f"(worst {worst:.2f}x)"
+    )
     return 0
 
 

@@ -19,14 +19,18 @@ ROUNDS = 20
 def make_inputs(size: dict, with_reference: bool = True) -> dict:
     rng = np.random.default_rng(9)
     Q, L, H = size["Q"], size["L"], size["H"]
-    return dict(ids=np.stack([rng.permutation(10 * L)[:L] for _ in range(Q)]).astype(np.int32),
-                sims=-np.sort(-rng.random((Q, L)), axis=1).astype(np.float32),
-                qa=(rng.integers(0, 4, (Q, H)) / 3).astype(np.float32),
-                cap=(rng.integers(0, 4, (Q, H)) / 3).astype(np.float32))
+    return dict(
+        ids=np.stack([rng.permutation(10 * L)[:L] for _ in range(Q)]).astype(np.int32),
+        sims=-np.sort(-rng.random((Q, L)), axis=1).astype(np.float32),
+        qa=(rng.integers(0, 4, (Q, H)) / 3).astype(np.float32),
+        cap=(rng.integers(0, 4, (Q, H)) / 3).astype(np.float32),
+    )
 
 
-PROVIDERS = {b: (lambda x, b=b: K.xr_rerank(x["ids"], x["sims"], x["qa"], x["cap"], backend=b))
-             for b in ("reference", "numba", "torch")}
+PROVIDERS = {
+    b: (lambda x, b=b: K.xr_rerank(x["ids"], x["sims"], x["qa"], x["cap"], backend=b))
+    for b in ("reference", "numba", "torch")
+}
 
 
 @pytest.fixture(scope="module", params=sizes(OP), ids=ids(OP))

@@ -38,8 +38,15 @@ def pytest_configure(config):
 
 
 #: environment variables that force a lower ISA's code generation (recorded with every run)
-ISA_FORCING = ("NUMBA_CPU_NAME", "NUMBA_CPU_FEATURES", "OPENBLAS_CORETYPE", "ATEN_CPU_CAPABILITY", "FAISS_OPT_LEVEL",
-               "AGENTCIR_KERNELS_PRODUCT", "AGENTCIR_KERNELS_AUTOTUNE")
+ISA_FORCING = (
+    "NUMBA_CPU_NAME",
+    "NUMBA_CPU_FEATURES",
+    "OPENBLAS_CORETYPE",
+    "ATEN_CPU_CAPABILITY",
+    "FAISS_OPT_LEVEL",
+    "AGENTCIR_KERNELS_PRODUCT",
+    "AGENTCIR_KERNELS_AUTOTUNE",
+)
 
 
 def pytest_benchmark_update_machine_info(config, machine_info):
@@ -50,8 +57,13 @@ def pytest_benchmark_update_machine_info(config, machine_info):
 def memory_in_subprocess(bench_file: str, size: str, provider: str) -> dict:
     """Peak extra bytes of one call, measured by ``memory.py`` in a fresh interpreter."""
     env = dict(os.environ, MALLOC_MMAP_THRESHOLD_="65536", MALLOC_TRIM_THRESHOLD_="0")
-    out = subprocess.run([sys.executable, str(HERE / "memory.py"), bench_file, size, provider],
-                         capture_output=True, text=True, env=env, timeout=900)
+    out = subprocess.run(
+        [sys.executable, str(HERE / "memory.py"), bench_file, size, provider],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=900,
+    )
     if out.returncode != 0:
         return {"error": out.stderr.strip().splitlines()[-1] if out.stderr.strip() else "failed"}
     import json
@@ -74,14 +86,21 @@ def round_robin(providers, rounds: int) -> list:
     return order
 
 
-def run_provider(benchmark, module, size: dict, provider: str, inputs: dict, round_: int, *,
-                 memory: bool = False) -> None:
+def run_provider(
+    benchmark, module, size: dict, provider: str, inputs: dict, round_: int, *, memory: bool = False
+) -> None:
     """Time one call of ``module.PROVIDERS[provider](inputs)``; round 0 warms up and measures extras."""
     fn = module.PROVIDERS[provider]
     benchmark.group = f"{module.OP} {size['name']}"
     info = benchmark.extra_info
-    info.update(op=module.OP, size=size["name"], provider=provider, baseline=module.BASELINE, round=round_,
-                params={k: v for k, v in size.items() if k != "name"})
+    info.update(
+        op=module.OP,
+        size=size["name"],
+        provider=provider,
+        baseline=module.BASELINE,
+        round=round_,
+        params={k: v for k, v in size.items() if k != "name"},
+    )
     if round_ == 0:
         out = fn(inputs)  # warm-up: numba compile / cache load, torch and faiss initialisation
         ids = getattr(module, "result_ids", lambda o: None)(out)
@@ -90,8 +109,12 @@ def run_provider(benchmark, module, size: dict, provider: str, inputs: dict, rou
 
             info["agree_topk_vs_fp32"] = topk_agreement(ids, inputs["ref_ids"])
         if memory:
-            info.update({f"memory_{k}": v for k, v in memory_in_subprocess(Path(module.__file__).name,
-                                                                            size["name"], provider).items()})
+            info.update(
+                {
+                    f"memory_{k}": v
+                    for k, v in memory_in_subprocess(Path(module.__file__).name, size["name"], provider).items()
+                }
+            )
     benchmark.pedantic(fn, args=(inputs,), rounds=1, iterations=1, warmup_rounds=0)
 
 

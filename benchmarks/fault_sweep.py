@@ -69,8 +69,8 @@ METHODS: dict[str, list[str]] = {
     "paracosm": ["method=paracosm", "method.describer=llm", "editor=recolour"],
 }
 FAULTS = ("429", "500", "503", "hang", "reset", "truncate", "prose", "empty", "huge")
-BAD_200 = ("truncate", "prose", "empty")   # kind "bad200": one of these, drawn per faulted request
-HANG_S = 3.0          # a hung reply waits this long; the client's timeout is shorter
+BAD_200 = ("truncate", "prose", "empty")  # kind "bad200": one of these, drawn per faulted request
+HANG_S = 3.0  # a hung reply waits this long; the client's timeout is shorter
 CLIENT_TIMEOUT_S = 1.0
 
 
@@ -110,8 +110,11 @@ def task_replier() -> Callable[[Request], Step]:
             tool_msgs = [m for m in msgs if m.get("role") == "tool"]
             if not tool_msgs:
                 question = next((_message_text(m) for m in msgs if m.get("role") == "user"), "")
-                return Step(json=chat_completion(None, tool_calls=[{"name": "image_search", "id": "c1",
-                                                                    "arguments": {"query": question[:200]}}]))
+                return Step(
+                    json=chat_completion(
+                        None, tool_calls=[{"name": "image_search", "id": "c1", "arguments": {"query": question[:200]}}]
+                    )
+                )
             ids = re.findall(r'"id":\s*"([^"]+)"', str(tool_msgs[-1].get("content")))[:5]
             return Step(json=chat_completion(json.dumps({"ids": ids, "reasoning": "scripted"})))
         user = [m for m in msgs if m.get("role") == "user"]
@@ -134,10 +137,20 @@ def task_replier() -> Callable[[Request], Step]:
             return Step(json=chat_completion("True" if h % 2 else "False"))
         words = phrase.split()
         variants = [" ".join(words[i:] + words[:i]) for i in range(min(4, len(words)))] or [phrase]
-        data = {"target_caption": phrase, "modifications": variants[:1], "proxies": variants, "objects": words[:3],
-                "keep": words[:2], "remove": [], "descriptions": variants, "caption": phrase, "captions": variants,
-                "questions": [{"statement": v, "answer": bool((h >> i) & 1)} for i, v in enumerate(variants)],
-                "session_memory": phrase, "working_memory": phrase}
+        data = {
+            "target_caption": phrase,
+            "modifications": variants[:1],
+            "proxies": variants,
+            "objects": words[:3],
+            "keep": words[:2],
+            "remove": [],
+            "descriptions": variants,
+            "caption": phrase,
+            "captions": variants,
+            "questions": [{"statement": v, "answer": bool((h >> i) & 1)} for i, v in enumerate(variants)],
+            "session_memory": phrase,
+            "working_memory": phrase,
+        }
         return Step(json=chat_completion(json.dumps({k: data[k] for k, _ in spec.fields})))
 
     return reply
@@ -205,8 +218,17 @@ class Row:
 
 
 class Sweep:
-    def __init__(self, out: Path, *, limit: int, concurrency: int, delay: float, seed: int,
-                 extra: tuple[str, ...] = (), pythonpath: tuple[str, ...] = ()):
+    def __init__(
+        self,
+        out: Path,
+        *,
+        limit: int,
+        concurrency: int,
+        delay: float,
+        seed: int,
+        extra: tuple[str, ...] = (),
+        pythonpath: tuple[str, ...] = (),
+    ):
         self.out = out
         self.extra, self.pythonpath = tuple(extra), tuple(pythonpath)  # e.g. the tests' toy encoder plugin
         self.work = out / "work"
@@ -229,11 +251,28 @@ class Sweep:
 
     # a run of `agentcir run` in its own process
     def cmd(self, method: str, name: str, *extra: str, root: Path | None = None) -> list[str]:
-        return [sys.executable, "-m", "agentcir.cli", "run", *METHODS[method], "dataset=demo", f"dataset.limit={self.limit}",
-                "llm=openai", f"llm.base_url={self.server.base_url}", "llm.model=scripted", "llm.backoff=0.05",
-                "llm.backoff_max=0.5", f"llm.timeout={CLIENT_TIMEOUT_S}", f"run.root={root or self.work / 'root'}",
-                f"run.name={name}", f"run.cache={self.work / (name + '.sqlite')}", f"run.concurrency={self.concurrency}",
-                "run.progress=false", *self.extra, *extra]
+        return [
+            sys.executable,
+            "-m",
+            "agentcir.cli",
+            "run",
+            *METHODS[method],
+            "dataset=demo",
+            f"dataset.limit={self.limit}",
+            "llm=openai",
+            f"llm.base_url={self.server.base_url}",
+            "llm.model=scripted",
+            "llm.backoff=0.05",
+            "llm.backoff_max=0.5",
+            f"llm.timeout={CLIENT_TIMEOUT_S}",
+            f"run.root={root or self.work / 'root'}",
+            f"run.name={name}",
+            f"run.cache={self.work / (name + '.sqlite')}",
+            f"run.concurrency={self.concurrency}",
+            "run.progress=false",
+            *self.extra,
+            *extra,
+        ]
 
     def env(self) -> dict:
         env = dict(os.environ)
@@ -350,7 +389,7 @@ class Sweep:
                 o = self.run(cmd, kill_when=lambda _el, n=where: self.requests() - before >= n)
             else:
                 o = self.run(cmd, kill_when=lambda el, t=where: el >= t)
-            row.tried = int(o.killed)   # a run that finished before its kill point is no kill
+            row.tried = int(o.killed)  # a run that finished before its kill point is no kill
             row.tracebacks += "Traceback" in o.stderr and not o.killed
             if not o.killed:
                 row.notes.append(f"not a kill: finished (exit {o.rc}) before the kill point")
@@ -384,9 +423,11 @@ class Sweep:
                 if o.rc != 0:
                     m = re.search(r"(\d+) of \d+ queries failed", o.stderr)
                     row.failed_queries = int(m.group(1)) if m else -1
-                    row.notes.append(f"exit {o.rc}: {o.stderr.strip().splitlines()[-1][:200] if o.stderr.strip() else ''}")
-                    self.finish(self.cmd(method, name), row)   # the rerun retries the failed queries alone
-                row.repeated_calls = self.requests() - before - ref["requests"]   # = the retries of faulted requests
+                    row.notes.append(
+                        f"exit {o.rc}: {o.stderr.strip().splitlines()[-1][:200] if o.stderr.strip() else ''}"
+                    )
+                    self.finish(self.cmd(method, name), row)  # the rerun retries the failed queries alone
+                row.repeated_calls = self.requests() - before - ref["requests"]  # = the retries of faulted requests
                 row.identical = int(self.metrics(name) == ref["metrics"])
                 self.record(row)
                 self.clean(name)
@@ -414,8 +455,10 @@ class Sweep:
             if not wait and ok:
                 ok = "is in use by pid" in texts[codes.index(2)]
             row.identical = int(ok and self.metrics(name) == ref["metrics"])
-            row.notes.append(f"exit codes {codes}" + ("" if wait else f"; refused one said: "
-                                                       f"{texts[codes.index(2)].strip()[:160] if 2 in codes else '-'}"))
+            row.notes.append(
+                f"exit codes {codes}"
+                + ("" if wait else f"; refused one said: {texts[codes.index(2)].strip()[:160] if 2 in codes else '-'}")
+            )
             self.record(row)
             self.clean(name)
 
@@ -430,8 +473,10 @@ class Sweep:
             mnt.mkdir(exist_ok=True)
             mounted, why = mount_tmpfs(mnt, "8m")
             if not mounted:
-                row.notes.append(f"not run: cannot mount a tmpfs here ({why[:120]}); "
-                                 f"tests/framework/test_reliability.py injects ENOSPC instead")
+                row.notes.append(
+                    f"not run: cannot mount a tmpfs here ({why[:120]}); "
+                    f"tests/framework/test_reliability.py injects ENOSPC instead"
+                )
                 self.record(row)
                 continue
             try:
@@ -447,29 +492,45 @@ class Sweep:
                 row.notes.append(f"full: exit {o.rc}: {said[:200]}")
                 (mnt / "filler").unlink()
                 o2 = self.finish(cmd, row)
-                row.identical = int(o.rc == 2 and "no space left" in said and o2.rc == 0
-                                    and self.metrics(name, root) == ref["metrics"])
+                row.identical = int(
+                    o.rc == 2 and "no space left" in said and o2.rc == 0 and self.metrics(name, root) == ref["metrics"]
+                )
             finally:
                 umount(mnt)
             self.record(row)
 
 
 # -- the table -----------------------------------------------------------------------------------
-HEADER = ("| scenario | tried | finished with identical metrics | repeated model calls (at the server) | "
-          "failed queries (counted, reported) | tracebacks |\n|---|---|---|---|---|---|")
+HEADER = (
+    "| scenario | tried | finished with identical metrics | repeated model calls (at the server) | "
+    "failed queries (counted, reported) | tracebacks |\n|---|---|---|---|---|---|"
+)
 
 
 def format_row(r: dict) -> str:
-    return (f"| {r['scenario']} | {r['tried']} | {r['identical']} | {r['repeated_calls']} | {r['failed_queries']} | "
-            f"{r['tracebacks']} |" + (f" <!-- {'; '.join(r['notes'])} -->" if r.get("notes") else ""))
+    return (
+        f"| {r['scenario']} | {r['tried']} | {r['identical']} | {r['repeated_calls']} | {r['failed_queries']} | "
+        f"{r['tracebacks']} |" + (f" <!-- {'; '.join(r['notes'])} -->" if r.get("notes") else "")
+    )
 
 
 def summary(rows: list[dict], concurrency: int) -> str:
     """One line per group (all kills of a method, each fault kind, locks, disk)."""
     groups: dict[str, dict] = {}
     for r in rows:
-        g = groups.setdefault(r["group"], {"scenario": r["group"], "tried": 0, "identical": 0, "repeated_calls": 0,
-                                           "failed_queries": 0, "tracebacks": 0, "max_rep": 0, "max_inflight": 0})
+        g = groups.setdefault(
+            r["group"],
+            {
+                "scenario": r["group"],
+                "tried": 0,
+                "identical": 0,
+                "repeated_calls": 0,
+                "failed_queries": 0,
+                "tracebacks": 0,
+                "max_rep": 0,
+                "max_inflight": 0,
+            },
+        )
         for k in ("tried", "identical", "repeated_calls", "failed_queries", "tracebacks"):
             g[k] += max(0, r[k])
         g["max_rep"] = max(g["max_rep"], r.get("max_repeats_per_kill", 0))
@@ -481,7 +542,9 @@ def summary(rows: list[dict], concurrency: int) -> str:
             rep += f" (at most {g['max_rep']} per kill; run.concurrency {concurrency})"
         elif g["scenario"].startswith("fault"):
             rep += " (retries of faulted requests)"
-        lines.append(f"| {g['scenario']} | {g['tried']} | {g['identical']} | {rep} | {g['failed_queries']} | {g['tracebacks']} |")
+        lines.append(
+            f"| {g['scenario']} | {g['tried']} | {g['identical']} | {rep} | {g['failed_queries']} | {g['tracebacks']} |"
+        )
     return "\n".join(lines)
 
 

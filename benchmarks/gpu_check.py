@@ -35,18 +35,31 @@ def check_correctness(device: str, smoke: bool) -> bool:
     ok = True
     for Q, N, d, k in shapes:
         for kind in ("float32", "float16"):
-            G, X, T, P = unit_rows(rng, N, d).astype(kind), unit_rows(rng, Q, d), unit_rows(rng, Q, d), \
-                unit_rows(rng, Q, 4, d)
+            G, X, T, P = (
+                unit_rows(rng, N, d).astype(kind),
+                unit_rows(rng, Q, d),
+                unit_rows(rng, Q, d),
+                unit_rows(rng, Q, 4, d),
+            )
             ex = rng.integers(-1, N, size=(Q, 2))
             tG, tX, tT, tP = (torch.from_numpy(a).to(device) for a in (G, X, T, P))
             n = max(k, N)
             checks = [
-                ("cosine_topk", K.cosine_topk(X, G, n, exclude=ex, backend="reference"),
-                 K.cosine_topk(tX, tG, k, exclude=ex, backend="triton")),
-                ("proxy logsumexp", K.proxy_scores_topk(P, G, n, agg="logsumexp", tau=0.1, backend="reference"),
-                 K.proxy_scores_topk(tP, tG, k, agg="logsumexp", tau=0.1, backend="triton")),
-                ("octopus_topk", K.octopus_topk(X, P, T, G, n, exclude=ex, backend="reference")[:2],
-                 K.octopus_topk(tX, tP, tT, tG, k, exclude=ex, backend="triton")[:2]),
+                (
+                    "cosine_topk",
+                    K.cosine_topk(X, G, n, exclude=ex, backend="reference"),
+                    K.cosine_topk(tX, tG, k, exclude=ex, backend="triton"),
+                ),
+                (
+                    "proxy logsumexp",
+                    K.proxy_scores_topk(P, G, n, agg="logsumexp", tau=0.1, backend="reference"),
+                    K.proxy_scores_topk(tP, tG, k, agg="logsumexp", tau=0.1, backend="triton"),
+                ),
+                (
+                    "octopus_topk",
+                    K.octopus_topk(X, P, T, G, n, exclude=ex, backend="reference")[:2],
+                    K.octopus_topk(tX, tP, tT, tG, k, exclude=ex, backend="triton")[:2],
+                ),
             ]
             for name, ref, got in checks:
                 try:
@@ -96,10 +109,15 @@ def timings() -> None:
     ref, P, qt, qv = unit(Q, 512), unit(Q, Kp, 512), unit(Q, 512), unit(Q, 512)
     ex = torch.randint(0, N, (Q,), device=dev)
     for kind, (Ik, Ck) in (("f32", (I, C)), ("f16", (I.half(), C.half()))):
-        row = {b: cuda_median_ms(lambda b=b: K.octopus_topk(ref, P, qt, Ik, 10, visual=qv, captions=Ck, exclude=ex,
-                                                            backend=b), rounds=10) for b in ("triton", "torch")}
-        row["torch-naive"] = cuda_median_ms(lambda: torch_octopus(ref, P, qt, qv, Ik.float(), Ck.float(), ex, 10),
-                                            rounds=10)
+        row = {
+            b: cuda_median_ms(
+                lambda b=b: K.octopus_topk(ref, P, qt, Ik, 10, visual=qv, captions=Ck, exclude=ex, backend=b), rounds=10
+            )
+            for b in ("triton", "torch")
+        }
+        row["torch-naive"] = cuda_median_ms(
+            lambda: torch_octopus(ref, P, qt, qv, Ik.float(), Ck.float(), ex, 10), rounds=10
+        )
         print(f"octopus_topk Q={Q} K={Kp} N={N} {kind}: " + ", ".join(f"{k} {v:.2f} ms" for k, v in row.items()))
 
 

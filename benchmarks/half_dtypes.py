@@ -31,8 +31,11 @@ def main(rounds: int = 5) -> None:
     rng = np.random.default_rng(0)
     X = {rows: torch.from_numpy(unit(rng, rows, 512)) for rows in (64, 640)}
     gals = {dt: G.to(getattr(torch, dt)) for dt in ("float32", "float16", "bfloat16")}
-    cases = {f"mm {rows:3d} rows x 100k x 512 {dt:8s}": (lambda r=rows, d=dt: X[r].to(gals[d].dtype) @ gals[d].T)
-             for rows in X for dt in gals}
+    cases = {
+        f"mm {rows:3d} rows x 100k x 512 {dt:8s}": (lambda r=rows, d=dt: X[r].to(gals[d].dtype) @ gals[d].T)
+        for rows in X
+        for dt in gals
+    }
     times = {name: [] for name in cases}
     for fn in cases.values():
         fn()
@@ -64,12 +67,16 @@ def scan_throughput(rounds: int) -> None:
             for b in range(G.shape[0] // 4):
                 s0, s1, s2, s3 = dot4(x, G[4 * b], G[4 * b + 1], G[4 * b + 2], G[4 * b + 3])
                 out[4 * b], out[4 * b + 1], out[4 * b + 2], out[4 * b + 3] = s0, s1, s2, s3
+
         return scan
 
     rng = np.random.default_rng(1)
     block = unit(rng, 2000, 512)
-    data = {"float32": (_dot4_f32, block), "float16": (_dot4_f16, block.astype(np.float16).view(np.uint16)),
-            "bfloat16": (_dot4_bf16, (block.view(np.uint32) >> 16).astype(np.uint16))}
+    data = {
+        "float32": (_dot4_f32, block),
+        "float16": (_dot4_f16, block.astype(np.float16).view(np.uint16)),
+        "bfloat16": (_dot4_bf16, (block.view(np.uint32) >> 16).astype(np.uint16)),
+    }
     x, out = unit(rng, 512), np.empty(2000, dtype=np.float32)
     for name, (dot4, G) in data.items():
         scan = kernel(dot4)

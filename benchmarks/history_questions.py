@@ -41,12 +41,36 @@ QUESTIONS = HERE / "history_questions.json"
 ANSWERS = HERE / "history_answers.json"
 PHOTOS = ROOT.parent / "shared" / "data" / "exif-photos"
 
-TAGS = ["ExifIFD:DateTimeOriginal", "ExifIFD:CreateDate", "XMP-photoshop:DateCreated", "XMP-exif:DateTimeOriginal",
-        "XMP-xmp:CreateDate", "IFD0:ModifyDate", "Composite:GPSDateTime", "XMP-exif:GPSDateTime",
-        "Composite:GPSLatitude", "Composite:GPSLongitude", "XMP-exif:GPSLatitude", "XMP-exif:GPSLongitude",
-        "IFD0:Make", "IFD0:Model", "XMP-tiff:Make", "XMP-tiff:Model", "XMP-mwg-rs:RegionName", "XMP-mwg-rs:RegionType",
-        "XMP-MP:RegionPersonDisplayName", "XMP-iptcExt:PersonInImage", "XMP-lr:HierarchicalSubject", "XMP-dc:Subject",
-        "IPTC:Keywords", "XMP-dc:Title", "XMP-dc:Description", "IFD0:ImageDescription", "XMP-xmp:Rating", "File:FileType"]
+TAGS = [
+    "ExifIFD:DateTimeOriginal",
+    "ExifIFD:CreateDate",
+    "XMP-photoshop:DateCreated",
+    "XMP-exif:DateTimeOriginal",
+    "XMP-xmp:CreateDate",
+    "IFD0:ModifyDate",
+    "Composite:GPSDateTime",
+    "XMP-exif:GPSDateTime",
+    "Composite:GPSLatitude",
+    "Composite:GPSLongitude",
+    "XMP-exif:GPSLatitude",
+    "XMP-exif:GPSLongitude",
+    "IFD0:Make",
+    "IFD0:Model",
+    "XMP-tiff:Make",
+    "XMP-tiff:Model",
+    "XMP-mwg-rs:RegionName",
+    "XMP-mwg-rs:RegionType",
+    "XMP-MP:RegionPersonDisplayName",
+    "XMP-iptcExt:PersonInImage",
+    "XMP-lr:HierarchicalSubject",
+    "XMP-dc:Subject",
+    "IPTC:Keywords",
+    "XMP-dc:Title",
+    "XMP-dc:Description",
+    "IFD0:ImageDescription",
+    "XMP-xmp:Rating",
+    "File:FileType",
+]
 DATE_ORDER = TAGS[:8]
 _TS = re.compile(r"^(\d{4})[:-](\d{2})[:-](\d{2})(?:[ T](\d{2}):(\d{2})(?::(\d{2}))?)?")
 
@@ -71,8 +95,13 @@ def exiftool_records(folder: Path) -> dict[str, dict]:
     exe = shutil.which("exiftool")
     if exe is None:
         raise SystemExit("exiftool not found: apt-get install libimage-exiftool-perl")
-    out = subprocess.run([exe, "-j", "-n", "-r", "-a", "-G1", "-q", "-q", *[f"-{t}" for t in TAGS], "."], cwd=folder,
-                         capture_output=True, text=True, check=False)
+    out = subprocess.run(
+        [exe, "-j", "-n", "-r", "-a", "-G1", "-q", "-q", *[f"-{t}" for t in TAGS], "."],
+        cwd=folder,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     rows = json.loads(out.stdout or "[]")
     recs = {}
     for r in rows:
@@ -80,8 +109,14 @@ def exiftool_records(folder: Path) -> dict[str, dict]:
         if r.get("File:FileType") in (None, "XMP"):
             continue
         when = next((w for w in (_when(r.get(t)) for t in DATE_ORDER) if w and w.year > 1800), None)
-        lat = next((r[t] for t in ("Composite:GPSLatitude", "XMP-exif:GPSLatitude") if isinstance(r.get(t), (int, float))), None)
-        lon = next((r[t] for t in ("Composite:GPSLongitude", "XMP-exif:GPSLongitude") if isinstance(r.get(t), (int, float))), None)
+        lat = next(
+            (r[t] for t in ("Composite:GPSLatitude", "XMP-exif:GPSLatitude") if isinstance(r.get(t), (int, float))),
+            None,
+        )
+        lon = next(
+            (r[t] for t in ("Composite:GPSLongitude", "XMP-exif:GPSLongitude") if isinstance(r.get(t), (int, float))),
+            None,
+        )
         if lat == 0 and lon == 0:
             lat = lon = None
         types = _list(r.get("XMP-mwg-rs:RegionType"))
@@ -89,15 +124,30 @@ def exiftool_records(folder: Path) -> dict[str, dict]:
         people = [n for i, n in enumerate(names) if (types[i] if i < len(types) else "Face") == "Face"]
         people += _list(r.get("XMP-MP:RegionPersonDisplayName")) + _list(r.get("XMP-iptcExt:PersonInImage"))
         hier = [str(h) for h in _list(r.get("XMP-lr:HierarchicalSubject"))]
-        people += [h.split("|")[-1] for h in hier if h.split("|")[0].lower() in ("people", "persons", "person", "faces")]
+        people += [
+            h.split("|")[-1] for h in hier if h.split("|")[0].lower() in ("people", "persons", "person", "faces")
+        ]
         keywords = [str(k) for k in _list(r.get("XMP-dc:Subject")) + _list(r.get("IPTC:Keywords"))]
-        keywords += [h.split("|")[-1] for h in hier if h.split("|")[0].lower() not in ("people", "persons", "person", "faces")]
+        keywords += [
+            h.split("|")[-1] for h in hier if h.split("|")[0].lower() not in ("people", "persons", "person", "faces")
+        ]
         recs[src.with_suffix("").as_posix().removeprefix("./")] = {
-            "file": src.name, "album": src.parent.name, "when": when, "lat": lat, "lon": lon,
-            "make": str(r.get("IFD0:Make") or r.get("XMP-tiff:Make") or ""), "model": str(r.get("IFD0:Model") or r.get("XMP-tiff:Model") or ""),
-            "people": list(dict.fromkeys(str(p) for p in people)), "keywords": list(dict.fromkeys(keywords)),
-            "text": " ".join(str(x) for x in (r.get("XMP-dc:Title"), r.get("XMP-dc:Description"), r.get("IFD0:ImageDescription")) if x),
-            "rating": r.get("XMP-xmp:Rating")}
+            "file": src.name,
+            "album": src.parent.name,
+            "when": when,
+            "lat": lat,
+            "lon": lon,
+            "make": str(r.get("IFD0:Make") or r.get("XMP-tiff:Make") or ""),
+            "model": str(r.get("IFD0:Model") or r.get("XMP-tiff:Model") or ""),
+            "people": list(dict.fromkeys(str(p) for p in people)),
+            "keywords": list(dict.fromkeys(keywords)),
+            "text": " ".join(
+                str(x)
+                for x in (r.get("XMP-dc:Title"), r.get("XMP-dc:Description"), r.get("IFD0:ImageDescription"))
+                if x
+            ),
+            "rating": r.get("XMP-xmp:Rating"),
+        }
     return recs
 
 
@@ -164,10 +214,12 @@ def make_answers(folder: Path) -> dict:
     newest = max((r["when"] for r in recs.values() if r["when"]), default=None)
     qs = json.loads(QUESTIONS.read_text(encoding="utf-8"))["questions"]
     version = subprocess.run([shutil.which("exiftool"), "-ver"], capture_output=True, text=True).stdout.strip()
-    return {"about": f"answers of {QUESTIONS.name} over {len(recs)} photos, read with exiftool {version} by "
-                     f"benchmarks/history_questions.py (newest photo {newest})",
-            "photos": len(recs),
-            "answers": {q["id"]: sorted(i for i, r in recs.items() if holds(q["truth"], r, newest)) for q in qs}}
+    return {
+        "about": f"answers of {QUESTIONS.name} over {len(recs)} photos, read with exiftool {version} by "
+        f"benchmarks/history_questions.py (newest photo {newest})",
+        "photos": len(recs),
+        "answers": {q["id"]: sorted(i for i, r in recs.items() if holds(q["truth"], r, newest)) for q in qs},
+    }
 
 
 # -- scoring ---------------------------------------------------------------------------------------
@@ -195,13 +247,27 @@ def ask_all(folder: Path, work: Path, overrides: list[str] = (), method_override
             raise SystemExit(f"indexing {folder} failed")
     # the folder's file times are when it was copied here, not when its photos were taken: the questions are
     # about the dates in the metadata (the file-time fallback is tested on tiny libraries in tests/)
-    searcher = Searcher(compose(["method=imageseeker", f"run.root={work / 'runs'}", "run.progress=false", *overrides,
-                                 "method.file_dates=false", *method_overrides]), gallery)
+    searcher = Searcher(
+        compose(
+            [
+                "method=imageseeker",
+                f"run.root={work / 'runs'}",
+                "run.progress=false",
+                *overrides,
+                "method.file_dates=false",
+                *method_overrides,
+            ]
+        ),
+        gallery,
+    )
     out = {}
     for q in json.loads(QUESTIONS.read_text(encoding="utf-8"))["questions"]:
         res = searcher.search(text=q["question"], k=100000)
-        out[q["id"]] = {"ids": [h.id for h in res.hits], "trace": res.trace.get("seek", res.trace),
-                        "no_match": res.trace["search"].get("no_match")}
+        out[q["id"]] = {
+            "ids": [h.id for h in res.hits],
+            "trace": res.trace.get("seek", res.trace),
+            "no_match": res.trace["search"].get("no_match"),
+        }
     searcher.pool.close()
     return out
 
@@ -214,9 +280,18 @@ def score(results: dict[str, dict], answers: dict) -> tuple[list[dict], dict[str
         gold = answers["answers"][q["id"]]
         pred = results[q["id"]]["ids"]
         f1, em = set_scores(pred, gold)
-        row = {"id": q["id"], "kind": q["kind"], "question": q["question"], "metadata": q["metadata"], "f1": f1, "em": em,
-               "gold": len(gold), "answered": len(pred), "set": q.get("set", "v1"),
-               "no_match": results[q["id"]].get("no_match")}
+        row = {
+            "id": q["id"],
+            "kind": q["kind"],
+            "question": q["question"],
+            "metadata": q["metadata"],
+            "f1": f1,
+            "em": em,
+            "gold": len(gold),
+            "answered": len(pred),
+            "set": q.get("set", "v1"),
+            "no_match": results[q["id"]].get("no_match"),
+        }
         if "how many" in q["question"].lower():
             row["count"] = results[q["id"]]["trace"].get("count")
         rows.append(row)
@@ -234,13 +309,17 @@ def table(rows: list[dict], kinds: dict[str, dict]) -> str:
     meta = [r for r in rows if r["metadata"]]
     lines = ["| kind | questions | F1 | EM |", "|---|---:|---:|---:|"]
     lines += [f"| {k} | {v['n']} | {v['f1']:.3f} | {v['em']:.3f} |" for k, v in kinds.items()]
-    lines.append(f"| **metadata questions** | {len(meta)} | {sum(r['f1'] for r in meta) / len(meta):.3f} | "
-                 f"{sum(r['em'] for r in meta) / len(meta):.3f} |")
+    lines.append(
+        f"| **metadata questions** | {len(meta)} | {sum(r['f1'] for r in meta) / len(meta):.3f} | "
+        f"{sum(r['em'] for r in meta) / len(meta):.3f} |"
+    )
     for name, label in (("v2", "written before the code that reads them"), ("v2-after", "written after that code")):
         part = [r for r in meta if r["set"] == name]
         if part:
-            lines.append(f"| set {name} ({label}) | {len(part)} | {sum(r['f1'] for r in part) / len(part):.3f} | "
-                         f"{sum(r['em'] for r in part) / len(part):.3f} |")
+            lines.append(
+                f"| set {name} ({label}) | {len(part)} | {sum(r['f1'] for r in part) / len(part):.3f} | "
+                f"{sum(r['em'] for r in part) / len(part):.3f} |"
+            )
     return "\n".join(lines)
 
 
@@ -265,9 +344,12 @@ def main(argv=None) -> int:
     rows, kinds = score(results, answers)
     if args.verbose:
         for r in rows:
-            print(f"{r['id']} {r['kind']:<13} F1 {r['f1']:.2f} EM {int(r['em'])} gold {r['gold']:>3} answered {r['answered']:>3}"
-                  + (f" count {r['count']}" if "count" in r else "") + f"  {r['question']}"
-                  + (f"  [{r['no_match']}]" if r["no_match"] else ""))
+            print(
+                f"{r['id']} {r['kind']:<13} F1 {r['f1']:.2f} EM {int(r['em'])} gold {r['gold']:>3} answered {r['answered']:>3}"
+                + (f" count {r['count']}" if "count" in r else "")
+                + f"  {r['question']}"
+                + (f"  [{r['no_match']}]" if r["no_match"] else "")
+            )
     print(table(rows, kinds))
     return 0
 

@@ -40,9 +40,22 @@ def main(argv=None) -> int:
     from agentcir.framework.report import read_rankings
     from agentcir.framework.runner import run_recipe
 
-    summary = build_history_benchmark(HistorySpec(out=args.out, csv_path=args.csv, images_dir=args.images, seed=args.seed,
-                                                  attribution="clothing dataset by Alexey Grigorev, CC0"))
-    common = ["dataset=disbench", f"dataset.root={args.out}", f"run.root={args.root}", "run.progress=false", *args.overrides]
+    summary = build_history_benchmark(
+        HistorySpec(
+            out=args.out,
+            csv_path=args.csv,
+            images_dir=args.images,
+            seed=args.seed,
+            attribution="clothing dataset by Alexey Grigorev, CC0",
+        )
+    )
+    common = [
+        "dataset=disbench",
+        f"dataset.root={args.out}",
+        f"run.root={args.root}",
+        "run.progress=false",
+        *args.overrides,
+    ]
     rows: dict[str, dict] = {}
     res = run_recipe(compose(["method=imageseeker", *common]), progress=False)
     rows["imageseeker (offline planner)"] = res.metrics["final"]
@@ -55,8 +68,11 @@ def main(argv=None) -> int:
     ds = DISBench(DISBench.Config(root=args.out))
     queries = ds.queries()
     runs = [read_rankings(d) for d in base_dirs]
-    best = best_at_k([ds.answers([run[q.id] for q in queries], queries) for run in runs], [q.targets for q in queries],
-                     [q.meta["event_type"] for q in queries])
+    best = best_at_k(
+        [ds.answers([run[q.id] for q in queries], queries) for run in runs],
+        [q.targets for q in queries],
+        [q.meta["event_type"] for q in queries],
+    )
     rows[f"history_topk Best@{len(KS)} (k in {','.join(map(str, KS))})"] = {c: best[f"{c}@{len(KS)}"] for c in COLS}
     print(f"benchmark: {summary}; encoder: {encoder}\n")
     print("| method | " + " | ".join(COLS) + " |")

@@ -27,14 +27,20 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _data import cpu_summary  # noqa: E402  (benchmarks/_data.py: the CPU line of every record)
+
 PHOTOS = ROOT.parent / "shared" / "data" / "fashion-products" / "images"
 
 
 def index(folder: Path, out: Path, overrides: list[str]) -> tuple[float, str]:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
     t0 = time.perf_counter()
-    r = subprocess.run([sys.executable, "-m", "agentcir.cli", "index", str(folder), "--out", str(out), "-q", *overrides],
-                       capture_output=True, text=True, env=env, check=False)
+    r = subprocess.run(
+        [sys.executable, "-m", "agentcir.cli", "index", str(folder), "--out", str(out), "-q", *overrides],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=False,
+    )
     took = time.perf_counter() - t0
     if r.returncode != 0:
         raise SystemExit(f"agentcir index failed ({r.returncode}): {r.stderr.strip()}")
@@ -47,9 +53,12 @@ def main() -> int:
     ap.add_argument("--changes", default="5,50,500", help="change sizes (new photos; plus renames and deletions)")
     ap.add_argument("--photos", default=str(PHOTOS), help="photo pool")
     ap.add_argument("--out", help="also write the table (markdown) here")
-    ap.add_argument("--no-full-per-change", action="store_true",
-                    help="compare each update with the first full index (of N photos) instead of timing a full "
-                         "index of each changed folder (halves a large run)")
+    ap.add_argument(
+        "--no-full-per-change",
+        action="store_true",
+        help="compare each update with the first full index (of N photos) instead of timing a full "
+        "index of each changed folder (halves a large run)",
+    )
     ap.add_argument("overrides", nargs="*", help="recipe overrides passed to `agentcir index` (e.g. encoder=catalog)")
     args = ap.parse_args()
     changes = [int(c) for c in args.changes.split(",")]
@@ -57,18 +66,20 @@ def main() -> int:
     need = args.n + max(changes)
     if len(pool) < need:
         raise SystemExit(f"'{args.photos}' holds {len(pool)} photos, {need} are needed")
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT, check=False).stdout.strip()
+    commit = subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT, check=False
+    ).stdout.strip()
     rows = []
     with tempfile.TemporaryDirectory(prefix="agentcir-incr-") as tmp:
         tmp = Path(tmp)
         base = tmp / "photos"
         base.mkdir()
-        for p in pool[:args.n]:
+        for p in pool[: args.n]:
             shutil.copy(p, base / p.name)
         full_s, _ = index(base, tmp / "g0", args.overrides)
         print(f"full index of {args.n} photos: {full_s:.1f} s", flush=True)
         pristine = tmp / "pristine"
-        shutil.copytree(base, pristine)   # copies keep mtimes: the update sees the same files at the same paths
+        shutil.copytree(base, pristine)  # copies keep mtimes: the update sees the same files at the same paths
         shutil.copytree(tmp / "g0", tmp / "g0-pristine")
         for k in changes:
             folder, gal = base, tmp / "g0"
@@ -76,14 +87,14 @@ def main() -> int:
             shutil.rmtree(gal)
             shutil.copytree(pristine, folder)
             shutil.copytree(tmp / "g0-pristine", gal)
-            for p in pool[args.n:args.n + k]:
+            for p in pool[args.n : args.n + k]:
                 shutil.copy(p, folder / p.name)
             m = max(1, k // 10)
-            olds = sorted(folder.glob("*.jpg"))[:2 * m]
+            olds = sorted(folder.glob("*.jpg"))[: 2 * m]
             (folder / "moved").mkdir()
             for p in olds[:m]:
                 p.rename(folder / "moved" / p.name)
-            for p in olds[m:2 * m]:
+            for p in olds[m : 2 * m]:
                 p.unlink()
             upd_s, out = index(folder, gal, args.overrides)
             line = next((ln for ln in out.splitlines() if ln.startswith("update:")), "")
@@ -96,16 +107,24 @@ def main() -> int:
             rows.append((k, m, m, int(emb.group(1)) if emb else -1, upd_s, full_k))
             print(f"k={k}: update {upd_s:.1f} s ({line}); full index {full_k:.1f} s", flush=True)
     cmd = "python benchmarks/incremental_index.py " + " ".join(sys.argv[1:])
-    table = ["# Incremental index vs full index\n",
-             f"- command: `{cmd}`", f"- commit: {commit}", f"- CPU: {cpu_summary()} ({os.cpu_count()} cores visible)",
-             f"- load average at the end (1/5/15 min; the machine is shared): {' '.join(f'{x:.1f}' for x in os.getloadavg())}",
-             f"- gallery before the change: {args.n} photos (fashion-products); full index {full_s:.1f} s",
-             ("- each figure: one run of `agentcir index FOLDER --out G -q` in a fresh process (start, encoder load, "
-              "metadata scan, hashing, embedding)\n"),
-             ("| new | renamed | deleted | embedded | update s | "
-              + ("full index of the N photos s" if args.no_full_per_change else "full index of the same folder s")
-              + " | speed-up |"),
-             "|---:|---:|---:|---:|---:|---:|---:|"]
+    table = [
+        "# Incremental index vs full index\n",
+        f"- command: `{cmd}`",
+        f"- commit: {commit}",
+        f"- CPU: {cpu_summary()} ({os.cpu_count()} cores visible)",
+        f"- load average at the end (1/5/15 min; the machine is shared): {' '.join(f'{x:.1f}' for x in os.getloadavg())}",
+        f"- gallery before the change: {args.n} photos (fashion-products); full index {full_s:.1f} s",
+        (
+            "- each figure: one run of `agentcir index FOLDER --out G -q` in a fresh process (start, encoder load, "
+            "metadata scan, hashing, embedding)\n"
+        ),
+        (
+            "| new | renamed | deleted | embedded | update s | "
+            + ("full index of the N photos s" if args.no_full_per_change else "full index of the same folder s")
+            + " | speed-up |"
+        ),
+        "|---:|---:|---:|---:|---:|---:|---:|",
+    ]
     for k, r, d, e, u, f in rows:
         table.append(f"| {k} | {r} | {d} | {e} | {u:.1f} | {f:.1f} | {f / u:.1f}x |")
     text = "\n".join(table) + "\n"

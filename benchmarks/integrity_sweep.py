@@ -65,10 +65,10 @@ class Scenario:
     group: str
     artefact: str
     damage: str
-    inject: Callable[[Path, random.Random], list[Path] | None]   # the damaged files, None: not applicable
-    kind: str = "run"     # run | sweep | search
+    inject: Callable[[Path, random.Random], list[Path] | None]  # the damaged files, None: not applicable
+    kind: str = "run"  # run | sweep | search
     harmless_ok: bool = False
-    fresh: bool = False   # rerun with run.fresh=true: every stage recomputed, so every model call reads the cache
+    fresh: bool = False  # rerun with run.fresh=true: every stage recomputed, so every model call reads the cache
 
 
 def _metrics(root: Path) -> dict | None:
@@ -103,8 +103,17 @@ def _flip(path: Path, offset: int, bit: int) -> None:
 
 
 class Bench:
-    def __init__(self, out: Path, *, run: tuple[str, ...] = RUN, sweep: tuple[str, ...] = SWEEP,
-                 extra: tuple[str, ...] = (), pythonpath: tuple[str, ...] = (), seed: int = 0, verbose: bool = False):
+    def __init__(
+        self,
+        out: Path,
+        *,
+        run: tuple[str, ...] = RUN,
+        sweep: tuple[str, ...] = SWEEP,
+        extra: tuple[str, ...] = (),
+        pythonpath: tuple[str, ...] = (),
+        seed: int = 0,
+        verbose: bool = False,
+    ):
         self.out = Path(out)
         self.extra = tuple(extra)
         self.run_overrides = (*run, *extra)
@@ -113,7 +122,9 @@ class Bench:
         self.verbose = verbose
         self.env = dict(os.environ, TQDM_DISABLE="1")
         self.env.pop("AGENTCIR_CACHE", None)
-        self.env["PYTHONPATH"] = os.pathsep.join([str(ROOT), *pythonpath, os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+        self.env["PYTHONPATH"] = os.pathsep.join([str(ROOT), *pythonpath, os.environ.get("PYTHONPATH", "")]).rstrip(
+            os.pathsep
+        )
         self.rows: list[Row] = []
         self.ref = self.out / "ref" / "runs"
 
@@ -128,12 +139,30 @@ class Bench:
             return [*base, "run", "-q", "-m", *self.sweep_overrides, *common, "--sweep-name", "integ"]
         if kind == "search":
             g = next((root / "_galleries").glob("*/gallery.json")).parent
-            return [*base, "search", "--gallery", str(g.relative_to(root.parent)), "--text", "a red shirt", "--json",
-                    *self.extra, f"run.root={rel}", f"run.cache={rel / 'cache.sqlite'}"]
+            return [
+                *base,
+                "search",
+                "--gallery",
+                str(g.relative_to(root.parent)),
+                "--text",
+                "a red shirt",
+                "--json",
+                *self.extra,
+                f"run.root={rel}",
+                f"run.cache={rel / 'cache.sqlite'}",
+            ]
         return [*base, "run", "-q", *self.run_overrides, *common, *(["run.fresh=true"] if fresh else [])]
 
     def call(self, kind: str, root: Path, fresh: bool = False) -> tuple[int, str]:
-        p = subprocess.run(self.cmd(kind, root, fresh), env=self.env, cwd=root.parent, capture_output=True, text=True, timeout=1800, check=False)
+        p = subprocess.run(
+            self.cmd(kind, root, fresh),
+            env=self.env,
+            cwd=root.parent,
+            capture_output=True,
+            text=True,
+            timeout=1800,
+            check=False,
+        )
         out = p.stdout + p.stderr
         if self.verbose:
             print(f"$ {' '.join(self.cmd(kind, root, fresh))}\n{out}", file=sys.stderr)
@@ -144,8 +173,10 @@ class Bench:
             return _sweep_metrics(root)
         if kind == "search":
             try:
-                return [(h["id"], h["score"] if h["score"] is None else round(h["score"], 5))
-                        for h in json.loads(out.strip().splitlines()[-1])["hits"]]
+                return [
+                    (h["id"], h["score"] if h["score"] is None else round(h["score"], 5))
+                    for h in json.loads(out.strip().splitlines()[-1])["hits"]
+                ]
             except (ValueError, KeyError, IndexError):
                 return None
         return _metrics(root)
@@ -160,7 +191,7 @@ class Bench:
                     raise SystemExit(f"the reference {kind} failed:\n{out}")
                 made = True
         if made:
-            c = sqlite3.connect(self.ref / "cache.sqlite")   # everything in the main file (no -wal)
+            c = sqlite3.connect(self.ref / "cache.sqlite")  # everything in the main file (no -wal)
             c.execute("PRAGMA wal_checkpoint(TRUNCATE)")
             c.close()
         self.reference = {"run": _metrics(self.ref), "sweep": _sweep_metrics(self.ref)}
@@ -189,7 +220,7 @@ class Bench:
             row.wrong += 1
         rebuild = None
         if rc != 0 and sc.kind == "search" and "agentcir run" in out:
-            rebuild = "run"   # the error names the command that rebuilds the gallery: run it
+            rebuild = "run"  # the error names the command that rebuilds the gallery: run it
         if rc != 0 or got != want or named:
             if rebuild:
                 _, out2 = self.call(rebuild, root)
@@ -220,9 +251,12 @@ class Bench:
             t0 = time.perf_counter()
             row = self.scenario(sc, i)
             self.rows.append(row)
-            print(f"[{i + 1}/{len(scenarios)}] {row.artefact} | {row.damage}: detected {row.detected}, recovered "
-                  f"{row.recovered}, wrong {row.wrong}, tracebacks {row.tracebacks} ({time.perf_counter() - t0:.1f} s)",
-                  file=sys.stderr, flush=True)
+            print(
+                f"[{i + 1}/{len(scenarios)}] {row.artefact} | {row.damage}: detected {row.detected}, recovered "
+                f"{row.recovered}, wrong {row.wrong}, tracebacks {row.tracebacks} ({time.perf_counter() - t0:.1f} s)",
+                file=sys.stderr,
+                flush=True,
+            )
         return self.rows
 
 
@@ -246,10 +280,10 @@ def _llm_row(root: Path, rng: random.Random) -> tuple[sqlite3.Connection, str, b
 def cache_three_bytes(root: Path, rng: random.Random) -> list[Path]:
     """Three letters of a stored reply changed (the reply stays valid JSON)."""
     c, key, v = _llm_row(root, rng)
-    spots = [i for i in range(1, len(v) - 3) if v[i:i + 3].isalpha() and v[i:i + 3].islower()]
+    spots = [i for i in range(1, len(v) - 3) if v[i : i + 3].isalpha() and v[i : i + 3].islower()]
     i = spots[rng.randrange(len(spots))]
-    new = bytes(((b - 97 + 13) % 26) + 97 for b in v[i:i + 3])
-    c.execute("UPDATE calls SET value=? WHERE key=?", (v[:i] + new + v[i + 3:], key))
+    new = bytes(((b - 97 + 13) % 26) + 97 for b in v[i : i + 3])
+    c.execute("UPDATE calls SET value=? WHERE key=?", (v[:i] + new + v[i + 3 :], key))
     c.commit()
     c.close()
     return [root / "cache.sqlite"]
@@ -271,6 +305,7 @@ def truncate(rel: Callable[[Path], Path | None], frac: float | None = 0.5):
         size = p.stat().st_size
         os.truncate(p, int(size * frac) if frac is not None else rng.randrange(size))
         return [p]
+
     return inject
 
 
@@ -282,6 +317,7 @@ def overwrite(rel: Callable[[Path], Path | None], data: bytes | None = None):
         with open(p, "r+b") as f:
             f.write(data if data is not None else rng.randbytes(min(4096, p.stat().st_size)))
         return [p]
+
     return inject
 
 
@@ -292,6 +328,7 @@ def replace(rel: Callable[[Path], Path | None], text: bytes):
             return None
         p.write_bytes(text)
         return [p]
+
     return inject
 
 
@@ -304,6 +341,7 @@ def flips(rel: Callable[[Path], Path | None], n: int = 1):
         for _ in range(n):
             _flip(p, rng.randrange(size), rng.randrange(8))
         return [p]
+
     return inject
 
 
@@ -313,7 +351,7 @@ def mantissa_every_7th(root: Path, rng: random.Random) -> list[Path]:
     a = np.load(p)
     bits = a.view(np.uint32 if a.dtype == np.float32 else np.uint16).reshape(-1)
     bits[::7] ^= 1 << 3
-    with open(p, "r+b") as f:   # in place: the same header, the same size
+    with open(p, "r+b") as f:  # in place: the same header, the same size
         f.seek(p.stat().st_size - a.nbytes)
         f.write(a.tobytes())
     return [p]
@@ -344,7 +382,7 @@ def edit_trace_line(root: Path, rng: random.Random) -> list[Path] | None:
     lines = p.read_bytes().splitlines(keepends=True)
     i = rng.randrange(len(lines))
     ln = bytearray(lines[i])
-    spots = [j for j in range(len(ln)) if 48 <= ln[j] <= 57 or 97 <= ln[j] <= 122][:len(ln) // 2]
+    spots = [j for j in range(len(ln)) if 48 <= ln[j] <= 57 or 97 <= ln[j] <= 122][: len(ln) // 2]
     j = spots[rng.randrange(len(spots))]
     ln[j] = ord("7") if 48 <= ln[j] <= 57 and ln[j] != ord("7") else (ord("x") if ln[j] != ord("x") else ord("y"))
     lines[i] = bytes(ln)
@@ -375,6 +413,7 @@ def _stage_file(pattern: str, rng_pick: int = -1):
     def rel(root: Path) -> Path | None:
         files = sorted((_run_dir(root) / "stages").glob(pattern))
         return files[rng_pick] if files else None
+
     return rel
 
 
@@ -389,8 +428,8 @@ def _caption_emb(root: Path) -> Path | None:
 def named_scenarios() -> list[Scenario]:
     """The damages of issue 31 (points 2 and 3), each as it was reported."""
     cache = lambda r: r / "cache.sqlite"
-    rd = lambda name: (lambda r: _run_dir(r) / name)
-    gal = lambda name: (lambda r: _gallery(r) / name)
+    rd = lambda name: lambda r: _run_dir(r) / name
+    gal = lambda name: lambda r: _gallery(r) / name
     manifest = lambda r: r / "sweeps" / "integ" / "manifest.json"
     return [
         Scenario("cache", "cache.sqlite value", "3 bytes of a stored LLM reply changed", cache_three_bytes, fresh=True),
@@ -398,7 +437,9 @@ def named_scenarios() -> list[Scenario]:
         Scenario("cache", "cache.sqlite", "truncated to half", truncate(cache), fresh=True),
         Scenario("cache", "cache.sqlite", "first 4 KB overwritten", overwrite(cache), fresh=True),
         Scenario("stages", "stage arrays (.npz)", "truncated to half", truncate(_stage_file("*.arrays.npz"))),
-        Scenario("stages", "stage arrays (.npz)", "one bit flipped (seeded offset)", flips(_stage_file("*.arrays.npz"))),
+        Scenario(
+            "stages", "stage arrays (.npz)", "one bit flipped (seeded offset)", flips(_stage_file("*.arrays.npz"))
+        ),
         Scenario("stages", "stage candidates (.npz)", "truncated to half", truncate(_stage_file("*.candidates.npz"))),
         Scenario("stages", "stage .done marker", "garbage", replace(_stage_file("*.done"), b"\x00\x17garbage{")),
         Scenario("stages", "stage .done marker", "a number edited (valid JSON)", edit_done),
@@ -409,11 +450,16 @@ def named_scenarios() -> list[Scenario]:
         Scenario("gallery", "gallery image_emb.npy", "truncated to 3/4", truncate(gal("image_emb.npy"), 0.75)),
         Scenario("gallery", "gallery items.jsonl", "two rows swapped", swap_item_rows),
         Scenario("gallery", "gallery items.jsonl", "truncated to half", truncate(gal("items.jsonl"))),
-        Scenario("gallery", "gallery.json", "garbage", replace(gal("gallery.json"), b"{\"format\": 1, ")),
+        Scenario("gallery", "gallery.json", "garbage", replace(gal("gallery.json"), b'{"format": 1, ')),
         Scenario("gallery", "gallery captions", "truncated to half", truncate(_caption_file), fresh=True),
         Scenario("gallery", "gallery caption embeddings", "truncated to half", truncate(_caption_emb), fresh=True),
-        Scenario("search", "gallery image_emb.npy (agentcir search)", "a mantissa bit flipped in every 7th float",
-                 mantissa_every_7th, kind="search"),
+        Scenario(
+            "search",
+            "gallery image_emb.npy (agentcir search)",
+            "a mantissa bit flipped in every 7th float",
+            mantissa_every_7th,
+            kind="search",
+        ),
         Scenario("sweep", "sweep manifest.json", "a job's metric edited", edit_manifest_metric, kind="sweep"),
         Scenario("sweep", "sweep manifest.json", "truncated to half", truncate(manifest), kind="sweep"),
         Scenario("sweep", "sweep job metrics.json", "a metric edited", edit_job_metrics, kind="sweep"),
@@ -436,24 +482,35 @@ def random_scenarios(n: int) -> list[Scenario]:
     for k in range(n):
         for group, name, rel in files:
             fresh = group == "cache"
-            out.append(Scenario(group, name, f"random truncation #{k + 1}", truncate(rel, None), harmless_ok=True,
-                                fresh=fresh))
-            out.append(Scenario(group, name, f"8 random bit flips #{k + 1}", flips(rel, 8), harmless_ok=True,
-                                fresh=fresh))
+            out.append(
+                Scenario(group, name, f"random truncation #{k + 1}", truncate(rel, None), harmless_ok=True, fresh=fresh)
+            )
+            out.append(
+                Scenario(group, name, f"8 random bit flips #{k + 1}", flips(rel, 8), harmless_ok=True, fresh=fresh)
+            )
     return out
 
 
 def table(rows: list[Row]) -> str:
-    lines = ["| artefact | damage | detected | recovered by rerun | silent wrong results | tracebacks | notes |",
-             "|---|---|---|---|---|---|---|"]
+    lines = [
+        "| artefact | damage | detected | recovered by rerun | silent wrong results | tracebacks | notes |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for r in rows:
-        lines.append(f"| {r.artefact} | {r.damage} | {r.detected} | {r.recovered} | {r.wrong} | {r.tracebacks} | "
-                     f"{r.notes.replace('|', '/')} |")
+        lines.append(
+            f"| {r.artefact} | {r.damage} | {r.detected} | {r.recovered} | {r.wrong} | {r.tracebacks} | "
+            f"{r.notes.replace('|', '/')} |"
+        )
     applicable = [r for r in rows if r.detected != "-"]
-    lines += ["", (f"{len(applicable)} scenarios: detected {sum(r.detected == 'yes' for r in applicable)}, harmless "
-              f"{sum(r.detected == 'harmless' for r in applicable)}, recovered by rerun "
-              f"{sum(r.recovered == 'yes' for r in applicable)}, silent wrong results {sum(r.wrong for r in rows)}, "
-              f"tracebacks {sum(r.tracebacks for r in rows)}")]
+    lines += [
+        "",
+        (
+            f"{len(applicable)} scenarios: detected {sum(r.detected == 'yes' for r in applicable)}, harmless "
+            f"{sum(r.detected == 'harmless' for r in applicable)}, recovered by rerun "
+            f"{sum(r.recovered == 'yes' for r in applicable)}, silent wrong results {sum(r.wrong for r in rows)}, "
+            f"tracebacks {sum(r.tracebacks for r in rows)}"
+        ),
+    ]
     return "\n".join(lines) + "\n"
 
 
@@ -488,13 +545,16 @@ def main(argv: list[str] | None = None) -> int:
     print(text)
     (out / "table.md").write_text(text)
     if args.save:
-        commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True, check=False).stdout.strip()
+        commit = subprocess.run(
+            ["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True, check=False
+        ).stdout.strip()
         cmd = " ".join(["python", "benchmarks/integrity_sweep.py", *(argv if argv is not None else sys.argv[1:])])
         Path(args.save).write_text(
             f"# Integrity sweep\n\ncommand: `{cmd}`\n\ncommit: {commit}\n\nCPU: {cpu_summary()} "
             f"({os.cpu_count()} logical cores)\n\nrecipe: `agentcir run {' '.join(RUN)}` (the default recipe: OCTOPUS "
             f"with the offline components on the demo); sweep: `agentcir run -m {' '.join(SWEEP)}`; seed {args.seed}; "
-            f"{time.perf_counter() - t0:.0f} s\n\n{text}")
+            f"{time.perf_counter() - t0:.0f} s\n\n{text}"
+        )
     bad = sum(r.wrong + r.tracebacks for r in rows) + sum(r.recovered == "no" for r in rows)
     return 1 if bad else 0
 

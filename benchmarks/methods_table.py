@@ -37,11 +37,34 @@ import time
 from pathlib import Path
 
 #: the sweeps: (group override key, its options); the agentic rows' ablations are the experiment bundles
-METHODS = ["image_only", "text_only", "image_text_sum", "cirevl", "ldre", "octopus", "xr", "autocir", "imagescope",
-           "wiser", "paracosm"]
-EXPERIMENTS = [*(f"octopus_{r}" for r in ("no_reasoning", "no_refinement", "no_textual_proxies", "no_visual_proxy",
-                                         "no_creator", "v2v", "no_verification")),
-               *(f"xr_{r}" for r in ("visual_sim", "text_sim", "text_qa", "visual_qa"))]
+METHODS = [
+    "image_only",
+    "text_only",
+    "image_text_sum",
+    "cirevl",
+    "ldre",
+    "octopus",
+    "xr",
+    "autocir",
+    "imagescope",
+    "wiser",
+    "paracosm",
+]
+EXPERIMENTS = [
+    *(
+        f"octopus_{r}"
+        for r in (
+            "no_reasoning",
+            "no_refinement",
+            "no_textual_proxies",
+            "no_visual_proxy",
+            "no_creator",
+            "v2v",
+            "no_verification",
+        )
+    ),
+    *(f"xr_{r}" for r in ("visual_sim", "text_sim", "text_qa", "visual_qa")),
+]
 #: the table's row order: each method, then its ablation rows
 ROWS = [*METHODS[:6], *EXPERIMENTS[:7], METHODS[6], *EXPERIMENTS[7:], *METHODS[7:]]
 #: the component groups listed in the table
@@ -71,8 +94,13 @@ def by_edit_kind(res) -> dict[str, dict[str, float]]:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rows", nargs="*", help=f"rows to run (default all): {', '.join(ROWS)}")
-    ap.add_argument("--set", nargs="*", default=[], metavar="OVERRIDE",
-                    help="recipe overrides for every row (default: dataset=fashion_cir)")
+    ap.add_argument(
+        "--set",
+        nargs="*",
+        default=[],
+        metavar="OVERRIDE",
+        help="recipe overrides for every row (default: dataset=fashion_cir)",
+    )
     ap.add_argument("--out", default="runs/methods_table", help="folder of table.md / table.json / table.png")
     args = ap.parse_args(argv)
     os.environ.setdefault("TQDM_DISABLE", "1")  # the rows' own progress bars (encoders) would flood the table
@@ -86,17 +114,28 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         ap.error(f"unknown row(s) {', '.join(unknown)}; rows: {', '.join(ROWS)}")
     common = ["dataset=fashion_cir", "run.progress=false", *args.set]
-    sweeps = [(key, [n for n in options if n in names]) for key, options in (("method", METHODS), ("+experiment", EXPERIMENTS))]
+    sweeps = [
+        (key, [n for n in options if n in names])
+        for key, options in (("method", METHODS), ("+experiment", EXPERIMENTS))
+    ]
 
     def extra(res) -> dict:
-        return {"by_edit": by_edit_kind(res), "components": {k: res.recipe[k]["name"] for k in COMPONENTS if k in res.recipe},
-                "method": res.recipe["method"], "dataset": res.recipe["dataset"]["name"]}
+        return {
+            "by_edit": by_edit_kind(res),
+            "components": {k: res.recipe[k]["name"] for k in COMPONENTS if k in res.recipe},
+            "method": res.recipe["method"],
+            "dataset": res.recipe["dataset"]["name"],
+        }
 
     def told(rec: dict, earlier: bool) -> None:
         m = rec.get("metrics") or {}
         if m:
-            print(f"{rec['label']:40s} mAP@10={m['mAP@10']:6.2f}  R@10={m['R@10']:6.2f}  ({rec['wall_s']:6.1f} s"
-                  f"{', finished earlier' if earlier else ''}, {rec['dir']})", file=sys.stderr, flush=True)
+            print(
+                f"{rec['label']:40s} mAP@10={m['mAP@10']:6.2f}  R@10={m['R@10']:6.2f}  ({rec['wall_s']:6.1f} s"
+                f"{', finished earlier' if earlier else ''}, {rec['dir']})",
+                file=sys.stderr,
+                flush=True,
+            )
 
     t_all = time.perf_counter()
     shared = SharedComponents()  # one encoder, captioner, ... for both sweeps where their configs agree
@@ -114,37 +153,66 @@ def main(argv: list[str] | None = None) -> int:
     results = {}
     for name in (n for n in ROWS if n in jobs):
         j = jobs[name]
-        results[name] = {"run": j["dir"], "overrides": j["overrides"], "metrics": j["metrics"], "stages": j["stages"],
-                         "by_edit": j["extra"]["by_edit"], "wall_s": j["wall_s"], "calls": j["calls"],
-                         "cache_hits": j["cache_hits"], "components": j["extra"]["components"], "method": j["extra"]["method"],
-                         "dataset": j["extra"].get("dataset", "?")}
+        results[name] = {
+            "run": j["dir"],
+            "overrides": j["overrides"],
+            "metrics": j["metrics"],
+            "stages": j["stages"],
+            "by_edit": j["extra"]["by_edit"],
+            "wall_s": j["wall_s"],
+            "calls": j["calls"],
+            "cache_hits": j["cache_hits"],
+            "components": j["extra"]["components"],
+            "method": j["extra"]["method"],
+            "dataset": j["extra"].get("dataset", "?"),
+        }
 
     first = next(iter(results.values()), {})
     comps = first.get("components", {})
-    lines = [f"# Composed retrieval: every method and ablation row ({first.get('dataset', '?')})", "",
-             "Components: " + ", ".join(f"{k}={v}" for k, v in comps.items()) + ".", "",
-             "| row | mAP@10 | R@10 | mAP@50 | R@50 | model calls | cache hits | wall s | run |",
-             "|---|---|---|---|---|---|---|---|---|"]
+    lines = [
+        f"# Composed retrieval: every method and ablation row ({first.get('dataset', '?')})",
+        "",
+        "Components: " + ", ".join(f"{k}={v}" for k, v in comps.items()) + ".",
+        "",
+        "| row | mAP@10 | R@10 | mAP@50 | R@50 | model calls | cache hits | wall s | run |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
     for name, r in results.items():
         m = r["metrics"]
         run = Path(r["run"])
-        lines.append(f"| {name} | {m['mAP@10']:.2f} | {m['R@10']:.2f} | {m['mAP@50']:.2f} | {m['R@50']:.2f} | "
-                     f"{r['calls']} | {r['cache_hits']} | {r['wall_s']:.1f} | `{run.parent.name}/{run.name}` |")
-    lines += ["", "Model calls, cache hits and wall time are those of the invocation that ran each job (a job "
-              "finished earlier is read from its sweep directory).",
-              f"Total wall time of this invocation: {total:.1f} s.", "", "## After each stage (mAP@10 / R@10)", ""]
+        lines.append(
+            f"| {name} | {m['mAP@10']:.2f} | {m['R@10']:.2f} | {m['mAP@50']:.2f} | {m['R@50']:.2f} | "
+            f"{r['calls']} | {r['cache_hits']} | {r['wall_s']:.1f} | `{run.parent.name}/{run.name}` |"
+        )
+    lines += [
+        "",
+        "Model calls, cache hits and wall time are those of the invocation that ran each job (a job "
+        "finished earlier is read from its sweep directory).",
+        f"Total wall time of this invocation: {total:.1f} s.",
+        "",
+        "## After each stage (mAP@10 / R@10)",
+        "",
+    ]
     for name, r in results.items():
         if len(r["stages"]) > 1:
-            lines.append(f"**{name}**: " + " -> ".join(f"{s} {v['mAP@10']:.2f} / {v['R@10']:.2f}"
-                                                       for s, v in r["stages"].items()))
+            lines.append(
+                f"**{name}**: "
+                + " -> ".join(f"{s} {v['mAP@10']:.2f} / {v['R@10']:.2f}" for s, v in r["stages"].items())
+            )
             lines.append("")
     kinds = sorted({k for r in results.values() for st in r["by_edit"].values() for k in st})
     if kinds:
-        lines += ["## mAP@10 by edit kind, after each ranking stage", "",
-                  "| row | stage | " + " | ".join(kinds) + " |", "|---|---|" + "---|" * len(kinds)]
+        lines += [
+            "## mAP@10 by edit kind, after each ranking stage",
+            "",
+            "| row | stage | " + " | ".join(kinds) + " |",
+            "|---|---|" + "---|" * len(kinds),
+        ]
         for name, r in results.items():
             for stage, per in r["by_edit"].items():
-                lines.append(f"| {name} | {stage} | " + " | ".join(f"{per.get(k, float('nan')):.1f}" for k in kinds) + " |")
+                lines.append(
+                    f"| {name} | {stage} | " + " | ".join(f"{per.get(k, float('nan')):.1f}" for k in kinds) + " |"
+                )
         lines.append("")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -154,8 +222,11 @@ def main(argv: list[str] | None = None) -> int:
     try:
         from agentcir.framework.report import plot_comparison
 
-        plot_comparison({n: {k: r["metrics"][k] for k in ("mAP@10", "R@10", "mAP@50", "R@50")} for n, r in results.items()},
-                        out / "table.png", title="Composed retrieval, offline components")
+        plot_comparison(
+            {n: {k: r["metrics"][k] for k in ("mAP@10", "R@10", "mAP@50", "R@50")} for n, r in results.items()},
+            out / "table.png",
+            title="Composed retrieval, offline components",
+        )
     except Exception as e:  # matplotlib missing: the table is still written
         print(f"(no plot: {e})", file=sys.stderr)
     print(text)

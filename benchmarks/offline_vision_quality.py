@@ -44,15 +44,24 @@ def main() -> None:
     colours, articles, genders = load_vocab("colours"), load_vocab("articles"), load_vocab("genders")
     items = []
     for r in rows:
-        truth = {"colours": colours.normalize(r.get("baseColour", "")), "articles": articles.normalize(r.get("articleType", "")),
-                 "genders": genders.normalize(r.get("gender", ""))}
+        truth = {
+            "colours": colours.normalize(r.get("baseColour", "")),
+            "articles": articles.normalize(r.get("articleType", "")),
+            "genders": genders.normalize(r.get("gender", "")),
+        }
         items.append((root / r["image"], truth, r["id"]))
     enc = ENCODERS.build(args.encoder, {})
     out: dict = {"encoder": args.encoder, "photos": len(items)}
 
     # the default tagger, plus genders (not tagged by default) to measure them too
-    cap = CAPTIONERS.build("tagger", {"vocabularies": ["colours", "patterns", "genders", "articles"],
-                                      "template": "a photo of a {colours} {patterns} {genders} {articles}"}, encoder=enc)
+    cap = CAPTIONERS.build(
+        "tagger",
+        {
+            "vocabularies": ["colours", "patterns", "genders", "articles"],
+            "template": "a photo of a {colours} {patterns} {genders} {articles}",
+        },
+        encoder=enc,
+    )
     t0 = time.perf_counter()
     tags = cap.tags_from_embeddings(enc.encode_images([p for p, _, _ in items]))
     out["tagger_s"] = round(time.perf_counter() - t0, 2)

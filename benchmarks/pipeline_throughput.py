@@ -40,7 +40,7 @@ def make_dataset(folder: Path, n_queries: int, gallery_limit: int = 0) -> Path:
     and ``n_queries`` queries cycling over the demo's, each with a distinct text."""
     folder.mkdir(parents=True, exist_ok=True)
     lines = (DEMO_ROOT / "gallery.csv").read_text().splitlines()
-    rows = lines[1:gallery_limit + 1] if gallery_limit else lines[1:]
+    rows = lines[1 : gallery_limit + 1] if gallery_limit else lines[1:]
     ids = {r.split(",", 1)[0] for r in rows}
     (folder / "gallery.csv").write_text("\n".join([lines[0], *rows]) + "\n")
     if not (folder / "images").exists():
@@ -87,16 +87,34 @@ class EndpointProcess:
         self.close()
 
 
-def recipe(method: str, data: Path, root: Path, base_url: str, concurrency: int, extra: list[str] = (),
-           name: str | None = None) -> dict:
+def recipe(
+    method: str, data: Path, root: Path, base_url: str, concurrency: int, extra: list[str] = (), name: str | None = None
+) -> dict:
     from agentcir.framework.recipe import compose
 
     name = name or f"{method}-c{concurrency}"
-    return compose([f"method={method}", "llm=openai", f"llm.base_url={base_url}", "llm.model=scripted", "llm.retries=0",
-                    "captioner=vlm", "detector=vlm", "verifier=vlm", "generator=none", "dataset=composed",
-                    f"dataset.root={data}", f"run.root={root}", f"run.name={name}",
-                    f"run.cache={root}/cache-{name}.sqlite", f"run.concurrency={concurrency}",
-                    "run.progress=false", "run.fresh=true", *extra])
+    return compose(
+        [
+            f"method={method}",
+            "llm=openai",
+            f"llm.base_url={base_url}",
+            "llm.model=scripted",
+            "llm.retries=0",
+            "captioner=vlm",
+            "detector=vlm",
+            "verifier=vlm",
+            "generator=none",
+            "dataset=composed",
+            f"dataset.root={data}",
+            f"run.root={root}",
+            f"run.name={name}",
+            f"run.cache={root}/cache-{name}.sqlite",
+            f"run.concurrency={concurrency}",
+            "run.progress=false",
+            "run.fresh=true",
+            *extra,
+        ]
+    )
 
 
 def forget_gallery_captions(root: Path) -> None:
@@ -106,8 +124,16 @@ def forget_gallery_captions(root: Path) -> None:
             shutil.rmtree(g / sub, ignore_errors=True)
 
 
-def run_once(method: str, data: Path, root: Path, base_url: str, concurrency: int, delay: float,
-             extra: list[str] = (), name: str | None = None) -> dict:
+def run_once(
+    method: str,
+    data: Path,
+    root: Path,
+    base_url: str,
+    concurrency: int,
+    delay: float,
+    extra: list[str] = (),
+    name: str | None = None,
+) -> dict:
     """One run; its row of the table (the endpoint's calls, counted from the run's own cost table:
     every call but the offline encoder's)."""
     from agentcir.framework.runner import run_recipe
@@ -121,21 +147,40 @@ def run_once(method: str, data: Path, root: Path, base_url: str, concurrency: in
     ideal = concurrency / (cpq * delay)
     thr = n / wall
     mean_call = sum(s.call_s for s in res.stats.values()) / max(1, calls)
-    return {"method": method, "concurrency": concurrency, "queries": n, "calls": calls, "calls_per_query": cpq,
-            "mean_call_s": mean_call,
-            "wall_s": wall, "throughput": thr, "ideal": ideal, "pct_of_ideal": 100 * thr / ideal,
-            "stages": {k: {f: round(getattr(s, f), 2) for f in ("wall_s", "calls", "call_s", "call_wall_s", "queue_s", "cpu_s",
-                                                                "loading_s", "max_in_flight")} for k, s in res.stats.items()},
-            "time": res.metrics.get("time"), "metrics_wall_s": res.metrics.get("wall_s"),
-            "limits": res.metrics.get("concurrency")}
+    return {
+        "method": method,
+        "concurrency": concurrency,
+        "queries": n,
+        "calls": calls,
+        "calls_per_query": cpq,
+        "mean_call_s": mean_call,
+        "wall_s": wall,
+        "throughput": thr,
+        "ideal": ideal,
+        "pct_of_ideal": 100 * thr / ideal,
+        "stages": {
+            k: {
+                f: round(getattr(s, f), 2)
+                for f in ("wall_s", "calls", "call_s", "call_wall_s", "queue_s", "cpu_s", "loading_s", "max_in_flight")
+            }
+            for k, s in res.stats.items()
+        },
+        "time": res.metrics.get("time"),
+        "metrics_wall_s": res.metrics.get("wall_s"),
+        "limits": res.metrics.get("concurrency"),
+    }
 
 
 def table(rows: list[dict]) -> str:
-    out = ["| method | concurrency | queries | calls/query | wall s | throughput q/s | ideal q/s | % of ideal | mean call s |",
-           "|---|---|---|---|---|---|---|---|---|"]
+    out = [
+        "| method | concurrency | queries | calls/query | wall s | throughput q/s | ideal q/s | % of ideal | mean call s |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
     for r in rows:
-        out.append(f"| {r['method']} | {r['concurrency']} | {r['queries']} | {r['calls_per_query']:.2f} | {r['wall_s']:.1f} | "
-                   f"{r['throughput']:.2f} | {r['ideal']:.2f} | {r['pct_of_ideal']:.0f}% | {r['mean_call_s']:.3f} |")
+        out.append(
+            f"| {r['method']} | {r['concurrency']} | {r['queries']} | {r['calls_per_query']:.2f} | {r['wall_s']:.1f} | "
+            f"{r['throughput']:.2f} | {r['ideal']:.2f} | {r['pct_of_ideal']:.0f}% | {r['mean_call_s']:.3f} |"
+        )
     return "\n".join(out)
 
 
@@ -147,7 +192,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--delay", type=float, default=0.5, help="seconds the endpoint takes per call")
     p.add_argument("--accept", type=float, default=0.5, help="share of yes answers of the verifier")
     p.add_argument("--json", help="also write the rows here")
-    p.add_argument("--warmup", type=int, default=8, help="queries of an untimed first run (numba JIT, model loads; 0: none)")
+    p.add_argument(
+        "--warmup", type=int, default=8, help="queries of an untimed first run (numba JIT, model loads; 0: none)"
+    )
     p.add_argument("--workdir", help="keep the dataset, gallery embeddings and runs here (default: a temporary folder)")
     p.add_argument("overrides", nargs="*", help="more recipe overrides (e.g. method.gate=0)")
     a = p.parse_args(argv)
@@ -161,8 +208,16 @@ def main(argv: list[str] | None = None) -> int:
         data = make_dataset(Path(tmp) / "data", a.queries)
         if a.warmup:  # the same gallery: its embeddings are stored for the timed runs
             for method in a.methods:
-                run_once(method, make_dataset(Path(tmp) / "warmup", a.warmup), Path(tmp) / "runs", ep.base_url, 8,
-                         a.delay, a.overrides, name=f"{method}-warmup")
+                run_once(
+                    method,
+                    make_dataset(Path(tmp) / "warmup", a.warmup),
+                    Path(tmp) / "runs",
+                    ep.base_url,
+                    8,
+                    a.delay,
+                    a.overrides,
+                    name=f"{method}-warmup",
+                )
         for method in a.methods:
             for c in a.concurrency:
                 rows.append(run_once(method, data, Path(tmp) / "runs", ep.base_url, c, a.delay, a.overrides))
@@ -171,8 +226,10 @@ def main(argv: list[str] | None = None) -> int:
     from _data import cpu_summary  # benchmarks/, the script's folder
 
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
-    print(f"\nCPU: {cpu_summary()} (load average {load:.1f} at the end); endpoint delay "
-          f"{a.delay} s per call; overrides: {' '.join(a.overrides) or '(none)'}\n")
+    print(
+        f"\nCPU: {cpu_summary()} (load average {load:.1f} at the end); endpoint delay "
+        f"{a.delay} s per call; overrides: {' '.join(a.overrides) or '(none)'}\n"
+    )
     print(table(rows))
     if a.json:
         Path(a.json).write_text(json.dumps(rows, indent=1))

@@ -30,8 +30,9 @@ def load(path: str) -> tuple[dict, dict[str, dict[str, dict]]]:
         info = b.get("extra_info", {})
         group = b["group"] or Path(b["fullname"].split("::")[0]).stem  # suites without groups (bench_encoders)
         entry = groups[group].setdefault(info.get("provider", b["name"]), {"times": []})
-        entry["times"].extend([b["stats"]["median"]] * b["stats"]["rounds"] if b["stats"]["rounds"] == 1
-                              else [b["stats"]["median"]])
+        entry["times"].extend(
+            [b["stats"]["median"]] * b["stats"]["rounds"] if b["stats"]["rounds"] == 1 else [b["stats"]["median"]]
+        )
         entry.update({k: v for k, v in info.items() if k != "round"})
     for rows in groups.values():
         for entry in rows.values():
@@ -62,13 +63,17 @@ def print_tables(groups: dict[str, dict[str, dict]], cpu: str = "") -> None:
         print(f"\n## {group}   (baseline: {base})")
         if cpu:
             print(f"CPU: {cpu}")
-        print(f"{'provider':24s} {'median ms':>10s} {'rounds':>6s} {'x base':>7s} {'speed-up':>8s} {'peak MB':>8s} "
-              f"{'agree':>6s}")
+        print(
+            f"{'provider':24s} {'median ms':>10s} {'rounds':>6s} {'x base':>7s} {'speed-up':>8s} {'peak MB':>8s} "
+            f"{'agree':>6s}"
+        )
         for name, r in sorted(rows.items(), key=lambda kv: kv[1]["median"]):
             ratio = r["median"] / bmed if bmed else None
-            print(f"{name:24s} {r['median'] * 1e3:10.2f} {r['rounds']:6d} {_fmt(ratio):>7s} "
-                  f"{_fmt(1 / ratio if ratio else None):>8s} {_fmt(r.get('memory_peak_extra_mb'), '.1f'):>8s} "
-                  f"{_fmt(r.get('agree_topk_vs_fp32'), '.3f'):>6s}")
+            print(
+                f"{name:24s} {r['median'] * 1e3:10.2f} {r['rounds']:6d} {_fmt(ratio):>7s} "
+                f"{_fmt(1 / ratio if ratio else None):>8s} {_fmt(r.get('memory_peak_extra_mb'), '.1f'):>8s} "
+                f"{_fmt(r.get('agree_topk_vs_fp32'), '.3f'):>6s}"
+            )
 
 
 def _get(groups, op_prefix: str, provider: str) -> dict | None:
@@ -92,10 +97,20 @@ def targets(groups) -> list[tuple[str, bool | None, str]]:
         speed = base["median"] / f32["median"]
         mb, mf = base.get("memory_peak_extra_mb"), f32.get("memory_peak_extra_mb")
         mem = mb / mf if mb and mf else None
-        out.append(("octopus fp32 no slower than straightforward torch", speed >= 1.0,
-                    f"torch-naive / numba-f32 time = {speed:.2f}x"))
-        out.append(("octopus fp32 peak extra memory >= 10x smaller", mem is not None and mem >= 10,
-                    f"torch-naive {_fmt(mb, '.1f')} MB / numba-f32 {_fmt(mf, '.1f')} MB = {_fmt(mem, '.1f')}x"))
+        out.append(
+            (
+                "octopus fp32 no slower than straightforward torch",
+                speed >= 1.0,
+                f"torch-naive / numba-f32 time = {speed:.2f}x",
+            )
+        )
+        out.append(
+            (
+                "octopus fp32 peak extra memory >= 10x smaller",
+                mem is not None and mem >= 10,
+                f"torch-naive {_fmt(mb, '.1f')} MB / numba-f32 {_fmt(mf, '.1f')} MB = {_fmt(mem, '.1f')}x",
+            )
+        )
         halves = []
         for half in ("numba-bf16", "numba-f16"):
             r = _get(groups, oc, half)
@@ -103,37 +118,64 @@ def targets(groups) -> list[tuple[str, bool | None, str]]:
                 halves.append((half, base["median"] / r["median"], r.get("agree_topk_vs_fp32") or 0.0))
         if halves:
             ok = any(sp >= 1.5 and ag >= 0.99 for _, sp, ag in halves)
-            out.append(("octopus half gallery >= 1.5x faster than fp32 torch, top-10 agree >= 99%", ok,
-                        "; ".join(f"{h}: {sp:.2f}x faster, agreement {ag:.3f}" for h, sp, ag in halves)))
+            out.append(
+                (
+                    "octopus half gallery >= 1.5x faster than fp32 torch, top-10 agree >= 99%",
+                    ok,
+                    "; ".join(f"{h}: {sp:.2f}x faster, agreement {ag:.3f}" for h, sp, ag in halves),
+                )
+            )
     c1 = "cosine_topk Q1-N1M-d512"
-    f32, bound, gemv = _med(groups, c1, "numba-f32"), _med(groups, c1, "numpy-sum-read"), _med(groups, c1,
-                                                                                               "numpy-gemv-read")
+    f32, bound, gemv = (
+        _med(groups, c1, "numba-f32"),
+        _med(groups, c1, "numpy-sum-read"),
+        _med(groups, c1, "numpy-gemv-read"),
+    )
     if f32 and bound:
-        out.append(("cosine Q=1 N=1M within 1.3x of numpy reading the gallery (plain sum)", f32 / bound <= 1.3,
-                    f"numba-f32 / numpy-sum = {f32 / bound:.2f}"
-                    + (f"; vs the faster BLAS gemv read: {f32 / gemv:.2f}" if gemv else "")))
+        out.append(
+            (
+                "cosine Q=1 N=1M within 1.3x of numpy reading the gallery (plain sum)",
+                f32 / bound <= 1.3,
+                f"numba-f32 / numpy-sum = {f32 / bound:.2f}"
+                + (f"; vs the faster BLAS gemv read: {f32 / gemv:.2f}" if gemv else ""),
+            )
+        )
         halves = [(h, _med(groups, c1, h)) for h in ("numba-bf16", "numba-f16")]
         halves = [(h, m) for h, m in halves if m]
         if halves:
             h, m = min(halves, key=lambda hm: hm[1])
-            out.append(("cosine Q=1 half gallery >= 1.5x faster than fp32", f32 / m >= 1.5,
-                        f"numba-f32 / {h} = {f32 / m:.2f}x ("
-                        + ", ".join(f"{n}: {f32 / v:.2f}x" for n, v in halves) + ")"))
+            out.append(
+                (
+                    "cosine Q=1 half gallery >= 1.5x faster than fp32",
+                    f32 / m >= 1.5,
+                    f"numba-f32 / {h} = {f32 / m:.2f}x (" + ", ".join(f"{n}: {f32 / v:.2f}x" for n, v in halves) + ")",
+                )
+            )
     c64 = "cosine_topk Q64-N100k-d512"
     f32 = _med(groups, c64, "numba-f32")
     rivals = {p: _med(groups, c64, p) for p in ("torch-naive-f32", "faiss-flatip-blas-f32", "faiss-flatip-f32")}
     rivals = {p: m for p, m in rivals.items() if m}
     if f32 and rivals:
         best_p, best_m = min(rivals.items(), key=lambda pm: pm[1])
-        out.append(("cosine Q=64 N=100k at least as fast as best of torch and faiss (tuned)", f32 <= best_m,
-                    f"best rival {best_p}: {best_m * 1e3:.1f} ms, numba-f32: {f32 * 1e3:.1f} ms "
-                    f"({best_m / f32:.2f}x); " + ", ".join(f"{p} {m * 1e3:.1f} ms" for p, m in rivals.items())))
+        out.append(
+            (
+                "cosine Q=64 N=100k at least as fast as best of torch and faiss (tuned)",
+                f32 <= best_m,
+                f"best rival {best_p}: {best_m * 1e3:.1f} ms, numba-f32: {f32 * 1e3:.1f} ms "
+                f"({best_m / f32:.2f}x); " + ", ".join(f"{p} {m * 1e3:.1f} ms" for p, m in rivals.items()),
+            )
+        )
     out += targets_14(groups)
     for group in [g for g in groups if g.startswith("rrf ")]:
         ref, nb = _med(groups, group, "reference"), _med(groups, group, "numba")
         if ref and nb:
-            out.append((f"rrf over 64 queries >= 2x faster than the numpy reference ({group[4:]})", ref / nb >= 2,
-                        f"reference / numba = {ref / nb:.2f}x"))
+            out.append(
+                (
+                    f"rrf over 64 queries >= 2x faster than the numpy reference ({group[4:]})",
+                    ref / nb >= 2,
+                    f"reference / numba = {ref / nb:.2f}x",
+                )
+            )
     return out
 
 
@@ -143,26 +185,48 @@ def targets_14(groups) -> list[tuple[str, bool | None, str]]:
     c64 = "cosine_topk Q64-N100k-d512"
     f32 = _med(groups, c64, "numba-f32")
     if f32:
-        rivals = {p: _med(groups, c64, p) for p in ("faiss-flatip-blas-f32", "torch-naive-f32", "usearch-exact-f32",
-                                                    "hnswlib-bf-f32", "faiss-flatip-f32")}
+        rivals = {
+            p: _med(groups, c64, p)
+            for p in (
+                "faiss-flatip-blas-f32",
+                "torch-naive-f32",
+                "usearch-exact-f32",
+                "hnswlib-bf-f32",
+                "faiss-flatip-f32",
+            )
+        }
         rivals = {p: m for p, m in rivals.items() if m}
         key = [p for p in ("faiss-flatip-blas-f32", "torch-naive-f32") if p in rivals]
         if key:
-            out.append(("cosine Q=64 N=100k fp32 >= 1.2x faster than tuned faiss and than torch",
-                        all(rivals[p] / f32 >= 1.2 for p in key),
-                        ", ".join(f"{p} {rivals[p] * 1e3:.1f} ms ({rivals[p] / f32:.2f}x)" for p in rivals)
-                        + f"; numba-f32 {f32 * 1e3:.1f} ms"))
+            out.append(
+                (
+                    "cosine Q=64 N=100k fp32 >= 1.2x faster than tuned faiss and than torch",
+                    all(rivals[p] / f32 >= 1.2 for p in key),
+                    ", ".join(f"{p} {rivals[p] * 1e3:.1f} ms ({rivals[p] / f32:.2f}x)" for p in rivals)
+                    + f"; numba-f32 {f32 * 1e3:.1f} ms",
+                )
+            )
     oc = "octopus_topk Q64-K10-N100k-d512"
     base, nf = _med(groups, oc, "torch-naive-f32"), _med(groups, oc, "numba-f32")
     if base and nf:
-        out.append(("fused OCTOPUS fp32 >= 2x faster than the straightforward torch", base / nf >= 2.0,
-                    f"torch-naive / numba-f32 = {base / nf:.2f}x"))
+        out.append(
+            (
+                "fused OCTOPUS fp32 >= 2x faster than the straightforward torch",
+                base / nf >= 2.0,
+                f"torch-naive / numba-f32 = {base / nf:.2f}x",
+            )
+        )
     c1 = "cosine_topk Q1-N1M-d512"
     f32 = _med(groups, c1, "numba-f32")
     halves = {h: _med(groups, c1, h) for h in ("numba-f16", "numba-bf16")}
     if f32 and all(halves.values()):
-        out.append(("cosine Q=1 half galleries >= 1.8x faster than fp32", all(f32 / m >= 1.8 for m in halves.values()),
-                    ", ".join(f"numba-f32 / {h} = {f32 / m:.2f}x" for h, m in halves.items())))
+        out.append(
+            (
+                "cosine Q=1 half galleries >= 1.8x faster than fp32",
+                all(f32 / m >= 1.8 for m in halves.values()),
+                ", ".join(f"numba-f32 / {h} = {f32 / m:.2f}x" for h, m in halves.items()),
+            )
+        )
     slower = []
     for group in [g for g in groups if g.startswith(("cosine_topk", "octopus_topk"))]:
         f32 = _med(groups, group, "numba-f32")
@@ -171,15 +235,25 @@ def targets_14(groups) -> list[tuple[str, bool | None, str]]:
             if f32 and m:
                 slower.append((f"{group} {h}", f32 / m))
     if slower:
-        out.append(("half galleries never slower than fp32 (every cosine / octopus size)",
-                    all(r >= 1.0 for _, r in slower), ", ".join(f"{g}: {r:.2f}x" for g, r in slower)))
+        out.append(
+            (
+                "half galleries never slower than fp32 (every cosine / octopus size)",
+                all(r >= 1.0 for _, r in slower),
+                ", ".join(f"{g}: {r:.2f}x" for g, r in slower),
+            )
+        )
     o1 = "octopus_topk Q1-K10-N200k-d512"
     nb, bound = _med(groups, o1, "numba-f32"), _med(groups, o1, "numpy-sum-read-2pass")
     if nb and bound:
         once = _med(groups, o1, "numpy-sum-read")
-        out.append(("octopus_topk Q=1 within 1.5x of the read bound of its two passes", nb / bound <= 1.5,
-                    f"numba-f32 / numpy sum over images twice + captions = {nb / bound:.2f}"
-                    + (f"; vs images + captions once: {nb / once:.2f}" if once else "")))
+        out.append(
+            (
+                "octopus_topk Q=1 within 1.5x of the read bound of its two passes",
+                nb / bound <= 1.5,
+                f"numba-f32 / numpy sum over images twice + captions = {nb / bound:.2f}"
+                + (f"; vs images + captions once: {nb / once:.2f}" if once else ""),
+            )
+        )
     return out
 
 
@@ -226,8 +300,13 @@ def print_sweep(groups) -> None:
     for q, t in sweep.items():
         print(f"{q:6d} " + " ".join(f"{t[p] * 1e3:21.2f}" if p in t else f"{'-':>21s}" for p in provs))
     print("crossovers:")
-    for a, b in (("numba-f32", "faiss-flatip-blas-f32"), ("numba-f32", "torch-naive-f32"),
-                 ("numba-blas-f32", "numba-loop-f32"), ("numba-bf16", "numba-f32"), ("numba-f16", "numba-f32")):
+    for a, b in (
+        ("numba-f32", "faiss-flatip-blas-f32"),
+        ("numba-f32", "torch-naive-f32"),
+        ("numba-blas-f32", "numba-loop-f32"),
+        ("numba-bf16", "numba-f32"),
+        ("numba-f16", "numba-f32"),
+    ):
         print(f"  {a} vs {b}: {crossover(sweep, a, b)}")
 
 
@@ -240,38 +319,65 @@ def targets_portable(groups) -> list[tuple[str, bool | None, str]]:
     torch = _med(groups, c64, "torch-naive-f32")
     if f32 and (faiss or torch):
         best = min(faiss + ([torch] if torch else []))
-        out.append(("cosine Q=64 N=100k fp32 >= 1.2x the best of tuned faiss and torch", best / f32 >= 1.2,
-                    f"best rival {best * 1e3:.1f} ms / numba-f32 {f32 * 1e3:.1f} ms = {best / f32:.2f}x"
-                    + (f" (faiss {min(faiss) * 1e3:.1f} ms" if faiss else " (") + (f", torch {torch * 1e3:.1f} ms)"
-                                                                                     if torch else ")")))
+        out.append(
+            (
+                "cosine Q=64 N=100k fp32 >= 1.2x the best of tuned faiss and torch",
+                best / f32 >= 1.2,
+                f"best rival {best * 1e3:.1f} ms / numba-f32 {f32 * 1e3:.1f} ms = {best / f32:.2f}x"
+                + (f" (faiss {min(faiss) * 1e3:.1f} ms" if faiss else " (")
+                + (f", torch {torch * 1e3:.1f} ms)" if torch else ")"),
+            )
+        )
     oc = "octopus_topk Q64-K10-N100k-d512"
     nf, tb, tn = _med(groups, oc, "numba-f32"), _med(groups, oc, "torch-f32"), _med(groups, oc, "torch-naive-f32")
     if nf and tb:
-        out.append(("fused OCTOPUS Q=64 fp32 >= 1.5x the torch backend", tb / nf >= 1.5,
-                    f"torch-f32 {tb * 1e3:.0f} ms / numba-f32 {nf * 1e3:.0f} ms = {tb / nf:.2f}x"))
+        out.append(
+            (
+                "fused OCTOPUS Q=64 fp32 >= 1.5x the torch backend",
+                tb / nf >= 1.5,
+                f"torch-f32 {tb * 1e3:.0f} ms / numba-f32 {nf * 1e3:.0f} ms = {tb / nf:.2f}x",
+            )
+        )
     if nf and tn:
-        out.append(("fused OCTOPUS Q=64 fp32 >= 2x the naive torch", tn / nf >= 2.0,
-                    f"torch-naive-f32 {tn * 1e3:.0f} ms / numba-f32 {nf * 1e3:.0f} ms = {tn / nf:.2f}x"))
+        out.append(
+            (
+                "fused OCTOPUS Q=64 fp32 >= 2x the naive torch",
+                tn / nf >= 2.0,
+                f"torch-naive-f32 {tn * 1e3:.0f} ms / numba-f32 {nf * 1e3:.0f} ms = {tn / nf:.2f}x",
+            )
+        )
     ratios = []
     for group in [g for g in groups if g.startswith(("cosine_topk", "octopus_topk", "cosine_sweep"))]:
         base = _med(groups, group, "numba-f32")
         for h in ("numba-f16", "numba-bf16"):
             m = _med(groups, group, h)
             if base and m:
-                ratios.append((f"{group.split()[0].replace('cosine_', '')} {group.split()[1].split('-')[0]} {h[6:]}",
-                               base / m))
+                ratios.append(
+                    (f"{group.split()[0].replace('cosine_', '')} {group.split()[1].split('-')[0]} {h[6:]}", base / m)
+                )
     if ratios:
-        out.append(("half galleries never slower than fp32 (every size and Q)", all(r >= 1.0 for _, r in ratios),
-                    "slower: " + (", ".join(f"{g} {r:.2f}x" for g, r in ratios if r < 1.0) or "none")
-                    + f"; range {min(r for _, r in ratios):.2f}-{max(r for _, r in ratios):.2f}x"))
+        out.append(
+            (
+                "half galleries never slower than fp32 (every size and Q)",
+                all(r >= 1.0 for _, r in ratios),
+                "slower: "
+                + (", ".join(f"{g} {r:.2f}x" for g, r in ratios if r < 1.0) or "none")
+                + f"; range {min(r for _, r in ratios):.2f}-{max(r for _, r in ratios):.2f}x",
+            )
+        )
     c1 = "cosine_topk Q1-N1M-d512"
     f32 = _med(groups, c1, "numba-f32")
     reads = {p: _med(groups, c1, p) for p in ("numpy-sum-read", "numpy-gemv-read")}
     reads = {p: m for p, m in reads.items() if m}
     if f32 and reads:
         p, m = min(reads.items(), key=lambda pm: pm[1])
-        out.append(("cosine Q=1 N=1M fp32 within 1.15x of the best read of the same bytes", f32 / m <= 1.15,
-                    f"numba-f32 {f32 * 1e3:.1f} ms / {p} {m * 1e3:.1f} ms = {f32 / m:.2f}"))
+        out.append(
+            (
+                "cosine Q=1 N=1M fp32 within 1.15x of the best read of the same bytes",
+                f32 / m <= 1.15,
+                f"numba-f32 {f32 * 1e3:.1f} ms / {p} {m * 1e3:.1f} ms = {f32 / m:.2f}",
+            )
+        )
     return out
 
 
@@ -280,8 +386,10 @@ def main(paths: list[str]) -> int:
         data, groups = load(path)
         cpu, isa = cpu_line(data), isa_line(data)
         print(f"# kernel benchmarks: {path}")
-        print(f"run: {data.get('datetime', '?')}, commit {data.get('commit_info', {}).get('id', '?')[:10]}, "
-              f"cpu {cpu}; ISA {isa}")
+        print(
+            f"run: {data.get('datetime', '?')}, commit {data.get('commit_info', {}).get('id', '?')[:10]}, "
+            f"cpu {cpu}; ISA {isa}"
+        )
         print_tables(groups, f"{cpu}; ISA {isa}")
         print_sweep(groups)
         print(f"\n## targets   CPU: {cpu}; ISA {isa}")

@@ -66,13 +66,28 @@ def serve(args) -> None:
     cache = Path(args.out) / f"cache-{os.getpid()}.sqlite"  # a fresh call cache: no query is a cache hit
     t0 = time.perf_counter()
     s = Searcher(compose([f"run.root={args.out}/runs", "run.progress=false", f"run.cache={cache}"]), gdir)
-    c = TestClient(create_app(s, uploads=Path(args.out) / "up", thumbs=Path(args.out) / "thumbs",
-                              config=ServeConfig(warm_up=False)), base_url="http://127.0.0.1")
+    c = TestClient(
+        create_app(
+            s, uploads=Path(args.out) / "up", thumbs=Path(args.out) / "thumbs", config=ServeConfig(warm_up=False)
+        ),
+        base_url="http://127.0.0.1",
+    )
     startup = time.perf_counter() - t0
     warm = s.warm_up() if args.warm_up else 0.0  # what `agentcir serve` does in the background at start
     photos = sorted((Path(args.out) / "photos").iterdir())
-    texts = ["in red", "in blue", "in black", "for women", "in white", "in green", "striped", "in yellow", "for men",
-             "in grey", "in pink"]
+    texts = [
+        "in red",
+        "in blue",
+        "in black",
+        "for women",
+        "in white",
+        "in green",
+        "striped",
+        "in yellow",
+        "for men",
+        "in grey",
+        "in pink",
+    ]
 
     def timed(**kw):
         t = time.perf_counter()
@@ -80,20 +95,38 @@ def serve(args) -> None:
         assert r.status_code == 200, r.text
         return time.perf_counter() - t, r.json()
 
-    first, body = timed(files={"image": ("q.jpg", photos[7].read_bytes(), "image/jpeg")}, data={"text": texts[0], "k": "20"})
-    composed = [timed(files={"image": ("q.jpg", photos[100 + 37 * i].read_bytes(), "image/jpeg")},
-                      data={"text": texts[1 + i % 10], "k": "20"})[0] for i in range(args.repeat)]
+    first, body = timed(
+        files={"image": ("q.jpg", photos[7].read_bytes(), "image/jpeg")}, data={"text": texts[0], "k": "20"}
+    )
+    composed = [
+        timed(
+            files={"image": ("q.jpg", photos[100 + 37 * i].read_bytes(), "image/jpeg")},
+            data={"text": texts[1 + i % 10], "k": "20"},
+        )[0]
+        for i in range(args.repeat)
+    ]
     text_only = [timed(data={"text": f"a {t.split()[-1]} shirt", "k": "20"})[0] for t in texts[: args.repeat]]
-    refine = [timed(data={"reference_row": str(h["row"]), "text": texts[(i + 3) % 10], "k": "20"})[0]
-              for i, h in enumerate(body["hits"][: args.repeat])]
+    refine = [
+        timed(data={"reference_row": str(h["row"]), "text": texts[(i + 3) % 10], "k": "20"})[0]
+        for i, h in enumerate(body["hits"][: args.repeat])
+    ]
     page = sum(len(c.get(u).content) for u in ("/", "/static/app.js", "/static/app.css"))
     thumbs_cold = time.perf_counter()
     thumbs = sum(len(c.get(f"/thumb/{h['row']}?size=256").content) for h in body["hits"])
     thumbs_cold = time.perf_counter() - thumbs_cold
-    out = {"startup_s": startup, "warm_up_s": warm, "first_search_s": first, "composed_median_s": statistics.median(composed),
-           "text_only_median_s": statistics.median(text_only), "refine_median_s": statistics.median(refine),
-           "page_bytes": page, "grid_thumbnails_bytes": thumbs, "grid_thumbnails_cold_s": thumbs_cold,
-           "gallery": len(s.gallery), "method": s.method_name}
+    out = {
+        "startup_s": startup,
+        "warm_up_s": warm,
+        "first_search_s": first,
+        "composed_median_s": statistics.median(composed),
+        "text_only_median_s": statistics.median(text_only),
+        "refine_median_s": statistics.median(refine),
+        "page_bytes": page,
+        "grid_thumbnails_bytes": thumbs,
+        "grid_thumbnails_cold_s": thumbs_cold,
+        "gallery": len(s.gallery),
+        "method": s.method_name,
+    }
     for k, v in out.items():
         print(json.dumps({"figure": k, "value": round(v, 3) if isinstance(v, float) else v}), flush=True)
     cache.unlink(missing_ok=True)
@@ -114,12 +147,22 @@ def at_start(args) -> None:
     cache = Path(args.out) / f"cache-{os.getpid()}.sqlite"  # a fresh call cache: no query is a cache hit
     t0 = time.perf_counter()
     s = Searcher(compose([f"run.root={args.out}/runs", "run.progress=false", f"run.cache={cache}"]), gdir)
-    c = TestClient(create_app(s, uploads=Path(args.out) / "up", thumbs=Path(args.out) / f"thumbs-{os.getpid()}",
-                              config=ServeConfig(warm_up=args.warm_up)), base_url="http://127.0.0.1")
+    c = TestClient(
+        create_app(
+            s,
+            uploads=Path(args.out) / "up",
+            thumbs=Path(args.out) / f"thumbs-{os.getpid()}",
+            config=ServeConfig(warm_up=args.warm_up),
+        ),
+        base_url="http://127.0.0.1",
+    )
     made = time.perf_counter() - t0
     if args.first == "composed":
-        r = c.post("/api/search", files={"image": ("q.jpg", photos[7].read_bytes(), "image/jpeg")},
-                   data={"text": "in red", "k": "20"})
+        r = c.post(
+            "/api/search",
+            files={"image": ("q.jpg", photos[7].read_bytes(), "image/jpeg")},
+            data={"text": "in red", "k": "20"},
+        )
     else:
         r = c.post("/api/search", data={"text": "a red shirt", "k": "20"})
     first = time.perf_counter() - t0
@@ -129,10 +172,16 @@ def at_start(args) -> None:
     while c.get("/api/status").json()["warm_up"]["state"] == "running" and time.time() < deadline:
         time.sleep(0.2)
     w = c.get("/api/status").json()["warm_up"]
-    out = {"app_made_s": made, f"first_{args.first}_result_after_start_s": first,
-           "warm_up_state_at_first_result": at_first["state"], "ready_for_at_first_result": at_first["ready_for"],
-           "warm_up_s": w["elapsed_s"], "warm_up_steps": {x["name"]: x["seconds"] for x in w["steps"]},
-           "gallery": len(s.gallery), "method": s.method_name}
+    out = {
+        "app_made_s": made,
+        f"first_{args.first}_result_after_start_s": first,
+        "warm_up_state_at_first_result": at_first["state"],
+        "ready_for_at_first_result": at_first["ready_for"],
+        "warm_up_s": w["elapsed_s"],
+        "warm_up_steps": {x["name"]: x["seconds"] for x in w["steps"]},
+        "gallery": len(s.gallery),
+        "method": s.method_name,
+    }
     for k, v in out.items():
         print(json.dumps({"figure": k, "value": round(v, 3) if isinstance(v, float) else v}), flush=True)
     while c.get("/api/status").json()["thumbnails"]["state"] in ("waiting", "running") and time.time() < deadline:
@@ -151,18 +200,38 @@ def main() -> None:
     ap.add_argument("--n", type=int, default=5000)
     ap.add_argument("--out", default=str(ROOT / "runs" / "_bench" / "serve5k"))
     ap.add_argument("--repeat", type=int, default=5)
-    ap.add_argument("--phase", choices=["all", "build", "serve", "start"], default="all",
-                    help="start: time the first result of a search sent as the server starts (--first)")
+    ap.add_argument(
+        "--phase",
+        choices=["all", "build", "serve", "start"],
+        default="all",
+        help="start: time the first result of a search sent as the server starts (--first)",
+    )
     ap.add_argument("--first", choices=["composed", "text"], default="composed", help="--phase start: the first search")
-    ap.add_argument("--no-warm-up", dest="warm_up", action="store_false",
-                    help="time the first search of a server started without the warm-up")
+    ap.add_argument(
+        "--no-warm-up",
+        dest="warm_up",
+        action="store_false",
+        help="time the first search of a server started without the warm-up",
+    )
     args = ap.parse_args()
     if args.phase in ("all", "build"):
         build(args)
     if args.phase == "all":  # a fresh process: nothing of the build is in memory
-        subprocess.run([sys.executable, __file__, "--phase", "serve", "--out", args.out, "--repeat", str(args.repeat),
-                        *([] if args.warm_up else ["--no-warm-up"])],
-                       check=True, env={**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])})
+        subprocess.run(
+            [
+                sys.executable,
+                __file__,
+                "--phase",
+                "serve",
+                "--out",
+                args.out,
+                "--repeat",
+                str(args.repeat),
+                *([] if args.warm_up else ["--no-warm-up"]),
+            ],
+            check=True,
+            env={**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])},
+        )
     elif args.phase == "serve":
         serve(args)
     elif args.phase == "start":

@@ -22,12 +22,15 @@ SIZES: dict[str, list[dict]] = {
         dict(name="Q64-N100k-d512", Q=64, N=_n(100_000), d=512, k=10),
     ],
     #: the batch sweep (bench_cosine_sweep.py): Q = 1..4096 on one gallery, for the crossover points
-    "cosine_sweep": [dict(name=f"Q{q}-N20k-d512", Q=q, N=_n(20_000), d=512, k=10)
-                     for q in (1, 4, 16, 64, 256, 1024, 4096)],
+    "cosine_sweep": [
+        dict(name=f"Q{q}-N20k-d512", Q=q, N=_n(20_000), d=512, k=10) for q in (1, 4, 16, 64, 256, 1024, 4096)
+    ],
     "proxy_scores_topk": [dict(name="Q64-K10-N100k-d512", Q=64, K=10, N=_n(100_000), d=512, k=10)],
     "octopus_weights": [dict(name="Q64-K10-N100k-d512", Q=64, K=10, N=_n(100_000), d=512)],
-    "octopus_topk": [dict(name="Q64-K10-N100k-d512", Q=64, K=10, N=_n(100_000), d=512, k=10),
-                     dict(name="Q1-K10-N200k-d512", Q=1, K=10, N=_n(200_000), d=512, k=10)],
+    "octopus_topk": [
+        dict(name="Q64-K10-N100k-d512", Q=64, K=10, N=_n(100_000), d=512, k=10),
+        dict(name="Q1-K10-N200k-d512", Q=1, K=10, N=_n(200_000), d=512, k=10),
+    ],
     "rrf": [
         dict(name="Q64-V3-L1000-lists", Q=64, V=3, L=_n(1000), N=_n(100_000), k=100),
         dict(name="Q64-V3-N10k-scores", Q=64, V=3, N=_n(10_000), k=100),

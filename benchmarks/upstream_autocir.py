@@ -38,8 +38,16 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _upstream import ScriptedLLM, caption_of, load_defs, make_world, run_method, seed_of, text_vector  # noqa: E402
 
-INSTRUCTIONS = ["is red and has long sleeves", "make it striped", "add a floral print", "is darker and shorter",
-                "the same in cotton", "remove the logo", "change to blue", "is brighter with a collar"] * 5
+INSTRUCTIONS = [
+    "is red and has long sleeves",
+    "make it striped",
+    "add a floral print",
+    "is darker and shorter",
+    "the same in cotton",
+    "remove the logo",
+    "change to blue",
+    "is brighter with a collar",
+] * 5
 WORDS = ["red", "blue", "striped", "floral", "cotton", "dark", "long", "short"]
 
 
@@ -47,27 +55,33 @@ def reply(task: str, v: dict) -> str:
     """The scripted model: one deterministic reply per (task, inputs)."""
     if task == "autocir_plan":
         ref, mod = v["reference_caption"], v["modification"]
-        return [f"Edited Description: a {mod} version of {ref}",
-                f"Let me think.\n  Edited Description: target: {mod} on {ref}",
-                "I cannot help with that.",
-                f"**Edited Description:** {mod} {ref}",
-                "Edited Description:",
-                f"Edited Description: {ref} but {mod}"][seed_of("plan", ref, mod) % 6]
+        return [
+            f"Edited Description: a {mod} version of {ref}",
+            f"Let me think.\n  Edited Description: target: {mod} on {ref}",
+            "I cannot help with that.",
+            f"**Edited Description:** {mod} {ref}",
+            "Edited Description:",
+            f"Edited Description: {ref} but {mod}",
+        ][seed_of("plan", ref, mod) % 6]
     if task == "autocir_check":
         h = seed_of("check", v["reference_caption"], v["modification"], v["top_captions"])
         w = WORDS[h // 7 % len(WORDS)]
-        return ["Step 2: the images match.\nGood retrieval, no more loops needed.",
-                "good retrieval, no more loops needed",
-                f"Step 3:\nSuggestions: mention {w}\nand be specific",
-                f"Some suggestions: add {w}",
-                "No idea.",
-                f"Step 1: {w}\nSuggestions:\n- say {w}\n- keep the rest"][h % 6]
+        return [
+            "Step 2: the images match.\nGood retrieval, no more loops needed.",
+            "good retrieval, no more loops needed",
+            f"Step 3:\nSuggestions: mention {w}\nand be specific",
+            f"Some suggestions: add {w}",
+            "No idea.",
+            f"Step 1: {w}\nSuggestions:\n- say {w}\n- keep the rest",
+        ][h % 6]
     if task == "autocir_replan":
         last, sug = v["last_description"], v["suggestions"]
-        return [f"Edited Description: {last} with {sug[:24]}",
-                f"Error noted.\nEdited Description: fixed {last}",
-                f"Edited Description: {v['modification']}: {last}",
-                "nothing to add"][seed_of("replan", last, sug) % 4]
+        return [
+            f"Edited Description: {last} with {sug[:24]}",
+            f"Error noted.\nEdited Description: fixed {last}",
+            f"Edited Description: {v['modification']}: {last}",
+            "nothing to add",
+        ][seed_of("replan", last, sug) % 4]
     raise KeyError(task)
 
 
@@ -75,32 +89,60 @@ def released_functions(checkout: Path, base: str = "BASE PROMPT"):
     import torch
     import tqdm
 
-    class Factory:   # the released ModelFactory: prompt -> reply
+    class Factory:  # the released ModelFactory: prompt -> reply
         def __init__(self, *a, **k):
             pass
 
         def modify_function(self, prompt, openai_key, max_length=800):
             if "The caption you generated last time:" in prompt:
-                m = re.search(r"Image Content: (.*?)\n\s*Instruction: (.*?)\n\s*The caption you generated last time: (.*?)\n"
-                              r".*suggestions are as follows:(.*?)\n\s*Please think step by step", prompt, re.S)
-                return reply("autocir_replan", {"reference_caption": m.group(1), "modification": m.group(2),
-                                                "last_description": m.group(3), "suggestions": m.group(4)})
+                m = re.search(
+                    r"Image Content: (.*?)\n\s*Instruction: (.*?)\n\s*The caption you generated last time: (.*?)\n"
+                    r".*suggestions are as follows:(.*?)\n\s*Please think step by step",
+                    prompt,
+                    re.S,
+                )
+                return reply(
+                    "autocir_replan",
+                    {
+                        "reference_caption": m.group(1),
+                        "modification": m.group(2),
+                        "last_description": m.group(3),
+                        "suggestions": m.group(4),
+                    },
+                )
             body = prompt.rsplit("\nImage Content: ", 1)[1]
             ref, mod = body.split("\nInstruction: ", 1)
             return reply("autocir_plan", {"reference_caption": ref, "modification": mod})
 
-    class Handler:   # the released ModelHandler: (top captions, caption, instruction) -> reply
+    class Handler:  # the released ModelHandler: (top captions, caption, instruction) -> reply
         def __init__(self, *a, **k):
             pass
 
         def chat_function(self, top_captions, image_caption, relative_caption, max_length=800):
-            return reply("autocir_check", {"reference_caption": image_caption, "modification": relative_caption,
-                                           "top_captions": str(top_captions), "n": len(top_captions)})
+            return reply(
+                "autocir_check",
+                {
+                    "reference_caption": image_caption,
+                    "modification": relative_caption,
+                    "top_captions": str(top_captions),
+                    "n": len(top_captions),
+                },
+            )
 
-    ns = {"tqdm": tqdm, "torch": torch, "np": np, "json": json, "ModelFactory": Factory, "ModelHandler": Handler,
-          "prompts": types.SimpleNamespace(base=base)}
-    fns = load_defs(checkout / "src" / "utils.py",
-                    ["extract_suggestions", "LLM_modify_caption", "LLM_remodify_caption", "check_prompt"], ns)
+    ns = {
+        "tqdm": tqdm,
+        "torch": torch,
+        "np": np,
+        "json": json,
+        "ModelFactory": Factory,
+        "ModelHandler": Handler,
+        "prompts": types.SimpleNamespace(base=base),
+    }
+    fns = load_defs(
+        checkout / "src" / "utils.py",
+        ["extract_suggestions", "LLM_modify_caption", "LLM_remodify_caption", "check_prompt"],
+        ns,
+    )
     import datetime
 
     ns_cr = {"torch": torch, "np": np, "json": json, "tqdm": tqdm, "datetime": datetime}
@@ -120,8 +162,16 @@ def released_run(fns, world, max_check_num: int, tmp: Path) -> list[dict]:
 
     def retrieve(captions):
         feats = torch.from_numpy(np.stack([text_vector(c) for c in captions]))
-        _, names = fns["fiq"](device="cpu", predicted_features=feats, target_names=targets, index_features=index,
-                              index_names=world.names, dataset_name="fashioniq_dress", dataset_path=str(tmp), task="t")
+        _, names = fns["fiq"](
+            device="cpu",
+            predicted_features=feats,
+            target_names=targets,
+            index_features=index,
+            index_names=world.names,
+            dataset_name="fashioniq_dress",
+            dataset_path=str(tmp),
+            task="t",
+        )
         return names[:, :10]
 
     modified = fns["LLM_modify_caption"]("gpt-4o-mini", {}, "prompts.base", all_captions, relative, "", "cpu")
@@ -130,13 +180,21 @@ def released_run(fns, world, max_check_num: int, tmp: Path) -> list[dict]:
     check_index = [True] * len(modified)
     for _ in range(max_check_num):
         top_captions = [[caption_of(n) for n in names] for names in top]
-        suggestions = fns["check_prompt"]("gpt_4o_mini", top_captions, all_captions, relative, "", modified, "cpu",
-                                          check_index)
-        modified, check_index, used = fns["LLM_remodify_caption"]("gpt-4o-mini", "prompts.base", modified, all_captions,
-                                                                  relative, suggestions, "", "cpu", check_index)
+        suggestions = fns["check_prompt"](
+            "gpt_4o_mini", top_captions, all_captions, relative, "", modified, "cpu", check_index
+        )
+        modified, check_index, used = fns["LLM_remodify_caption"](
+            "gpt-4o-mini", "prompts.base", modified, all_captions, relative, suggestions, "", "cpu", check_index
+        )
         top = retrieve(modified)
-        rounds.append({"descriptions": list(modified), "active": list(check_index), "suggestions": list(used),
-                       "top": top.tolist()})
+        rounds.append(
+            {
+                "descriptions": list(modified),
+                "active": list(check_index),
+                "suggestions": list(used),
+                "top": top.tolist(),
+            }
+        )
     return rounds
 
 
@@ -147,15 +205,23 @@ def ours_run(world, max_check_num: int, upstream_compat: bool) -> list[dict]:
     from _upstream import NamedCaptioner, TableEncoder
 
     llm = ScriptedLLM(replier=reply)
-    m = METHODS.build("autocir", {"max_check_num": max_check_num, "upstream_compat": upstream_compat,
-                                  "exclude_reference": False, "top_k": 10}, encoder=TableEncoder(), llm=llm, captioner=NamedCaptioner())
+    m = METHODS.build(
+        "autocir",
+        {"max_check_num": max_check_num, "upstream_compat": upstream_compat, "exclude_reference": False, "top_k": 10},
+        encoder=TableEncoder(),
+        llm=llm,
+        captioner=NamedCaptioner(),
+    )
     state = run_method(world, m)
     out = []
     for r, stage in enumerate(["plan", *(f"round{i}" for i in range(1, max_check_num + 1))]):
         recs = [state.record(q, stage) for q in world.queries]
         ids = state.stage_candidates[stage].ids[:, :10]
-        row = {"descriptions": [x["description"] for x in recs], "active": [x["active"] for x in recs],
-               "top": [[world.names[i] for i in row] for row in ids]}
+        row = {
+            "descriptions": [x["description"] for x in recs],
+            "active": [x["active"] for x in recs],
+            "top": [[world.names[i] for i in row] for row in ids],
+        }
         if r:
             row["suggestions"] = [x.get("suggestions", STOP_PHRASE) for x in recs]
         out.append(row)
@@ -178,16 +244,23 @@ def check(checkout: Path, max_check_num: int = 2, n_gallery: int = 200) -> dict:
         compat = ours_run(world, max_check_num, True)
         correct = ours_run(world, max_check_num, False)
         stopped = sum(not x for x in theirs[-1]["active"])
-    return {"queries": len(INSTRUCTIONS), "rounds": max_check_num, "stopped": stopped,
-            "upstream_compat": compare(theirs, compat), "correct": compare(theirs, correct)}
+    return {
+        "queries": len(INSTRUCTIONS),
+        "rounds": max_check_num,
+        "stopped": stopped,
+        "upstream_compat": compare(theirs, compat),
+        "correct": compare(theirs, correct),
+    }
 
 
 def export_prompts(checkout: Path, out: Path, base_name: str) -> list[Path]:
     """The authors' three prompts with this project's placeholders (planner, corrector, re-planner)."""
     prompts = runpy.run_path(str(checkout / "src" / "prompts.py"))
     if base_name not in prompts:
-        raise SystemExit(f"{checkout}/src/prompts.py has no prompt '{base_name}'; it has: "
-                         f"{', '.join(k for k, v in prompts.items() if isinstance(v, str) and not k.startswith('_'))}")
+        raise SystemExit(
+            f"{checkout}/src/prompts.py has no prompt '{base_name}'; it has: "
+            f"{', '.join(k for k, v in prompts.items() if isinstance(v, str) and not k.startswith('_'))}"
+        )
     base = prompts[base_name]
 
     class Caps:
@@ -213,10 +286,22 @@ def export_prompts(checkout: Path, out: Path, base_name: str) -> list[Path]:
 
     import tqdm
 
-    fns = load_defs(checkout / "src" / "utils.py", ["extract_suggestions", "LLM_remodify_caption"],
-                    {"tqdm": tqdm, "ModelFactory": Factory, "prompts": types.SimpleNamespace(base=base)})
-    fns["LLM_remodify_caption"]("gpt-4o-mini", "prompts.base", ["{{last_description}}"], ["{{reference_caption}}"],
-                                ["{{modification}}"], ["@@SUGGESTIONS@@"], "", "cpu", [True])
+    fns = load_defs(
+        checkout / "src" / "utils.py",
+        ["extract_suggestions", "LLM_remodify_caption"],
+        {"tqdm": tqdm, "ModelFactory": Factory, "prompts": types.SimpleNamespace(base=base)},
+    )
+    fns["LLM_remodify_caption"](
+        "gpt-4o-mini",
+        "prompts.base",
+        ["{{last_description}}"],
+        ["{{reference_caption}}"],
+        ["{{modification}}"],
+        ["@@SUGGESTIONS@@"],
+        "",
+        "cpu",
+        [True],
+    )
     replanner = seen[0].replace("@@SUGGESTIONS@@", "{{suggestions}}")
     planner = base + "\nImage Content: {{reference_caption}}\nInstruction: {{modification}}"
     out.mkdir(parents=True, exist_ok=True)
@@ -242,7 +327,9 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     res = check(args.autocir, args.rounds)
     print(f"AutoCIR: {res['queries']} queries, {res['rounds']} rounds, {res['stopped']} stopped by the corrector")
-    print("| reading | descriptions differing | stop flags differing | suggestions differing | top-10 lists differing |")
+    print(
+        "| reading | descriptions differing | stop flags differing | suggestions differing | top-10 lists differing |"
+    )
     print("|---|---|---|---|---|")
     for k in ("upstream_compat", "correct"):
         d = res[k]

@@ -45,7 +45,9 @@ def main() -> None:
     flips = dict.fromkeys(worst, 0)
     for _ in range(args.trials):
         Q, N = int(rng.integers(2, 40)), int(rng.integers(5, 3000))
-        S = (rng.standard_normal((Q, N)) * rng.choice([0.05, 0.3])).astype(np.float32) + np.float32(rng.choice([0, 0.3, -0.3]))
+        S = (rng.standard_normal((Q, N)) * rng.choice([0.05, 0.3])).astype(np.float32) + np.float32(
+            rng.choice([0, 0.3, -0.3])
+        )
         u_up = up(S, 0.02)
         for b in worst:
             u = K.uncertainty(S, tau=0.02, backend=b)

@@ -39,11 +39,29 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _upstream import (NamedCaptioner, ScriptedLLM, ScriptedVerifier, TableEncoder, caption_of, load_defs,  # noqa: E402
-                       make_world, run_method, seed_of, text_vector)
+from _upstream import (
+    NamedCaptioner,
+    ScriptedLLM,
+    ScriptedVerifier,
+    TableEncoder,
+    caption_of,
+    load_defs,  # noqa: E402
+    make_world,
+    run_method,
+    seed_of,
+    text_vector,
+)
 
-INSTRUCTIONS = ["is red and has long sleeves", "make it striped", "add a floral print", "is darker and shorter",
-                "the same in cotton", "remove the logo", "change to blue", "is brighter with a collar"] * 4
+INSTRUCTIONS = [
+    "is red and has long sleeves",
+    "make it striped",
+    "add a floral print",
+    "is darker and shorter",
+    "the same in cotton",
+    "remove the logo",
+    "change to blue",
+    "is brighter with a collar",
+] * 4
 WORDS = ["red", "blue", "striped", "floral", "cotton", "dark", "long", "short", "collar", "logo"]
 PREFIX = "Answer the question with Yes or No. "
 
@@ -60,18 +78,20 @@ def reply(task: str, v: dict) -> str:
         step1 = [["Modification", inst], ["Retention", f"keep {ref.split()[1]}"]]
         step2 = [f"{WORDS[(h + i) % 10]} {inst}" for i in range(3)]
         good = json.dumps({"step1": step1, "step2": step2}, indent=1)
-        return [fence(good),
-                fence(good[:-1].rstrip() + ",\n}"),     # a trailing comma
-                "The result: " + json.dumps({"step1": step1, "step2": step2[:2]}),
-                "I cannot answer in JSON.",
-                fence(json.dumps({"step1": step1, "step2": []})),
-                fence(json.dumps({"step1": step1}))][h % 6]
+        return [
+            fence(good),
+            fence(good[:-1].rstrip() + ",\n}"),  # a trailing comma
+            "The result: " + json.dumps({"step1": step1, "step2": step2[:2]}),
+            "I cannot answer in JSON.",
+            fence(json.dumps({"step1": step1, "step2": []})),
+            fence(json.dumps({"step1": step1})),
+        ][h % 6]
     if task == "imagescope_propositions":
         inst = v["instruction"]
         h = seed_of("props", inst, v["atomic_inst"])
         qs = [f"Is it {WORDS[(h >> i) % 10]}?" for i in range(3)]
         pairs = [[qs[0], "True"], [qs[1], "False"], [qs[2], "True"]]
-        kind = h % 4 if inst != INSTRUCTIONS[0] else 0   # the released stage 2 fails when query 0 has no questions
+        kind = h % 4 if inst != INSTRUCTIONS[0] else 0  # the released stage 2 fails when query 0 has no questions
         if kind == 0:
             return fence(json.dumps({"step1": qs, "step2": pairs}))
         if kind == 1:
@@ -128,18 +148,20 @@ class _LLM:
     def generate(self, inputs, sampling_params=None):
         out = []
         for x in inputs:
-            if isinstance(x, str):   # a reasoner prompt: "R1\0instruction\0reference" / "R2\0instruction\0atomic"
+            if isinstance(x, str):  # a reasoner prompt: "R1\0instruction\0reference" / "R2\0instruction\0atomic"
                 tag, a, b = x.split("\x00")
                 task = "imagescope_reason" if tag.endswith("R1") else "imagescope_propositions"
-                keys = ("instruction", "ref_image_desc") if task == "imagescope_reason" else ("instruction", "atomic_inst")
+                keys = (
+                    ("instruction", "ref_image_desc") if task == "imagescope_reason" else ("instruction", "atomic_inst")
+                )
                 out.append(_Out(reply(task, dict(zip(keys, (a, b))))))
                 continue
             prompt, img = x["prompt"], x["multi_modal_data"]["image"]
-            if "EVAL\x00" in prompt:   # the stage-3 evaluator on [reference, candidate]
+            if "EVAL\x00" in prompt:  # the stage-3 evaluator on [reference, candidate]
                 inst = prompt.split("EVAL\x00", 1)[1]
                 ok = answer("verify", inst, Path(img.parts[1].path).stem)
                 out.append(_Out("ANSWER: Yes\nIt matches." if ok else "ANSWER: No\nIt does not."))
-            else:                      # the stage-2 verifier: "Answer the question with Yes or No. <q>"
+            else:  # the stage-2 verifier: "Answer the question with Yes or No. <q>"
                 q = prompt.split(PREFIX, 1)[1].rstrip()
                 out.append(_Out("Yes." if answer("check", q, Path(img.path).stem) else "No, it is not."))
         return out
@@ -188,24 +210,53 @@ def released(checkout: Path):
         _Clip.texts.extend(texts)
         return {"input_ids": torch.arange(start, start + len(texts))}
 
-    processor = types.SimpleNamespace(tokenizer=tokenizer,
-                                      image_processor=lambda imgs, **_: {"pixel_values": torch.zeros(len(imgs), 3)})
+    processor = types.SimpleNamespace(
+        tokenizer=tokenizer, image_processor=lambda imgs, **_: {"pixel_values": torch.zeros(len(imgs), 3)}
+    )
     pil = types.SimpleNamespace(open=lambda p: _Image(str(p)), new=lambda *a, **k: _Image(None))
-    ns_ray = {"torch": torch, "F": F, "np": np, "tqdm": tqdm, "defaultdict": defaultdict, "copy": copy,
-              "deepcopy": copy.deepcopy, "time": types.SimpleNamespace(time=lambda: 0.0, sleep=lambda s: None),
-              "Image": pil, "LLM": _LLM, "SamplingParams": lambda **k: k,
-              "CLIPModel": types.SimpleNamespace(from_pretrained=lambda p: _Clip(torch)),
-              "AutoProcessor": types.SimpleNamespace(from_pretrained=lambda p: processor),
-              "concatenate_images_with_reference": lambda imgs: _Image(None, parts=imgs)}
-    fns = load_defs(checkout / "utils" / "inference_entrypoint_ray.py",
-                    ["llm_load_and_inference_ray", "mllm_load_and_inference_ray", "clip_rank_retrieval_ray",
-                     "stage3_large_mllm_inference_batch_cmp_ray"], ns_ray)
-    ns = {"os": __import__("os"), "torch": torch, "json": json, "pickle": pickle, "deepcopy": copy.deepcopy,
-          "repair_json": repair_json, "re": re, "math": math, "np": np, "defaultdict": defaultdict, "tqdm": tqdm,
-          "time": types.SimpleNamespace(time=lambda: 0.0, sleep=lambda s: None),
-          "datetime": __import__("datetime").datetime,
-          "ray": types.SimpleNamespace(init=contextlib.nullcontext, get=lambda tasks: list(tasks)),
-          **{k: _Remote(f) for k, f in fns.items()}}
+    ns_ray = {
+        "torch": torch,
+        "F": F,
+        "np": np,
+        "tqdm": tqdm,
+        "defaultdict": defaultdict,
+        "copy": copy,
+        "deepcopy": copy.deepcopy,
+        "time": types.SimpleNamespace(time=lambda: 0.0, sleep=lambda s: None),
+        "Image": pil,
+        "LLM": _LLM,
+        "SamplingParams": lambda **k: k,
+        "CLIPModel": types.SimpleNamespace(from_pretrained=lambda p: _Clip(torch)),
+        "AutoProcessor": types.SimpleNamespace(from_pretrained=lambda p: processor),
+        "concatenate_images_with_reference": lambda imgs: _Image(None, parts=imgs),
+    }
+    fns = load_defs(
+        checkout / "utils" / "inference_entrypoint_ray.py",
+        [
+            "llm_load_and_inference_ray",
+            "mllm_load_and_inference_ray",
+            "clip_rank_retrieval_ray",
+            "stage3_large_mllm_inference_batch_cmp_ray",
+        ],
+        ns_ray,
+    )
+    ns = {
+        "os": __import__("os"),
+        "torch": torch,
+        "json": json,
+        "pickle": pickle,
+        "deepcopy": copy.deepcopy,
+        "repair_json": repair_json,
+        "re": re,
+        "math": math,
+        "np": np,
+        "defaultdict": defaultdict,
+        "tqdm": tqdm,
+        "time": types.SimpleNamespace(time=lambda: 0.0, sleep=lambda s: None),
+        "datetime": __import__("datetime").datetime,
+        "ray": types.SimpleNamespace(init=contextlib.nullcontext, get=lambda tasks: list(tasks)),
+        **{k: _Remote(f) for k, f in fns.items()},
+    }
     return load_defs(checkout / "imagescope.py", ["ImageScope"], ns)["ImageScope"]
 
 
@@ -230,9 +281,18 @@ def cuda_on_cpu():
 
 def released_run(cls, world, tmp: Path, k: int = 20, alpha: int = 3, tau: float = 0.15) -> list[dict]:
     obj = cls.__new__(cls)
-    obj.args = argparse.Namespace(dataset="FashionIQ-dress", split="valid", subset=False, tau=tau, alpha=alpha, top_k=k,
-                                  llm_path="llm", mllm_path="InternVL2-mllm", eval_mllm_path="InternVL2-eval",
-                                  clip_path="clip")
+    obj.args = argparse.Namespace(
+        dataset="FashionIQ-dress",
+        split="valid",
+        subset=False,
+        tau=tau,
+        alpha=alpha,
+        top_k=k,
+        llm_path="llm",
+        mllm_path="InternVL2-mllm",
+        eval_mllm_path="InternVL2-eval",
+        clip_path="clip",
+    )
     obj.top_k, obj.num_of_gpu, obj.dir_name = k, 1, str(tmp)
     obj.logger = logging.getLogger("imagescope-released")
     obj.stage1_reasoner_prompt = "R1\x00[[INSTRUCTION]]\x00[[REF_IMAGE_DESC]]"
@@ -244,9 +304,14 @@ def released_run(cls, world, tmp: Path, k: int = 20, alpha: int = 3, tau: float 
     obj.states = defaultdict(dict)
     obj.task_data = [{"instruction": q.text} for q in world.queries]
     for i, q in enumerate(world.queries):
-        obj.states[i]["info"] = {"ref_img": q.reference_id, "ref_img_path": world.paths[q.reference_id],
-                                 "ref_img_desc": caption_of(q.reference_id), "inst": q.text, "tgt_img": q.targets[0],
-                                 "tgt_img_path": world.paths[q.targets[0]]}
+        obj.states[i]["info"] = {
+            "ref_img": q.reference_id,
+            "ref_img_path": world.paths[q.reference_id],
+            "ref_img_desc": caption_of(q.reference_id),
+            "inst": q.text,
+            "tgt_img": q.targets[0],
+            "tgt_img_path": world.paths[q.targets[0]],
+        }
     with cuda_on_cpu(), contextlib.redirect_stdout(None):
         obj.stage1_reason()
         obj.stage1_retrieve()
@@ -257,31 +322,45 @@ def released_run(cls, world, tmp: Path, k: int = 20, alpha: int = 3, tau: float 
     for i in range(len(world.queries)):
         r = obj.states[i]["result"]
         atomic = r["s2_atomic"].get("json", {}).get("step2") if "json" in r["s2_atomic"] else None
-        out.append({"step2": list(r["stage1_reason"]["json"]["step2"]),
-                    "questions": None if atomic is None else [x[0] for x in atomic],
-                    "values": list(r.get("s2_verify", {}).get("candidate_satisfy_value", [])),
-                    "retrieve": r["stage1_retrieve"]["sorted_names"][:50],
-                    "rerank": r["s2_rerank"]["sorted_names"][:50],
-                    "evaluate": r["stage3_eval"]["sorted_names"][:50]})
+        out.append(
+            {
+                "step2": list(r["stage1_reason"]["json"]["step2"]),
+                "questions": None if atomic is None else [x[0] for x in atomic],
+                "values": list(r.get("s2_verify", {}).get("candidate_satisfy_value", [])),
+                "retrieve": r["stage1_retrieve"]["sorted_names"][:50],
+                "rerank": r["s2_rerank"]["sorted_names"][:50],
+                "evaluate": r["stage3_eval"]["sorted_names"][:50],
+            }
+        )
     return out
 
 
 def ours_run(world, upstream_compat: bool, k: int = 20, alpha: int = 3) -> list[dict]:
     from agentcir.registry import METHODS
 
-    m = METHODS.build("imagescope", {"upstream_compat": upstream_compat, "exclude_reference": False, "top_k": 50,
-                                     "k": k, "alpha": alpha},
-                      encoder=TableEncoder(), llm=ScriptedLLM(replier=reply), captioner=NamedCaptioner(),
-                      verifier=ScriptedVerifier(answer=answer))
+    m = METHODS.build(
+        "imagescope",
+        {"upstream_compat": upstream_compat, "exclude_reference": False, "top_k": 50, "k": k, "alpha": alpha},
+        encoder=TableEncoder(),
+        llm=ScriptedLLM(replier=reply),
+        captioner=NamedCaptioner(),
+        verifier=ScriptedVerifier(answer=answer),
+    )
     state = run_method(world, m)
     out = []
     for i, q in enumerate(world.queries):
         props = state.record(q, "propositions")["questions"]
-        out.append({"step2": state.record(q, "reason")["step2"],
-                    "questions": None if props is None else [x["question"] for x in props],
-                    "values": state.record(q, "rerank")["values"],
-                    **{s: [world.names[j] for j in state.stage_candidates[st].ids[i, :50]]
-                       for s, st in (("retrieve", "retrieve"), ("rerank", "rerank"), ("evaluate", "verify"))}})
+        out.append(
+            {
+                "step2": state.record(q, "reason")["step2"],
+                "questions": None if props is None else [x["question"] for x in props],
+                "values": state.record(q, "rerank")["values"],
+                **{
+                    s: [world.names[j] for j in state.stage_candidates[st].ids[i, :50]]
+                    for s, st in (("retrieve", "retrieve"), ("rerank", "rerank"), ("evaluate", "verify"))
+                },
+            }
+        )
     return out
 
 
@@ -301,8 +380,12 @@ def check(checkout: Path, n_gallery: int = 200) -> dict:
         compat = ours_run(world, True)
         correct = ours_run(world, False)
     moved = sum(int(x["evaluate"][:3] != x["rerank"][:3]) for x in theirs)
-    return {"queries": len(INSTRUCTIONS), "stage3_moved": moved, "upstream_compat": compare(theirs, compat),
-            "correct": compare(theirs, correct)}
+    return {
+        "queries": len(INSTRUCTIONS),
+        "stage3_moved": moved,
+        "upstream_compat": compare(theirs, compat),
+        "correct": compare(theirs, correct),
+    }
 
 
 def main(argv: list[str] | None = None) -> int:

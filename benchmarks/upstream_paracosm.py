@@ -45,8 +45,16 @@ from _upstream import DIM, caption_of, image_table, load_defs, save_index_image,
 
 from agentcir.framework.interfaces import LLM, Editor, Encoder, Generator  # noqa: E402
 
-MODIFICATIONS = ["is red and has long sleeves", "shows two dogs instead of one", "is taken at night", "has a floral print",
-                 "is seen from above", "the same in cotton", "without the logo", "is brighter with a collar"] * 3
+MODIFICATIONS = [
+    "is red and has long sleeves",
+    "shows two dogs instead of one",
+    "is taken at night",
+    "has a floral print",
+    "is seen from above",
+    "the same in cotton",
+    "without the logo",
+    "is brighter with a collar",
+] * 3
 CONCEPTS = ["a dog", "a person skateboarding", "a red car", "a kitchen"]
 N_GALLERY = 160
 
@@ -107,8 +115,11 @@ class Outputs:
     @staticmethod
     def describe(image, detailed: bool) -> str:
         stem = Path(image).stem
-        return (f"A detailed view: {caption_of(stem)}, with more around it ({stem})." if detailed
-                else f"a simple picture of {stem}")
+        return (
+            f"A detailed view: {caption_of(stem)}, with more around it ({stem})."
+            if detailed
+            else f"a simple picture of {stem}"
+        )
 
     @staticmethod
     def compose(modification: str, concept: str) -> str:
@@ -174,11 +185,17 @@ def notebook_prompts(checkout: Path) -> dict[str, str]:
                 elif keys == ["type", "text"] and describe and isinstance(node.values[1], ast.Constant):
                     found.setdefault(describe, node.values[1].value)
     if edit is None or set(found) != {"mental", "gallery"}:
-        raise SystemExit(f"{checkout}/Paracosm_demo.ipynb: the editing instruction or the two description prompts "
-                         f"were not found (found: {', '.join(found) or 'none'})")
+        raise SystemExit(
+            f"{checkout}/Paracosm_demo.ipynb: the editing instruction or the two description prompts "
+            f"were not found (found: {', '.join(found) or 'none'})"
+        )
     shared = f"{edit.group(1)}{{{{modification}}}}{edit.group(3)}{{{{shared_concept}}}}{edit.group(5)}"
-    return {"edit_shared.txt": shared, "edit.txt": f"{edit.group(1)}{{{{modification}}}}.",
-            "describe_mental.txt": found["mental"], "describe_gallery.txt": found["gallery"]}
+    return {
+        "edit_shared.txt": shared,
+        "edit.txt": f"{edit.group(1)}{{{{modification}}}}.",
+        "describe_mental.txt": found["mental"],
+        "describe_gallery.txt": found["gallery"],
+    }
 
 
 def export_prompts(checkout: Path, out: Path) -> list[Path]:
@@ -196,21 +213,42 @@ def released_functions(checkout: Path):
     import torch.nn.functional as F
     import tqdm
 
-    def DataLoader(*a, **k):   # in this process: the workers change nothing but speed
+    def DataLoader(*a, **k):  # in this process: the workers change nothing but speed
         return torch.utils.data.DataLoader(*a, **{**k, "num_workers": 0, "pin_memory": False})
 
     dl_ns = {"torch": torch}
     collate = load_defs(checkout / "src" / "data_utils.py", ["collate_fn"], dl_ns)["collate_fn"]
     clip = types.SimpleNamespace(tokenize=lambda texts, context_length=77, truncate=False: Tokens(list(texts)))
-    ns = {"torch": torch, "F": F, "np": np, "DataLoader": DataLoader, "tqdm": tqdm.tqdm, "collate_fn": collate,
-          "device": "cpu", "clip": clip}
-    fns = load_defs(checkout / "src" / "utils.py", ["circo_extract_image_features", "cirr_extract_image_features",
-                                                   "fashioniq_extract_image_features"], dict(ns))
-    fns.update(load_defs(checkout / "test_cirr_circo.py", ["circo_generate_test_predictions", "circo_generate_test_dict",
-                                                          "cirr_generate_test_predictions", "cirr_generate_test_dicts"],
-                         dict(ns)))
-    fns.update(load_defs(checkout / "fashioniq_val.py", ["fiq_generate_val_predictions", "fiq_compute_val_metrics"],
-                         dict(ns)))
+    ns = {
+        "torch": torch,
+        "F": F,
+        "np": np,
+        "DataLoader": DataLoader,
+        "tqdm": tqdm.tqdm,
+        "collate_fn": collate,
+        "device": "cpu",
+        "clip": clip,
+    }
+    fns = load_defs(
+        checkout / "src" / "utils.py",
+        ["circo_extract_image_features", "cirr_extract_image_features", "fashioniq_extract_image_features"],
+        dict(ns),
+    )
+    fns.update(
+        load_defs(
+            checkout / "test_cirr_circo.py",
+            [
+                "circo_generate_test_predictions",
+                "circo_generate_test_dict",
+                "cirr_generate_test_predictions",
+                "cirr_generate_test_dicts",
+            ],
+            dict(ns),
+        )
+    )
+    fns.update(
+        load_defs(checkout / "fashioniq_val.py", ["fiq_generate_val_predictions", "fiq_compute_val_metrics"], dict(ns))
+    )
     return fns
 
 
@@ -258,9 +296,10 @@ def make_world(root: Path, prompts: dict[str, str], dataset: str):
     rng = np.random.default_rng(seed_of("world", dataset))
     names = [f"g{i:04d}" for i in range(N_GALLERY)]
     paths = {n: save_index_image(root / "gallery" / f"{n}.png", i) for i, n in enumerate(names)}
-    gallery = Gallery.build(root / "gallery_dir", [GalleryItem(n, paths[n]) for n in names], RawTableEncoder(),
-                            progress=False)
-    refs = rng.choice(N_GALLERY, len(MODIFICATIONS), replace=False)   # one query per reference (CIRCO's keying)
+    gallery = Gallery.build(
+        root / "gallery_dir", [GalleryItem(n, paths[n]) for n in names], RawTableEncoder(), progress=False
+    )
+    refs = rng.choice(N_GALLERY, len(MODIFICATIONS), replace=False)  # one query per reference (CIRCO's keying)
     queries = []
     for i, mod in enumerate(MODIFICATIONS):
         ref, tgt = names[int(refs[i])], names[int((refs[i] + 1 + i) % N_GALLERY)]
@@ -273,7 +312,7 @@ def make_world(root: Path, prompts: dict[str, str], dataset: str):
             text = " and ".join(c.strip(".?, ") for c in caps)
             meta.update(captions=caps, text_reversed=" and ".join(c.strip(".?, ") for c in caps[::-1]))
         if dataset == "cirr":
-            meta["members"] = [ref, tgt, *[n for n in names if n not in (ref, tgt)][i:i + 4]]   # 6 distinct, as CIRR's
+            meta["members"] = [ref, tgt, *[n for n in names if n not in (ref, tgt)][i : i + 4]]  # 6 distinct, as CIRR's
         queries.append(Query(f"{i:03d}", text, reference=[paths[ref]], reference_id=ref, targets=[tgt], meta=meta))
     edit = {k: Prompt(k, prompts[k], "") for k in ("edit.txt", "edit_shared.txt")}
     return names, paths, gallery, queries, edit
@@ -290,25 +329,52 @@ def released_side(fns, outputs: Outputs, names, paths, queries, edit, dataset: s
     for n in names:
         synthetic = outputs.draw(Outputs.describe(paths[n], detailed=True))
         classic.append({"image": img(paths[n]), "synthetic_img": img(synthetic), "image_name": n})
-    extract = {"circo": "circo_extract_image_features", "cirr": "cirr_extract_image_features",
-               "fashioniq": "fashioniq_extract_image_features"}[dataset]
+    extract = {
+        "circo": "circo_extract_image_features",
+        "cirr": "cirr_extract_image_features",
+        "fashioniq": "fashioniq_extract_image_features",
+    }[dataset]
     index_features, index_names = fns[extract](ListDataset(classic, "test"), Clip())
     relative = []
     for q in queries:
         concept = q.meta.get("shared_concept", "")
-        instruction = (edit["edit_shared.txt"] if concept else edit["edit.txt"]).render(
-            modification=q.text, shared_concept=concept).strip()
+        instruction = (
+            (edit["edit_shared.txt"] if concept else edit["edit.txt"])
+            .render(modification=q.text, shared_concept=concept)
+            .strip()
+        )
         mental = outputs.edit(q.reference[0], instruction)
         des = Outputs.describe(mental, detailed=False)
         if dataset == "circo":
-            relative.append({"mental_img": img(mental), "mental_img_des": des, "query_id": q.id,
-                             "relative_caption": q.text, "text_composed": Outputs.compose(q.text, concept)})
+            relative.append(
+                {
+                    "mental_img": img(mental),
+                    "mental_img_des": des,
+                    "query_id": q.id,
+                    "relative_caption": q.text,
+                    "text_composed": Outputs.compose(q.text, concept),
+                }
+            )
         elif dataset == "cirr":
-            relative.append({"mental_image": img(mental), "mental_image_des": des, "reference_name": q.reference_id,
-                             "relative_caption": q.text, "group_members": q.meta["members"], "pair_id": int(q.id)})
+            relative.append(
+                {
+                    "mental_image": img(mental),
+                    "mental_image_des": des,
+                    "reference_name": q.reference_id,
+                    "relative_caption": q.text,
+                    "group_members": q.meta["members"],
+                    "pair_id": int(q.id),
+                }
+            )
         else:
-            relative.append({"mental_images": img(mental), "mental_images_des": des, "target_name": q.targets[0],
-                             "mod_text": q.meta["captions"]})
+            relative.append(
+                {
+                    "mental_images": img(mental),
+                    "mental_images_des": des,
+                    "target_name": q.targets[0],
+                    "mod_text": q.meta["captions"],
+                }
+            )
     rel = ListDataset(relative, "test")
     if dataset == "circo":
         p, pm, _ = fns["circo_generate_test_predictions"](Clip(), rel)
@@ -329,21 +395,38 @@ def ours_side(root: Path, outputs: Outputs, gallery, queries, prompts_dir: Path,
     from agentcir.framework.runner import RunContext, Runner
     from agentcir.registry import METHODS
 
-    cfg = {"describer": "llm", "prompts": str(prompts_dir), "top_k": N_GALLERY,
-           "query_text": {"circo": "composed", "cirr": "modification", "fashioniq": "both_orders"}[dataset],
-           "exclude_reference": dataset == "cirr"}
-    m = METHODS.build("paracosm", cfg, encoder=RawTableEncoder(), editor=ScriptedEditor(outputs=outputs),
-                      generator=ScriptedGenerator(outputs=outputs), llm=ScriptedVLM())
-    ctx = RunContext(cache=CallCache(root / f"cache-{dataset}.sqlite"), run_dir=root / f"run-{dataset}", concurrency=4,
-                     progress=False, kernels="reference")
+    cfg = {
+        "describer": "llm",
+        "prompts": str(prompts_dir),
+        "top_k": N_GALLERY,
+        "query_text": {"circo": "composed", "cirr": "modification", "fashioniq": "both_orders"}[dataset],
+        "exclude_reference": dataset == "cirr",
+    }
+    m = METHODS.build(
+        "paracosm",
+        cfg,
+        encoder=RawTableEncoder(),
+        editor=ScriptedEditor(outputs=outputs),
+        generator=ScriptedGenerator(outputs=outputs),
+        llm=ScriptedVLM(),
+    )
+    ctx = RunContext(
+        cache=CallCache(root / f"cache-{dataset}.sqlite"),
+        run_dir=root / f"run-{dataset}",
+        concurrency=4,
+        progress=False,
+        kernels="reference",
+    )
     state = RunState(queries=queries, gallery=gallery)
     asyncio.run(Runner(m, ctx, state).execute())
     ids = state.candidates.ids
     ranked = [[gallery.ids[r] for r in row if r >= 0] for row in ids]
     if dataset == "fashioniq":
         hits = [q.targets[0] in r[:k] for q, r in zip(queries, ranked) for k in (10, 50)]
-        return state.arrays["paracosm_query"], {"R@10": 100.0 * float(np.mean(hits[0::2])),
-                                                     "R@50": 100.0 * float(np.mean(hits[1::2]))}
+        return state.arrays["paracosm_query"], {
+            "R@10": 100.0 * float(np.mean(hits[0::2])),
+            "R@50": 100.0 * float(np.mean(hits[1::2])),
+        }
     return state.arrays["paracosm_query"], {"top50": [r[:50] for r in ranked]}
 
 
@@ -384,17 +467,21 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     import os
 
-    os.environ.setdefault("TQDM_DISABLE", "1")   # the released loops' progress bars
+    os.environ.setdefault("TQDM_DISABLE", "1")  # the released loops' progress bars
     res = check(args.paracosm)
     print("| dataset | queries | max |q_released - q| | top-50 lists differing | recall difference |")
     print("|---|---|---|---|---|")
     bad = False
     for name, r in res.items():
         recall = f"{r['recall_diff']:.1e}" if "recall_diff" in r else ""
-        print(f"| {name} | {r['queries']} | {r['query_vector_max_diff']:.2e} | {r.get('top50_lists_differing', '')} | "
-              f"{recall} |")
+        print(
+            f"| {name} | {r['queries']} | {r['query_vector_max_diff']:.2e} | {r.get('top50_lists_differing', '')} | "
+            f"{recall} |"
+        )
         # float32 rounding: the released recall is a float32 division
-        bad |= r["query_vector_max_diff"] > 1e-5 or bool(r.get("top50_lists_differing")) or r.get("recall_diff", 0) > 1e-4
+        bad |= (
+            r["query_vector_max_diff"] > 1e-5 or bool(r.get("top50_lists_differing")) or r.get("recall_diff", 0) > 1e-4
+        )
     return 1 if bad else 0
 
 

@@ -44,32 +44,44 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _upstream import load_defs, seed_of  # noqa: E402
 
-INSTRUCTIONS = ["is red and has long sleeves", "make it striped.", "add a floral print?", " is darker and shorter",
-                "the same in cotton", "remove the logo,", "change to blue", "is brighter with a collar"] * 4
+INSTRUCTIONS = [
+    "is red and has long sleeves",
+    "make it striped.",
+    "add a floral print?",
+    " is darker and shorter",
+    "the same in cotton",
+    "remove the logo,",
+    "change to blue",
+    "is brighter with a collar",
+] * 4
 CAPTIONS = [f"a {w} shirt on a model" for w in ("white", "green", "plain", "long", "silk", "wool", "pink", "grey")] * 4
 WORDS = ["red", "blue", "striped", "floral", "cotton", "dark", "long", "short"]
 TOP_N = 6
 
 
 def describe_reply(caption: str, instruction: str) -> str:
-    return [f"Edited Description: a {instruction} version of {caption}",
-            f"Thinking.\n  Edited Description: target: {instruction} on {caption}",
-            "I cannot help with that.",
-            f"**Edited Description:** {instruction} {caption}",
-            "Edited Description:",
-            f"Edited Description: {caption} but {instruction}"][seed_of("describe", caption, instruction) % 6]
+    return [
+        f"Edited Description: a {instruction} version of {caption}",
+        f"Thinking.\n  Edited Description: target: {instruction} on {caption}",
+        "I cannot help with that.",
+        f"**Edited Description:** {instruction} {caption}",
+        "Edited Description:",
+        f"Edited Description: {caption} but {instruction}",
+    ][seed_of("describe", caption, instruction) % 6]
 
 
 def check_reply(kind: str, caption: str, instruction: str, retrieved: str) -> str:
     h = seed_of("check", kind, caption, instruction, retrieved)
     w = WORDS[h // 7 % len(WORDS)]
-    return ["Step 2: it matches.\nGood retrieval, no more loops needed.",
-            "good retrieval, no more loops needed",
-            f"Step 3:\nSuggestion: mention {w}\nand be specific.",
-            f"Suggestions: add {w}",
-            "No idea.",
-            f'"Suggestion: make it {w}, please."',
-            ""][h % 7]
+    return [
+        "Step 2: it matches.\nGood retrieval, no more loops needed.",
+        "good retrieval, no more loops needed",
+        f"Step 3:\nSuggestion: mention {w}\nand be specific.",
+        f"Suggestions: add {w}",
+        "No idea.",
+        f'"Suggestion: make it {w}, please."',
+        "",
+    ][h % 7]
 
 
 def confidence(ref: str, instruction: str, cand: str) -> float:
@@ -108,9 +120,12 @@ def released_functions(checkout: Path):
     import tqdm
 
     files = types.SimpleNamespace(
-        write_candidates_file=lambda *a, **k: None, write_a_pseudo_target_file=lambda *a, **k: None,
-        write_edited_image=lambda path, reference_name, target_name, edit_result_img:
-            os.path.join(path, f"{reference_name}_edited_{target_name}.png"))
+        write_candidates_file=lambda *a, **k: None,
+        write_a_pseudo_target_file=lambda *a, **k: None,
+        write_edited_image=lambda path, reference_name, target_name, edit_result_img: os.path.join(
+            path, f"{reference_name}_edited_{target_name}.png"
+        ),
+    )
 
     class VQA:
         def __init__(self, *a, **k):
@@ -119,10 +134,21 @@ def released_functions(checkout: Path):
         def chat_function(self, ref, instruction, cand, device):
             return confidence(ref, instruction, cand)
 
-    ns = {"tqdm": tqdm, "torch": torch, "np": np, "json": json, "os": os, "file_utils": files,
-          "VQAModelHandler": VQA, "prompts": types.SimpleNamespace(base="BASE PROMPT")}
-    fns = load_defs(checkout / "src" / "utils.py", ["extract_suggestions", "LLM_modify_editimg_caption",
-                                                     "get_pseudo_targets", "LLM_remodify_editimg_caption"], ns)
+    ns = {
+        "tqdm": tqdm,
+        "torch": torch,
+        "np": np,
+        "json": json,
+        "os": os,
+        "file_utils": files,
+        "VQAModelHandler": VQA,
+        "prompts": types.SimpleNamespace(base="BASE PROMPT"),
+    }
+    fns = load_defs(
+        checkout / "src" / "utils.py",
+        ["extract_suggestions", "LLM_modify_editimg_caption", "get_pseudo_targets", "LLM_remodify_editimg_caption"],
+        ns,
+    )
     import datetime
 
     ns_cr = {"torch": torch, "np": np, "json": json, "os": os, "datetime": datetime}
@@ -149,49 +175,126 @@ def released(fns, tmp: Path) -> dict:
     caps1 = [[f"caption of {n}" for n in row] for row in t2i]
     caps2 = [[f"caption of {n}" for n in row] for row in i2i]
     c1, c2, _r1, _r2, pt1, _cf1, pt2, _cf2, open1, open2 = fns["get_pseudo_targets"](
-        "gpt_4o", "", str(tmp), "t", 1, refs, "qwen", caps1, caps2, paths1, paths2, CAPTIONS, ref_paths, INSTRUCTIONS,
-        [True] * len(refs), [True] * len(refs), "cpu")
+        "gpt_4o",
+        "",
+        str(tmp),
+        "t",
+        1,
+        refs,
+        "qwen",
+        caps1,
+        caps2,
+        paths1,
+        paths2,
+        CAPTIONS,
+        ref_paths,
+        INSTRUCTIONS,
+        [True] * len(refs),
+        [True] * len(refs),
+        "cpu",
+    )
     pseudo1 = [os.path.splitext(os.path.basename(p))[0] for p in pt1]
     pseudo2 = [os.path.splitext(os.path.basename(p))[0] for p in pt2]
-    sugg1 = [check_reply("t2i", CAPTIONS[i], INSTRUCTIONS[i], f"caption of {pseudo1[i]}") if open1[i] else ""
-             for i in range(len(refs))]
-    sugg2 = [check_reply("i2i", CAPTIONS[i], INSTRUCTIONS[i], f"caption of {pseudo2[i]}") if open2[i] else ""
-             for i in range(len(refs))]
+    sugg1 = [
+        check_reply("t2i", CAPTIONS[i], INSTRUCTIONS[i], f"caption of {pseudo1[i]}") if open1[i] else ""
+        for i in range(len(refs))
+    ]
+    sugg2 = [
+        check_reply("i2i", CAPTIONS[i], INSTRUCTIONS[i], f"caption of {pseudo2[i]}") if open2[i] else ""
+        for i in range(len(refs))
+    ]
     open1_before, open2_before = list(open1), list(open2)
     bagel2 = Bagel()
     edited_dir = tmp / "edited"
     edited_dir.mkdir(parents=True, exist_ok=True)
     new_desc, img_paths, open1, open2, used1, used2, _a, _b = fns["LLM_remodify_editimg_caption"](
-        bagel_editor=bagel2, LLM_model_name="bagel", llm_prompt_args="prompts.base", last_captions=list(desc),
-        last_img_pths=[str(edited_dir / f"last{i}.png") for i in range(len(refs))], ref_img_paths=ref_paths,
-        all_captions=CAPTIONS, relative_captions=INSTRUCTIONS, t2i_suggestions=sugg1, i2i_suggestions=sugg2,
-        openai_key="", device="cpu", txt_check_index=open1, img_check_index=open2, reference_names=refs,
-        target_names=[f"tg{i}" for i in range(len(refs))], query_ids=[], edited_image_dir=str(edited_dir), loop=1,
-        task="t", dataset_path=str(tmp))
+        bagel_editor=bagel2,
+        LLM_model_name="bagel",
+        llm_prompt_args="prompts.base",
+        last_captions=list(desc),
+        last_img_pths=[str(edited_dir / f"last{i}.png") for i in range(len(refs))],
+        ref_img_paths=ref_paths,
+        all_captions=CAPTIONS,
+        relative_captions=INSTRUCTIONS,
+        t2i_suggestions=sugg1,
+        i2i_suggestions=sugg2,
+        openai_key="",
+        device="cpu",
+        txt_check_index=open1,
+        img_check_index=open2,
+        reference_names=refs,
+        target_names=[f"tg{i}" for i in range(len(refs))],
+        query_ids=[],
+        edited_image_dir=str(edited_dir),
+        loop=1,
+        task="t",
+        dataset_path=str(tmp),
+    )
     (tmp / "task" / "t").mkdir(parents=True, exist_ok=True)
-    _, fused = fns["circo_fuse2paths"](device="cpu", predicted_img_features=None, predicted_txt_features=None,
-                                       candidates1=c1, candidates2=c2, reference_names=refs, targets=[], target_names=[],
-                                       index_features=None, index_names=names, query_ids=list(range(len(refs))),
-                                       dataset_name="circo", dataset_path=str(tmp), task="t", split="test")
+    _, fused = fns["circo_fuse2paths"](
+        device="cpu",
+        predicted_img_features=None,
+        predicted_txt_features=None,
+        candidates1=c1,
+        candidates2=c2,
+        reference_names=refs,
+        targets=[],
+        target_names=[],
+        index_features=None,
+        index_names=names,
+        query_ids=list(range(len(refs))),
+        dataset_name="circo",
+        dataset_path=str(tmp),
+        task="t",
+        split="test",
+    )
     edits = {p.split("/")[-1].split(".")[0]: q for p, q in bagel2.edits}
-    return {"descriptions": list(desc), "pseudo_t2i": pseudo1, "pseudo_i2i": pseudo2,
-            "open_t2i": open1_before, "open_i2i": open2_before,
-            "refine_t2i": list(open1), "refine_i2i": list(open2),
-            "suggestion_t2i": list(used1), "suggestion_i2i": list(used2),
-            "new_descriptions": list(new_desc),
-            "edit_instruction": [edits.get(r, "") for r in refs], "fused": [list(f) for f in fused],
-            "confidences": [[c[2] for c in row] for row in c1]}
+    return {
+        "descriptions": list(desc),
+        "pseudo_t2i": pseudo1,
+        "pseudo_i2i": pseudo2,
+        "open_t2i": open1_before,
+        "open_i2i": open2_before,
+        "refine_t2i": list(open1),
+        "refine_i2i": list(open2),
+        "suggestion_t2i": list(used1),
+        "suggestion_i2i": list(used2),
+        "new_descriptions": list(new_desc),
+        "edit_instruction": [edits.get(r, "") for r in refs],
+        "fused": [list(f) for f in fused],
+        "confidences": [[c[2] for c in row] for row in c1],
+    }
 
 
 def ours(compat: bool) -> dict:
     from agentcir.framework.methods.autocir import edited_description
-    from agentcir.framework.methods.wiser import (STOP_PHRASE, best_candidate, combined_instruction,
-                                                  fuse_two_paths, refine_step)
+    from agentcir.framework.methods.wiser import (
+        STOP_PHRASE,
+        best_candidate,
+        combined_instruction,
+        fuse_two_paths,
+        refine_step,
+    )
 
     names, t2i, i2i, refs = world()
-    out: dict[str, list] = {k: [] for k in ("descriptions", "pseudo_t2i", "pseudo_i2i", "open_t2i", "open_i2i",
-                                            "refine_t2i", "refine_i2i", "suggestion_t2i", "suggestion_i2i",
-                                            "new_descriptions", "edit_instruction", "fused", "confidences")}
+    out: dict[str, list] = {
+        k: []
+        for k in (
+            "descriptions",
+            "pseudo_t2i",
+            "pseudo_i2i",
+            "open_t2i",
+            "open_i2i",
+            "refine_t2i",
+            "refine_i2i",
+            "suggestion_t2i",
+            "suggestion_i2i",
+            "new_descriptions",
+            "edit_instruction",
+            "fused",
+            "confidences",
+        )
+    }
     for i, (cap, ins) in enumerate(zip(CAPTIONS, INSTRUCTIONS)):
         desc = edited_description(describe_reply(cap, ins), ins, upstream_compat=compat)
         out["descriptions"].append(desc)
@@ -230,9 +333,14 @@ def compare(a: dict, b: dict) -> dict[str, int]:
 def check(checkout: Path) -> dict:
     with tempfile.TemporaryDirectory() as d:
         theirs = released(released_functions(checkout), Path(d))
-    return {"queries": len(INSTRUCTIONS), "refined_t2i": sum(theirs["refine_t2i"]),
-            "refined_i2i": sum(theirs["refine_i2i"]), "settled": sum(not x for x in theirs["open_t2i"]),
-            "upstream_compat": compare(theirs, ours(True)), "correct": compare(theirs, ours(False))}
+    return {
+        "queries": len(INSTRUCTIONS),
+        "refined_t2i": sum(theirs["refine_t2i"]),
+        "refined_i2i": sum(theirs["refine_i2i"]),
+        "settled": sum(not x for x in theirs["open_t2i"]),
+        "upstream_compat": compare(theirs, ours(True)),
+        "correct": compare(theirs, ours(False)),
+    }
 
 
 def _verifier_prompt(checkout: Path) -> str:
@@ -256,8 +364,10 @@ def export_prompts(checkout: Path, out: Path, base_name: str = "structural_modif
 
     prompts = runpy.run_path(str(checkout / "src" / "prompts.py"))
     if base_name not in prompts:
-        raise SystemExit(f"{checkout}/src/prompts.py has no prompt '{base_name}'; it has: "
-                         f"{', '.join(k for k, v in prompts.items() if isinstance(v, str) and not k.startswith('_'))}")
+        raise SystemExit(
+            f"{checkout}/src/prompts.py has no prompt '{base_name}'; it has: "
+            f"{', '.join(k for k, v in prompts.items() if isinstance(v, str) and not k.startswith('_'))}"
+        )
     base = prompts[base_name]
     ns = {"json": json, "torch": types.SimpleNamespace(device=object), "Enum": object, "auto": lambda: 0}
     handler = load_defs(checkout / "src" / "check_prompt.py", ["ModelHandler"], ns)["ModelHandler"]
@@ -266,20 +376,42 @@ def export_prompts(checkout: Path, out: Path, base_name: str = "structural_modif
     bagel.generate_caption = lambda prompt: bagel.prompts.append(prompt) or ""  # type: ignore[method-assign]
     import tqdm
 
-    fns = load_defs(checkout / "src" / "utils.py", ["extract_suggestions", "LLM_remodify_editimg_caption"],
-                    {"tqdm": tqdm, "os": os, "prompts": types.SimpleNamespace(base=base)})
+    fns = load_defs(
+        checkout / "src" / "utils.py",
+        ["extract_suggestions", "LLM_remodify_editimg_caption"],
+        {"tqdm": tqdm, "os": os, "prompts": types.SimpleNamespace(base=base)},
+    )
     fns["LLM_remodify_editimg_caption"](
-        bagel_editor=bagel, LLM_model_name="bagel", llm_prompt_args="prompts.base", last_captions=[""],
-        last_img_pths=[""], ref_img_paths=[""], all_captions=["{{reference_caption}}"], relative_captions=["@@M@@"],
-        t2i_suggestions=["Suggestion: @@S@@"], i2i_suggestions=[""], openai_key="", device="cpu",
-        txt_check_index=[True], img_check_index=[False], reference_names=["r"], target_names=["t"], query_ids=[],
-        edited_image_dir=str(out), loop=1, task="t", dataset_path=str(out))
+        bagel_editor=bagel,
+        LLM_model_name="bagel",
+        llm_prompt_args="prompts.base",
+        last_captions=[""],
+        last_img_pths=[""],
+        ref_img_paths=[""],
+        all_captions=["{{reference_caption}}"],
+        relative_captions=["@@M@@"],
+        t2i_suggestions=["Suggestion: @@S@@"],
+        i2i_suggestions=[""],
+        openai_key="",
+        device="cpu",
+        txt_check_index=[True],
+        img_check_index=[False],
+        reference_names=["r"],
+        target_names=["t"],
+        query_ids=[],
+        edited_image_dir=str(out),
+        loop=1,
+        task="t",
+        dataset_path=str(out),
+    )
     redescribe = bagel.prompts[0].replace("@@M@@ and @@S@@.", "{{instruction}}")
-    files = {"describe.txt": base + "\nImage Content: {{reference_caption}}\nInstruction: {{instruction}}",
-             "redescribe.txt": redescribe,
-             "check_t2i.txt": handler._generate_t2i_check_prompt(None, *args),
-             "check_i2i.txt": handler._generate_i2i_check_prompt(None, *args),
-             "verify.txt": _verifier_prompt(checkout)}
+    files = {
+        "describe.txt": base + "\nImage Content: {{reference_caption}}\nInstruction: {{instruction}}",
+        "redescribe.txt": redescribe,
+        "check_t2i.txt": handler._generate_t2i_check_prompt(None, *args),
+        "check_i2i.txt": handler._generate_i2i_check_prompt(None, *args),
+        "verify.txt": _verifier_prompt(checkout),
+    }
     out.mkdir(parents=True, exist_ok=True)
     for name, text in files.items():
         (out / name).write_text(text, encoding="utf-8")
@@ -290,7 +422,9 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--wiser", type=Path, required=True, help="a checkout of Physicsmile/WISER")
     ap.add_argument("--export-prompts", type=Path, help="write the authors' prompts as prompt files into this folder")
-    ap.add_argument("--base", default="structural_modifier_prompt", help="the released base prompt of the caption editor")
+    ap.add_argument(
+        "--base", default="structural_modifier_prompt", help="the released base prompt of the caption editor"
+    )
     args = ap.parse_args(argv)
     if not (args.wiser / "src" / "utils.py").is_file():
         ap.error(f"--wiser {args.wiser}: not a WISER checkout (no src/utils.py)")
@@ -299,8 +433,10 @@ def main(argv: list[str] | None = None) -> int:
             print(f"wrote {f}")
         return 0
     res = check(args.wiser)
-    print(f"WISER: {res['queries']} queries; paths settled by the verifier (t2i): {res['settled']}; "
-          f"refined: t2i {res['refined_t2i']}, i2i {res['refined_i2i']}")
+    print(
+        f"WISER: {res['queries']} queries; paths settled by the verifier (t2i): {res['settled']}; "
+        f"refined: t2i {res['refined_t2i']}, i2i {res['refined_i2i']}"
+    )
     keys = list(res["upstream_compat"])
     print("| reading | " + " | ".join(keys) + " |")
     print("|---|" + "---|" * len(keys))

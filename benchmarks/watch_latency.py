@@ -30,6 +30,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(ROOT))
 from _data import cpu_summary  # noqa: E402
+
 PHOTOS = ROOT.parent / "shared" / "data" / "fashion-products" / "images"
 
 
@@ -62,13 +63,14 @@ def main() -> int:
     need = args.n + args.trials + args.burst
     if len(pool) < need:
         raise SystemExit(f"'{args.photos}' holds {len(pool)} photos, {need} are needed")
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT,
-                            check=False).stdout.strip()
+    commit = subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT, check=False
+    ).stdout.strip()
     with tempfile.TemporaryDirectory(prefix="agentcir-watch-") as tmp:
         tmp = Path(tmp)
         folder = tmp / "photos"
         folder.mkdir()
-        for p in pool[:args.n]:
+        for p in pool[: args.n]:
             shutil.copy(p, folder / p.name)
         recipe = compose([f"run.root={tmp / 'runs'}", "run.progress=false", "method=image_only"])
         t0 = time.perf_counter()
@@ -76,15 +78,19 @@ def main() -> int:
         index_s = time.perf_counter() - t0
         print(f"indexed {args.n} photos in {index_s:.1f} s", flush=True)
         s = Searcher(recipe, tmp / "g")
-        app = create_app(s, uploads=tmp / "up", thumbs=tmp / "thumbs",
-                         config=ServeConfig(warm_up=False, thumbnails=False, reload_s=1.0))
+        app = create_app(
+            s,
+            uploads=tmp / "up",
+            thumbs=tmp / "thumbs",
+            config=ServeConfig(warm_up=False, thumbnails=False, reload_s=1.0),
+        )
         st = app.state.serve
         st.watch(folder, debounce_s=args.debounce)
-        while not st.library["following"]:   # the first update (nothing changed) done
+        while not st.library["following"]:  # the first update (nothing changed) done
             if st.library["error"]:
                 raise SystemExit(st.library["error"])
             time.sleep(0.1)
-        s.search(image=folder / pool[0].name, k=1)    # the encoder and kernels loaded
+        s.search(image=folder / pool[0].name, k=1)  # the encoder and kernels loaded
         searchable: list[float] = []
         updates: list[float] = []
 
@@ -94,7 +100,7 @@ def main() -> int:
             while p.stem not in s.gallery.ids:
                 time.sleep(0.02)
             hits = [h.id for h in s.search(image=crop, k=3).hits]
-            assert p.stem in hits, (hits, p.stem)   # near-identical catalogue photos may rank first
+            assert p.stem in hits, (hits, p.stem)  # near-identical catalogue photos may rank first
             return time.perf_counter() - t_land
 
         for i in range(args.trials):
@@ -109,30 +115,39 @@ def main() -> int:
             updates.append(st.library["last_update_s"])
             print(f"photo {i + 1}: searchable {took:.2f} s after landing ({st.library['last_update']})", flush=True)
             time.sleep(0.5)
-        burst = pool[args.n + args.trials: need]
+        burst = pool[args.n + args.trials : need]
         t_land = time.perf_counter()
         for p in burst:
             shutil.copy(p, folder / p.name)
         burst_s = max(wait_searchable(folder / p.name, t_land) for p in burst)
-        print(f"burst of {len(burst)}: the last searchable {burst_s:.2f} s after the first landed "
-              f"({st.library['updates']} updates in all; {st.library['last_update']})", flush=True)
+        print(
+            f"burst of {len(burst)}: the last searchable {burst_s:.2f} s after the first landed "
+            f"({st.library['updates']} updates in all; {st.library['last_update']})",
+            flush=True,
+        )
         st.close()
         kind = st.library["observer"]
-    text = "\n".join([
-        "# Watch mode: from a photo landing to it being searchable\n",
-        f"- command: `python benchmarks/watch_latency.py {' '.join(sys.argv[1:])}`",
-        f"- commit: {commit}",
-        f"- CPU: {cpu_summary()} ({os.cpu_count()} cores visible)",
-        f"- load average at the end (1/5/15 min; the machine is shared): {' '.join(f'{x:.1f}' for x in os.getloadavg())}",
-        f"- gallery: {args.n} photos (fashion-products), encoder catalog, indexed in {index_s:.1f} s",
-        f"- served as `agentcir serve --watch` does ({kind} file events, debounce {args.debounce:g} s, settle 0.5 s); "
-        "searchable = a search with a crop of the photo answers it in its top 3\n",
-        "| what | figure |", "|---|---:|",
-        f"| one photo: landing to searchable, median of {len(searchable)} | {statistics.median(searchable):.2f} s |",
-        f"| one photo: min / max | {min(searchable):.2f} / {max(searchable):.2f} s |",
-        f"| one photo: of which first change to gallery swapped in and opened (median) | {statistics.median(updates):.2f} s |",
-        f"| burst of {len(burst)} photos: landing of the first to the last searchable | {burst_s:.2f} s |",
-    ]) + "\n"
+    text = (
+        "\n".join(
+            [
+                "# Watch mode: from a photo landing to it being searchable\n",
+                f"- command: `python benchmarks/watch_latency.py {' '.join(sys.argv[1:])}`",
+                f"- commit: {commit}",
+                f"- CPU: {cpu_summary()} ({os.cpu_count()} cores visible)",
+                f"- load average at the end (1/5/15 min; the machine is shared): {' '.join(f'{x:.1f}' for x in os.getloadavg())}",
+                f"- gallery: {args.n} photos (fashion-products), encoder catalog, indexed in {index_s:.1f} s",
+                f"- served as `agentcir serve --watch` does ({kind} file events, debounce {args.debounce:g} s, settle 0.5 s); "
+                "searchable = a search with a crop of the photo answers it in its top 3\n",
+                "| what | figure |",
+                "|---|---:|",
+                f"| one photo: landing to searchable, median of {len(searchable)} | {statistics.median(searchable):.2f} s |",
+                f"| one photo: min / max | {min(searchable):.2f} / {max(searchable):.2f} s |",
+                f"| one photo: of which first change to gallery swapped in and opened (median) | {statistics.median(updates):.2f} s |",
+                f"| burst of {len(burst)} photos: landing of the first to the last searchable | {burst_s:.2f} s |",
+            ]
+        )
+        + "\n"
+    )
     print(text)
     if args.out:
         Path(args.out).write_text(text)

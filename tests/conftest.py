@@ -53,9 +53,23 @@ def plugin_path(tmp_path_factory) -> Path:
     # workers installing the same source folder at once would race on them
     source = tmp_path_factory.mktemp("plugin-src") / "plugin_pkg"
     shutil.copytree(ROOT / "tests" / "plugin_pkg", source, ignore=shutil.ignore_patterns("build", "*.egg-info"))
-    done = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation",
-                           "--disable-pip-version-check", "--target", str(target), str(source)],
-                          capture_output=True, text=True)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "-q",
+            "--no-deps",
+            "--no-build-isolation",
+            "--disable-pip-version-check",
+            "--target",
+            str(target),
+            str(source),
+        ],
+        capture_output=True,
+        text=True,
+    )
     if done.returncode:
         raise RuntimeError(f"pip could not install tests/plugin_pkg: {done.stderr[-2000:]}")
     sys.path.insert(0, str(target))

@@ -14,8 +14,11 @@ def mount_tmpfs(path: Path, size: str, *opts: str) -> tuple[bool, str]:
     path.mkdir(parents=True, exist_ok=True)
     if sys.platform != "linux" or os.geteuid() != 0:
         return False, "mounting needs root on Linux"
-    r = subprocess.run(["mount", "-t", "tmpfs", "-o", ",".join([f"size={size}", *opts]), "tmpfs", str(path)],
-                       capture_output=True, text=True)
+    r = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", ",".join([f"size={size}", *opts]), "tmpfs", str(path)],
+        capture_output=True,
+        text=True,
+    )
     if r.returncode:
         return False, r.stderr.strip() or f"mount exited {r.returncode}"
     return True, ""

@@ -98,13 +98,16 @@ def bench(tmp_path_factory) -> Path:
 
 # -- light import -------------------------------------------------------------------------------
 def test_import_is_light_and_names_load_on_use():
-    code = ("import sys, agentcir as ac\n"
-            "before = [m for m in sys.modules if m == 'agentcir.api' or m.split('.')[0] in HEAVY]\n"
-            "names = sorted(ac.__all__); ac.list('method'); ac.Retriever; ac.RunResult\n"
-            "after = [m for m in sys.modules if m.split('.')[0] in HEAVY]\n"
-            "print(before, after, 'agentcir.api' in sys.modules, 'compose' in dir(ac))")
-    out = subprocess.run([sys.executable, "-c", f"HEAVY = {HEAVY!r}\n{code}"], capture_output=True, text=True,
-                         check=True).stdout.strip()
+    code = (
+        "import sys, agentcir as ac\n"
+        "before = [m for m in sys.modules if m == 'agentcir.api' or m.split('.')[0] in HEAVY]\n"
+        "names = sorted(ac.__all__); ac.list('method'); ac.Retriever; ac.RunResult\n"
+        "after = [m for m in sys.modules if m.split('.')[0] in HEAVY]\n"
+        "print(before, after, 'agentcir.api' in sys.modules, 'compose' in dir(ac))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", f"HEAVY = {HEAVY!r}\n{code}"], capture_output=True, text=True, check=True
+    ).stdout.strip()
     assert out == "[] [] True True", out
     with pytest.raises(AttributeError, match="has no attribute 'nope'"):
         ac.nope  # noqa: B018
@@ -211,8 +214,10 @@ def test_retriever_answers_what_search_json_prints(photos, tmp_path, capsys):
     ac.index(photos, "encoder=api_pixels", out=gal)
     args = ["encoder=api_pixels", "method=image_text_sum", f"run.cache={tmp_path / 'c.sqlite'}"]
     ref = photos / "Trip 2019" / "rome.jpg"
-    assert main(["search", "--gallery", str(gal), "--image", str(ref), "--text", "in blue", "-k", "4", "--json",
-                 *args]) == 0
+    assert (
+        main(["search", "--gallery", str(gal), "--image", str(ref), "--text", "in blue", "-k", "4", "--json", *args])
+        == 0
+    )
     printed = json.loads(capsys.readouterr().out)
     with ac.Retriever(gal, *args) as retriever:
         result = retriever.search(image=ref, text="in blue", k=4)
@@ -232,8 +237,14 @@ def test_retriever_refuses_bad_input(tmp_path):
 def test_run_result_is_what_the_run_directory_holds(bench, tmp_path):
     from agentcir.framework.report import read_rankings
 
-    recipe = ac.compose("method=image_text_sum", "encoder=api_pixels", "dataset=composed", f"dataset.root={bench}",
-                        f"run.root={tmp_path}", "run.progress=false")
+    recipe = ac.compose(
+        "method=image_text_sum",
+        "encoder=api_pixels",
+        "dataset=composed",
+        f"dataset.root={bench}",
+        f"run.root={tmp_path}",
+        "run.progress=false",
+    )
     result = ac.run(recipe)
     assert isinstance(result, ac.RunResult) and result.dir.parent == tmp_path and result.num_queries == 3
     assert result.rankings == read_rankings(result.dir)
@@ -249,8 +260,9 @@ def test_load_recipe(tmp_path):
     (tmp_path / "encoder").mkdir()
     (tmp_path / "encoder" / "small.yaml").write_text("name: api_pixels\nbatch_size: 4\n")
     top = tmp_path / "config.yaml"  # the project's name, yet this file is the one composed
-    top.write_text("defaults:\n  - encoder: small\n  - method: text_only\n  - dataset: demo\n  - _self_\n"
-                   "run:\n  show: 1\n")
+    top.write_text(
+        "defaults:\n  - encoder: small\n  - method: text_only\n  - dataset: demo\n  - _self_\nrun:\n  show: 1\n"
+    )
     r = ac.load_recipe(top, "method.top_k=7")
     assert r["encoder"] == {"name": "api_pixels", "batch_size": 4, "scale": 1.0}
     assert r["method"]["top_k"] == 7 and r["run"]["show"] == 1 and "llm" not in r
@@ -292,8 +304,9 @@ def test_readme_python_api_section_runs(photos, bench, examples_dir, monkeypatch
     section = text.split("## Python API\n", 1)[1].split("\n## ", 1)[0]
     section = "\n".join("" if line.startswith("```") else line for line in section.splitlines())  # the fences
     monkeypatch.chdir(examples_dir)
-    test = doctest.DocTestParser().get_doctest(section, {"photos": str(photos), "bench": str(bench),
-                                                         "__name__": "readme"}, "README Python API", "README.md", 0)
+    test = doctest.DocTestParser().get_doctest(
+        section, {"photos": str(photos), "bench": str(bench), "__name__": "readme"}, "README Python API", "README.md", 0
+    )
     assert len(test.examples) > 10
     runner = doctest.DocTestRunner(optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE)
     out: list[str] = []

@@ -46,10 +46,27 @@ def test_index_search_eval(plugin_env, image_folder, tmp_path):
     assert "broken.jpg" in r.stderr  # the skipped file is named
     assert re.search(r"^embedding took [0-9.]+ s \([0-9.]+ images/s\)$", r.stdout, re.M)
     again = run_cli(["index", str(image_folder), "--out", str(gal), "encoder=toy", "-q"], env=plugin_env)
-    assert again.returncode == 0 and "only what it lacked was embedded" in again.stdout and "images/s" not in again.stdout
+    assert (
+        again.returncode == 0 and "only what it lacked was embedded" in again.stdout and "images/s" not in again.stdout
+    )
     ref = next(image_folder.glob("img01.png"))
-    r = run_cli(["search", "--gallery", str(gal), "--image", str(ref), "--text", "brighter", "-k", "3",
-                 "encoder=toy", "-q", f"run.cache={tmp_path / 'c.sqlite'}"], env=plugin_env)
+    r = run_cli(
+        [
+            "search",
+            "--gallery",
+            str(gal),
+            "--image",
+            str(ref),
+            "--text",
+            "brighter",
+            "-k",
+            "3",
+            "encoder=toy",
+            "-q",
+            f"run.cache={tmp_path / 'c.sqlite'}",
+        ],
+        env=plugin_env,
+    )
     assert r.returncode == 0, r.stderr
     lines = r.stdout.strip().splitlines()
     assert lines[0].split() == ["rank", "id", "score", "path"] and len(lines) == 4
@@ -63,11 +80,14 @@ def test_index_search_eval(plugin_env, image_folder, tmp_path):
 
 def test_index_sharded_without_an_engine(plugin_env, image_folder, tmp_path):
     """`agentcir index --shards S` alone: the default engine (local), and the metadata line still comes."""
-    r = run_cli(["index", str(image_folder), "--out", str(tmp_path / "g"), "--shards", "2", "encoder=toy", "-q"],
-                env=plugin_env)
+    r = run_cli(
+        ["index", str(image_folder), "--out", str(tmp_path / "g"), "--shards", "2", "encoder=toy", "-q"], env=plugin_env
+    )
     assert r.returncode == 0, r.stderr
     assert "2 shard(s), engine local" in r.stdout and "indexed 12 image(s)" in r.stdout
-    r = run_cli(["index", str(image_folder), "--out", str(tmp_path / "g2"), "--shards", "-1", "encoder=toy"], env=plugin_env)
+    r = run_cli(
+        ["index", str(image_folder), "--out", str(tmp_path / "g2"), "--shards", "-1", "encoder=toy"], env=plugin_env
+    )
     assert r.returncode == 2 and "field 'shards': must be at least 0, got -1" in r.stderr
 
 

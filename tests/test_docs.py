@@ -19,8 +19,15 @@ ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
 TUTORIALS = sorted((DOCS / "tutorials").glob("*.md"))
 #: the pages checked for narration and references: the docs, the READMEs, the benchmark records
-PAGES = sorted([*DOCS.rglob("*.md"), ROOT / "README.md", *(ROOT / "agentcir").rglob("README.md"),
-                *(ROOT / "benchmarks").rglob("*.md"), ROOT / "tests" / "README.md"])
+PAGES = sorted(
+    [
+        *DOCS.rglob("*.md"),
+        ROOT / "README.md",
+        *(ROOT / "agentcir").rglob("README.md"),
+        *(ROOT / "benchmarks").rglob("*.md"),
+        ROOT / "tests" / "README.md",
+    ]
+)
 RUNNABLE = re.compile(r"<!-- runnable -->\n```python\n(.*?)```", re.S)
 
 #: words that tell of the work that made the software rather than of the software
@@ -38,16 +45,27 @@ UNOPENABLE = [r"DESIGN\.md", r"\bissues? #\d+", r"\bissue \d+\b", r"\bissue-#\d+
 
 
 def _mkdocs() -> bool:
-    return all(importlib.util.find_spec(m) is not None for m in ("mkdocs", "material", "mkdocstrings", "mkdocstrings_handlers.python"))
+    return all(
+        importlib.util.find_spec(m) is not None
+        for m in ("mkdocs", "material", "mkdocstrings", "mkdocstrings_handlers.python")
+    )
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not _mkdocs(), reason="mkdocs, mkdocs-material and mkdocstrings[python] are not installed (pip install 'agentcir[docs]')")
+@pytest.mark.skipif(
+    not _mkdocs(),
+    reason="mkdocs, mkdocs-material and mkdocstrings[python] are not installed (pip install 'agentcir[docs]')",
+)
 def test_site_builds_in_strict_mode(tmp_path):
     out = tmp_path / "site"
-    proc = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(out)],
-                          cwd=ROOT, capture_output=True, text=True, timeout=600,
-                          env={**os.environ, "NO_MKDOCS_2_WARNING": "1"})
+    proc = subprocess.run(
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(out)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, "NO_MKDOCS_2_WARNING": "1"},
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     api = (out / "api" / "index.html").read_text(encoding="utf-8")
     for name in ("compose", "run_recipe", "Searcher", "cosine_topk", "InputError"):
@@ -67,8 +85,13 @@ def undocumented(module: str, members: list[str] | None) -> list[str]:
     mod = importlib.import_module(module)
     out = [] if mod.__doc__ else [module]
     if members is None:
-        members = [n for n, o in vars(mod).items() if not n.startswith("_") and getattr(o, "__module__", None) == module
-                   and (inspect.isclass(o) or inspect.isfunction(o))]
+        members = [
+            n
+            for n, o in vars(mod).items()
+            if not n.startswith("_")
+            and getattr(o, "__module__", None) == module
+            and (inspect.isclass(o) or inspect.isfunction(o))
+        ]
     for name in members:
         obj = getattr(mod, name)
         if not (obj.__doc__ if inspect.isclass(obj) else inspect.getdoc(obj)):
@@ -89,9 +112,11 @@ def test_the_api_reference_documents_every_name_it_shows():
 
 
 def test_a_missing_docstring_is_found(tmp_path, monkeypatch):
-    (tmp_path / "undoc_mod.py").write_text('"""A module."""\n\ndef documented():\n    """Yes."""\n\n\n'
-                                           'def bare():\n    pass\n\n\nclass K:\n    """A class."""\n\n'
-                                           '    def method(self):\n        pass\n')
+    (tmp_path / "undoc_mod.py").write_text(
+        '"""A module."""\n\ndef documented():\n    """Yes."""\n\n\n'
+        'def bare():\n    pass\n\n\nclass K:\n    """A class."""\n\n'
+        "    def method(self):\n        pass\n"
+    )
     monkeypatch.syspath_prepend(str(tmp_path))
     assert undocumented("undoc_mod", None) == ["undoc_mod.bare", "undoc_mod.K.method"]
 
@@ -104,8 +129,9 @@ def test_tutorial_code_runs(page, tmp_path):
     script = tmp_path / f"{page.stem}.py"
     script.write_text("\n\n".join(blocks), encoding="utf-8")
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
-    proc = subprocess.run([sys.executable, str(script)], cwd=tmp_path, env=env, capture_output=True, text=True,
-                          timeout=900)
+    proc = subprocess.run(
+        [sys.executable, str(script)], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=900
+    )
     assert proc.returncode == 0, f"{page.name}:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
 
 
@@ -115,9 +141,9 @@ def narration(text: str) -> list[str]:
 
 
 def test_the_narration_check_finds_session_words():
-    assert narration("Measured in this session; the sixth session's runs; round 2; a helper wrote it; "
-                     "see DESIGN.md §5 and issue #14") == [
-        "this session", "sixth session", "round 2", "a helper", "DESIGN.md", "issue #14"]
+    assert narration(
+        "Measured in this session; the sixth session's runs; round 2; a helper wrote it; see DESIGN.md §5 and issue #14"
+    ) == ["this session", "sixth session", "round 2", "a helper", "DESIGN.md", "issue #14"]
     assert narration("the agent's session memory; shared helpers of the backends; a helper function") == []
 
 

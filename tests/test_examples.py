@@ -28,8 +28,23 @@ def example_site(tmp_path_factory) -> Path:
     src = tmp_path_factory.mktemp("example-src") / "agentcir-refine-loop"
     shutil.copytree(EXAMPLE, src, ignore=shutil.ignore_patterns("build", "*.egg-info", "__pycache__"))
     target = tmp_path_factory.mktemp("example-site")
-    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation",
-                    "--disable-pip-version-check", "--target", str(target), str(src)], check=True, capture_output=True)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "-q",
+            "--no-deps",
+            "--no-build-isolation",
+            "--disable-pip-version-check",
+            "--target",
+            str(target),
+            str(src),
+        ],
+        check=True,
+        capture_output=True,
+    )
     return target
 
 
@@ -48,8 +63,19 @@ def env_for(site: Path, cache: Path) -> dict:
 
 
 def run_args(dataset: Path, root: Path, name: str, *more: str) -> list[str]:
-    return [sys.executable, "-m", "agentcir.cli", "run", "method=refine_loop", "dataset=composed",
-            f"dataset.root={dataset}", f"run.root={root}", f"run.name={name}", "run.progress=false", *more]
+    return [
+        sys.executable,
+        "-m",
+        "agentcir.cli",
+        "run",
+        "method=refine_loop",
+        "dataset=composed",
+        f"dataset.root={dataset}",
+        f"run.root={root}",
+        f"run.name={name}",
+        "run.progress=false",
+        *more,
+    ]
 
 
 def agentcir_run(args: list[str], env: dict) -> subprocess.CompletedProcess:
@@ -80,9 +106,23 @@ class Endpoint:
         self.proc: subprocess.Popen | None = None
 
     def start(self) -> "Endpoint":
-        self.proc = subprocess.Popen([sys.executable, "-m", "agentcir.testing.server", "--port", str(self.port),
-                                      "--delay", str(self.delay), "--replier", "agentcir_refine_loop.tasks"],
-                                     env=self.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        self.proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "agentcir.testing.server",
+                "--port",
+                str(self.port),
+                "--delay",
+                str(self.delay),
+                "--replier",
+                "agentcir_refine_loop.tasks",
+            ],
+            env=self.env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         line = self.proc.stdout.readline()
         assert line.startswith("serving http://127.0.0.1:"), line + self.proc.stderr.read()
         return self
@@ -123,8 +163,12 @@ def test_killed_and_resumed_against_the_scripted_endpoint_gives_identical_result
         # the same run, SIGKILLed once some queries are planned
         env_b = env_for(example_site, tmp_path / "b.sqlite")
         cut = tmp_path / "runs" / "cut"
-        proc = subprocess.Popen(run_args(dataset, tmp_path / "runs", "cut", *llm), env=env_b,
-                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        proc = subprocess.Popen(
+            run_args(dataset, tmp_path / "runs", "cut", *llm),
+            env=env_b,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         log = cut / "stages" / "plan.jsonl"
         deadline = time.monotonic() + 500
         while time.monotonic() < deadline and proc.poll() is None:
@@ -178,8 +222,25 @@ def test_editing_the_method_recomputes(example_site, dataset, tmp_path):
 
 def test_the_packages_own_tests_pass(example_site, tmp_path):
     env = env_for(example_site, tmp_path / "cache.sqlite")
-    p = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--rootdir", str(tmp_path),
-                        "-c", os.devnull, str(EXAMPLE / "tests")], env=env, capture_output=True, text=True,
-                       timeout=600, cwd=tmp_path)
+    p = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "--rootdir",
+            str(tmp_path),
+            "-c",
+            os.devnull,
+            str(EXAMPLE / "tests"),
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=tmp_path,
+    )
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-2000:]
     assert "3 passed" in p.stdout

@@ -9,7 +9,10 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def test_every_module_folder_is_an_installed_package():
     installed = set(find_packages(where=str(ROOT), include=["agentcir", "agentcir.*"]))
-    folders = {p.parent.relative_to(ROOT).as_posix().replace("/", ".")
-               for p in (ROOT / "agentcir").rglob("*.py") if "__pycache__" not in p.parts}
+    folders = {
+        p.parent.relative_to(ROOT).as_posix().replace("/", ".")
+        for p in (ROOT / "agentcir").rglob("*.py")
+        if "__pycache__" not in p.parts
+    }
     missing = sorted(folders - installed)
     assert not missing, f"folders of modules without __init__.py (left out of a wheel): {missing}"

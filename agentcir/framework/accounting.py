@@ -152,18 +152,33 @@ def follow_concurrency(components: dict[str, Any], concurrency: int) -> dict[str
         out[kind] = info
         who = comp.describe() if hasattr(comp, "describe") else kind
         if info.get("capped_by") and info["limit"] < concurrency:
-            log.warning("%s: at most %d requests in flight (capped by %s), below run.concurrency=%d",
-                        who, info["limit"], info["capped_by"], concurrency)
+            log.warning(
+                "%s: at most %d requests in flight (capped by %s), below run.concurrency=%d",
+                who,
+                info["limit"],
+                info["capped_by"],
+                concurrency,
+            )
         else:
-            log.info("%s: %d requests in flight at most (%s)", who, info["limit"],
-                     f"capped by {info['capped_by']}" if info.get("capped_by") else "follows run.concurrency")
+            log.info(
+                "%s: %d requests in flight at most (%s)",
+                who,
+                info["limit"],
+                f"capped by {info['capped_by']}" if info.get("capped_by") else "follows run.concurrency",
+            )
     return out
 
 
 def stage_time_columns() -> list[tuple[str, str]]:
     """(StageStats field, column title) of the time columns of the report's cost table."""
-    return [("wall_s", "wall s"), ("call_s", "model-call s (sum)"), ("call_wall_s", "model-call s (wall)"),
-            ("queue_s", "queueing s"), ("cpu_s", "CPU s"), ("loading_s", "of which model loading s")]
+    return [
+        ("wall_s", "wall s"),
+        ("call_s", "model-call s (sum)"),
+        ("call_wall_s", "model-call s (wall)"),
+        ("queue_s", "queueing s"),
+        ("cpu_s", "CPU s"),
+        ("loading_s", "of which model loading s"),
+    ]
 
 
 def time_rows(runs: list[Any], labels: list[str]) -> dict[str, dict[str, Any]]:

@@ -36,8 +36,11 @@ MISSING = object()
 
 def _default(o: Any) -> Any:
     if isinstance(o, np.ndarray):
-        return {"__nd__": base64.b64encode(np.ascontiguousarray(o).tobytes()).decode(),
-                "dtype": str(o.dtype), "shape": list(o.shape)}
+        return {
+            "__nd__": base64.b64encode(np.ascontiguousarray(o).tobytes()).decode(),
+            "dtype": str(o.dtype),
+            "shape": list(o.shape),
+        }
     if isinstance(o, (np.integer, np.floating, np.bool_)):
         return o.item()
     if isinstance(o, Path):
@@ -124,8 +127,9 @@ class CallCache:
         if not Path(self.path).is_file():
             log.warning("call cache '%s' cannot be created (%s): model calls are made and not stored", self.path, why)
         else:
-            log.warning("call cache '%s' is read-only (%s): stored values are used, new ones are not stored",
-                        self.path, why)
+            log.warning(
+                "call cache '%s' is read-only (%s): stored values are used, new ones are not stored", self.path, why
+            )
         self._reconnect()
 
     def _setup(self) -> None:
@@ -137,8 +141,10 @@ class CallCache:
             else:
                 self._has_digest = True
             return
-        c.execute("CREATE TABLE IF NOT EXISTS calls (key TEXT PRIMARY KEY, component TEXT, op TEXT, "
-                  "value BLOB NOT NULL, created REAL NOT NULL, digest TEXT)")
+        c.execute(
+            "CREATE TABLE IF NOT EXISTS calls (key TEXT PRIMARY KEY, component TEXT, op TEXT, "
+            "value BLOB NOT NULL, created REAL NOT NULL, digest TEXT)"
+        )
         c.commit()
         cols = [r[1] for r in c.execute("PRAGMA table_info(calls)").fetchall()]
         if "digest" not in cols:  # a cache written before values carried checksums: add them now
@@ -151,8 +157,9 @@ class CallCache:
             n = c.execute("UPDATE calls SET digest = agentcir_b2(value) WHERE digest IS NULL").rowcount
             c.commit()
             if n:
-                log.info("call cache '%s': checksums written for the %d value(s) stored before they existed",
-                         self.path, n)
+                log.info(
+                    "call cache '%s': checksums written for the %d value(s) stored before they existed", self.path, n
+                )
         self._has_digest = True
 
     def _reconnect(self) -> None:
@@ -170,8 +177,10 @@ class CallCache:
         if self.path == ":memory:" or (self.read_only and not Path(self.path).is_file()):
             if self._memory_conn is None:
                 self._memory_conn = sqlite3.connect(":memory:", check_same_thread=False)
-                self._memory_conn.execute("CREATE TABLE calls (key TEXT PRIMARY KEY, component TEXT, op TEXT, "
-                                          "value BLOB NOT NULL, created REAL NOT NULL, digest TEXT)")
+                self._memory_conn.execute(
+                    "CREATE TABLE calls (key TEXT PRIMARY KEY, component TEXT, op TEXT, "
+                    "value BLOB NOT NULL, created REAL NOT NULL, digest TEXT)"
+                )
             return self._memory_conn
         held = getattr(self._local, "conn", None)
         if held is not None and held[0] == self._generation:
@@ -213,7 +222,7 @@ class CallCache:
                 return
             p = Path(self.path)
             with hold_lock(p.with_name(f".{p.name}.recover.lock"), f"recovery of call cache '{p}'", wait=True):
-                if _readable(p):   # another process recovered it meanwhile
+                if _readable(p):  # another process recovered it meanwhile
                     return
                 aside = p.with_name(f"{p.name}.damaged-{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(3)}")
                 os.replace(p, aside)
@@ -225,26 +234,41 @@ class CallCache:
                 conn = sqlite3.connect(self.path, timeout=60)
                 try:
                     conn.execute("PRAGMA journal_mode=WAL")
-                    conn.execute("CREATE TABLE IF NOT EXISTS calls (key TEXT PRIMARY KEY, component TEXT, op TEXT, "
-                                 "value BLOB NOT NULL, created REAL NOT NULL, digest TEXT)")
+                    conn.execute(
+                        "CREATE TABLE IF NOT EXISTS calls (key TEXT PRIMARY KEY, component TEXT, op TEXT, "
+                        "value BLOB NOT NULL, created REAL NOT NULL, digest TEXT)"
+                    )
                     conn.executemany("INSERT OR REPLACE INTO calls VALUES (?,?,?,?,?,?)", rows)
                     conn.commit()
                 finally:
                     conn.close()
             self._has_digest = True
-            log.warning("call cache '%s' is damaged (sqlite: %s): moved aside to '%s' and rebuilt with the %d "
-                        "value(s) that could be read; the others are recomputed", self.path, err, aside.name, len(rows))
+            log.warning(
+                "call cache '%s' is damaged (sqlite: %s): moved aside to '%s' and rebuilt with the %d "
+                "value(s) that could be read; the others are recomputed",
+                self.path,
+                err,
+                aside.name,
+                len(rows),
+            )
 
     def _go_read_only_empty(self, err: BaseException) -> None:
-        log.warning("call cache '%s' is damaged (sqlite: %s) and read-only: it is not used, model calls are "
-                    "made and not stored", self.path, err)
+        log.warning(
+            "call cache '%s' is damaged (sqlite: %s) and read-only: it is not used, model calls are "
+            "made and not stored",
+            self.path,
+            err,
+        )
         self._memory_conn = None
         self.path = ":memory:"
 
     # -- values ---------------------------------------------------------------------------
     def _select(self, key: str):
-        q = "SELECT value, digest FROM calls WHERE key=?" if self._has_digest else \
-            "SELECT value, NULL FROM calls WHERE key=?"
+        q = (
+            "SELECT value, digest FROM calls WHERE key=?"
+            if self._has_digest
+            else "SELECT value, NULL FROM calls WHERE key=?"
+        )
         return self._conn().execute(q, (key,)).fetchone()
 
     def get(self, key: str) -> Any:
@@ -257,8 +281,12 @@ class CallCache:
                 self.hits += 1
                 return value
             self.damaged += 1
-            warn_once(f"cache:{self.path}", "call cache '%s': a stored value fails its checksum (damaged on "
-                      "disk); it is recomputed (and so is any other such value)", self.path)
+            warn_once(
+                f"cache:{self.path}",
+                "call cache '%s': a stored value fails its checksum (damaged on "
+                "disk); it is recomputed (and so is any other such value)",
+                self.path,
+            )
             if not self.read_only:
                 with self._lock:
                     self._guard(self._delete, key)
@@ -273,8 +301,10 @@ class CallCache:
     def _insert(self, key: str, blob: bytes, component: str, op: str) -> None:
         conn = self._conn()
         try:
-            conn.execute("INSERT OR REPLACE INTO calls VALUES (?,?,?,?,?,?)",
-                         (key, component, op, blob, time.time(), digest_bytes(blob)))
+            conn.execute(
+                "INSERT OR REPLACE INTO calls VALUES (?,?,?,?,?,?)",
+                (key, component, op, blob, time.time(), digest_bytes(blob)),
+            )
             conn.commit()
         except sqlite3.Error:
             conn.rollback()  # nothing half-written stays; the calls committed before are intact
@@ -293,8 +323,10 @@ class CallCache:
 
     def __contains__(self, key: str) -> bool:
         with self._lock:
-            return self._guard(lambda: self._conn().execute("SELECT 1 FROM calls WHERE key=?", (key,)).fetchone()) \
+            return (
+                self._guard(lambda: self._conn().execute("SELECT 1 FROM calls WHERE key=?", (key,)).fetchone())
                 is not None
+            )
 
     def __len__(self) -> int:
         with self._lock:
@@ -302,8 +334,9 @@ class CallCache:
 
     def count_by_component(self) -> dict[str, int]:
         with self._lock:
-            rows = self._guard(lambda: self._conn().execute(
-                "SELECT component, COUNT(*) FROM calls GROUP BY component").fetchall())
+            rows = self._guard(
+                lambda: self._conn().execute("SELECT component, COUNT(*) FROM calls GROUP BY component").fetchall()
+            )
         return dict(rows)
 
 
@@ -383,7 +416,8 @@ def _salvage_rows(path: Path) -> list[tuple]:
         for order in ("ASC", "DESC"):
             try:
                 for key, comp, op, value, created, dig in conn.execute(
-                        f"SELECT key, component, op, value, created, {digest} FROM calls ORDER BY rowid {order}"):
+                    f"SELECT key, component, op, value, created, {digest} FROM calls ORDER BY rowid {order}"
+                ):
                     if key in found:
                         continue
                     if _checked_value(value, dig) is MISSING:

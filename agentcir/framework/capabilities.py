@@ -46,7 +46,9 @@ def task_need(task: str) -> str:
 
 def check_need(need: str, where: str) -> str:
     """``need`` checked to be a capability (a bad one is a :class:`ConfigError` naming ``where``)."""
-    if not isinstance(need, str) or not (need in CAPABILITIES or (need.startswith(TASK_PREFIX) and len(need) > len(TASK_PREFIX))):
+    if not isinstance(need, str) or not (
+        need in CAPABILITIES or (need.startswith(TASK_PREFIX) and len(need) > len(TASK_PREFIX))
+    ):
         raise ConfigError(f"{where}: unknown capability {need!r}; use {', '.join(CAPABILITIES)} or task:<name>")
     return need
 
@@ -104,7 +106,7 @@ def backends_serving(kind: str, need: str) -> list[str]:
 
 def _describe(need: str) -> str:
     if need.startswith(TASK_PREFIX):
-        return f"LLM task '{need[len(TASK_PREFIX):]}'"
+        return f"LLM task '{need[len(TASK_PREFIX) :]}'"
     return {"chat": "free-form chat", "tools": "tool calling", "images": "images"}[need]
 
 
@@ -127,11 +129,18 @@ def check_capabilities(recipe: Mapping[str, Any], groups: tuple[str, ...]) -> No
             for need in needs:
                 if serves(dep_cls, need, dep_cfg) is False:
                     others = [k for k in backends_serving(kind, need) if k != key]
-                    hint = (f"select one that can: {', '.join(f'{kind}={k}' for k in others)}" if others
-                            else f"no registered {kind} says it can")
+                    hint = (
+                        f"select one that can: {', '.join(f'{kind}={k}' for k in others)}"
+                        if others
+                        else f"no registered {kind} says it can"
+                    )
                     why = ""
                     if need.startswith(TASK_PREFIX) and kind == "llm":
-                        why = (" (an offline llm answers a plugin task when the task registers a replier: "
-                               "register_task(..., replier=fn))")
-                    raise ConfigError(f"{group} '{name}' needs {kind} '{key}' to serve {_describe(need)}, which it "
-                                      f"cannot{why}; {hint}")
+                        why = (
+                            " (an offline llm answers a plugin task when the task registers a replier: "
+                            "register_task(..., replier=fn))"
+                        )
+                    raise ConfigError(
+                        f"{group} '{name}' needs {kind} '{key}' to serve {_describe(need)}, which it "
+                        f"cannot{why}; {hint}"
+                    )

@@ -40,35 +40,44 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-__all__ = ["NEUTRAL_MODULES", "NEUTRAL_PACKAGES", "changed_modules", "class_code", "code_modules", "is_neutral",
-           "module_closure"]
+__all__ = [
+    "NEUTRAL_MODULES",
+    "NEUTRAL_PACKAGES",
+    "changed_modules",
+    "class_code",
+    "code_modules",
+    "is_neutral",
+    "module_closure",
+]
 
 #: modules that run, record or name a computation without changing its outputs: never digested,
 #: never followed (an import of one of them adds nothing to a closure)
-NEUTRAL_MODULES: frozenset[str] = frozenset({
-    "agentcir",                           # the package root (lazy public names)
-    "agentcir._threads",                  # thread-pool helpers
-    "agentcir.cli",                       # the command line
-    "agentcir.api",                       # the Python API (calls the runner)
-    "agentcir.framework.accounting",      # time and cost accounting
-    "agentcir.framework.cache",           # the call cache
-    "agentcir.framework.code_identity",   # this module
-    "agentcir.framework.component",       # the base class (identity, dependency injection)
-    "agentcir.framework.method",          # the method base class (stage list)
-    "agentcir.framework.errors",          # error types
-    "agentcir.framework.files",           # atomic writes, storage errors
-    "agentcir.framework.hashing",         # content hashes
-    "agentcir.framework.imports",         # run.imports (recorded in inputs.json on its own)
-    "agentcir.framework.locks",           # run-directory locks
-    "agentcir.framework.plan",            # --plan
-    "agentcir.framework.preflight",       # endpoint checks before a run
-    "agentcir.framework.recipe",          # recipe composition (the recipe itself is in the identity)
-    "agentcir.framework.recipe_checks",   # recipe checks
-    "agentcir.framework.report",          # report writing
-    "agentcir.framework.runner",          # the pipeline runner
-    "agentcir.framework.state",           # run state containers
-    "agentcir.framework.sweep",           # sweeps
-})
+NEUTRAL_MODULES: frozenset[str] = frozenset(
+    {
+        "agentcir",  # the package root (lazy public names)
+        "agentcir._threads",  # thread-pool helpers
+        "agentcir.cli",  # the command line
+        "agentcir.api",  # the Python API (calls the runner)
+        "agentcir.framework.accounting",  # time and cost accounting
+        "agentcir.framework.cache",  # the call cache
+        "agentcir.framework.code_identity",  # this module
+        "agentcir.framework.component",  # the base class (identity, dependency injection)
+        "agentcir.framework.method",  # the method base class (stage list)
+        "agentcir.framework.errors",  # error types
+        "agentcir.framework.files",  # atomic writes, storage errors
+        "agentcir.framework.hashing",  # content hashes
+        "agentcir.framework.imports",  # run.imports (recorded in inputs.json on its own)
+        "agentcir.framework.locks",  # run-directory locks
+        "agentcir.framework.plan",  # --plan
+        "agentcir.framework.preflight",  # endpoint checks before a run
+        "agentcir.framework.recipe",  # recipe composition (the recipe itself is in the identity)
+        "agentcir.framework.recipe_checks",  # recipe checks
+        "agentcir.framework.report",  # report writing
+        "agentcir.framework.runner",  # the pipeline runner
+        "agentcir.framework.state",  # run state containers
+        "agentcir.framework.sweep",  # sweeps
+    }
+)
 #: packages whose every module is neutral (see :data:`NEUTRAL_MODULES`)
 NEUTRAL_PACKAGES: tuple[str, ...] = ("agentcir.registry",)
 
@@ -86,8 +95,12 @@ def _strip_docstrings(tree: ast.AST) -> ast.AST:
     for node in ast.walk(tree):
         if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
             body = node.body
-            if body and isinstance(body[0], ast.Expr) and isinstance(getattr(body[0], "value", None), ast.Constant) \
-                    and isinstance(body[0].value.value, str):
+            if (
+                body
+                and isinstance(body[0], ast.Expr)
+                and isinstance(getattr(body[0], "value", None), ast.Constant)
+                and isinstance(body[0].value.value, str)
+            ):
                 node.body = body[1:] or [ast.Pass()]
     return tree
 
@@ -104,7 +117,7 @@ def _imports(tree: ast.AST, module: str, is_package: bool) -> tuple[str, ...]:
                 parts = package.split(".") if package else []
                 if node.level - 1 > len(parts):
                     continue
-                base = ".".join(parts[:len(parts) - (node.level - 1)])
+                base = ".".join(parts[: len(parts) - (node.level - 1)])
                 base = f"{base}.{node.module}" if node.module else base
             else:
                 base = node.module or ""
@@ -186,9 +199,16 @@ def _in_site_packages(folder: str) -> bool:
     import site
     import sysconfig
 
-    roots = {os.path.abspath(p) for p in (*getattr(site, "getsitepackages", list)(),
-                                          sysconfig.get_paths().get("purelib", ""), sysconfig.get_paths().get("platlib", ""),
-                                          sysconfig.get_paths().get("stdlib", "")) if p}
+    roots = {
+        os.path.abspath(p)
+        for p in (
+            *getattr(site, "getsitepackages", list)(),
+            sysconfig.get_paths().get("purelib", ""),
+            sysconfig.get_paths().get("platlib", ""),
+            sysconfig.get_paths().get("stdlib", ""),
+        )
+        if p
+    }
     return os.path.abspath(folder) in roots or "site-packages" in Path(folder).parts
 
 
@@ -217,8 +237,10 @@ def module_closure(module: str) -> dict[str, str]:
             if imp in out or is_neutral(imp):
                 continue
             if top not in tops:
-                if loose_dir is None or not (os.path.isfile(os.path.join(loose_dir, top + ".py"))
-                                             or os.path.isfile(os.path.join(loose_dir, top, "__init__.py"))):
+                if loose_dir is None or not (
+                    os.path.isfile(os.path.join(loose_dir, top + ".py"))
+                    or os.path.isfile(os.path.join(loose_dir, top, "__init__.py"))
+                ):
                     continue
                 tops.add(top)
             f = module_file(imp)

@@ -26,8 +26,16 @@ class Component:
     optional: ClassVar[tuple[str, ...]] = ()
     prompt_fields: ClassVar[tuple[str, ...]] = ()
     #: config fields that cannot change outputs (speed, placement, secrets): not in the identity
-    volatile_fields: ClassVar[tuple[str, ...]] = ("batch_size", "device", "num_threads", "concurrency",
-                                                  "timeout", "retries", "api_key", "progress")
+    volatile_fields: ClassVar[tuple[str, ...]] = (
+        "batch_size",
+        "device",
+        "num_threads",
+        "concurrency",
+        "timeout",
+        "retries",
+        "api_key",
+        "progress",
+    )
     registry_key: str = ""
     #: an explicit version of this class's code: when set on a class, it replaces the digest of
     #: the class's module in the identity (:mod:`agentcir.framework.code_identity`), and the author
@@ -43,7 +51,9 @@ class Component:
         check_choices(self.cfg, where=f"{self.kind} '{self.registry_key or type(self).__name__}'")
         missing = [k for k in self.requires if deps.get(k) is None]
         if missing:
-            raise TypeError(f"{type(self).__name__} needs the component(s) {', '.join(missing)} (passed: {', '.join(sorted(deps)) or 'none'})")
+            raise TypeError(
+                f"{type(self).__name__} needs the component(s) {', '.join(missing)} (passed: {', '.join(sorted(deps)) or 'none'})"
+            )
         extra = sorted(set(deps) - set(self.requires) - set(self.optional))
         if extra:
             raise TypeError(f"{type(self).__name__} does not take component(s) {', '.join(extra)}")
@@ -76,8 +86,17 @@ class Component:
         prompts = {f: self.prompt(f).sha256 for f in self.prompt_fields if getattr(self.cfg, f, None)}
         cfg = dataclasses.asdict(self.cfg) if dataclasses.is_dataclass(self.cfg) else {}
         cfg = {k: v for k, v in cfg.items() if k not in self.volatile_fields}
-        return stable_hash(self.kind, self.registry_key, f"{type(self).__module__}.{type(self).__qualname__}",
-                           cfg, self.model_identity(), prompts, deps, self.code_digest(), n=24)
+        return stable_hash(
+            self.kind,
+            self.registry_key,
+            f"{type(self).__module__}.{type(self).__qualname__}",
+            cfg,
+            self.model_identity(),
+            prompts,
+            deps,
+            self.code_digest(),
+            n=24,
+        )
 
     def call_prompts(self, op: str, inputs: dict[str, Any]) -> list[str]:
         """Prompt files that the call ``self.<op>(**inputs)`` reads; their sha256 joins the

@@ -51,24 +51,28 @@ class DomainCheck:
     encoder: str
     reference: str
     photos: int
-    far_fraction: float        # photos farther from the reference than QUANTILE % of the reference itself
-    median_nn: float           # median nearest-reference similarity of the photos
+    far_fraction: float  # photos farther from the reference than QUANTILE % of the reference itself
+    median_nn: float  # median nearest-reference similarity of the photos
     reference_median_nn: float  # the same within the reference (leave-one-out)
-    threshold: float           # the QUANTILE-th percentile of the reference's nearest-neighbour similarities
+    threshold: float  # the QUANTILE-th percentile of the reference's nearest-neighbour similarities
 
     @property
     def far(self) -> bool:
         return self.far_fraction > FAR_FRACTION
 
     def line(self) -> str:
-        what = (f"{self.far_fraction:.0%} of {self.photos} photo(s) are farther from the encoder's own domain "
-                f"({self.reference}) than {100 - QUANTILE:.0f}% of that domain's photos are from each other "
-                f"(median nearest-reference similarity {self.median_nn:.2f}, within the domain {self.reference_median_nn:.2f})")
+        what = (
+            f"{self.far_fraction:.0%} of {self.photos} photo(s) are farther from the encoder's own domain "
+            f"({self.reference}) than {100 - QUANTILE:.0f}% of that domain's photos are from each other "
+            f"(median nearest-reference similarity {self.median_nn:.2f}, within the domain {self.reference_median_nn:.2f})"
+        )
         if not self.far:
             return f"domain check: encoder '{self.encoder}': {what}: close to its domain"
-        return (f"domain check: the photos look far from the domain of encoder '{self.encoder}': {what}. Its zero-shot tags "
-                f"and visual checks will be weak on them; for personal photos index with a general encoder, e.g. "
-                f"`encoder=open_clip` (needs its weights; see `agentcir list encoder`)")
+        return (
+            f"domain check: the photos look far from the domain of encoder '{self.encoder}': {what}. Its zero-shot tags "
+            f"and visual checks will be weak on them; for personal photos index with a general encoder, e.g. "
+            f"`encoder=open_clip` (needs its weights; see `agentcir list encoder`)"
+        )
 
 
 def reference_images(encoder) -> list[Path]:
@@ -84,7 +88,7 @@ REFERENCE_FILE = "domain_reference.npz"
 
 
 def _reference_key(encoder, refs: list[Path]) -> str:
-    return stable_hash(encoder.identity, list(refs))     # the photos by their bytes
+    return stable_hash(encoder.identity, list(refs))  # the photos by their bytes
 
 
 def store_reference(folder: str | Path, encoder, refs: list[Path], emb: np.ndarray) -> None:
@@ -102,11 +106,13 @@ def _stored_reference(folder: str | Path, encoder, refs: list[Path]) -> np.ndarr
     try:
         with np.load(Path(folder) / REFERENCE_FILE) as z:
             return z["emb"] if str(z["key"]) == _reference_key(encoder, refs) else None
-    except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile):   # none yet, unreadable: embed them again
+    except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile):  # none yet, unreadable: embed them again
         return None
 
 
-def domain_check(encoder, image_emb: np.ndarray, *, name: str = "", folder: str | Path | None = None) -> DomainCheck | None:
+def domain_check(
+    encoder, image_emb: np.ndarray, *, name: str = "", folder: str | Path | None = None
+) -> DomainCheck | None:
     """Measure how far ``image_emb`` (``[n, d]``, L2-normalised) lies from ``encoder``'s domain
     (see the module docstring); ``None`` when the encoder names no domain or there are fewer than
     5 photos. ``folder``: the gallery's, where the reference embeddings are kept."""
@@ -128,10 +134,15 @@ def domain_check(encoder, image_emb: np.ndarray, *, name: str = "", folder: str 
     ref_nn = within.max(1)
     nn = (emb @ ref.T).max(1)
     cut = float(np.percentile(ref_nn, QUANTILE))
-    return DomainCheck(encoder=name or getattr(encoder, "registry_key", type(encoder).__name__),
-                       reference=f"{len(refs)} photos of {'/'.join(Path(encoder.domain_sample).parts[-2:])}",
-                       photos=len(emb), far_fraction=float(np.mean(nn < cut)), median_nn=float(np.median(nn)),
-                       reference_median_nn=float(np.median(ref_nn)), threshold=cut)
+    return DomainCheck(
+        encoder=name or getattr(encoder, "registry_key", type(encoder).__name__),
+        reference=f"{len(refs)} photos of {'/'.join(Path(encoder.domain_sample).parts[-2:])}",
+        photos=len(emb),
+        far_fraction=float(np.mean(nn < cut)),
+        median_nn=float(np.median(nn)),
+        reference_median_nn=float(np.median(ref_nn)),
+        threshold=cut,
+    )
 
 
 if __name__ == "__main__":  # pragma: no cover - the measurement of the docstring
@@ -143,6 +154,8 @@ if __name__ == "__main__":  # pragma: no cover - the measurement of the docstrin
     pool = ComponentPool(compose(sys.argv[2:]))
     enc = pool.get("encoder")
     skip = {p.resolve() for p in reference_images(enc)}
-    files = [p for p in list_images(sys.argv[1])[0] if p.resolve() not in skip][:int(os.environ.get("AGENTCIR_DOMAIN_MAX", "10000"))]
+    files = [p for p in list_images(sys.argv[1])[0] if p.resolve() not in skip][
+        : int(os.environ.get("AGENTCIR_DOMAIN_MAX", "10000"))
+    ]
     res = domain_check(enc, enc.encode_images([str(p) for p in files], progress=False))
     print(res.line() if res else "the encoder names no domain (no domain_sample): nothing to check")

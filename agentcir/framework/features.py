@@ -43,8 +43,7 @@ SCHEME = "features:"
 BORROW_NAMES = {"ref_img_features": "gen_img_features"}
 SUFFIXES = (".pkl", ".npy", ".parquet")
 
-__all__ = ["SCHEME", "FeatureTable", "feature_ref", "parse_feature_ref", "load_tables", "table_files",
-           "files_identity"]
+__all__ = ["SCHEME", "FeatureTable", "feature_ref", "parse_feature_ref", "load_tables", "table_files", "files_identity"]
 
 
 def feature_ref(table: str, key: str) -> str:
@@ -58,7 +57,7 @@ def parse_feature_ref(path) -> tuple[str, str] | None:
     i = s.find(SCHEME)
     if i < 0:
         return None
-    table, _, key = s[i + len(SCHEME):].partition("/")
+    table, _, key = s[i + len(SCHEME) :].partition("/")
     return (table, key) if table and key else None
 
 
@@ -75,8 +74,10 @@ class FeatureTable:
 
     def __post_init__(self):
         if self.vectors.ndim != 2 or len(self.ids) != len(self.vectors):
-            raise InputError(f"feature file '{self.source}': {len(self.ids)} id(s) for a matrix of shape "
-                             f"{tuple(self.vectors.shape)} (expected [n_ids, dim])")
+            raise InputError(
+                f"feature file '{self.source}': {len(self.ids)} id(s) for a matrix of shape "
+                f"{tuple(self.vectors.shape)} (expected [n_ids, dim])"
+            )
         for i, k in enumerate(self.ids):
             j = self._index.setdefault(k, i)
             if j != i and not np.array_equal(self.vectors[i], self.vectors[j]):
@@ -92,8 +93,10 @@ class FeatureTable:
             r = int(key[1:])
             return r if r < len(self.ids) else -1
         if key in self._ambiguous:
-            raise InputError(f"feature file '{self.source}': id '{key}' names several different rows; address them "
-                             f"by position (@<row>)")
+            raise InputError(
+                f"feature file '{self.source}': id '{key}' names several different rows; address them "
+                f"by position (@<row>)"
+            )
         return self._index.get(key, -1)
 
 
@@ -124,14 +127,19 @@ def _read_pkl(path: Path) -> tuple[list[str] | None, np.ndarray]:
         mat = _as_matrix(mat, where)
         lists = [n for n in (_names(v) for k, v in d.items() if k != key) if n is not None]
         if len(lists) != 1:
-            raise InputError(f"{where}: expected one list of names beside '{key}', found {len(lists)} "
-                             f"(keys: {', '.join(map(str, d))})")
+            raise InputError(
+                f"{where}: expected one list of names beside '{key}', found {len(lists)} "
+                f"(keys: {', '.join(map(str, d))})"
+            )
         return (lists[0] if len(lists[0]) == len(mat) else None), mat
     if all(hasattr(v, "shape") and len(v.shape) == 1 for v in d.values()):  # id -> vector
         ids = [str(k) for k in d]
-        return ids, _as_matrix(np.stack([np.asarray(v.float() if hasattr(v, "float") else v) for v in d.values()]), where)
-    raise InputError(f"{where}: expected one feature matrix and its names (or a dict id -> vector); keys: "
-                     f"{', '.join(map(str, d))}")
+        return ids, _as_matrix(
+            np.stack([np.asarray(v.float() if hasattr(v, "float") else v) for v in d.values()]), where
+        )
+    raise InputError(
+        f"{where}: expected one feature matrix and its names (or a dict id -> vector); keys: {', '.join(map(str, d))}"
+    )
 
 
 def _ids_files(path: Path) -> tuple[Path, Path]:
@@ -146,8 +154,10 @@ def _read_npy(path: Path) -> tuple[list[str], np.ndarray]:
         if ids_file.is_file():
             break
     else:
-        raise InputError(f"feature file '{path}': no ids beside it (expected '{stem.name}.ids.txt', one id a line, "
-                         f"or '{stem.name}.ids.json', a list)")
+        raise InputError(
+            f"feature file '{path}': no ids beside it (expected '{stem.name}.ids.txt', one id a line, "
+            f"or '{stem.name}.ids.json', a list)"
+        )
     if ids_file.suffix == ".json":
         ids = json.loads(ids_file.read_text())
         if not isinstance(ids, list):
@@ -166,7 +176,9 @@ def _read_parquet(path: Path) -> tuple[list[str], np.ndarray]:
     try:
         import pyarrow.parquet as pq
     except ImportError:
-        raise InputError(f"feature file '{path}': reading parquet needs pyarrow (pip install 'agentcir[features]')") from None
+        raise InputError(
+            f"feature file '{path}': reading parquet needs pyarrow (pip install 'agentcir[features]')"
+        ) from None
     t = pq.read_table(path)
     cols = t.column_names
     if "id" not in cols or "embedding" not in cols:
@@ -190,8 +202,10 @@ def table_files(path: str | Path, arch: str) -> dict[str, Path]:
         for sub in sorted(p for p in root.iterdir() if p.is_dir()):
             hits = sorted(sub.glob(f"{arch}_*.pkl"))
             if len(hits) > 1:
-                raise InputError(f"features: '{sub}' holds several {arch} files ({', '.join(h.name for h in hits)}); "
-                                 f"set encoder.path to the one to use")
+                raise InputError(
+                    f"features: '{sub}' holds several {arch} files ({', '.join(h.name for h in hits)}); "
+                    f"set encoder.path to the one to use"
+                )
             if hits:
                 out[sub.name] = hits[0]
     if not out:
@@ -200,8 +214,11 @@ def table_files(path: str | Path, arch: str) -> dict[str, Path]:
             if p.is_file() and p.suffix in SUFFIXES:
                 out.setdefault(p.name.split(".")[0], p)
     if not out:
-        raise InputError(f"features: no feature files under '{root}'" + (f" for arch '{arch}'" if arch else "") +
-                         f" (expected <table>/{arch or '<arch>'}_*.pkl, or <table>.npy + ids, .parquet, .pkl)")
+        raise InputError(
+            f"features: no feature files under '{root}'"
+            + (f" for arch '{arch}'" if arch else "")
+            + f" (expected <table>/{arch or '<arch>'}_*.pkl, or <table>.npy + ids, .parquet, .pkl)"
+        )
     return out
 
 
@@ -217,8 +234,10 @@ def load_tables(path: str | Path, arch: str) -> dict[str, FeatureTable]:
             lender = BORROW_NAMES.get(name)
             lent = raw.get(lender, (None, None))[0] if lender else None
             if lent is None or len(lent) != len(mat):
-                raise InputError(f"feature file '{files[name]}': its names list does not match its {len(mat)} rows"
-                                 + (f" and '{lender}' does not lend {len(mat)} names" if lender else ""))
+                raise InputError(
+                    f"feature file '{files[name]}': its names list does not match its {len(mat)} rows"
+                    + (f" and '{lender}' does not lend {len(mat)} names" if lender else "")
+                )
             ids = lent
         tables[name] = FeatureTable(name, ids, mat, files[name])
     dims = {n: t.dim for n, t in tables.items()}

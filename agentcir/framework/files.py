@@ -81,13 +81,18 @@ def storage_error(e: BaseException, path: str | os.PathLike, what: str) -> Stora
     elif isinstance(e, sqlite3.OperationalError):
         msg = str(e).lower()
         if "disk is full" in msg or "disk i/o error" in msg:
-            why, fix = "no space left on the device (sqlite: " + str(e) + ")", "free some space (or choose another folder)"
+            why, fix = (
+                "no space left on the device (sqlite: " + str(e) + ")",
+                "free some space (or choose another folder)",
+            )
         elif "readonly" in msg or "read-only" in msg or "unable to open database" in msg:
             why, fix = f"it cannot be written (sqlite: {e})", "make it writable or choose another file"
     if why is None:
         return None
-    return StorageError(f"cannot write {what} '{path}': {why}; {fix} and rerun the same command: "
-                        f"everything finished before is kept and the run resumes")
+    return StorageError(
+        f"cannot write {what} '{path}': {why}; {fix} and rerun the same command: "
+        f"everything finished before is kept and the run resumes"
+    )
 
 
 @contextmanager

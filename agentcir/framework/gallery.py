@@ -88,8 +88,11 @@ def remove_gallery_files(root: Path) -> None:
 
 def _seal_legacy(root: Path, path: Path, **extra) -> None:
     """Write the sidecar of a file from before checksums existed (when the folder is writable)."""
-    warn_once(f"legacy:{root}", "gallery '%s' was built before its files carried checksums: they are written "
-              "now, from the files as they are", root)
+    warn_once(
+        f"legacy:{root}",
+        "gallery '%s' was built before its files carried checksums: they are written now, from the files as they are",
+        root,
+    )
     try:
         write_sidecar(path, **extra)
     except OSError:
@@ -136,8 +139,9 @@ def folder_ids(root: Path, paths: Sequence[Path]) -> list[str]:
                 ids[n] = full[n]  # distinct: two files never share a relative path
 
 
-def items_from_folder(folder: str | Path, *, follow_links: bool = False,
-                      links: list | None = None) -> tuple[list[GalleryItem], list[Path]]:
+def items_from_folder(
+    folder: str | Path, *, follow_links: bool = False, links: list | None = None
+) -> tuple[list[GalleryItem], list[Path]]:
     """Gallery items for every image under ``folder`` (ids: :func:`folder_ids`).
 
     Returns the items and the non-image files that were skipped. A symlinked folder is followed
@@ -151,8 +155,12 @@ def items_from_folder(folder: str | Path, *, follow_links: bool = False,
     if others:
         log.warning("skipped %d non-image file(s) in '%s' (e.g. %s)", len(others), folder, others[0].name)
     if links:
-        log.warning("did not walk %d folder(s) in '%s': %s", len(links), folder,
-                    "; ".join(f"{s.path}: {s.reason}" for s in links[:3]) + (" ..." if len(links) > 3 else ""))
+        log.warning(
+            "did not walk %d folder(s) in '%s': %s",
+            len(links),
+            folder,
+            "; ".join(f"{s.path}: {s.reason}" for s in links[:3]) + (" ..." if len(links) > 3 else ""),
+        )
     return items, others
 
 
@@ -164,8 +172,11 @@ def decode_version(plan: dict | None) -> int:
 
 def decode_note(plan: dict | None) -> str:
     v = decode_version(plan)
-    return (f"decode version {v}, EXIF orientation ignored: portrait photos embedded sideways" if v < 2
-            else f"decode version {v}; this agentcir decodes with version {DECODE_VERSION}")
+    return (
+        f"decode version {v}, EXIF orientation ignored: portrait photos embedded sideways"
+        if v < 2
+        else f"decode version {v}; this agentcir decodes with version {DECODE_VERSION}"
+    )
 
 
 def stale_decode(old_plan: dict | None, plan: dict) -> bool:
@@ -205,16 +216,22 @@ def read_gallery_info(root: Path, encoder=None) -> dict:
     if info.get("format") != FORMAT:
         raise InputError(f"gallery '{root}' has format {info.get('format')}, this agentcir reads format {FORMAT}")
     if decode_version(info.get("plan")) != DECODE_VERSION:
-        how = (f"`agentcir index {info['source']} --out {root}`" if str(info.get("source", "")).startswith("/")
-               else "the command that built it (`agentcir index FOLDER --out GALLERY`, or the run)")
-        raise InputError(f"gallery '{root}' was embedded by an older image decoder ({decode_note(info.get('plan'))}); "
-                         f"its embeddings do not match the photos as they are decoded now: re-embed it by rerunning {how}")
+        how = (
+            f"`agentcir index {info['source']} --out {root}`"
+            if str(info.get("source", "")).startswith("/")
+            else "the command that built it (`agentcir index FOLDER --out GALLERY`, or the run)"
+        )
+        raise InputError(
+            f"gallery '{root}' was embedded by an older image decoder ({decode_note(info.get('plan'))}); "
+            f"its embeddings do not match the photos as they are decoded now: re-embed it by rerunning {how}"
+        )
     if encoder is not None and info["encoder"]["identity"] != encoder.identity:
         raise InputError(
             f"gallery '{root}' was indexed with encoder '{info['encoder']['key']}' "
             f"(identity {info['encoder']['identity']}), but encoder '{getattr(encoder, 'registry_key', '?')}' "
             f"(identity {encoder.identity}) was given: re-index the gallery with this encoder or select "
-            f"encoder={info['encoder']['key']} with its original config")
+            f"encoder={info['encoder']['key']} with its original config"
+        )
     return info
 
 
@@ -233,8 +250,17 @@ class Gallery:
 
     # -- construction -----------------------------------------------------------------
     @classmethod
-    def build(cls, root: str | Path, items: Sequence[GalleryItem], encoder, *, dtype: str = "float32",
-              progress: bool | None = None, source: str = "", embed: Callable | None = None) -> "Gallery":
+    def build(
+        cls,
+        root: str | Path,
+        items: Sequence[GalleryItem],
+        encoder,
+        *,
+        dtype: str = "float32",
+        progress: bool | None = None,
+        source: str = "",
+        embed: Callable | None = None,
+    ) -> "Gallery":
         """Embed ``items`` with ``encoder`` into ``root`` (resuming a build left unfinished).
 
         Items whose image cannot be decoded are skipped and counted in ``gallery.json``.
@@ -251,33 +277,53 @@ class Gallery:
             dup = next(i for i in ids if ids.count(i) > 1)
             raise InputError(f"gallery '{root}': duplicate item id '{dup}'")
         enc_id = encoder.identity
-        plan = {"items": stable_hash([[it.id, it.path] for it in items]), "encoder": enc_id, "dtype": dtype,
-                "decode": DECODE_VERSION}
+        plan = {
+            "items": stable_hash([[it.id, it.path] for it in items]),
+            "encoder": enc_id,
+            "dtype": dtype,
+            "decode": DECODE_VERSION,
+        }
         # one builder at a time (another process building the same gallery is waited for, then its
         # gallery is opened); a full disk or a read-only folder is a StorageError naming the path
-        with hold_lock(root.parent / f".{root.name}.build.lock", f"gallery build '{root}'", wait=True), \
-                storage_errors(root, "the gallery"):
+        with (
+            hold_lock(root.parent / f".{root.name}.build.lock", f"gallery build '{root}'", wait=True),
+            storage_errors(root, "the gallery"),
+        ):
             return cls._build_locked(root, items, encoder, dtype, progress, source, plan, embed)
 
     @classmethod
-    def _build_locked(cls, root: Path, items: Sequence[GalleryItem], encoder, dtype: str, progress: bool | None,
-                      source: str, plan: dict, embed: Callable | None = None) -> "Gallery":
+    def _build_locked(
+        cls,
+        root: Path,
+        items: Sequence[GalleryItem],
+        encoder,
+        dtype: str,
+        progress: bool | None,
+        source: str,
+        plan: dict,
+        embed: Callable | None = None,
+    ) -> "Gallery":
         enc_id = plan["encoder"]
         if (root / "gallery.json").is_file():
             try:
                 old = read_json_checked(root / "gallery.json")
                 if not isinstance(old, dict):
                     raise Damaged(root / "gallery.json", "is not a gallery description")
-            except Damaged as e:   # rebuilt below
+            except Damaged as e:  # rebuilt below
                 recompute_warning(e, "the gallery is rebuilt")
                 remove_gallery_files(root)
                 old = None
             if old is not None and old.get("plan") != plan:
                 if not stale_decode(old.get("plan"), plan):
-                    raise InputError(f"gallery folder '{root}' already holds a different gallery "
-                                     f"(encoder or items differ); choose another output folder or delete it")
-                log.warning("gallery '%s' was embedded by an older image decoder (%s); re-embedding it",
-                            root, decode_note(old.get("plan")))
+                    raise InputError(
+                        f"gallery folder '{root}' already holds a different gallery "
+                        f"(encoder or items differ); choose another output folder or delete it"
+                    )
+                log.warning(
+                    "gallery '%s' was embedded by an older image decoder (%s); re-embedding it",
+                    root,
+                    decode_note(old.get("plan")),
+                )
                 remove_gallery_files(root)
                 clear_built(root)
                 old = None
@@ -285,7 +331,9 @@ class Gallery:
                 try:
                     return cls.open(root, encoder=encoder)
                 except IntegrityError as e:
-                    warn_once(f"rebuild:{root}", "%s; it is rebuilt now", str(e).split("; rebuild")[0].split("; rerun")[0])
+                    warn_once(
+                        f"rebuild:{root}", "%s; it is rebuilt now", str(e).split("; rebuild")[0].split("; rerun")[0]
+                    )
                     remove_gallery_files(root)
         root.mkdir(parents=True, exist_ok=True)
         parts = root / "_chunks"
@@ -303,7 +351,7 @@ class Gallery:
         with tqdm(total=len(items), desc=f"indexing {root.name}", unit="img", disable=not show) as bar:
             for c in range(n_chunks):
                 done = parts / f"{c:05d}.npz"
-                chunk = items[c * CHUNK:(c + 1) * CHUNK]
+                chunk = items[c * CHUNK : (c + 1) * CHUNK]
                 if done.is_file() and not _chunk_ok(done):
                     remove_with_sidecar(done)
                 if not done.is_file():
@@ -315,15 +363,22 @@ class Gallery:
                         bar.update(n)
 
                     paths = [it.path for it in chunk]
-                    emb = (embed(paths, progress=False, skipped=skipped) if embed is not None else
-                           encoder.encode_images(paths, progress=tick, skipped=skipped))
+                    emb = (
+                        embed(paths, progress=False, skipped=skipped)
+                        if embed is not None
+                        else encoder.encode_images(paths, progress=tick, skipped=skipped)
+                    )
                     if moved[0] < len(chunk):  # an encoder that reports no batches: the chunk at once
                         bar.update(len(chunk) - moved[0])
                     bad = {s.index for s in skipped}
                     kept = np.array([i for i in range(len(chunk)) if i not in bad], dtype=np.int64) + c * CHUNK
                     with atomic_path(done) as tmp:
-                        np.savez(tmp, emb=emb.astype(dtype), kept=kept,
-                                 skipped=np.array(json.dumps([[s.index + c * CHUNK, s.path, s.reason] for s in skipped])))
+                        np.savez(
+                            tmp,
+                            emb=emb.astype(dtype),
+                            kept=kept,
+                            skipped=np.array(json.dumps([[s.index + c * CHUNK, s.path, s.reason] for s in skipped])),
+                        )
                     write_sidecar(done)
                 else:
                     bar.update(len(chunk))
@@ -335,21 +390,32 @@ class Gallery:
                 kept_all.extend(int(i) for i in z["kept"])
                 skipped_all.extend(json.loads(str(z["skipped"])))
         if not kept_all:
-            raise InputError(f"cannot build gallery '{root}': none of the {len(items)} image(s) could be decoded "
-                             f"(first: {skipped_all[0][1]}: {skipped_all[0][2]})")
+            raise InputError(
+                f"cannot build gallery '{root}': none of the {len(items)} image(s) could be decoded "
+                f"(first: {skipped_all[0][1]}: {skipped_all[0][2]})"
+            )
         emb = np.concatenate(embs)
         with atomic_path(root / "image_emb.npy") as tmp:
             np.save(tmp, emb)
         write_sidecar(root / "image_emb.npy", rows=len(kept_all))
         _write_items(root, [items[i] for i in kept_all])
-        info = {"format": FORMAT, "n": len(kept_all), "dim": int(emb.shape[1]), "dtype": dtype,
-                "encoder": {"key": getattr(encoder, "registry_key", ""), "identity": enc_id},
-                "source": source, "skipped": [{"path": p, "reason": r} for _, p, r in skipped_all], "plan": plan}
+        info = {
+            "format": FORMAT,
+            "n": len(kept_all),
+            "dim": int(emb.shape[1]),
+            "dtype": dtype,
+            "encoder": {"key": getattr(encoder, "registry_key", ""), "identity": enc_id},
+            "source": source,
+            "skipped": [{"path": p, "reason": r} for _, p, r in skipped_all],
+            "plan": plan,
+        }
         atomic_write_text(root / "gallery.json", json.dumps(info, indent=1))  # last: marks the gallery complete
         write_sidecar(root / "gallery.json")
         shutil.rmtree(parts)
         if skipped_all:
-            log.warning("gallery '%s': %d item(s) indexed, %d skipped (unreadable)", root, len(kept_all), len(skipped_all))
+            log.warning(
+                "gallery '%s': %d item(s) indexed, %d skipped (unreadable)", root, len(kept_all), len(skipped_all)
+            )
         return cls.open(root, encoder=encoder)
 
     @classmethod
@@ -361,8 +427,10 @@ class Gallery:
         root = Path(root)
         info = read_gallery_info(root, encoder)
         if "shards" in info:
-            raise InputError(f"gallery '{root}' is sharded ({len(info['shards'])} shards): open it with "
-                             f"agentcir.framework.galleries.open_gallery, which opens both kinds")
+            raise InputError(
+                f"gallery '{root}' is sharded ({len(info['shards'])} shards): open it with "
+                f"agentcir.framework.galleries.open_gallery, which opens both kinds"
+            )
         return cls.from_info(root, info)
 
     @classmethod
@@ -500,8 +568,10 @@ class Gallery:
     def _derived_file(self, kind: str, key: str) -> Path:
         for what, name in (("kind", kind), ("key", key)):
             if not name or not all(c.isalnum() or c in "_-." for c in name) or name.startswith("."):
-                raise InputError(f"gallery '{self.root}': a derived array's {what} must be a plain name "
-                                 f"(letters, digits, _ - .), got {name!r}")
+                raise InputError(
+                    f"gallery '{self.root}': a derived array's {what} must be a plain name "
+                    f"(letters, digits, _ - .), got {name!r}"
+                )
         return self.root / "derived" / kind / f"{key}.npy"
 
     def derived_emb(self, kind: str, key: str) -> np.ndarray | None:
@@ -523,8 +593,10 @@ class Gallery:
         (atomically, with its checksum sidecar); returns it memory-mapped."""
         emb = np.asarray(emb)
         if emb.shape != (len(self), self.dim):
-            raise ValueError(f"gallery '{self.root}' has {len(self)} items of dimension {self.dim}, got an array "
-                             f"of shape {tuple(emb.shape)}")
+            raise ValueError(
+                f"gallery '{self.root}' has {len(self)} items of dimension {self.dim}, got an array "
+                f"of shape {tuple(emb.shape)}"
+            )
         f = self._derived_file(kind, key)
         with storage_errors(f.parent, "the gallery's derived arrays"):
             f.parent.mkdir(parents=True, exist_ok=True)
@@ -546,7 +618,10 @@ def _write_items(root: Path, items: Sequence[GalleryItem]) -> None:
     """``items.jsonl`` (atomically) and its sidecar with the row count."""
     with atomic_path(root / "items.jsonl") as tmp, open(tmp, "w") as f:
         for it in items:
-            f.write(json.dumps({"id": it.id, "path": it.path, "caption": it.caption, "meta": it.meta}, ensure_ascii=False) + "\n")
+            f.write(
+                json.dumps({"id": it.id, "path": it.path, "caption": it.caption, "meta": it.meta}, ensure_ascii=False)
+                + "\n"
+            )
     write_sidecar(root / "items.jsonl", rows=len(items))
 
 

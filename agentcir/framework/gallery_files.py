@@ -34,8 +34,17 @@ from .plain import ACCEPTED, unreadable_image
 #: thumbnail edge lengths served (a closed set, so the cache stays bounded by item count)
 THUMB_SIZES = (128, 256, 512)
 UPLOAD_NAME = re.compile(r"^[0-9a-f]{32}\.(jpg|png|webp|gif|bmp|tif|heic|avif)$")
-_FORMAT_SUFFIX = {"JPEG": "jpg", "MPO": "jpg", "PNG": "png", "WEBP": "webp", "GIF": "gif", "BMP": "bmp", "TIFF": "tif",
-                  "HEIF": "heic", "AVIF": "avif"}
+_FORMAT_SUFFIX = {
+    "JPEG": "jpg",
+    "MPO": "jpg",
+    "PNG": "png",
+    "WEBP": "webp",
+    "GIF": "gif",
+    "BMP": "bmp",
+    "TIFF": "tif",
+    "HEIF": "heic",
+    "AVIF": "avif",
+}
 
 
 class TooLarge(InputError):
@@ -119,8 +128,10 @@ class NoSpace(StorageError):
 def storage_error(folder: Path, e: OSError, what: str = "folder") -> StorageError:
     """The :class:`StorageError` (:class:`NoSpace` for a full disk) of failing to write into ``folder``."""
     if e.errno in NO_SPACE:
-        return NoSpace(f"the disk holding the {what} '{folder}' is full ({e.strerror or e}): free some space, or give "
-                       f"another folder")
+        return NoSpace(
+            f"the disk holding the {what} '{folder}' is full ({e.strerror or e}): free some space, or give "
+            f"another folder"
+        )
     if e.errno in (errno.EROFS, errno.EACCES, errno.EPERM):
         why = "it is on a read-only file system" if e.errno == errno.EROFS else "permission denied"
         return StorageError(f"the {what} '{folder}' cannot be written ({why}): give a writable folder")
@@ -145,8 +156,10 @@ class Decoder:
         w, h = im.size
         if w * h > self.max_pixels:
             im.close()
-            raise TooLarge(f"image '{name}' has {w}x{h} = {w * h / 1e6:.1f} megapixels, more than the limit of "
-                           f"{self.max_pixels / 1e6:.1f}")
+            raise TooLarge(
+                f"image '{name}' has {w}x{h} = {w * h / 1e6:.1f} megapixels, more than the limit of "
+                f"{self.max_pixels / 1e6:.1f}"
+            )
         return im
 
     @contextlib.contextmanager
@@ -175,8 +188,10 @@ class Decoder:
             fmt = im.format or ""
             im.load()
         if fmt not in _FORMAT_SUFFIX:
-            raise InputError(f"This image is in a format agentcir does not accept ('{name}': {fmt or 'unknown'}; "
-                             f"accepted: {ACCEPTED})")
+            raise InputError(
+                f"This image is in a format agentcir does not accept ('{name}': {fmt or 'unknown'}; "
+                f"accepted: {ACCEPTED})"
+            )
         return _FORMAT_SUFFIX[fmt]
 
     def thumbnail(self, path: str | Path, size: int) -> bytes:
@@ -233,8 +248,10 @@ def within_roots(path: str | Path, roots, what: str = "path") -> Path:
         raise InputError(f"{what} '{shown}' cannot be resolved ({e})") from None
     folders = [Path(r).resolve() for r in roots]
     if not any(p.is_relative_to(r) for r in folders):
-        raise InputError(f"{what} '{shown}' is outside the photo folders served here "
-                         f"({', '.join(str(r) for r in folders) or 'none'}): give a photo inside them")
+        raise InputError(
+            f"{what} '{shown}' is outside the photo folders served here "
+            f"({', '.join(str(r) for r in folders) or 'none'}): give a photo inside them"
+        )
     if not p.is_file():
         raise InputError(f"{what} '{shown}' is not a file")
     if p.suffix.lower() not in IMAGE_SUFFIXES:

@@ -40,8 +40,11 @@ def canonical(obj: Any) -> Any:
     if isinstance(obj, Path):
         return {"__file__": file_digest(obj)} if obj.is_file() else {"__path__": str(obj)}
     if isinstance(obj, np.ndarray):
-        return {"__array__": hashlib.sha256(np.ascontiguousarray(obj).tobytes()).hexdigest(),
-                "dtype": str(obj.dtype), "shape": list(obj.shape)}
+        return {
+            "__array__": hashlib.sha256(np.ascontiguousarray(obj).tobytes()).hexdigest(),
+            "dtype": str(obj.dtype),
+            "shape": list(obj.shape),
+        }
     if isinstance(obj, (np.integer, np.floating)):
         return obj.item()
     if dataclasses.is_dataclass(obj) and not isinstance(obj, type):

@@ -99,8 +99,16 @@ class Guard:
         cookie: the name of the cookie that may carry the token.
     """
 
-    def __init__(self, inner, *, token: str = "", host: str = "127.0.0.1", allow_hosts=(), max_body: int = 20 * 2**20,
-                 cookie: str = COOKIE):
+    def __init__(
+        self,
+        inner,
+        *,
+        token: str = "",
+        host: str = "127.0.0.1",
+        allow_hosts=(),
+        max_body: int = 20 * 2**20,
+        cookie: str = COOKIE,
+    ):
         self.inner = inner
         self.token = token
         self.max_body = int(max_body)
@@ -114,8 +122,11 @@ class Guard:
         if not value:
             return False
         name = host_name(value)
-        return (name in self.hosts or (self.ip_literals and _is_ip(name))
-                or any(h.startswith("*.") and name.endswith(h[1:]) for h in self.hosts))
+        return (
+            name in self.hosts
+            or (self.ip_literals and _is_ip(name))
+            or any(h.startswith("*.") and name.endswith(h[1:]) for h in self.hosts)
+        )
 
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
@@ -126,25 +137,45 @@ class Guard:
         host = headers.get("host")
         if not self.host_allowed(host):
             shown = (host or "")[:100]
-            return await plain(send, 400, f"Host '{shown}' is not served here (a page of another site resolving to this "
-                                          f"server is refused); if this is a name of this server, start it with "
-                                          f"--allow-host {host_name(shown) or 'NAME'}" if shown else
-                                          "a request needs a Host header")
+            return await plain(
+                send,
+                400,
+                f"Host '{shown}' is not served here (a page of another site resolving to this "
+                f"server is refused); if this is a name of this server, start it with "
+                f"--allow-host {host_name(shown) or 'NAME'}"
+                if shown
+                else "a request needs a Host header",
+            )
         query = parse_qsl(scope.get("query_string", b"").decode("latin-1"), keep_blank_values=True)
         given = [v for k, v in query if k == "token"]
         if token and given:  # never accepted as the request's credential: set the cookie once, then redirect
             if scope.get("method") != "GET" or not _same(given[0], token):
-                return await plain(send, 401, "wrong token in the URL (a token in the URL only opens the page: "
-                                              "GET /?token=TOKEN)", {"www-authenticate": "Bearer"})
+                return await plain(
+                    send,
+                    401,
+                    "wrong token in the URL (a token in the URL only opens the page: GET /?token=TOKEN)",
+                    {"www-authenticate": "Bearer"},
+                )
             rest = urlencode([(k, v) for k, v in query if k != "token"])
             path = "/" + (scope.get("root_path", "") + scope.get("path", "/")).lstrip("/")  # never //other.host
             location = quote(path, safe="/:@!$&'()*+,;=-._~") + (f"?{rest}" if rest else "")
-            return await plain(send, 303, "token accepted: the cookie is set", {
-                "location": location, "cache-control": "no-store",
-                "set-cookie": f"{COOKIE}={token}; HttpOnly; SameSite=Strict; Path=/"})
+            return await plain(
+                send,
+                303,
+                "token accepted: the cookie is set",
+                {
+                    "location": location,
+                    "cache-control": "no-store",
+                    "set-cookie": f"{COOKIE}={token}; HttpOnly; SameSite=Strict; Path=/",
+                },
+            )
         if token and not _authorized(token, headers, self.cookie):
-            return await plain(send, 401, "missing or wrong bearer token (Authorization: Bearer TOKEN, "
-                                          "or open the page once as /?token=TOKEN)", {"www-authenticate": "Bearer"})
+            return await plain(
+                send,
+                401,
+                "missing or wrong bearer token (Authorization: Bearer TOKEN, or open the page once as /?token=TOKEN)",
+                {"www-authenticate": "Bearer"},
+            )
         length = headers.get("content-length")
         if length is not None and (not length.isdigit() or int(length) > max_upload + 65536):
             return await plain(send, 413, f"request body larger than the upload limit of {limit_mb} MB")

@@ -113,8 +113,12 @@ def upright(im):
     return ImageOps.exif_transpose(im)
 
 
-def load_rgb(path: str | os.PathLike | "Image.Image", *, min_side: int | None = None,  # noqa: F821
-             max_pixels: int | None = None):
+def load_rgb(
+    path: str | os.PathLike | "Image.Image",  # noqa: F821
+    *,
+    min_side: int | None = None,
+    max_pixels: int | None = None,
+):
     """Decode ``path`` (or pass through a PIL image) as an upright RGB PIL image.
 
     The one decode path of every component (encoders, captioners, VLM calls, detectors): the
@@ -145,8 +149,10 @@ def load_rgb(path: str | os.PathLike | "Image.Image", *, min_side: int | None = 
         with opened as im:
             w, h = im.size
             if limit and w * h > limit:
-                raise ImageTooLargeError(f"image '{path}': {w}x{h} ({w * h:,} pixels) is above the limit of "
-                                         f"{limit:,} pixels (run.max_image_pixels); shrink the image or raise the limit")
+                raise ImageTooLargeError(
+                    f"image '{path}': {w}x{h} ({w * h:,} pixels) is above the limit of "
+                    f"{limit:,} pixels (run.max_image_pixels); shrink the image or raise the limit"
+                )
             if min_side and im.format == "JPEG":
                 im.draft("RGB", (int(min_side), int(min_side)))
             im.load()
@@ -166,6 +172,7 @@ def _walk(root: Path, recursive: bool, follow_links: bool, links: list | None) -
     followed once with ``follow_links`` (a link back into a folder already walked, a loop, is
     refused), else skipped; each refused or skipped link is appended to ``links`` as a
     :class:`Skipped` naming it and why."""
+
     def ident(p: str) -> tuple[int, int]:
         st = os.stat(p)
         return st.st_dev, st.st_ino
@@ -195,7 +202,9 @@ def _walk(root: Path, recursive: bool, follow_links: bool, links: list | None) -
             link = entry.is_symlink()
             if link and not follow_links:
                 if links is not None:
-                    links.append(Skipped(len(links), entry.path, "symlinked folder not followed (--follow-links follows it)"))
+                    links.append(
+                        Skipped(len(links), entry.path, "symlinked folder not followed (--follow-links follows it)")
+                    )
                 continue
             try:
                 key = ident(entry.path)
@@ -205,17 +214,24 @@ def _walk(root: Path, recursive: bool, follow_links: bool, links: list | None) -
                 continue
             if key in seen:  # only through a link: a loop, or a folder reached twice
                 if links is not None:
-                    links.append(Skipped(len(links), entry.path, f"{'symlinked ' if link else ''}folder leads to "
-                                         f"'{os.path.realpath(entry.path)}', a folder walked already (a loop or a "
-                                         "second link): not followed twice"))
+                    links.append(
+                        Skipped(
+                            len(links),
+                            entry.path,
+                            f"{'symlinked ' if link else ''}folder leads to "
+                            f"'{os.path.realpath(entry.path)}', a folder walked already (a loop or a "
+                            "second link): not followed twice",
+                        )
+                    )
                 continue
             seen.add(key)
             pending.append(entry.path)
     return files
 
 
-def list_images(folder: str | os.PathLike, recursive: bool = True, *, follow_links: bool = False,
-                links: list | None = None) -> tuple[list[Path], list[Path]]:
+def list_images(
+    folder: str | os.PathLike, recursive: bool = True, *, follow_links: bool = False, links: list | None = None
+) -> tuple[list[Path], list[Path]]:
     """Files under ``folder`` with an image suffix, sorted; and the other files (skipped).
 
     A symlinked folder (an album linked in) is followed once with ``follow_links`` (a loop is
@@ -231,8 +247,10 @@ def list_images(folder: str | os.PathLike, recursive: bool = True, *, follow_lin
     images = [p for p in files if p.suffix.lower() in IMAGE_SUFFIXES]
     others = [p for p in files if p.suffix.lower() not in IMAGE_SUFFIXES]
     if not images:
-        raise InputError(f"gallery folder '{folder}' holds no image files ({len(others)} other file(s); "
-                         f"image suffixes: {', '.join(sorted(IMAGE_SUFFIXES))})")
+        raise InputError(
+            f"gallery folder '{folder}' holds no image files ({len(others)} other file(s); "
+            f"image suffixes: {', '.join(sorted(IMAGE_SUFFIXES))})"
+        )
     return images, others
 
 

@@ -73,18 +73,26 @@ def parse_imports(spec: Mapping[str, Any] | None) -> list[ImportSource]:
     """The sources of ``run.imports`` (a stage -> FILE, a source mapping, or a list of them)."""
     out = []
     for stage, value in (spec or {}).items():
-        for v in (value if isinstance(value, (list, tuple)) else [value]):
+        for v in value if isinstance(value, (list, tuple)) else [value]:
             if isinstance(v, str):
                 v = {"file": v}
             if not isinstance(v, Mapping):
-                raise InputError(f"run.imports.{stage}: expected a file, a mapping {{file, key, fields}} or a list of "
-                                 f"them, got {type(v).__name__}")
+                raise InputError(
+                    f"run.imports.{stage}: expected a file, a mapping {{file, key, fields}} or a list of "
+                    f"them, got {type(v).__name__}"
+                )
             unknown = sorted(set(v) - {"file", "key", "fields", "partial"})
             if unknown:
-                raise InputError(f"run.imports.{stage}: unknown field(s) {', '.join(unknown)} (valid: file, key, fields, "
-                                 f"partial)")
-            src = ImportSource(stage, str(v.get("file") or ""), str(v.get("key") or "query"), dict(v.get("fields") or {}),
-                               bool(v.get("partial", False)))
+                raise InputError(
+                    f"run.imports.{stage}: unknown field(s) {', '.join(unknown)} (valid: file, key, fields, partial)"
+                )
+            src = ImportSource(
+                stage,
+                str(v.get("file") or ""),
+                str(v.get("key") or "query"),
+                dict(v.get("fields") or {}),
+                bool(v.get("partial", False)),
+            )
             if src.key not in KEYS:
                 raise InputError(f"{src.where}: key must be one of {', '.join(KEYS)}, got '{src.key}'")
             if not src.file and not src.fields:
@@ -121,8 +129,10 @@ def _rows(src: ImportSource) -> list[dict[str, Any]]:
         lists = {k: v for k, v in d.items() if isinstance(v, (list, tuple)) and v} if isinstance(d, dict) else {}
         n = {len(v) for v in lists.values()}
         if len(n) != 1:
-            raise InputError(f"{where}: a .pkl import must be a dict of per-query lists of one length, got "
-                             f"{ {k: len(v) for k, v in lists.items()} if lists else type(d).__name__}")
+            raise InputError(
+                f"{where}: a .pkl import must be a dict of per-query lists of one length, got "
+                f"{ {k: len(v) for k, v in lists.items()} if lists else type(d).__name__ }"
+            )
         return [{"release_row": str(i), **{k: _plain(v[i]) for k, v in lists.items()}} for i in range(n.pop())]
     if path.suffix == ".csv":
         with open(path, newline="", encoding="utf-8") as f:  # newline="": a quoted cell may hold line breaks
@@ -148,8 +158,13 @@ def _plain(v: Any) -> Any:
 
 def _query_values(q: Query) -> dict[str, Any]:
     """The query's own values (its ``meta``, ``release_row`` among them, and the join keys)."""
-    return {**q.meta, "query": q.id, "reference": q.reference_id or "",
-            "target": q.targets[0] if q.targets else "", "text": q.text}
+    return {
+        **q.meta,
+        "query": q.id,
+        "reference": q.reference_id or "",
+        "target": q.targets[0] if q.targets else "",
+        "text": q.text,
+    }
 
 
 def _records(src: ImportSource, queries: Sequence[Query]) -> dict[str, dict[str, Any]]:
@@ -161,8 +176,10 @@ def _records(src: ImportSource, queries: Sequence[Query]) -> dict[str, dict[str,
         rows_by_key = {}
         for r in rows:
             if not isinstance(r, dict) or src.key not in r:
-                raise InputError(f"{src.where}: every row needs a '{src.key}' column (the join key); got "
-                                 f"{', '.join(map(str, r)) if isinstance(r, dict) else type(r).__name__}")
+                raise InputError(
+                    f"{src.where}: every row needs a '{src.key}' column (the join key); got "
+                    f"{', '.join(map(str, r)) if isinstance(r, dict) else type(r).__name__}"
+                )
             rows_by_key.setdefault(str(r[src.key]), r)
     fmt = string.Formatter()
     out: dict[str, dict[str, Any]] = {}
@@ -175,8 +192,11 @@ def _records(src: ImportSource, queries: Sequence[Query]) -> dict[str, dict[str,
             cols = [k for k in row if k != "record"]
             values = {**values, **{k: row[k] for k in cols}}
             if not src.fields:  # a stage trace line, or columns = record fields
-                rec = row["record"] if isinstance(row.get("record"), dict) else \
-                    {k: _cell(v) for k, v in row.items() if k != src.key}
+                rec = (
+                    row["record"]
+                    if isinstance(row.get("record"), dict)
+                    else {k: _cell(v) for k, v in row.items() if k != src.key}
+                )
                 out[q.id] = dict(rec)
                 continue
         rec = {}
@@ -185,19 +205,24 @@ def _records(src: ImportSource, queries: Sequence[Query]) -> dict[str, dict[str,
                 try:
                     rec[name] = fmt.vformat(spec, (), values)
                 except KeyError as e:
-                    raise InputError(f"{src.where}: field '{name}': template '{spec}' names {e}, which neither the "
-                                     f"file nor query {q.id} has (has: {', '.join(sorted(values))})") from None
+                    raise InputError(
+                        f"{src.where}: field '{name}': template '{spec}' names {e}, which neither the "
+                        f"file nor query {q.id} has (has: {', '.join(sorted(values))})"
+                    ) from None
             elif spec in values:
                 rec[name] = _cell(values[spec])
             else:
-                raise InputError(f"{src.where}: field '{name}' reads column '{spec}', which the file lacks (columns: "
-                                 f"{', '.join(sorted(cols))})")
+                raise InputError(
+                    f"{src.where}: field '{name}' reads column '{spec}', which the file lacks (columns: "
+                    f"{', '.join(sorted(cols))})"
+                )
         out[q.id] = rec
     return out
 
 
-def apply_imports(traces: dict[str, dict[str, Any]], queries: Sequence[Query], sources: Sequence[ImportSource],
-                  stages: Sequence[str]) -> dict[str, dict[str, Any]]:
+def apply_imports(
+    traces: dict[str, dict[str, Any]], queries: Sequence[Query], sources: Sequence[ImportSource], stages: Sequence[str]
+) -> dict[str, dict[str, Any]]:
     """Put the imported records into ``traces`` (query id -> stage -> record); returns, per
     stage, what was imported (``queries``, ``fields``, ``files``) for the report."""
     names = set(stages)
@@ -205,7 +230,9 @@ def apply_imports(traces: dict[str, dict[str, Any]], queries: Sequence[Query], s
     by_stage: dict[str, list[ImportSource]] = {}
     for s in sources:
         if s.stage not in names:
-            raise InputError(f"run.imports.{s.stage}: the method has no stage '{s.stage}' (stages: {', '.join(stages)})")
+            raise InputError(
+                f"run.imports.{s.stage}: the method has no stage '{s.stage}' (stages: {', '.join(stages)})"
+            )
         by_stage.setdefault(s.stage, []).append(s)
     for stage, srcs in by_stage.items():
         merged: dict[str, dict[str, Any]] = {}
@@ -213,19 +240,29 @@ def apply_imports(traces: dict[str, dict[str, Any]], queries: Sequence[Query], s
             got = _records(s, queries)
             if not s.partial and len(got) < len(queries):
                 miss = [q.id for q in queries if q.id not in got]
-                raise InputError(f"{s.where}: no row for {len(miss)} of {len(queries)} queries (first: query {miss[0]}, "
-                                 f"key {s.key}); add them, or set partial: true to compute those")
+                raise InputError(
+                    f"{s.where}: no row for {len(miss)} of {len(queries)} queries (first: query {miss[0]}, "
+                    f"key {s.key}); add them, or set partial: true to compute those"
+                )
             for qid, rec in got.items():
                 merged.setdefault(qid, {}).update(rec)
         complete = [q.id for q in queries if q.id in merged]
         for qid in complete:
             traces.setdefault(qid, {})[stage] = merged[qid]
-        report[stage] = {"queries": len(complete), "fields": sorted({k for r in merged.values() for k in r}),
-                         "files": [s.file for s in srcs if s.file]}
+        report[stage] = {
+            "queries": len(complete),
+            "fields": sorted({k for r in merged.values() for k in r}),
+            "files": [s.file for s in srcs if s.file],
+        }
     return report
 
 
 def imports_identity(sources: Sequence[ImportSource]) -> str:
     """Hash of the import specs and the files' contents (part of a run's inputs)."""
-    return stable_hash([[s.stage, s.key, s.fields, s.partial, file_digest(Path(s.file).expanduser()) if s.file else ""]
-                        for s in sources], n=16)
+    return stable_hash(
+        [
+            [s.stage, s.key, s.fields, s.partial, file_digest(Path(s.file).expanduser()) if s.file else ""]
+            for s in sources
+        ],
+        n=16,
+    )

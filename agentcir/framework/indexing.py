@@ -63,8 +63,9 @@ class IndexReport:
     change: str = ""
 
 
-def scale_for(recipe: dict[str, Any], *, engine: str | None = None, address: str | None = None,
-              shards: int | None = None) -> dict[str, Any] | None:
+def scale_for(
+    recipe: dict[str, Any], *, engine: str | None = None, address: str | None = None, shards: int | None = None
+) -> dict[str, Any] | None:
     """The recipe's ``scale`` section with ``engine`` / ``address`` / ``shards`` applied (each
     when not None), validated and with every default filled; None: an unsharded gallery."""
     from .scale import scale_settings
@@ -78,10 +79,20 @@ def scale_for(recipe: dict[str, Any], *, engine: str | None = None, address: str
     return scale_settings(scale) if scale.get("shards") else None
 
 
-def index_folder(recipe: dict[str, Any], folder: str | Path, out: str | Path, *, dtype: str = "float32",
-                 user: str | None = None, metadata: bool = True, scale: dict[str, Any] | None = None,
-                 progress: bool = False, encoder=None, follow_links: bool = False,
-                 meta_cache: dict | None = None) -> IndexReport:
+def index_folder(
+    recipe: dict[str, Any],
+    folder: str | Path,
+    out: str | Path,
+    *,
+    dtype: str = "float32",
+    user: str | None = None,
+    metadata: bool = True,
+    scale: dict[str, Any] | None = None,
+    progress: bool = False,
+    encoder=None,
+    follow_links: bool = False,
+    meta_cache: dict | None = None,
+) -> IndexReport:
     """Embed every image under ``folder`` (recursively) with ``recipe``'s encoder into ``out``.
 
     Args:
@@ -105,8 +116,19 @@ def index_folder(recipe: dict[str, Any], folder: str | Path, out: str | Path, *,
     from .files import storage_errors
 
     with storage_errors(out, "the gallery"):
-        return _index_folder(recipe, folder, out, dtype=dtype, user=user, metadata=metadata, scale=scale,
-                             progress=progress, encoder=encoder, follow_links=follow_links, meta_cache=meta_cache)
+        return _index_folder(
+            recipe,
+            folder,
+            out,
+            dtype=dtype,
+            user=user,
+            metadata=metadata,
+            scale=scale,
+            progress=progress,
+            encoder=encoder,
+            follow_links=follow_links,
+            meta_cache=meta_cache,
+        )
 
 
 def _sidecars(path: str) -> list[Path]:
@@ -143,8 +165,9 @@ def _metadata(paths: list[str], folder: Path, progress: bool, cache: dict | None
     return [dict(cache[p][1]) for p in paths], scan
 
 
-def _index_folder(recipe, folder, out, *, dtype, user, metadata, scale, progress, encoder, follow_links,
-                  meta_cache=None) -> IndexReport:
+def _index_folder(
+    recipe, folder, out, *, dtype, user, metadata, scale, progress, encoder, follow_links, meta_cache=None
+) -> IndexReport:
     from .gallery import items_from_folder
     from .library import index_into
 
@@ -173,8 +196,9 @@ def _index_folder(recipe, folder, out, *, dtype, user, metadata, scale, progress
     t0 = time.perf_counter()
     # a first build, or an update of the gallery already there: only new and changed files are
     # embedded, renamed ones reuse their rows, deleted ones are dropped (docs/library.md)
-    g, change = index_into(out, items, encoder, scale=scale, dtype=dtype, recipe=recipe, progress=progress,
-                           source=source)
+    g, change = index_into(
+        out, items, encoder, scale=scale, dtype=dtype, recipe=recipe, progress=progress, source=source
+    )
     took = time.perf_counter() - t0
     g.set_meta({it.id: it.meta for it in items})
     from .domain import domain_check
@@ -182,12 +206,23 @@ def _index_folder(recipe, folder, out, *, dtype, user, metadata, scale, progress
     name = recipe["encoder"]["name"]
     check = domain_check(encoder, g.image_emb, name=name, folder=out)
     return IndexReport(
-        gallery=g, out=out, folder=folder, encoder=name, images=len(items), indexed=len(g), skipped=list(g.skipped), non_images=list(others),
-        seconds=took, fresh=fresh, shards=len(getattr(g, "shards", ())) if scale is not None else 0,
+        gallery=g,
+        out=out,
+        folder=folder,
+        encoder=name,
+        images=len(items),
+        indexed=len(g),
+        skipped=list(g.skipped),
+        non_images=list(others),
+        seconds=took,
+        fresh=fresh,
+        shards=len(getattr(g, "shards", ())) if scale is not None else 0,
         engine=scale["engine"] if scale is not None else "",
         metadata=scan.line() + (f"; user '{user}'" if user else "") if scan is not None else "",
-        domain=check.line() if check is not None else "", links=links,
-        change=change.line() if change is not None else "")
+        domain=check.line() if check is not None else "",
+        links=links,
+        change=change.line() if change is not None else "",
+    )
 
 
 class FolderFollower:
@@ -201,9 +236,19 @@ class FolderFollower:
         encoder: the encoder (else built from ``recipe``, once).
     """
 
-    def __init__(self, recipe: dict[str, Any], folder: str | Path, out: str | Path, *, encoder=None,
-                 scale: dict[str, Any] | None = None, dtype: str = "float32", user: str | None = None,
-                 metadata: bool = True, follow_links: bool = False):
+    def __init__(
+        self,
+        recipe: dict[str, Any],
+        folder: str | Path,
+        out: str | Path,
+        *,
+        encoder=None,
+        scale: dict[str, Any] | None = None,
+        dtype: str = "float32",
+        user: str | None = None,
+        metadata: bool = True,
+        follow_links: bool = False,
+    ):
         if encoder is None:
             from .recipe import ComponentPool
 
@@ -221,9 +266,19 @@ class FolderFollower:
     def update(self, batch=None, *, progress: bool = False) -> IndexReport:
         """Compare the folder with the gallery and apply what changed (``batch``, the watch's
         settled changes, is only reported: the whole folder is compared, so nothing is missed)."""
-        r = index_folder(self.recipe, self.folder, self.out, dtype=self.dtype, user=self.user, metadata=self.metadata,
-                         scale=self.scale, progress=progress, encoder=self.encoder, follow_links=self.follow_links,
-                         meta_cache=self.meta_cache if self.metadata else None)
+        r = index_folder(
+            self.recipe,
+            self.folder,
+            self.out,
+            dtype=self.dtype,
+            user=self.user,
+            metadata=self.metadata,
+            scale=self.scale,
+            progress=progress,
+            encoder=self.encoder,
+            follow_links=self.follow_links,
+            meta_cache=self.meta_cache if self.metadata else None,
+        )
         self.updates += 1
         self.last = r
         return r
@@ -248,5 +303,7 @@ class FolderFollower:
 def watch_line(batch, report: IndexReport, seconds: float) -> str:
     """One log line of a watch update: what came, what the update did, and how long it took."""
     change = report.change.removeprefix("update: ") if report.change else "gallery built"
-    return (f"watch: {batch.line()} -> {change}; {report.indexed} image(s) in the gallery, searchable "
-            f"{seconds:.1f} s after the first change")
+    return (
+        f"watch: {batch.line()} -> {change}; {report.indexed} image(s) in the gallery, searchable "
+        f"{seconds:.1f} s after the first change"
+    )

@@ -231,7 +231,7 @@ def open_line(line: bytes) -> tuple[bytes, bool | None]:
     tail_len = len(_LINE_TAIL) + 2 * DIGEST_BYTES + 2
     if len(line) > tail_len and line[-tail_len:].startswith(_LINE_TAIL.encode()) and line.endswith(b'"}'):
         payload = line[:-tail_len] + b"}"
-        want = line[-tail_len + len(_LINE_TAIL):-2].decode("ascii", "replace")
+        want = line[-tail_len + len(_LINE_TAIL) : -2].decode("ascii", "replace")
         return payload, digest_bytes(payload) == want
     return line, None
 

@@ -61,9 +61,15 @@ class Encoder(Component):
             raise ValueError(f"batch_size must be positive, got {b}")
         return b
 
-    def encode_images(self, images: Sequence, batch_size: int | None = None, *,
-                      progress: bool | Callable[[int], None] | None = None,
-                      skipped: list[Skipped] | None = None, normalize: bool = True) -> np.ndarray:
+    def encode_images(
+        self,
+        images: Sequence,
+        batch_size: int | None = None,
+        *,
+        progress: bool | Callable[[int], None] | None = None,
+        skipped: list[Skipped] | None = None,
+        normalize: bool = True,
+    ) -> np.ndarray:
         """Embed images (paths or PIL images) -> float32 ``[n_ok, dim]``, L2-normalised
         (``normalize=False``: the model's output as it is, for formulas that add unnormalised
         features, e.g. Paracosm's mental image + description).
@@ -80,7 +86,7 @@ class Encoder(Component):
         report = progress if callable(progress) else None
         with _progress(len(images), f"{self.describe()}: images", False if report else progress, 4 * b) as bar:
             for start in range(0, len(images), b):
-                chunk = images[start:start + b]
+                chunk = images[start : start + b]
                 decoded, _, sk = decode_many(chunk)
                 bad.extend(Skipped(s.index + start, s.path, s.reason) for s in sk)
                 if decoded:
@@ -94,8 +100,14 @@ class Encoder(Component):
             skipped.extend(bad)
         return np.concatenate(out) if out else np.zeros((0, self.dim), np.float32)
 
-    def encode_texts(self, texts: Sequence[str], batch_size: int | None = None, *, progress: bool | None = None,
-                     normalize: bool = True) -> np.ndarray:
+    def encode_texts(
+        self,
+        texts: Sequence[str],
+        batch_size: int | None = None,
+        *,
+        progress: bool | None = None,
+        normalize: bool = True,
+    ) -> np.ndarray:
         """Embed texts -> float32 ``[n, dim]``, L2-normalised (``normalize=False``: as the model gives them)."""
         if isinstance(texts, str):
             raise TypeError("encode_texts takes a list of strings, not a single string")
@@ -103,7 +115,7 @@ class Encoder(Component):
         out = []
         with _progress(len(texts), f"{self.describe()}: texts", progress, 16 * b) as bar:
             for start in range(0, len(texts), b):
-                chunk = [str(t) for t in texts[start:start + b]]
+                chunk = [str(t) for t in texts[start : start + b]]
                 emb = self._embed_texts(chunk)
                 out.append(l2_normalize(emb) if normalize else np.asarray(emb, np.float32))
                 bar.update(len(chunk))
@@ -122,7 +134,9 @@ class ToolCall:
     def from_json(cls, d: dict) -> "ToolCall":
         """The tool call stored by :meth:`to_json` (missing fields read as empty)."""
         args = d.get("arguments")
-        return cls(str(d.get("id") or ""), str(d.get("name") or ""), dict(args) if isinstance(args, dict) else (args or {}))
+        return cls(
+            str(d.get("id") or ""), str(d.get("name") or ""), dict(args) if isinstance(args, dict) else (args or {})
+        )
 
 
 @dataclass
@@ -150,8 +164,10 @@ def user_message(text: str, images: Sequence[Path | str] = ()) -> dict:
     """A chat message; images are local paths (backends encode them as they need)."""
     if not images:
         return {"role": "user", "content": text}
-    return {"role": "user", "content": [{"type": "text", "text": text},
-                                        *({"type": "image", "image": str(p)} for p in images)]}
+    return {
+        "role": "user",
+        "content": [{"type": "text", "text": text}, *({"type": "image", "image": str(p)} for p in images)],
+    }
 
 
 def assistant_message(reply: "ChatReply") -> dict:
@@ -191,20 +207,38 @@ class LLM(Component):
         """Answer a chat ``messages`` list (OpenAI format), optionally with ``tools`` to call or in JSON mode."""
         raise NotImplementedError
 
-    async def achat(self, messages: list[dict], *, tools: list[dict] | None = None, json_mode: bool = False) -> ChatReply:
+    async def achat(
+        self, messages: list[dict], *, tools: list[dict] | None = None, json_mode: bool = False
+    ) -> ChatReply:
         """:meth:`chat` as a coroutine (by default on a worker thread)."""
         return await asyncio.to_thread(self.chat, messages, tools=tools, json_mode=json_mode)
 
-    def run_task(self, task: str, variables: dict[str, Any], *, prompt: str | None = None,
-                 images: Sequence[Path | str] = (), json_mode: bool = False) -> str:
+    def run_task(
+        self,
+        task: str,
+        variables: dict[str, Any],
+        *,
+        prompt: str | None = None,
+        images: Sequence[Path | str] = (),
+        json_mode: bool = False,
+    ) -> str:
         """Render the prompt file of ``task`` (or ``prompt``) with ``variables`` and return the reply's text."""
         text = load_prompt(prompt or default_task_prompt(task)).render(variables)
         return self.chat([user_message(text, images)], json_mode=json_mode).text
 
-    async def arun_task(self, task: str, variables: dict[str, Any], *, prompt: str | None = None,
-                        images: Sequence[Path | str] = (), json_mode: bool = False) -> str:
+    async def arun_task(
+        self,
+        task: str,
+        variables: dict[str, Any],
+        *,
+        prompt: str | None = None,
+        images: Sequence[Path | str] = (),
+        json_mode: bool = False,
+    ) -> str:
         """Async :meth:`run_task` (what :meth:`RunContext.call` awaits); a thread by default."""
-        return await asyncio.to_thread(self.run_task, task, variables, prompt=prompt, images=images, json_mode=json_mode)
+        return await asyncio.to_thread(
+            self.run_task, task, variables, prompt=prompt, images=images, json_mode=json_mode
+        )
 
     def call_prompts(self, op: str, inputs: dict[str, Any]) -> list[str]:
         """A task call reads ``prompt`` or, by default, the task's prompt (``tasks/<task>``, or the
@@ -217,6 +251,7 @@ class LLM(Component):
 
 class Captioner(Component):
     """Describes an image in one caption."""
+
     kind: ClassVar[str] = "captioner"
 
     def caption(self, image: Path) -> str:
@@ -283,8 +318,15 @@ class Verifier(Component):
 
     kind: ClassVar[str] = "verifier"
 
-    def verify(self, candidate: Path, instruction: str, *, reference: Path | None = None,
-               caption: str | None = None, reference_caption: str | None = None) -> bool:
+    def verify(
+        self,
+        candidate: Path,
+        instruction: str,
+        *,
+        reference: Path | None = None,
+        caption: str | None = None,
+        reference_caption: str | None = None,
+    ) -> bool:
         """Is ``candidate`` what ``instruction`` asks for?
 
         Args:
@@ -303,4 +345,5 @@ class Verifier(Component):
 
 class Memory(Component):
     """Stores what a method or agent keeps between calls (cache, subsets, context)."""
+
     kind: ClassVar[str] = "memory"

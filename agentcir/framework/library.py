@@ -97,18 +97,29 @@ class Change:
         return bool(self.added or self.changed or self.renamed or self.removed or self.relocated)
 
     def line(self) -> str:
-        s = (f"update: {len(self.added)} new, {len(self.changed)} changed, {len(self.renamed)} renamed or moved, "
-             f"{len(self.removed)} deleted, {len(self.metadata)} with new metadata"
-             + (f", {len(self.relocated)} at a new location (the folder moved)" if self.relocated else "") + "; "
-             f"embedded {self.embedded} image(s), reused {self.reused} embedding(s)")
+        s = (
+            f"update: {len(self.added)} new, {len(self.changed)} changed, {len(self.renamed)} renamed or moved, "
+            f"{len(self.removed)} deleted, {len(self.metadata)} with new metadata"
+            + (f", {len(self.relocated)} at a new location (the folder moved)" if self.relocated else "")
+            + "; "
+            f"embedded {self.embedded} image(s), reused {self.reused} embedding(s)"
+        )
         if self.dropped:
             s += f"; dropped (made for the old rows): {', '.join(self.dropped)}"
         return s
 
     def to_json(self) -> dict[str, Any]:
-        return {"added": self.added, "changed": self.changed, "renamed": [list(r) for r in self.renamed],
-                "removed": self.removed, "relocated": self.relocated, "metadata": self.metadata, "embedded": self.embedded, "reused": self.reused,
-                "dropped": self.dropped}
+        return {
+            "added": self.added,
+            "changed": self.changed,
+            "renamed": [list(r) for r in self.renamed],
+            "removed": self.removed,
+            "relocated": self.relocated,
+            "metadata": self.metadata,
+            "embedded": self.embedded,
+            "reused": self.reused,
+            "dropped": self.dropped,
+        }
 
 
 # -- content hashes -------------------------------------------------------------------------
@@ -163,8 +174,14 @@ class ReusingEncoder:
     def __getattr__(self, name):
         return getattr(self._encoder, name)
 
-    def encode_images(self, images: Sequence, batch_size: int | None = None, *, progress: bool | None = None,
-                      skipped: list[Skipped] | None = None) -> np.ndarray:
+    def encode_images(
+        self,
+        images: Sequence,
+        batch_size: int | None = None,
+        *,
+        progress: bool | None = None,
+        skipped: list[Skipped] | None = None,
+    ) -> np.ndarray:
         paths = [str(p) for p in images]
         old_row = [self._rows.get(self._sha.get(p, ""), -1) for p in paths]
         todo = [i for i, r in enumerate(old_row) if r < 0]
@@ -215,7 +232,7 @@ def swap_in(out: Path, staged: Path) -> None:
     prev = _previous_dir(out)
     shutil.rmtree(prev, ignore_errors=True)
     os.rename(out, prev)
-    os.rename(staged, out)      # a kill between the two renames is finished by recover()
+    os.rename(staged, out)  # a kill between the two renames is finished by recover()
     shutil.rmtree(prev, ignore_errors=True)
 
 
@@ -238,31 +255,51 @@ def recover(out: Path) -> None:
 
 
 # -- the update -----------------------------------------------------------------------------
-def _build(root: Path, items: Sequence[GalleryItem], encoder, *, scale: dict | None, dtype: str, recipe: dict | None,
-           progress: bool, source: str):
+def _build(
+    root: Path,
+    items: Sequence[GalleryItem],
+    encoder,
+    *,
+    scale: dict | None,
+    dtype: str,
+    recipe: dict | None,
+    progress: bool,
+    source: str,
+):
     if scale is None:
         return Gallery.build(root, items, encoder, dtype=dtype, progress=progress, source=source)
     from .scale.embed import build_sharded
 
-    return build_sharded(root, items, encoder, scale, dtype=dtype, recipe=recipe, progress=progress, source=source,
-                         domain_check=True)
+    return build_sharded(
+        root, items, encoder, scale, dtype=dtype, recipe=recipe, progress=progress, source=source, domain_check=True
+    )
 
 
 def _shards(g: Gallery) -> int:
     return len(g.info["shards"]) if "shards" in g.info else 0
 
 
-def index_into(out: str | Path, items: Sequence[GalleryItem], encoder, *, scale: dict | None = None,
-               dtype: str = "float32", recipe: dict | None = None, progress: bool = True,
-               source: str = "") -> tuple[Gallery, Change | None]:
+def index_into(
+    out: str | Path,
+    items: Sequence[GalleryItem],
+    encoder,
+    *,
+    scale: dict | None = None,
+    dtype: str = "float32",
+    recipe: dict | None = None,
+    progress: bool = True,
+    source: str = "",
+) -> tuple[Gallery, Change | None]:
     """Index ``items`` into gallery folder ``out``: a build when it holds no finished gallery,
     else an update that embeds only new and changed files (see the module's text).
 
     ``scale``: a sharded gallery's settings (``None``: unsharded). Returns the opened gallery and
     what the update did (``None`` for a build)."""
     out = Path(out)
-    with hold_lock(out.parent / f".{out.name}.update.lock", f"gallery update '{out}'", wait=True), \
-            storage_errors(out, f"gallery '{out}'"):
+    with (
+        hold_lock(out.parent / f".{out.name}.update.lock", f"gallery update '{out}'", wait=True),
+        storage_errors(out, f"gallery '{out}'"),
+    ):
         recover(out)
         if not (out / "gallery.json").is_file():  # a first build, or one left unfinished
             g = _build(out, items, encoder, scale=scale, dtype=dtype, recipe=recipe, progress=progress, source=source)
@@ -279,7 +316,8 @@ def _update(out: Path, items: Sequence[GalleryItem], encoder, *, scale, dtype, r
             f"gallery '{out}' was indexed with encoder '{enc.get('key') or '?'}' (identity {enc['identity']}); this "
             f"update uses encoder '{getattr(encoder, 'registry_key', '?')}' (identity {encoder.identity}): embeddings of "
             f"two encoders cannot be mixed in one gallery. Index into another --out folder, or select "
-            f"encoder={enc.get('key') or '?'} with its original config to update this one")
+            f"encoder={enc.get('key') or '?'} with its original config to update this one"
+        )
     staged = staging_dir(out)
     known = _read_content(out)
     new_files = digests([it.path for it in items], known)
@@ -300,11 +338,16 @@ def _update(out: Path, items: Sequence[GalleryItem], encoder, *, scale, dtype, r
         shutil.rmtree(staged, ignore_errors=True)  # a leftover of an earlier swap
         _write_content(out, {p: new_files[p] for p in old.paths if p in new_files})
         change.metadata = [it.id for it in items if it.meta != old.items[old.index_of(it.id)].meta]
-        old.set_meta({it.id: it.meta for it in items})   # re-read metadata: stored, no embedding
+        old.set_meta({it.id: it.meta for it in items})  # re-read metadata: stored, no embedding
         return old, change
 
-    key = {"items": stable_hash([[it.id, it.path, new_sha.get(it.path, "")] for it in items]), "encoder": encoder.identity,
-           "dtype": dtype, "shards": (scale or {}).get("shards", 0), "from": stable_hash(old.info.get("plan"))}
+    key = {
+        "items": stable_hash([[it.id, it.path, new_sha.get(it.path, "")] for it in items]),
+        "encoder": encoder.identity,
+        "dtype": dtype,
+        "shards": (scale or {}).get("shards", 0),
+        "from": stable_hash(old.info.get("plan")),
+    }
     if staged.exists():
         try:
             same = json.loads((staged / UPDATE_KEY).read_text()) == key
@@ -330,9 +373,10 @@ def _update(out: Path, items: Sequence[GalleryItem], encoder, *, scale, dtype, r
     for name in KEPT_FILES:  # not row-keyed: the new gallery keeps them
         if (out / name).is_file() and not (staged / name).exists():
             shutil.copy2(out / name, staged / name)
-    _write_content(staged, {p: new_files[p] for p in g.paths if p in new_files})   # last: the new gallery is whole
-    change.metadata = [it.id for it in items
-                       if old.index_of(it.id) >= 0 and it.meta != old.items[old.index_of(it.id)].meta]
+    _write_content(staged, {p: new_files[p] for p in g.paths if p in new_files})  # last: the new gallery is whole
+    change.metadata = [
+        it.id for it in items if old.index_of(it.id) >= 0 and it.meta != old.items[old.index_of(it.id)].meta
+    ]
     if getattr(old, "close", None):
         old.close()
     swap_in(out, staged)

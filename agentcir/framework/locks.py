@@ -62,7 +62,7 @@ def hold_lock(lock_file: Path, what: str, *, wait: bool = False, hint: str = "")
             log.warning("%s is in use by %s; waiting for it", what, holder)
             fcntl.flock(fd, fcntl.LOCK_EX)
         record = json.dumps({"pid": os.getpid(), "host": socket.gethostname(), "since": time.time()}).encode()
-        os.pwrite(fd, record, 0)        # one write, then cut what a longer old record left
+        os.pwrite(fd, record, 0)  # one write, then cut what a longer old record left
         os.ftruncate(fd, len(record))
         try:
             yield

@@ -65,25 +65,33 @@ def loop_steps(trace: dict[str, Any]) -> list[dict[str, Any]]:
             verdicts = None
         accepted = rec.get("accepted")
         stopped = rec.get("stopped")
-        steps.append({
-            "stage": name,
-            "round": _stage_round(name, rec),
-            "description": _text(rec.get("description") if rec.get("description") is not None else rec.get("step2")),
-            "suggestions": _text(rec.get("suggestions")) if not stopped else None,
-            "verdict": _text(rec.get("verdict")),
-            "questions": questions if isinstance(questions, list) else None,
-            "checked": len(checked) if isinstance(checked, list) else (len(verdicts) if verdicts is not None else None),
-            "satisfied": [int(x) for x in rec["values"]] if isinstance(rec.get("values"), list) else None,
-            "verdicts": verdicts,
-            "accepted_rank": int(accepted) + 1 if isinstance(accepted, int) and not isinstance(accepted, bool) else None,
-            "stopped": bool(stopped) if stopped is not None else None,
-        })
+        steps.append(
+            {
+                "stage": name,
+                "round": _stage_round(name, rec),
+                "description": _text(
+                    rec.get("description") if rec.get("description") is not None else rec.get("step2")
+                ),
+                "suggestions": _text(rec.get("suggestions")) if not stopped else None,
+                "verdict": _text(rec.get("verdict")),
+                "questions": questions if isinstance(questions, list) else None,
+                "checked": len(checked)
+                if isinstance(checked, list)
+                else (len(verdicts) if verdicts is not None else None),
+                "satisfied": [int(x) for x in rec["values"]] if isinstance(rec.get("values"), list) else None,
+                "verdicts": verdicts,
+                "accepted_rank": int(accepted) + 1
+                if isinstance(accepted, int) and not isinstance(accepted, bool)
+                else None,
+                "stopped": bool(stopped) if stopped is not None else None,
+            }
+        )
     return steps if len(steps) >= 2 else []
 
 
 def _short(s: str, n: int = 110) -> str:
     s = " ".join(s.split())
-    return s if len(s) <= n else s[:n - 1] + "…"
+    return s if len(s) <= n else s[: n - 1] + "…"
 
 
 def format_loop(steps: list[dict[str, Any]], method: str = "") -> str:
@@ -111,8 +119,9 @@ def format_loop(steps: list[dict[str, Any]], method: str = "") -> str:
             parts.append(f"suggestions: “{_short(s['suggestions'], 90)}”")
         if s["verdicts"] is not None:
             acc = s["accepted_rank"]
-            parts.append(f"inspected {len(s['verdicts'])} candidates, "
-                         + (f"accepted rank {acc}" if acc else "none accepted"))
+            parts.append(
+                f"inspected {len(s['verdicts'])} candidates, " + (f"accepted rank {acc}" if acc else "none accepted")
+            )
         if s["description"]:
             parts.append(f"searched with “{_short(s['description'])}”")
         lines.append(f"  {head:<13} " + (" · ".join(parts) if parts else "—"))

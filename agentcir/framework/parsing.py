@@ -45,8 +45,18 @@ def strip_reasoning(text: str) -> str:
 
 # -- JSON ---------------------------------------------------------------------------------
 _FENCE = re.compile(r"```[ \t]*([A-Za-z0-9_+-]*)[ \t]*\n?(.*?)(?:```|$)", re.S)
-_LITERALS = {"true": "true", "True": "true", "TRUE": "true", "false": "false", "False": "false", "FALSE": "false",
-             "null": "null", "None": "null", "none": "null", "NULL": "null"}
+_LITERALS = {
+    "true": "true",
+    "True": "true",
+    "TRUE": "true",
+    "false": "false",
+    "False": "false",
+    "FALSE": "false",
+    "null": "null",
+    "None": "null",
+    "none": "null",
+    "NULL": "null",
+}
 
 
 def _balanced(text: str, start: int) -> str | None:
@@ -74,7 +84,7 @@ def _balanced(text: str, start: int) -> str | None:
                 return None
             stack.pop()
             if not stack:
-                return text[start:i + 1]
+                return text[start : i + 1]
         i += 1
     return None
 
@@ -91,7 +101,7 @@ def _repair(src: str) -> str:
                 d = src[j]
                 if d == "\\" and j + 1 < n:
                     nxt = src[j + 1]
-                    buf.append("'" if nxt == "'" else src[j:j + 2])
+                    buf.append("'" if nxt == "'" else src[j : j + 2])
                     j += 2
                     continue
                 buf.append('\\"' if d == '"' else "\\n" if d == "\n" else "\\t" if d == "\t" else d)
@@ -187,9 +197,13 @@ def extract_json(text: str, *, expect: type | tuple[type, ...] = (dict, list), w
 
 # -- yes / no, true / false ---------------------------------------------------------------
 _LEAD = re.compile(r"^[\s*_#>`\"'(\[\-–•:.]+")
-_LABEL = re.compile(r"^(?:final\s+)?(?:answer|response|verdict|output|result|judg(?:e)?ment)\s*(?:is)?\s*[:=\-]\s*", re.I)
+_LABEL = re.compile(
+    r"^(?:final\s+)?(?:answer|response|verdict|output|result|judg(?:e)?ment)\s*(?:is)?\s*[:=\-]\s*", re.I
+)
 _WORD = re.compile(r"[A-Za-z]+")
-_ANSWER_ANYWHERE = re.compile(r"\b(?:final\s+answer|answer|verdict)\s*(?:is)?\s*[:=\-]?\s*[*_\"'`]*\s*(yes|no|true|false)\b", re.I)
+_ANSWER_ANYWHERE = re.compile(
+    r"\b(?:final\s+answer|answer|verdict)\s*(?:is)?\s*[:=\-]?\s*[*_\"'`]*\s*(yes|no|true|false)\b", re.I
+)
 _POS = {"yes": True, "true": True}
 _NEG = {"no": False, "false": False}
 _ANSWER_KEYS = ("answer", "verdict", "result", "output", "response", "label", "judgement", "judgment")
@@ -253,8 +267,10 @@ def parse_bool_reply(text: Any, *, what: str = "yes/no answer", default: Any = _
     if ans is None:
         if default is not _UNSET:
             return default
-        raise ReplyParseError(f"could not read a {what} from the reply: it does not start with "
-                              f"yes/no or true/false; reply: {_snippet(text)}")
+        raise ReplyParseError(
+            f"could not read a {what} from the reply: it does not start with "
+            f"yes/no or true/false; reply: {_snippet(text)}"
+        )
     return ans
 
 
@@ -316,11 +332,15 @@ def _as_str_list(value: Any, where: str) -> list[str]:
 
 def _as_questions(value: Any, where: str) -> list[dict[str, Any]]:
     if not isinstance(value, list):
-        raise ReplyParseError(f"{where} must be a list of {{\"statement\", \"answer\"}} objects, got {type(value).__name__}")
+        raise ReplyParseError(
+            f'{where} must be a list of {{"statement", "answer"}} objects, got {type(value).__name__}'
+        )
     out = []
     for i, q in enumerate(value):
         if not isinstance(q, dict):
-            raise ReplyParseError(f"{where}[{i}] must be an object with 'statement' and 'answer', got {_snippet(json.dumps(q))}")
+            raise ReplyParseError(
+                f"{where}[{i}] must be an object with 'statement' and 'answer', got {_snippet(json.dumps(q))}"
+            )
         low = {str(k).lower(): v for k, v in q.items()}
         stmt = low.get("statement", low.get("question", low.get("text")))
         if "answer" not in low:
@@ -369,8 +389,10 @@ def parse_task_reply(task: str, text: Any, variables: Mapping[str, Any] | None =
     if len(names) == 1 and names[0] not in low and len(low) == 1:
         low = {names[0]: next(iter(low.values()))}  # one-field task answered under another key
     if names[0] not in low:
-        raise ReplyParseError(f"{what} lacks the field '{names[0]}' (has: {', '.join(map(str, data)) or 'none'}); "
-                              f"reply: {_snippet(json.dumps(data))}")
+        raise ReplyParseError(
+            f"{what} lacks the field '{names[0]}' (has: {', '.join(map(str, data)) or 'none'}); "
+            f"reply: {_snippet(json.dumps(data))}"
+        )
     out: dict[str, Any] = {}
     for name, typ in spec.fields:
         if name in low or typ != "str":

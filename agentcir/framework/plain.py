@@ -15,15 +15,19 @@ import re
 ACCEPTED = "JPEG, PNG, WebP, GIF, BMP, TIFF, HEIC or AVIF"
 
 # "stage 'create': 1 of 1 queries failed (first: query query: ValueError: ...); the others' work is saved, rerun ..."
-_STAGE = re.compile(r"^stage '(?P<stage>[^']+)': \d+ of \d+ quer(?:y|ies) failed \(first: query [^:]+: (?P<why>.*)\)"
-                    r"(?:; the others' work is saved, rerun the same command to retry the failed ones)?$", re.S)
+_STAGE = re.compile(
+    r"^stage '(?P<stage>[^']+)': \d+ of \d+ quer(?:y|ies) failed \(first: query [^:]+: (?P<why>.*)\)"
+    r"(?:; the others' work is saved, rerun the same command to retry the failed ones)?$",
+    re.S,
+)
 # an exception class name in front of its message: "UnidentifiedImageError: ", "PIL.Image.DecompressionBombError: "
 _CLASS = re.compile(r"\b(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception|Warning|Failure|Interrupt)\b(?::\s*|\s+)")
 # an object's repr: "<_io.BytesIO object at 0x7f...>"
 _REPR = re.compile(r"\s*<[\w.]+ object at 0x[0-9a-fA-F]+>")
 # command-line advice
-_RERUN = re.compile(r"[;,]?\s*(?:the others' work is saved,\s*)?(?:re-?run|run again) (?:the (?:same )?command|it)[^.;)]*",
-                    re.I)
+_RERUN = re.compile(
+    r"[;,]?\s*(?:the others' work is saved,\s*)?(?:re-?run|run again) (?:the (?:same )?command|it)[^.;)]*", re.I
+)
 
 
 def plain(message: str) -> str:

@@ -101,11 +101,18 @@ class Plan:
     def cost(self, component: str, row: Row) -> float | None:
         """The estimated cost of ``row`` at the recipe's prices (``None``: the component has no price)."""
         kind = component.split(":")[0]
-        p = self.prices.get(component) or self.prices.get(kind) or (self.prices.get(row.priced_as) if row.priced_as else None)
+        p = (
+            self.prices.get(component)
+            or self.prices.get(kind)
+            or (self.prices.get(row.priced_as) if row.priced_as else None)
+        )
         if not p:
             return None
-        return (row.input_tokens * p.get("input_per_1m", 0.0) + row.output_tokens * p.get("output_per_1m", 0.0)) / 1e6 \
-            + row.calls * p.get("per_call", 0.0) + row.items * p.get("per_item", 0.0)
+        return (
+            (row.input_tokens * p.get("input_per_1m", 0.0) + row.output_tokens * p.get("output_per_1m", 0.0)) / 1e6
+            + row.calls * p.get("per_call", 0.0)
+            + row.items * p.get("per_item", 0.0)
+        )
 
     @property
     def total_calls(self) -> int:
@@ -114,27 +121,44 @@ class Plan:
 
     def to_json(self) -> dict[str, Any]:
         """The plan as JSON: one entry per (stage, component, op), totals, imports and notes."""
-        rows = [{"stage": s, "component": c, "op": o, **vars(r), "cost": self.cost(c, r)}
-                for (s, c, o), r in self.rows.items()]
+        rows = [
+            {"stage": s, "component": c, "op": o, **vars(r), "cost": self.cost(c, r)}
+            for (s, c, o), r in self.rows.items()
+        ]
         costs = [r["cost"] for r in rows if r["cost"] is not None]
-        return {"queries": self.num_queries, "gallery": self.gallery_size, "rows": rows,
-                "total_calls": self.total_calls, "total_cost": sum(costs) if costs else None,
-                "imported": self.imported, "notes": self.notes}
+        return {
+            "queries": self.num_queries,
+            "gallery": self.gallery_size,
+            "rows": rows,
+            "total_calls": self.total_calls,
+            "total_cost": sum(costs) if costs else None,
+            "imported": self.imported,
+            "notes": self.notes,
+        }
 
     def render(self) -> str:
         """The plan as the markdown table ``agentcir run --plan`` prints."""
         head = f"plan: {self.num_queries} queries, gallery {self.gallery_size} items; no model was called\n\n"
-        lines = ["| stage | component | op | calls | items | cached | input tokens | output tokens | cost |",
-                 "|---|---|---|---|---|---|---|---|---|"]
+        lines = [
+            "| stage | component | op | calls | items | cached | input tokens | output tokens | cost |",
+            "|---|---|---|---|---|---|---|---|---|",
+        ]
         for (s, c, o), r in self.rows.items():
             cost = self.cost(c, r)
-            lines.append(f"| {s} | {c} | {o} | {r.calls} | {r.items} | {r.cached} | {r.input_tokens} | "
-                         f"{r.output_tokens} | {'' if cost is None else f'{cost:.4f}'} |")
+            lines.append(
+                f"| {s} | {c} | {o} | {r.calls} | {r.items} | {r.cached} | {r.input_tokens} | "
+                f"{r.output_tokens} | {'' if cost is None else f'{cost:.4f}'} |"
+            )
         j = self.to_json()
-        total = f"\ntotal: {j['total_calls']} model calls" + \
-            ("" if j["total_cost"] is None else f", estimated cost {j['total_cost']:.4f}") + "\n"
-        imp = "".join(f"imported: stage {s} for {v['queries']} queries ({', '.join(v['fields'])})\n"
-                      for s, v in self.imported.items())
+        total = (
+            f"\ntotal: {j['total_calls']} model calls"
+            + ("" if j["total_cost"] is None else f", estimated cost {j['total_cost']:.4f}")
+            + "\n"
+        )
+        imp = "".join(
+            f"imported: stage {s} for {v['queries']} queries ({', '.join(v['fields'])})\n"
+            for s, v in self.imported.items()
+        )
         return head + "\n".join(lines) + "\n" + total + imp + "".join(f"note: {n}\n" for n in self.notes)
 
 
@@ -198,7 +222,9 @@ class _Recorder:
             text = comp.prompt(prompt_field).text if prompt_field in comp.prompt_fields else ""
         except Exception:  # a prompt that cannot be read now fails in the run, not in the plan
             text = ""
-        self.record(comp, op, 1, math.ceil(len(text) / CHARS_PER_TOKEN) + self.image_tokens * images, tout, priced_as="llm")
+        self.record(
+            comp, op, 1, math.ceil(len(text) / CHARS_PER_TOKEN) + self.image_tokens * images, tout, priced_as="llm"
+        )
 
     def record(self, comp, op: str, items: int = 1, tin: int = 0, tout: int = 0, priced_as: str = "") -> None:
         if getattr(self._mute, "active", False):
@@ -235,8 +261,13 @@ class _Recorder:
             except Exception:  # a backend that implements the task without a prompt file
                 text = json.dumps(variables, default=str)
             reply = rec.rules_run(rec.rules, task, variables)
-            rec.record(self, "run_task", 1, math.ceil(len(text) / CHARS_PER_TOKEN) + rec.image_tokens * len(images),
-                       math.ceil(len(reply) / CHARS_PER_TOKEN))
+            rec.record(
+                self,
+                "run_task",
+                1,
+                math.ceil(len(text) / CHARS_PER_TOKEN) + rec.image_tokens * len(images),
+                math.ceil(len(reply) / CHARS_PER_TOKEN),
+            )
             return reply
 
         def chat(self, messages, *, tools=None, json_mode=False):
@@ -406,18 +437,27 @@ def plan_recipe(recipe: dict[str, Any], *, pool=None, image_tokens: int = IMAGE_
                     source = run_dir
                 else:
                     changed = sorted(k for k in set(inputs) | set(old) if old.get(k) != inputs.get(k))
-                    plan.notes.append(f"the run directory {run_dir} was computed from other inputs "
-                                      f"({', '.join(changed)} changed): its stages are recomputed")
+                    plan.notes.append(
+                        f"the run directory {run_dir} was computed from other inputs "
+                        f"({', '.join(changed)} changed): its stages are recomputed"
+                    )
         with _Recorder(plan, components, Path(tmp), image_tokens) as rec:
             if built:
                 rec.dim = gallery.dim
             else:
                 gallery = Gallery.build(Path(tmp) / "gallery", items, encoder, progress=False)
-            ctx = _plan_context(rec, cache=cache, run_dir=None, concurrency=run["concurrency"], progress=False,
-                               kernels=recipe["kernels"]["backend"])
+            ctx = _plan_context(
+                rec,
+                cache=cache,
+                run_dir=None,
+                concurrency=run["concurrency"],
+                progress=False,
+                kernels=recipe["kernels"]["backend"],
+            )
             state = RunState(queries=queries, gallery=gallery)
-            plan.imported = apply_imports(state.traces, queries, parse_imports(run.get("imports")),
-                                          [s.name for s in stages])
+            plan.imported = apply_imports(
+                state.traces, queries, parse_imports(run.get("imports")), [s.name for s in stages]
+            )
             finished = _load_finished(source, stages, state) if source is not None else []
             if finished:
                 plan.notes.append(f"finished in the run directory (read, no call): stage(s) {', '.join(finished)}")
@@ -425,19 +465,25 @@ def plan_recipe(recipe: dict[str, Any], *, pool=None, image_tokens: int = IMAGE_
             runner.stages = [s for s in runner.stages if s.name not in finished]
             asyncio.run(runner.execute())
     if not built:
-        plan.notes.append("the gallery is not indexed yet: retrieval runs over stand-in embeddings, so which "
-                          "candidates the later stages see is estimated")
+        plan.notes.append(
+            "the gallery is not indexed yet: retrieval runs over stand-in embeddings, so which "
+            "candidates the later stages see is estimated"
+        )
     names = [s.name for s in stages]
     estimated = [n for n in names if any(r.calls for (st, _, _), r in plan.rows.items() if st == n)]
     if estimated:
-        later = names[names.index(estimated[0]) + 1:]
-        plan.notes.append(f"estimated: stage(s) {', '.join(estimated)} make calls the cache does not hold, answered "
-                          f"here by stand-ins" + (f"; the counts of the stages after them ({', '.join(later)}) are "
-                                                  f"estimates" if later else ""))
+        later = names[names.index(estimated[0]) + 1 :]
+        plan.notes.append(
+            f"estimated: stage(s) {', '.join(estimated)} make calls the cache does not hold, answered "
+            f"here by stand-ins"
+            + (f"; the counts of the stages after them ({', '.join(later)}) are estimates" if later else "")
+        )
     uncached_ops = {o for (_, _, o), r in plan.rows.items() if r.calls}
     if "verify" in uncached_ops:
-        plan.notes.append("verification: the stand-in verifier says no, so every gated query uses its whole depth "
-                          "(alpha); which queries pass the uncertainty gate depends on the real scores")
+        plan.notes.append(
+            "verification: the stand-in verifier says no, so every gated query uses its whole depth "
+            "(alpha); which queries pass the uncertainty gate depends on the real scores"
+        )
     if "chat" in uncached_ops:
         plan.notes.append("agent chats counted at one turn per query (a lower bound)")
     if "run_task" in uncached_ops:

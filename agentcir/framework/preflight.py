@@ -112,27 +112,37 @@ def check_endpoints(components: Iterable[Any], *, timeout: float = 10.0) -> list
         shown = _public(info.base_url)
         host = urlsplit(info.base_url).hostname or ""
         if not info.api_key and host in KEYED_HOSTS:
-            raise EndpointUnavailable(f"{info.who}: {shown} needs an API key and {_key_hint(info)}; "
-                                      f"checked before the run (run.preflight=false skips the check)")
+            raise EndpointUnavailable(
+                f"{info.who}: {shown} needs an API key and {_key_hint(info)}; "
+                f"checked before the run (run.preflight=false skips the check)"
+            )
         key = (info.base_url.rstrip("/"), info.api_key)
         if key not in listed:
             listed[key] = _get_models(info, timeout)
         status, data, err = listed[key]
         if status is None:
-            raise EndpointUnavailable(f"{info.who}: the endpoint {shown} does not answer ({err}); start the server or "
-                                      f"fix base_url (checked before the run; run.preflight=false skips the check)")
+            raise EndpointUnavailable(
+                f"{info.who}: the endpoint {shown} does not answer ({err}); start the server or "
+                f"fix base_url (checked before the run; run.preflight=false skips the check)"
+            )
         if status in (401, 403):
-            raise EndpointUnavailable(f"{info.who}: {shown}/models answered HTTP {status}: {_key_hint(info)} "
-                                      f"(checked before the run; run.preflight=false skips the check)")
+            raise EndpointUnavailable(
+                f"{info.who}: {shown}/models answered HTTP {status}: {_key_hint(info)} "
+                f"(checked before the run; run.preflight=false skips the check)"
+            )
         if status >= 400 or not isinstance(data, dict):
-            msg = (f"{info.who}: {shown}/models answered {err or f'HTTP {status}'}; the served models could not be "
-                   f"listed, the run goes on")
+            msg = (
+                f"{info.who}: {shown}/models answered {err or f'HTTP {status}'}; the served models could not be "
+                f"listed, the run goes on"
+            )
         else:
             ids = [m.get("id") for m in data.get("data") or [] if isinstance(m, dict)]
             if info.model in ids:
                 continue
-            msg = (f"{info.who}: {shown} does not list model '{info.model}' (it lists "
-                   f"{', '.join(map(str, ids[:10])) or 'none'}{', ...' if len(ids) > 10 else ''}); the run goes on")
+            msg = (
+                f"{info.who}: {shown} does not list model '{info.model}' (it lists "
+                f"{', '.join(map(str, ids[:10])) or 'none'}{', ...' if len(ids) > 10 else ''}); the run goes on"
+            )
         log.warning("%s", msg)
         warnings.append(msg)
     return warnings

@@ -57,7 +57,9 @@ class Prompt:
         values = {**(variables or {}), **more}
         missing = sorted(self.variables - set(values))
         if missing:
-            raise InputError(f"prompt '{self.name}' needs variable(s) {', '.join(missing)}; given: {', '.join(sorted(values)) or '(none)'}")
+            raise InputError(
+                f"prompt '{self.name}' needs variable(s) {', '.join(missing)}; given: {', '.join(sorted(values)) or '(none)'}"
+            )
         return _VAR.sub(lambda m: _fmt(values[_var_name(m)]), self.text)
 
 
@@ -108,8 +110,10 @@ def _plugin_dirs(refresh: bool = False) -> list[tuple[Path, str]]:
                     spec = None
                 locations = list(spec.submodule_search_locations or []) if spec else []
                 if not locations:
-                    raise InputError(f"plugin prompt entry point '{ep.name} = {ep.value}' (group {ENTRY_POINT_GROUP}) "
-                                     f"does not name an importable package folder")
+                    raise InputError(
+                        f"plugin prompt entry point '{ep.name} = {ep.value}' (group {ENTRY_POINT_GROUP}) "
+                        f"does not name an importable package folder"
+                    )
                 found += [(Path(loc), f"plugin entry point '{ep.name}'") for loc in locations]
             _PLUGIN_DIRS = found
         return list(_PLUGIN_DIRS)
@@ -120,8 +124,12 @@ def prompt_dirs(refresh: bool = False) -> list[tuple[Path, str]]:
     env = [Path(d).expanduser() for d in os.environ.get(ENV_VAR, "").split(os.pathsep) if d.strip()]
     with _DIRS_LOCK:
         added = list(_ADDED)
-    return [(PROMPTS_DIR, "the project's prompts"), *((d, "add_prompt_dir") for d in added),
-            *((d, ENV_VAR) for d in env), *_plugin_dirs(refresh)]
+    return [
+        (PROMPTS_DIR, "the project's prompts"),
+        *((d, "add_prompt_dir") for d in added),
+        *((d, ENV_VAR) for d in env),
+        *_plugin_dirs(refresh),
+    ]
 
 
 def find_prompt(name: str | Path) -> Path | None:
@@ -154,9 +162,12 @@ def prompt_path(name: str | Path) -> Path:
         names = sorted(str(q.relative_to(d).with_suffix("")) for q in d.rglob("*.txt")) if d.is_dir() else []
         places.append(f"{d} ({origin}{'' if d.is_dir() else ', missing'}): {', '.join(names) or 'no prompts'}")
     hint = "" if Path(name).suffix != ".txt" else f" (and '{name}' is not a file)"
-    raise InputError(f"prompt '{name}' not found{hint}; looked in:\n  " + "\n  ".join(places)
-                     + f"\nadd a folder with add_prompt_dir() or {ENV_VAR}, or ship it in a plugin "
-                       f"(entry-point group {ENTRY_POINT_GROUP})")
+    raise InputError(
+        f"prompt '{name}' not found{hint}; looked in:\n  "
+        + "\n  ".join(places)
+        + f"\nadd a folder with add_prompt_dir() or {ENV_VAR}, or ship it in a plugin "
+        f"(entry-point group {ENTRY_POINT_GROUP})"
+    )
 
 
 _CACHE: dict[tuple[str, int, float], Prompt] = {}

@@ -114,8 +114,22 @@ class KernelsConfig:
 
 
 #: run settings that cannot change results (excluded from the run's identity)
-VOLATILE_RUN_FIELDS = ("concurrency", "progress", "show", "fresh", "name", "root", "cache", "max_image_pixels", "prices",
-                       "plugins", "preflight", "loggers", "tracking", "paper")
+VOLATILE_RUN_FIELDS = (
+    "concurrency",
+    "progress",
+    "show",
+    "fresh",
+    "name",
+    "root",
+    "cache",
+    "max_image_pixels",
+    "prices",
+    "plugins",
+    "preflight",
+    "loggers",
+    "tracking",
+    "paper",
+)
 
 
 def import_plugins(modules: Any) -> list[str]:
@@ -140,8 +154,10 @@ def import_plugins(modules: Any) -> list[str]:
             importlib.import_module(name)
         except ModuleNotFoundError as e:
             where = "" if e.name == name else f" (it imports '{e.name}', which is missing)"
-            raise InputError(f"run.plugins: cannot import module '{name}'{where}: {e}; put its folder on "
-                             f"PYTHONPATH (or install it) and name it as Python imports it (package.module)") from None
+            raise InputError(
+                f"run.plugins: cannot import module '{name}'{where}: {e}; put its folder on "
+                f"PYTHONPATH (or install it) and name it as Python imports it (package.module)"
+            ) from None
         except Exception as e:
             raise InputError(f"run.plugins: importing module '{name}' failed: {type(e).__name__}: {e}") from e
         out.append(name)
@@ -158,8 +174,12 @@ def _hydra_compose(overrides: Sequence[str], config_name: str, recipes_dir: Path
     check_recipe_dirs(extra_dirs)
     dirs = [*extra_dirs, *plugin_recipe_dirs()]
     overrides = project_overrides(overrides, recipe_groups([recipes_dir, *dirs]))
-    generated = registered_recipes(overrides, [recipes_dir, *dirs], extra_dirs,  # keys registered from Python
-                                   recipes_dir / f"{config_name}.yaml")
+    generated = registered_recipes(
+        overrides,
+        [recipes_dir, *dirs],
+        extra_dirs,  # keys registered from Python
+        recipes_dir / f"{config_name}.yaml",
+    )
     if generated is not None:
         dirs.append(generated.name)  # searched last: a recipe file of the same name wins
     if dirs:
@@ -189,12 +209,21 @@ def _default_selections(config_file: Path) -> list[str]:
     except (OSError, yaml.YAMLError):
         return []  # Hydra reports it
     defaults = raw.get("defaults") if isinstance(raw, dict) else None
-    return [f"{g}={k}" for e in (defaults if isinstance(defaults, list) else []) if isinstance(e, dict) and len(e) == 1
-            for g, k in e.items() if g in GROUPS and isinstance(k, str)]
+    return [
+        f"{g}={k}"
+        for e in (defaults if isinstance(defaults, list) else [])
+        if isinstance(e, dict) and len(e) == 1
+        for g, k in e.items()
+        if g in GROUPS and isinstance(k, str)
+    ]
 
 
-def registered_recipes(overrides: Sequence[str], dirs: Sequence[str | os.PathLike],
-                       extra_dirs: Sequence[str] = (), config_file: Path | None = None) -> tempfile.TemporaryDirectory | None:
+def registered_recipes(
+    overrides: Sequence[str],
+    dirs: Sequence[str | os.PathLike],
+    extra_dirs: Sequence[str] = (),
+    config_file: Path | None = None,
+) -> tempfile.TemporaryDirectory | None:
     """A temporary recipe folder holding a file for each override (or entry of ``config_file``'s
     ``defaults`` list that no override replaces) that selects a registry key which no recipe folder
     in ``dirs`` has a file for (``encoder=mine``, no ``encoder/mine.yaml``); None when every
@@ -211,7 +240,9 @@ def registered_recipes(overrides: Sequence[str], dirs: Sequence[str | os.PathLik
     written: list[tuple[str, str]] = []
     parsed = [parse_override(text) for text in overrides]
     chosen = {o.key_or_group for o in parsed}
-    defaults = [text for text in (_default_selections(config_file) if config_file else []) if text.split("=")[0] not in chosen]
+    defaults = [
+        text for text in (_default_selections(config_file) if config_file else []) if text.split("=")[0] not in chosen
+    ]
     for o in [*parsed, *map(parse_override, defaults)]:
         group, key = o.key_or_group, o.value() if not o.is_sweep_override() else None
         if group not in GROUPS or o.package is not None or o.type == OverrideType.DEL or not isinstance(key, str):
@@ -222,14 +253,17 @@ def registered_recipes(overrides: Sequence[str], dirs: Sequence[str | os.PathLik
         if key != NONE_KEY and key not in reg:
             own = [Path(d).resolve() for d in extra_dirs if Path(d).resolve() != RECIPES_DIR]  # the user's folders
             where = own[0] if own else Path.cwd() / "recipes"
-            files = sorted({f.stem for d in dirs if (Path(d) / group).is_dir() for f in (Path(d) / group).glob("*.yaml")})
+            files = sorted(
+                {f.stem for d in dirs if (Path(d) / group).is_dir() for f in (Path(d) / group).glob("*.yaml")}
+            )
             raise InputError(
                 f"recipe error: {group} '{key}' has no recipe file {group}/{key}.yaml and no {group} is registered as "
                 f"'{key}' (registered {reg.plural}: {', '.join(reg.keys()) or '(none)'}{closest_hint(key, sorted({*reg.keys(), *files}))}). "
                 f"Register it from Python with @agentcir.register('{group}', '{key}') on a class with a Config dataclass "
                 f"(its defaults become the recipe), or add the file {where / group / f'{key}.yaml'} holding "
                 f"'name: <a registered {group}>' and its fields, and pass the folder {where} with --recipes {where} "
-                f"(Python: recipes=['{where}']); searched: {', '.join(str(d) for d in dirs)}")
+                f"(Python: recipes=['{where}']); searched: {', '.join(str(d) for d in dirs)}"
+            )
         written.append((group, key))
     if not written:
         return None
@@ -237,7 +271,9 @@ def registered_recipes(overrides: Sequence[str], dirs: Sequence[str | os.PathLik
     for group, key in written:
         path = Path(out.name) / group / f"{key}.yaml"
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(f"# {group} '{key}': registered from Python; fields from its Config defaults\nname: {json.dumps(key)}\n")
+        path.write_text(
+            f"# {group} '{key}': registered from Python; fields from its Config defaults\nname: {json.dumps(key)}\n"
+        )
     return out
 
 
@@ -246,15 +282,20 @@ def check_recipe_dirs(dirs: Sequence[str | os.PathLike]) -> None:
     for d in dirs:
         if not Path(d).is_dir():
             why = "is not a folder" if Path(d).exists() else "does not exist"
-            raise InputError(f"recipe folder '{d}' (--recipes) {why}; give a folder holding group folders "
-                             f"(method/NAME.yaml, encoder/NAME.yaml, ...)")
+            raise InputError(
+                f"recipe folder '{d}' (--recipes) {why}; give a folder holding group folders "
+                f"(method/NAME.yaml, encoder/NAME.yaml, ...)"
+            )
 
 
 def yaml_problem(e: Exception) -> str:
     """A one-line message for a recipe file that is not valid YAML, naming the file, line and column."""
     mark = getattr(e, "problem_mark", None) or getattr(e, "context_mark", None)
     where = f"'{mark.name}', line {mark.line + 1}, column {mark.column + 1}" if mark is not None else "a recipe file"
-    what = " ".join(str(x) for x in (getattr(e, "context", None), getattr(e, "problem", None)) if x) or str(e).splitlines()[0]
+    what = (
+        " ".join(str(x) for x in (getattr(e, "context", None), getattr(e, "problem", None)) if x)
+        or str(e).splitlines()[0]
+    )
     return f"recipe file {where}: malformed YAML ({what}); fix the file"
 
 
@@ -282,7 +323,9 @@ def plugin_recipe_dirs() -> list[str]:
         spec = importlib.util.find_spec(ep.value.split(":", 1)[0].strip())
         locations = list(spec.submodule_search_locations or []) if spec else []
         if not locations:
-            raise InputError(f"plugin recipe entry point '{ep.name}' names '{ep.value}', which is not an importable package folder")
+            raise InputError(
+                f"plugin recipe entry point '{ep.name}' names '{ep.value}', which is not an importable package folder"
+            )
         out.extend(locations)
     return out
 
@@ -296,8 +339,10 @@ def validate(raw: dict[str, Any], check_devices: bool = True) -> dict[str, Any]:
     known = {*GROUPS, "kernels", "run", "scale"}
     unknown = sorted(set(raw) - known)
     if unknown:
-        raise ConfigError(f"recipe: unknown top-level key(s) {', '.join(unknown)}; valid: {', '.join(sorted(known))}"
-                          f"{closest_hint(unknown[0], known)}")
+        raise ConfigError(
+            f"recipe: unknown top-level key(s) {', '.join(unknown)}; valid: {', '.join(sorted(known))}"
+            f"{closest_hint(unknown[0], known)}"
+        )
     out: dict[str, Any] = {}
     for group in GROUPS:
         node = raw.get(group)
@@ -309,7 +354,9 @@ def validate(raw: dict[str, Any], check_devices: bool = True) -> dict[str, Any]:
         name = node.pop("name")
         if name == NONE_KEY:
             if node:
-                raise ConfigError(f"{group} 'none': selects no {group} and takes no fields, got {', '.join(map(repr, sorted(node)))}")
+                raise ConfigError(
+                    f"{group} 'none': selects no {group} and takes no fields, got {', '.join(map(repr, sorted(node)))}"
+                )
             out[group] = {"name": NONE_KEY}
             continue
         cls = REGISTRIES[group].config_class(str(name))
@@ -317,8 +364,10 @@ def validate(raw: dict[str, Any], check_devices: bool = True) -> dict[str, Any]:
         out[group] = {"name": name, **config_dict(cfg)}
     out["kernels"] = config_dict(make_config(KernelsConfig, raw.get("kernels") or {}, where="kernels"))
     if out["kernels"]["backend"] not in KERNEL_BACKENDS:
-        raise ConfigError(f"kernels: field 'backend': unknown kernel backend '{out['kernels']['backend']}'; "
-                          f"choose one of {', '.join(KERNEL_BACKENDS)}")
+        raise ConfigError(
+            f"kernels: field 'backend': unknown kernel backend '{out['kernels']['backend']}'; "
+            f"choose one of {', '.join(KERNEL_BACKENDS)}"
+        )
     run_node = dict(raw.get("run") or {})
     for key in ("plugins", "loggers"):  # run.plugins=my_module, run.loggers=csv: one name
         if isinstance(run_node.get(key), str):
@@ -347,8 +396,10 @@ def parse_override(text: str):
     try:
         (o,) = OverridesParser.create().parse_overrides([text])
     except HydraException as e:
-        raise InputError(f"override '{text}': {str(e).splitlines()[0]} (syntax: group=option, group.field=value, "
-                         f"+experiment=NAME; sweeps with -m: a,b,c or range(start,stop,step))") from None
+        raise InputError(
+            f"override '{text}': {str(e).splitlines()[0]} (syntax: group=option, group.field=value, "
+            f"+experiment=NAME; sweeps with -m: a,b,c or range(start,stop,step))"
+        ) from None
     if not o.key_or_group:
         raise InputError(f"override '{text}': no key before '='")
     return o
@@ -375,9 +426,11 @@ def project_overrides(overrides: Sequence[str], groups: set[str]) -> list[str]:
     for text in overrides:
         o = parse_override(text)
         if o.is_sweep_override():
-            raise InputError(f"override '{text}' sweeps over several values; run the sweep with "
-                             f"`agentcir run -m {text}` (--multirun), write a list as key=[a,b], "
-                             f"or quote a string holding commas: key='a,b'")
+            raise InputError(
+                f"override '{text}' sweeps over several values; run the sweep with "
+                f"`agentcir run -m {text}` (--multirun), write a list as key=[a,b], "
+                f"or quote a string holding commas: key='a,b'"
+            )
         key = o.key_or_group
         if o.type == OverrideType.CHANGE and o.package is None and not key.startswith("hydra."):
             if key == "experiment":
@@ -388,8 +441,14 @@ def project_overrides(overrides: Sequence[str], groups: set[str]) -> list[str]:
     return out
 
 
-def compose(overrides: Sequence[str] = (), *, config_name: str = "config", recipes_dir: str | os.PathLike | None = None,
-            extra_dirs: Sequence[str] = (), check_devices: bool = True) -> dict[str, Any]:
+def compose(
+    overrides: Sequence[str] = (),
+    *,
+    config_name: str = "config",
+    recipes_dir: str | os.PathLike | None = None,
+    extra_dirs: Sequence[str] = (),
+    check_devices: bool = True,
+) -> dict[str, Any]:
     """Compose ``recipes/<config_name>.yaml`` with Hydra ``overrides`` and validate it.
 
     ``extra_dirs`` are user recipe folders searched too (same group layout). ``check_devices``

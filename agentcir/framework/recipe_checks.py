@@ -24,10 +24,18 @@ def check_run_name(run: dict[str, Any]) -> None:
         return
     text = str(name)
     parts = text.replace("\\", "/").split("/")
-    if (not text.strip() or PurePosixPath(text).is_absolute() or PureWindowsPath(text).is_absolute()
-            or PureWindowsPath(text).drive or any(p in ("..", ".") for p in parts) or "\0" in text):
-        raise ConfigError(f"run: field 'name': must be a folder name (or relative path) inside run.root "
-                          f"without '..', '.' or a leading '/', got {name!r}")
+    if (
+        not text.strip()
+        or PurePosixPath(text).is_absolute()
+        or PureWindowsPath(text).is_absolute()
+        or PureWindowsPath(text).drive
+        or any(p in ("..", ".") for p in parts)
+        or "\0" in text
+    ):
+        raise ConfigError(
+            f"run: field 'name': must be a folder name (or relative path) inside run.root "
+            f"without '..', '.' or a leading '/', got {name!r}"
+        )
 
 
 def device_problem(device: str) -> str | None:
@@ -79,4 +87,3 @@ def check_recipe(recipe: dict[str, Any], groups: tuple[str, ...], devices: bool 
     check_capabilities(recipe, groups)  # what the method needs of its components (no model loads)
     if devices:
         check_devices(recipe, groups)
-

@@ -42,7 +42,13 @@ def ranking_rows(result: "RunResult", k: int) -> list[dict[str, Any]]:
         ids = result.candidates.ids[qi]
         sc = result.candidates.scores[qi]
         keep = ids >= 0
-        rows.append({"query": q.id, "ids": [g.ids[i] for i in ids[keep][:k]], "scores": [round(float(s), 6) for s in sc[keep][:k]]})
+        rows.append(
+            {
+                "query": q.id,
+                "ids": [g.ids[i] for i in ids[keep][:k]],
+                "scores": [round(float(s), 6) for s in sc[keep][:k]],
+            }
+        )
     return rows
 
 
@@ -61,26 +67,43 @@ def write_report(result: "RunResult") -> None:
     r = result.recipe
     comps = "\n".join(component_facts(r))
     cost = cost_table(result.stats)
-    imported = "".join(f"Stage `{st}` imported for {v['queries']} queries ({', '.join(v['fields'])}) from "
-                       f"{', '.join(f'`{f}`' for f in v['files']) or 'the queries'}.\n\n"
-                       for st, v in result.metrics.get("imports", {}).items())
+    imported = "".join(
+        f"Stage `{st}` imported for {v['queries']} queries ({', '.join(v['fields'])}) from "
+        f"{', '.join(f'`{f}`' for f in v['files']) or 'the queries'}.\n\n"
+        for st, v in result.metrics.get("imports", {}).items()
+    )
     stage_rows = {f"after {name}": m for name, m in result.metrics.get("stages", {}).items()}
-    text = (f"# Run `{d.name}`\n\n"
-            f"{result.metrics.get('subset', '')}\n\n{imported}"
-            f"Queries: {result.metrics['num_queries']}; gallery: {result.metrics['gallery_size']} items "
-            f"({result.metrics['gallery_skipped']} skipped as unreadable); wall time {result.metrics['wall_s']:.1f} s "
-            f"(from the process start).\n\n"
-            f"## Metrics\n\n{metrics_table({'final': result.metrics['final'], **stage_rows})}\n"
-            f"## Components\n\n{comps}\n\n{concurrency_note(result.metrics.get('concurrency') or {})}"
-            f"## Cost per stage\n\n" + "\n".join(cost) + "\n\n"
-            f"## Where the time went\n\n{phases_table(result.metrics)}")
+    text = (
+        f"# Run `{d.name}`\n\n"
+        f"{result.metrics.get('subset', '')}\n\n{imported}"
+        f"Queries: {result.metrics['num_queries']}; gallery: {result.metrics['gallery_size']} items "
+        f"({result.metrics['gallery_skipped']} skipped as unreadable); wall time {result.metrics['wall_s']:.1f} s "
+        f"(from the process start).\n\n"
+        f"## Metrics\n\n{metrics_table({'final': result.metrics['final'], **stage_rows})}\n"
+        f"## Components\n\n{comps}\n\n{concurrency_note(result.metrics.get('concurrency') or {})}"
+        f"## Cost per stage\n\n" + "\n".join(cost) + "\n\n"
+        f"## Where the time went\n\n{phases_table(result.metrics)}"
+    )
     (d / "report.md").write_text(text)
 
 
 #: the config fields that say which model (or data) a component is, in the order the report lists them
-FACT_FIELDS = ("model", "arch", "pretrained", "revision", "model_config", "weights", "checkpoint", "path", "base_url",
-               "dtype", "precision",
-               "category", "split", "root")
+FACT_FIELDS = (
+    "model",
+    "arch",
+    "pretrained",
+    "revision",
+    "model_config",
+    "weights",
+    "checkpoint",
+    "path",
+    "base_url",
+    "dtype",
+    "precision",
+    "category",
+    "split",
+    "root",
+)
 REPORT_KINDS = ("method", "dataset", "encoder", "llm", "captioner", "generator", "editor", "detector", "verifier")
 
 
@@ -96,8 +119,11 @@ def component_facts(recipe: dict[str, Any]) -> list[str]:
     the fields that name its model, weights and data (``model``, ``arch``, ``pretrained``,
     ``revision``, ``path``, ...) exactly as the recipe sets them, nested components included
     (``encoder.text``). Components set to ``none`` are left out."""
-    return [f"- {k}: {_facts(recipe[k])}" for k in REPORT_KINDS
-            if isinstance(recipe.get(k), dict) and recipe[k].get("name") not in (None, "none")]
+    return [
+        f"- {k}: {_facts(recipe[k])}"
+        for k in REPORT_KINDS
+        if isinstance(recipe.get(k), dict) and recipe[k].get("name") not in (None, "none")
+    ]
 
 
 def cost_table(stats: dict[str, Any]) -> list[str]:
@@ -106,11 +132,18 @@ def cost_table(stats: dict[str, Any]) -> list[str]:
     from .accounting import stage_time_columns
 
     cols = stage_time_columns()
-    out = ["| stage | model calls | cache hits | failures | " + " | ".join(t for _, t in cols) + " | max in flight | resumed queries |",
-           "|---|---|---|---|" + "---|" * len(cols) + "---|---|"]
+    out = [
+        "| stage | model calls | cache hits | failures | "
+        + " | ".join(t for _, t in cols)
+        + " | max in flight | resumed queries |",
+        "|---|---|---|---|" + "---|" * len(cols) + "---|---|",
+    ]
     for name, s in stats.items():
-        out.append(f"| {name} | {s.calls} | {s.cache_hits} | {s.failures} | "
-                   + " | ".join(f"{getattr(s, f):.2f}" for f, _ in cols) + f" | {s.max_in_flight} | {s.resumed_queries} |")
+        out.append(
+            f"| {name} | {s.calls} | {s.cache_hits} | {s.failures} | "
+            + " | ".join(f"{getattr(s, f):.2f}" for f, _ in cols)
+            + f" | {s.max_in_flight} | {s.resumed_queries} |"
+        )
     return out
 
 
@@ -119,9 +152,14 @@ def phases_table(metrics: dict[str, Any]) -> str:
     t = metrics.get("time") or {}
     if not t:
         return "(not recorded)\n"
-    names = {"startup_s": "startup (process start to the run: imports, recipe)", "model_loading_s": "model loading",
-             "gallery_s": "gallery embedding (or opening the stored one)", "stages_s": "stages (see the cost table)",
-             "evaluation_s": "evaluation", "unattributed_s": "unattributed"}
+    names = {
+        "startup_s": "startup (process start to the run: imports, recipe)",
+        "model_loading_s": "model loading",
+        "gallery_s": "gallery embedding (or opening the stored one)",
+        "stages_s": "stages (see the cost table)",
+        "evaluation_s": "evaluation",
+        "unattributed_s": "unattributed",
+    }
     out = ["| phase | s |", "|---|---|"] + [f"| {names.get(k, k)} | {v:.2f} |" for k, v in t.items()]
     out.append(f"| **wall time** | {metrics.get('wall_s', 0.0):.2f} |")
     return "\n".join(out) + "\n"
@@ -131,9 +169,14 @@ def concurrency_note(limits: dict[str, Any]) -> str:
     """How many model calls ran at once: ``run.concurrency`` and each component's own cap."""
     if not limits:
         return ""
-    lines = [f"Model calls in flight: at most {limits.get('run')} (`run.concurrency`)"
-             + (f"; blocking offline work: {limits['cpu_workers']} worker thread(s) (the cores)." if "cpu_workers" in limits
-                else ".")]
+    lines = [
+        f"Model calls in flight: at most {limits.get('run')} (`run.concurrency`)"
+        + (
+            f"; blocking offline work: {limits['cpu_workers']} worker thread(s) (the cores)."
+            if "cpu_workers" in limits
+            else "."
+        )
+    ]
     for kind, info in limits.items():
         if kind != "run" and isinstance(info, dict):
             how = f"capped by `{info['capped_by']}`" if info.get("capped_by") else "follows `run.concurrency`"
@@ -170,8 +213,10 @@ def load_run(run_dir: str | os.PathLike) -> RunInfo:
     try:
         metrics = read_json_checked(f)
     except Damaged as e:
-        raise InputError(f"{e}; rerun the run's command (`agentcir run` with the recipe in '{d / 'recipe.yaml'}') "
-                         f"to recompute it from its stages") from None
+        raise InputError(
+            f"{e}; rerun the run's command (`agentcir run` with the recipe in '{d / 'recipe.yaml'}') "
+            f"to recompute it from its stages"
+        ) from None
     r = d / "recipe.yaml"
     recipe = (yaml.safe_load(r.read_text()) or {}) if r.is_file() else {}
     return RunInfo(d, metrics, recipe)
@@ -222,8 +267,10 @@ def override_labels(runs: list[RunInfo]) -> list[str]:
     fallback = run_labels(runs)
     if len(runs) < 2 or not all(r.recipe for r in runs):
         return fallback
-    flats = [{k: v for k, v in _flat(r.recipe).items() if not (k.startswith("run.") and k[4:] in VOLATILE_RUN_FIELDS)}
-             for r in runs]
+    flats = [
+        {k: v for k, v in _flat(r.recipe).items() if not (k.startswith("run.") and k[4:] in VOLATILE_RUN_FIELDS)}
+        for r in runs
+    ]
     keys = sorted({k for f in flats for k in f}, key=lambda k: (k.split(".")[0], k.partition(".")[2] != "name", k))
     missing = object()
     differ = [k for k in keys if len({json.dumps(f.get(k, missing), default=str, sort_keys=True) for f in flats}) > 1]
@@ -243,7 +290,7 @@ def override_labels(runs: list[RunInfo]) -> list[str]:
             keep.append(k)
 
     def show(k: str, v: Any) -> str:
-        key = k[:-len(".name")] if k.endswith(".name") and k.count(".") == 1 else k
+        key = k[: -len(".name")] if k.endswith(".name") and k.count(".") == 1 else k
         return f"{key}={json.dumps(v) if isinstance(v, (list, dict)) else v}"
 
     labels = [" ".join(show(k, f[k]) for k in keep if k in f) for f in flats]
@@ -263,12 +310,21 @@ def fashioniq_groups(runs: list[RunInfo]) -> dict[str, dict[str, dict[str, Any]]
         ds = r.recipe.get("dataset") or {}
         if ds.get("name") != "fashioniq":
             continue
-        key = stable_hash({**{k: v for k, v in r.recipe.items() if k not in ("run", "dataset")},
-                           "dataset": {k: v for k, v in ds.items() if k != "category"}}, n=8)
+        key = stable_hash(
+            {
+                **{k: v for k, v in r.recipe.items() if k not in ("run", "dataset")},
+                "dataset": {k: v for k, v in ds.items() if k != "category"},
+            },
+            n=8,
+        )
         g = groups.setdefault(key, {})
         if ds.get("category") in g:
-            log.warning("two FashionIQ runs of one recipe for category '%s' (%s, %s): no average for them",
-                        ds.get("category"), g[ds["category"]].name, r.name)
+            log.warning(
+                "two FashionIQ runs of one recipe for category '%s' (%s, %s): no average for them",
+                ds.get("category"),
+                g[ds["category"]].name,
+                r.name,
+            )
             clashing.add(key)
         g[ds.get("category")] = r
     out = {}
@@ -277,7 +333,10 @@ def fashioniq_groups(runs: list[RunInfo]) -> dict[str, dict[str, dict[str, Any]]
             continue
         method = (g["dress"].recipe.get("method") or {}).get("name", "?")
         avg = fashioniq_average({c: g[c].metrics.get("final", {}) for c in FASHIONIQ_CATEGORIES})
-        out[f"FashionIQ average ({method}, {key})"] = {"metrics": avg, "runs": {c: g[c].name for c in FASHIONIQ_CATEGORIES}}
+        out[f"FashionIQ average ({method}, {key})"] = {
+            "metrics": avg,
+            "runs": {c: g[c].name for c in FASHIONIQ_CATEGORIES},
+        }
     return out
 
 
@@ -290,8 +349,9 @@ def comparison_rows(runs: list[RunInfo]) -> dict[str, dict[str, Any]]:
     return rows
 
 
-def plot_comparison(rows: dict[str, dict[str, Any]], path: str | os.PathLike, *, title: str = "",
-                    max_metrics: int = 12) -> Path:
+def plot_comparison(
+    rows: dict[str, dict[str, Any]], path: str | os.PathLike, *, title: str = "", max_metrics: int = 12
+) -> Path:
     """A grouped bar chart (PNG) of the metrics shared by the rows: one group per metric,
     one bar per run. Per-aspect metrics (names with ``/``) are left out for readability.
     Needs matplotlib (``pip install 'agentcir[plot]'``)."""

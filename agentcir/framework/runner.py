@@ -89,8 +89,15 @@ class RunContext:
     """What a stage gets besides the state: cached model calls, a concurrent per-query
     map, the kernel backend, and where the run lives."""
 
-    def __init__(self, *, cache: CallCache, run_dir: Path | None, concurrency: int = 8, progress: bool = True,
-                 kernels: str = "auto"):
+    def __init__(
+        self,
+        *,
+        cache: CallCache,
+        run_dir: Path | None,
+        concurrency: int = 8,
+        progress: bool = True,
+        kernels: str = "auto",
+    ):
         self.cache = cache
         self.run_dir = run_dir
         self.concurrency = concurrency
@@ -182,8 +189,11 @@ class RunContext:
             st.by_component[name] = st.by_component.get(name, 0) + 1
             # hand back what a cache hit would return, so a resumed run sees identical values
             # (typed as the operation declares: a ChatReply stays a ChatReply, call_types)
-            out = out if isinstance(out, (str, int, float, bool, type(None))) else \
-                restore(component, op, decode_value(encode_value(out)))
+            out = (
+                out
+                if isinstance(out, (str, int, float, bool, type(None)))
+                else restore(component, op, decode_value(encode_value(out)))
+            )
             fut.set_result(out)
             return out
         except BaseException as e:
@@ -212,11 +222,14 @@ class RunContext:
         if path is None:
             return
         with open(path, "a", encoding="utf-8") as f:
-            f.write(seal_line(json.dumps({"query": query_id, "record": record}, ensure_ascii=False,
-                                         default=_json_default)) + "\n")
+            f.write(
+                seal_line(json.dumps({"query": query_id, "record": record}, ensure_ascii=False, default=_json_default))
+                + "\n"
+            )
 
-    async def map(self, state: RunState, fn: Callable[[Query], Awaitable[dict[str, Any]]],
-                  queries: Sequence[Query] | None = None) -> dict[str, dict[str, Any]]:
+    async def map(
+        self, state: RunState, fn: Callable[[Query], Awaitable[dict[str, Any]]], queries: Sequence[Query] | None = None
+    ) -> dict[str, dict[str, Any]]:
         """Run ``fn(query) -> record`` for every query, :attr:`window` queries in progress at once
         (their model calls share the ``concurrency`` call slots).
 
@@ -240,8 +253,14 @@ class RunContext:
                 todo.append(q)
         sem = asyncio.Semaphore(self.window)
         errors: list[tuple[str, BaseException]] = []
-        bar = tqdm(total=len(queries), initial=len(queries) - len(todo), desc=self.stage, unit="query",
-                   disable=not self.progress or len(queries) < 2, leave=False)
+        bar = tqdm(
+            total=len(queries),
+            initial=len(queries) - len(todo),
+            desc=self.stage,
+            unit="query",
+            disable=not self.progress or len(queries) < 2,
+            leave=False,
+        )
 
         async def one(q: Query) -> None:
             async with sem:
@@ -268,9 +287,11 @@ class RunContext:
         if errors:
             st.failures += len(errors)
             qid, err = errors[0]
-            raise StageError(f"stage '{self.stage}': {len(errors)} of {len(queries)} queries failed "
-                             f"(first: query {qid}: {type(err).__name__}: {err}); the others' work is saved, "
-                             f"rerun the same command to retry the failed ones")
+            raise StageError(
+                f"stage '{self.stage}': {len(errors)} of {len(queries)} queries failed "
+                f"(first: query {qid}: {type(err).__name__}: {err}); the others' work is saved, "
+                f"rerun the same command to retry the failed ones"
+            )
         return results
 
 
@@ -319,8 +340,10 @@ def _read_trace(path: Path) -> tuple[list[dict], int]:
         with atomic_path(path) as tmp:
             tmp.write_bytes(b"".join(ln + b"\n" for ln in kept))
     if damaged:
-        recompute_warning(Damaged(path, f"has {damaged} line(s) failing their checksum"),
-                          "their queries are recomputed (model calls come from the call cache)")
+        recompute_warning(
+            Damaged(path, f"has {damaged} line(s) failing their checksum"),
+            "their queries are recomputed (model calls come from the call cache)",
+        )
     return good, damaged
 
 
@@ -341,8 +364,12 @@ class Runner:
 
     def _paths(self, name: str) -> dict[str, Path]:
         d = self.ctx.run_dir / "stages"
-        return {"log": d / f"{name}.jsonl", "arrays": d / f"{name}.arrays.npz",
-                "cands": d / f"{name}.candidates.npz", "done": d / f"{name}.done"}
+        return {
+            "log": d / f"{name}.jsonl",
+            "arrays": d / f"{name}.arrays.npz",
+            "cands": d / f"{name}.candidates.npz",
+            "done": d / f"{name}.done",
+        }
 
     def _load_stage(self, stage: Stage) -> dict | None:
         """A finished stage's outputs, checked: the ``.done`` marker against its own digest, the
@@ -354,7 +381,7 @@ class Runner:
             self.state.traces.setdefault(row["query"], {})[stage.name] = row["record"]
         if not p["done"].is_file():
             return None
-        if damaged:   # (warned by _read_trace) the stage runs again for the queries whose lines were dropped
+        if damaged:  # (warned by _read_trace) the stage runs again for the queries whose lines were dropped
             p["done"].unlink(missing_ok=True)
             return None
         try:
@@ -365,7 +392,7 @@ class Runner:
             arrays, cands = {}, None
             for kind in ("arrays", "cands"):
                 f = p[kind]
-                if files is not None:   # the digests the marker recorded (absent: written before them)
+                if files is not None:  # the digests the marker recorded (absent: written before them)
                     if f.name not in files:
                         continue
                     check_record(f, files[f.name])
@@ -395,7 +422,11 @@ class Runner:
         if self.on_stage is None:
             return
         done = self._paths(name)["done"] if self.ctx.run_dir is not None else None
-        key = stable_hash(name, done.read_bytes().hex()) if done is not None and done.is_file() else stable_hash(name, step)
+        key = (
+            stable_hash(name, done.read_bytes().hex())
+            if done is not None and done.is_file()
+            else stable_hash(name, step)
+        )
         self.on_stage(name, step, self.ctx.stats.get(name, StageStats()), key)
 
     async def execute(self) -> None:
@@ -410,7 +441,9 @@ class Runner:
                 if persist:
                     done = self._load_stage(stage)
                     if done is not None:
-                        self.ctx.stats[stage.name] = StageStats(**{**done.get("stats", {}), "wall_s": done.get("stats", {}).get("wall_s", 0.0)})
+                        self.ctx.stats[stage.name] = StageStats(
+                            **{**done.get("stats", {}), "wall_s": done.get("stats", {}).get("wall_s", 0.0)}
+                        )
                         self.ctx.stats[stage.name].resumed_queries = len(self.state.queries)
                         self._stage_done(stage.name, step)
                         continue
@@ -443,12 +476,19 @@ class Runner:
                         self.state.candidates.save(p["cands"])
                     stats = asdict(st)
                     stats.pop("resumed_queries", None)
-                    scalars = {k: getattr(self.state, k) for k in PERSISTED_STATE
-                               if getattr(self.state, k) != scalars_before[k]}
-                    files = {p[k].name: file_record(p[k]) for k in ("arrays", "cands")
-                             if (k == "arrays" and changed) or (k == "cands" and stage.name in self.state.stage_candidates)}
-                    atomic_write_text(p["done"], seal({"stage": stage.name, "stats": stats, "state": scalars,
-                                                       "files": files}))
+                    scalars = {
+                        k: getattr(self.state, k)
+                        for k in PERSISTED_STATE
+                        if getattr(self.state, k) != scalars_before[k]
+                    }
+                    files = {
+                        p[k].name: file_record(p[k])
+                        for k in ("arrays", "cands")
+                        if (k == "arrays" and changed) or (k == "cands" and stage.name in self.state.stage_candidates)
+                    }
+                    atomic_write_text(
+                        p["done"], seal({"stage": stage.name, "stats": stats, "state": scalars, "files": files})
+                    )
                 self._stage_done(stage.name, step)
         finally:
             executor.shutdown(wait=False, cancel_futures=True)
@@ -463,8 +503,9 @@ LATER_GROUPS = ("editor",)
 def recipe_identity(recipe: dict[str, Any]) -> dict[str, Any]:
     """The parts of ``recipe`` that name its run: every group but ``run``, and a group of
     :data:`LATER_GROUPS` only when it selects a component."""
-    return {k: v for k, v in recipe.items()
-            if k != "run" and not (k in LATER_GROUPS and (v or {}).get("name") == "none")}
+    return {
+        k: v for k, v in recipe.items() if k != "run" and not (k in LATER_GROUPS and (v or {}).get("name") == "none")
+    }
 
 
 def resolve_run_dir(recipe: dict[str, Any]) -> Path:
@@ -476,8 +517,7 @@ def resolve_run_dir(recipe: dict[str, Any]) -> Path:
         return Path(run["root"]) / run["name"]
     identity = recipe_identity(recipe)
     # an empty run.imports keeps the names runs had before it existed
-    identity["run"] = {k: v for k, v in run.items()
-                       if k not in VOLATILE_RUN_FIELDS and not (k == "imports" and not v)}
+    identity["run"] = {k: v for k, v in run.items() if k not in VOLATILE_RUN_FIELDS and not (k == "imports" and not v)}
     h = stable_hash(identity, n=10)
     return Path(run["root"]) / f"{recipe['method']['name']}-{recipe['dataset']['name']}-{h}"
 
@@ -506,8 +546,10 @@ def prepare_run_dir(run_dir: Path, recipe: dict[str, Any]) -> None:
         old_identity = recipe_identity(old or {})
         if old is not None and stable_hash(old_identity) != stable_hash(identity):
             diff = sorted(k for k in set(old_identity) | set(identity) if old_identity.get(k) != identity.get(k))
-            raise InputError(f"run directory '{run_dir}' holds a run of a different recipe (differs in: {', '.join(diff)}); "
-                             f"choose another run.name, or pass run.fresh=true to start over there")
+            raise InputError(
+                f"run directory '{run_dir}' holds a run of a different recipe (differs in: {', '.join(diff)}); "
+                f"choose another run.name, or pass run.fresh=true to start over there"
+            )
     run_dir.mkdir(parents=True, exist_ok=True)
     write_text_checked(rfile, yaml.safe_dump(recipe, sort_keys=False))
 
@@ -528,8 +570,9 @@ def discard_stages(run_dir: Path) -> None:
         remove_with_sidecar(run_dir / stale)
 
 
-def check_run_inputs(run_dir: Path, inputs: dict[str, Any],
-                     stage_inputs: Sequence[tuple[str, Sequence[str]]] = ()) -> list[str]:
+def check_run_inputs(
+    run_dir: Path, inputs: dict[str, Any], stage_inputs: Sequence[tuple[str, Sequence[str]]] = ()
+) -> list[str]:
     """Finished stages are only reused when they were computed from the same inputs.
 
     The run directory is named by the recipe, but the same recipe can meet other inputs:
@@ -572,8 +615,11 @@ def check_run_inputs(run_dir: Path, inputs: dict[str, Any],
         else:
             parts = []
             if "code" in changed:
-                parts.append(f"code edited: {', '.join(changed_modules(old.get('code'), inputs.get('code') or {}))}"
-                             if "code" in old else "the code was not recorded")
+                parts.append(
+                    f"code edited: {', '.join(changed_modules(old.get('code'), inputs.get('code') or {}))}"
+                    if "code" in old
+                    else "the code was not recorded"
+                )
             rest = [k for k in changed if k != "code"]
             if rest:
                 parts.append(f"{', '.join(rest)} changed")
@@ -592,14 +638,21 @@ def check_run_inputs(run_dir: Path, inputs: dict[str, Any],
         else:
             which = "its stages are"
             discard_stages(run_dir)
-        log.warning("run '%s' was computed from other inputs (%s); %s recomputed "
-                    "(unchanged model calls come from the call cache)", run_dir, why, which)
+        log.warning(
+            "run '%s' was computed from other inputs (%s); %s recomputed "
+            "(unchanged model calls come from the call cache)",
+            run_dir,
+            why,
+            which,
+        )
     if old != inputs:
         write_text_checked(path, json.dumps(inputs, indent=1))
     return kept
 
 
-def run_inputs(recipe: dict[str, Any], pool, method: Method, gallery, gdir: Path, queries) -> tuple[dict[str, Any], list]:
+def run_inputs(
+    recipe: dict[str, Any], pool, method: Method, gallery, gdir: Path, queries
+) -> tuple[dict[str, Any], list]:
     """The inputs a run's stages are computed from (``inputs.json``, :func:`check_run_inputs`) and
     the leading stages that depend on some of them only."""
     from .code_identity import code_modules
@@ -611,8 +664,10 @@ def run_inputs(recipe: dict[str, Any], pool, method: Method, gallery, gdir: Path
     if imports:
         inputs["imports"] = imports_identity(imports)
     code = code_modules(method)
-    if method.needs_captions and (run["gallery_captions"] == "captioner"
-                                  or (run["gallery_captions"] == "auto" and gallery.captions("dataset") is None)):
+    if method.needs_captions and (
+        run["gallery_captions"] == "captioner"
+        or (run["gallery_captions"] == "auto" and gallery.captions("dataset") is None)
+    ):
         captioner = pool.get("captioner")
         inputs["captioner"] = captioner.identity
         code = {**code_modules(captioner), **code}
@@ -624,14 +679,21 @@ def run_inputs(recipe: dict[str, Any], pool, method: Method, gallery, gdir: Path
 def gallery_dir(root: Path, dataset_key: str, items_hash: str, encoder_identity: str, dtype: str) -> Path:
     from .images import DECODE_VERSION  # photos decoded otherwise: another gallery (and new stage results)
 
-    return root / "_galleries" / f"{dataset_key}-{stable_hash(items_hash, encoder_identity, dtype, DECODE_VERSION, n=12)}"
+    return (
+        root / "_galleries" / f"{dataset_key}-{stable_hash(items_hash, encoder_identity, dtype, DECODE_VERSION, n=12)}"
+    )
 
 
 def run_gallery_dir(recipe: dict[str, Any], items: Sequence[GalleryItem], encoder) -> Path:
     """The shared gallery folder a run of ``recipe`` builds or opens (``-s<shards>`` when sharded)."""
     run = recipe["run"]
-    gdir = gallery_dir(Path(run["root"]), recipe["dataset"]["name"], stable_hash([[i.id, i.path, i.caption] for i in items]),
-                       encoder.identity, run["gallery_dtype"])
+    gdir = gallery_dir(
+        Path(run["root"]),
+        recipe["dataset"]["name"],
+        stable_hash([[i.id, i.path, i.caption] for i in items]),
+        encoder.identity,
+        run["gallery_dtype"],
+    )
     shards = (recipe.get("scale") or {}).get("shards")
     return gdir.with_name(f"{gdir.name}-s{shards}") if shards else gdir
 
@@ -651,12 +713,19 @@ def _holds_work(run_dir: Path) -> bool:
     stages = run_dir / "stages"
     if (run_dir / "metrics.json").is_file():
         return True
-    return stages.is_dir() and any(f.suffix == ".done" or (f.suffix == ".jsonl" and f.stat().st_size > 0)
-                                   for f in stages.iterdir())
+    return stages.is_dir() and any(
+        f.suffix == ".done" or (f.suffix == ".jsonl" and f.stat().st_size > 0) for f in stages.iterdir()
+    )
 
 
-def run_recipe(recipe: dict[str, Any], *, pool=None, progress: bool | None = None, wait: bool = False,
-               tracking_parent: dict[str, Any] | None = None) -> RunResult:
+def run_recipe(
+    recipe: dict[str, Any],
+    *,
+    pool=None,
+    progress: bool | None = None,
+    wait: bool = False,
+    tracking_parent: dict[str, Any] | None = None,
+) -> RunResult:
     """Run a resolved recipe end to end (resuming its run directory) and write its report.
 
     One process at a time works in a run directory: a second one fails with a
@@ -670,9 +739,15 @@ def run_recipe(recipe: dict[str, Any], *, pool=None, progress: bool | None = Non
     from .locks import hold_lock
 
     run_dir = resolve_run_dir(recipe)
-    with storage_errors(run_dir, "the run directory"), \
-            hold_lock(run_lock_file(recipe, run_dir), f"run directory '{run_dir}'", wait=wait,
-                      hint=" (agentcir run --wait waits for it), or choose another run.name"):
+    with (
+        storage_errors(run_dir, "the run directory"),
+        hold_lock(
+            run_lock_file(recipe, run_dir),
+            f"run directory '{run_dir}'",
+            wait=wait,
+            hint=" (agentcir run --wait waits for it), or choose another run.name",
+        ),
+    ):
         try:
             return _run_locked(recipe, run_dir, pool, progress, tracking_parent)
         except BaseException:
@@ -683,8 +758,9 @@ def run_recipe(recipe: dict[str, Any], *, pool=None, progress: bool | None = Non
             raise
 
 
-def _run_locked(recipe: dict[str, Any], run_dir: Path, pool, progress: bool | None,
-                tracking_parent: dict[str, Any] | None = None) -> RunResult:
+def _run_locked(
+    recipe: dict[str, Any], run_dir: Path, pool, progress: bool | None, tracking_parent: dict[str, Any] | None = None
+) -> RunResult:
     """``metrics.json`` gets ``wall_s`` from the process start (or the previous run's end in this
     process) and its phases (``time``: startup, model loading, gallery, stages, evaluation),
     and ``concurrency``: the request limit of every component that has one."""
@@ -734,11 +810,25 @@ def _run_tracked(recipe: dict[str, Any], run_dir: Path, pool, progress: bool | N
         if (recipe.get("scale") or {}).get("shards"):  # a sharded gallery (docs/scale.md)
             from .scale.embed import build_sharded
 
-            gallery = build_sharded(gdir, items, encoder, recipe["scale"], dtype=run["gallery_dtype"], recipe=recipe,
-                                    progress=show_progress, source=f"dataset {recipe['dataset']['name']}")
+            gallery = build_sharded(
+                gdir,
+                items,
+                encoder,
+                recipe["scale"],
+                dtype=run["gallery_dtype"],
+                recipe=recipe,
+                progress=show_progress,
+                source=f"dataset {recipe['dataset']['name']}",
+            )
         else:
-            gallery = Gallery.build(gdir, items, encoder, dtype=run["gallery_dtype"], progress=show_progress,
-                                    source=f"dataset {recipe['dataset']['name']}")
+            gallery = Gallery.build(
+                gdir,
+                items,
+                encoder,
+                dtype=run["gallery_dtype"],
+                progress=show_progress,
+                source=f"dataset {recipe['dataset']['name']}",
+            )
     queries = dataset.queries()
     if not queries:
         raise InputError(f"dataset '{recipe['dataset']['name']}' has no queries")
@@ -746,18 +836,26 @@ def _run_tracked(recipe: dict[str, Any], run_dir: Path, pool, progress: bool | N
     check_run_inputs(run_dir, inputs, stage_inputs)
     imports = parse_imports(run.get("imports"))
     cache = open_call_cache(pool, run)
-    ctx = RunContext(cache=cache, run_dir=run_dir, concurrency=run["concurrency"], progress=show_progress,
-                     kernels=recipe["kernels"]["backend"])
+    ctx = RunContext(
+        cache=cache,
+        run_dir=run_dir,
+        concurrency=run["concurrency"],
+        progress=show_progress,
+        kernels=recipe["kernels"]["backend"],
+    )
     state = RunState(queries=queries, gallery=gallery)
     prepare = [caption_stage(pool, run["gallery_captions"])] if method.needs_captions else []
     imported = apply_imports(state.traces, queries, imports, [s.name for s in (*prepare, *method.stages())])
     runner = Runner(method, ctx, state, prepare=prepare)
     evaluated: dict[str, Any] = {}  # per stage that ranked: its metrics (when loggers report them as it ends)
     if tracking is not None:
+
         def on_stage(name: str, step: int, stats: StageStats, key: str) -> None:
             if name in state.stage_candidates:
-                evaluated[name] = (state.stage_candidates[name],
-                                   dataset.evaluate(state.stage_candidates[name], queries, gallery))
+                evaluated[name] = (
+                    state.stage_candidates[name],
+                    dataset.evaluate(state.stage_candidates[name], queries, gallery),
+                )
             tracking.stage(name, step, evaluated[name][1] if name in evaluated else None, asdict(stats), key)
 
         runner.on_stage = on_stage
@@ -771,10 +869,15 @@ def _run_tracked(recipe: dict[str, Any], run_dir: Path, pool, progress: bool | N
         return done[1] if done is not None and done[0] is c else dataset.evaluate(c, queries, gallery)
 
     with phases.phase("evaluation"):
-        metrics = {"final": dataset.evaluate(state.candidates, queries, gallery),
-                   "stages": {name: stage_metrics(name, c) for name, c in state.stage_candidates.items()},
-                   "subset": dataset.subset_note(), "num_queries": len(queries), "gallery_size": len(gallery),
-                   "gallery_skipped": len(gallery.skipped), "imports": imported}
+        metrics = {
+            "final": dataset.evaluate(state.candidates, queries, gallery),
+            "stages": {name: stage_metrics(name, c) for name, c in state.stage_candidates.items()},
+            "subset": dataset.subset_note(),
+            "num_queries": len(queries),
+            "gallery_size": len(gallery),
+            "gallery_skipped": len(gallery.skipped),
+            "imports": imported,
+        }
     metrics["wall_s"] = round(phases.finish(), 3)
     metrics["time"] = phases.summary()
     metrics["concurrency"] = {**limits, "cpu_workers": ctx.cpu_workers()}

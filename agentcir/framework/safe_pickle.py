@@ -52,8 +52,9 @@ def _load_storage_from_bytes(b: bytes):
     try:
         return torch.load(io.BytesIO(b), weights_only=True)
     except pickle.UnpicklingError as e:
-        raise UnsafePickleError(f"a tensor's embedded payload was refused by torch's weights-only loader: "
-                                f"{str(e).splitlines()[0]}") from None
+        raise UnsafePickleError(
+            f"a tensor's embedded payload was refused by torch's weights-only loader: {str(e).splitlines()[0]}"
+        ) from None
 
 
 def _rebuild_tensor_v2(*args):
@@ -67,19 +68,23 @@ def _attr(module: str, name: str):
 
 def _multiarray(name: str):
     """A function returning ``numpy``'s ``multiarray.<name>`` (``numpy._core``, or ``numpy.core`` before numpy 2)."""
+
     def get():
         try:
             from numpy._core import multiarray
         except ImportError:  # numpy < 2
             from numpy.core import multiarray
         return getattr(multiarray, name)
+
     return get
 
 
 def _latin1(obj: Any, encoding: str = "utf-8", errors: str = "strict") -> bytes:
     """``_codecs.encode`` as protocols 0-2 use it for bytes: text to latin-1 bytes, nothing else."""
     if not isinstance(obj, str) or str(encoding).lower().replace("_", "-") not in ("latin1", "latin-1", "iso-8859-1"):
-        raise UnsafePickleError(f"refused '_codecs.encode' with encoding {encoding!r}: a pickle's bytes are latin-1 text")
+        raise UnsafePickleError(
+            f"refused '_codecs.encode' with encoding {encoding!r}: a pickle's bytes are latin-1 text"
+        )
     return obj.encode("latin-1", errors="strict")
 
 
@@ -89,8 +94,14 @@ def _clean_dtype(dt):
 
     if dt.fields is not None:
         names = list(dt.names)
-        return np.dtype({"names": names, "formats": [_clean_dtype(dt.fields[n][0]) for n in names],
-                         "offsets": [dt.fields[n][1] for n in names], "itemsize": dt.itemsize})
+        return np.dtype(
+            {
+                "names": names,
+                "formats": [_clean_dtype(dt.fields[n][0]) for n in names],
+                "offsets": [dt.fields[n][1] for n in names],
+                "itemsize": dt.itemsize,
+            }
+        )
     if dt.subdtype is not None:
         return np.dtype((_clean_dtype(dt.subdtype[0]), dt.subdtype[1]))
     return np.dtype(dt.str)
@@ -102,6 +113,7 @@ def _array_class():
 
     global _SafeArray
     if _SafeArray is None:
+
         class SafeArray(np.ndarray):
             def __setstate__(self, state):
                 if not isinstance(state, tuple) or len(state) not in (4, 5):
@@ -163,11 +175,13 @@ def _scalar():
         if not isinstance(dtype, np.dtype):
             raise UnsafePickleError(f"refused a numpy scalar with dtype {type(dtype).__name__}")
         return real(_clean_dtype(dtype), *args)
+
     return scalar
 
 
 def _frombuffer(name: str):
     """numpy's ``_frombuffer(buffer, dtype, shape, order)`` (protocol 5 arrays), refusing object dtypes."""
+
     def get():
         try:
             from numpy._core import numeric
@@ -184,7 +198,9 @@ def _frombuffer(name: str):
             if clean.hasobject:
                 raise UnsafePickleError(f"refused an array of dtype {dtype!r} from a buffer: not plain data")
             return real(buf, clean, shape, order)
+
         return frombuffer
+
     return get
 
 
@@ -198,11 +214,30 @@ ALLOWED: dict[tuple[str, str], Any] = {
     **{(m, "_reconstruct"): _multiarray("_reconstruct") for m in ("numpy.core.multiarray", "numpy._core.multiarray")},
     **{(m, "scalar"): _scalar for m in ("numpy.core.multiarray", "numpy._core.multiarray")},
     ("numpy", "ndarray"): _array_class,
-    **{("numpy", t): _attr("numpy", t) for t in ("dtype", "float16", "float32", "float64", "int8", "int16",
-                                                  "int32", "int64", "uint8", "uint16", "uint32", "uint64", "bool_",
-                                                  "complex64", "complex128")},
-    **{("numpy.dtypes", f"{t}DType"): _attr("numpy.dtypes", f"{t}DType")
-       for t in ("Float16", "Float32", "Float64", "Int32", "Int64", "UInt8", "Bool")},
+    **{
+        ("numpy", t): _attr("numpy", t)
+        for t in (
+            "dtype",
+            "float16",
+            "float32",
+            "float64",
+            "int8",
+            "int16",
+            "int32",
+            "int64",
+            "uint8",
+            "uint16",
+            "uint32",
+            "uint64",
+            "bool_",
+            "complex64",
+            "complex128",
+        )
+    },
+    **{
+        ("numpy.dtypes", f"{t}DType"): _attr("numpy.dtypes", f"{t}DType")
+        for t in ("Float16", "Float32", "Float64", "Int32", "Int64", "UInt8", "Bool")
+    },
 }
 
 
@@ -214,9 +249,11 @@ class _Restricted(pickle.Unpickler):
     def find_class(self, module: str, name: str):
         get = ALLOWED.get((module, name))
         if get is None:
-            raise UnsafePickleError(f"{self.where}: refused to load '{module}.{name}': release pickles may only hold "
-                                    f"tensors, arrays, lists, dicts, strings and numbers (a pickle naming other "
-                                    f"objects could run code)")
+            raise UnsafePickleError(
+                f"{self.where}: refused to load '{module}.{name}': release pickles may only hold "
+                f"tensors, arrays, lists, dicts, strings and numbers (a pickle naming other "
+                f"objects could run code)"
+            )
         return get()
 
     def persistent_load(self, pid):

@@ -125,8 +125,18 @@ class WarmUp:
     def plan(self, steps: list[WarmStep]) -> None:
         with self._lock:
             self.state, self._t0, self._t1 = "running", time.perf_counter(), 0.0
-            self._steps = [{"name": s.name, "models": list(s.models), "ready_for": list(s.ready_for), "state": "waiting",
-                            "seconds": 0.0, "error": "", "_t": 0.0} for s in steps]
+            self._steps = [
+                {
+                    "name": s.name,
+                    "models": list(s.models),
+                    "ready_for": list(s.ready_for),
+                    "state": "waiting",
+                    "seconds": 0.0,
+                    "error": "",
+                    "_t": 0.0,
+                }
+                for s in steps
+            ]
 
     def _step(self, name: str) -> dict[str, Any]:
         return next(s for s in self._steps if s["name"] == name)
@@ -139,7 +149,9 @@ class WarmUp:
     def finish(self, name: str, error: str = "") -> None:
         with self._lock:
             st = self._step(name)
-            st.update(state="failed" if error else "done", error=error, seconds=round(time.perf_counter() - st["_t"], 3))
+            st.update(
+                state="failed" if error else "done", error=error, seconds=round(time.perf_counter() - st["_t"], 3)
+            )
             if error:
                 self.state, self.error, self._t1 = "failed", f"{name}: {error}", time.perf_counter()
             else:
@@ -158,14 +170,24 @@ class WarmUp:
             steps = [{k: v for k, v in s.items() if k != "_t"} for s in self._steps]
             for s in steps:
                 if s["state"] == "running":
-                    s["seconds"] = round(time.perf_counter() - next(t["_t"] for t in self._steps if t["name"] == s["name"]), 3)
+                    s["seconds"] = round(
+                        time.perf_counter() - next(t["_t"] for t in self._steps if t["name"] == s["name"]), 3
+                    )
             models: dict[str, str] = {}
             for s in steps:
                 for m in s["models"]:
-                    models[m] = {"waiting": "waiting", "running": "loading", "done": "ready", "failed": "failed"}[s["state"]]
+                    models[m] = {"waiting": "waiting", "running": "loading", "done": "ready", "failed": "failed"}[
+                        s["state"]
+                    ]
             end = self._t1 or time.perf_counter()
-            return {"state": self.state, "elapsed_s": round(end - self._t0, 3) if self._t0 else 0.0,
-                    "ready_for": sorted(self._modes), "models": models, "steps": steps, "error": self.error}
+            return {
+                "state": self.state,
+                "elapsed_s": round(end - self._t0, 3) if self._t0 else 0.0,
+                "ready_for": sorted(self._modes),
+                "models": models,
+                "steps": steps,
+                "error": self.error,
+            }
 
 
 #: the files whose (inode, size, mtime) tell that a gallery folder holds another gallery: an
@@ -246,7 +268,9 @@ class Searcher:
         with self._lock:
             built = {k: v for k, v in self.pool.built().items() if k != "method"}
             self.pool = ComponentPool(self.recipe, prebuilt=built)
-            self.gallery = open_gallery(self.gallery.root, encoder=self.pool.get("encoder"), scale=self.recipe.get("scale"))
+            self.gallery = open_gallery(
+                self.gallery.root, encoder=self.pool.get("encoder"), scale=self.recipe.get("scale")
+            )
             self.method = self.pool.get("method")
             self._rows = None
             self._prepared = not self.method.needs_captions
@@ -296,7 +320,9 @@ class Searcher:
             if sig is None or (sig == self._signature and not force):
                 return False
             old = self.gallery
-            self.gallery = open_gallery(self.gallery_dir, encoder=self.pool.get("encoder"), scale=self.recipe.get("scale"))
+            self.gallery = open_gallery(
+                self.gallery_dir, encoder=self.pool.get("encoder"), scale=self.recipe.get("scale")
+            )
             self._signature = sig
             self._rows = None
             self._prepared = not self.method.needs_captions
@@ -313,8 +339,13 @@ class Searcher:
 
     def _context(self, hook: Progress | None) -> RunContext:
         run = self.recipe["run"]
-        ctx = RunContext(cache=self.cache, run_dir=None, concurrency=run["concurrency"], progress=self.progress,
-                         kernels=self.recipe["kernels"]["backend"])
+        ctx = RunContext(
+            cache=self.cache,
+            run_dir=None,
+            concurrency=run["concurrency"],
+            progress=self.progress,
+            kernels=self.recipe["kernels"]["backend"],
+        )
         ctx.on_progress = hook
         return ctx
 
@@ -370,8 +401,11 @@ class Searcher:
         word = uuid.uuid4().hex[:8]
         enc = self.pool.get("encoder")
         first = self.gallery.paths[0] if len(self.gallery) else None
-        others = [f"{k}:{getattr(c, 'registry_key', '') or type(c).__name__}" for k, c in self.pool.built().items()
-                  if k not in ("encoder", "method", "memory", "dataset")]
+        others = [
+            f"{k}:{getattr(c, 'registry_key', '') or type(c).__name__}"
+            for k, c in self.pool.built().items()
+            if k not in ("encoder", "method", "memory", "dataset")
+        ]
         answers = getattr(self.method, "answers_set", False)
 
         def text_tower(progress):
@@ -395,25 +429,37 @@ class Searcher:
                         ref = Path(d) / "warm.png"
                         Image.fromarray(im).save(ref)
                     self.search(image=ref, text=f"a photo in red {word}" if text else "", k=5, progress=progress)
+
             return run
 
         def captions(progress):
             self.prepare(progress)
 
         name = f"encoder:{getattr(enc, 'registry_key', '') or type(enc).__name__}"
-        steps = [WarmStep("encoder text tower", [f"{name} text"], (), text_tower),
-                 WarmStep("text search", [], ("text",), search(False, True)),
-                 WarmStep("encoder image tower", [f"{name} images"], (), image_tower)]
+        steps = [
+            WarmStep("encoder text tower", [f"{name} text"], (), text_tower),
+            WarmStep("text search", [], ("text",), search(False, True)),
+            WarmStep("encoder image tower", [f"{name} images"], (), image_tower),
+        ]
         if first is not None:
             steps.append(WarmStep("image search", [], ("image",), search(True, False)))
         if self.method.needs_captions:
             steps.append(WarmStep("gallery captions", [o for o in others if o.startswith("captioner:")], (), captions))
         if first is not None and not answers:
-            steps.append(WarmStep("composed search", [o for o in others if not o.startswith("captioner:")] or [],
-                                  ("composed",), search(True, True)))
+            steps.append(
+                WarmStep(
+                    "composed search",
+                    [o for o in others if not o.startswith("captioner:")] or [],
+                    ("composed",),
+                    search(True, True),
+                )
+            )
         elif answers:
-            steps.append(WarmStep("question", [o for o in others if not o.startswith("captioner:")], ("answer",),
-                                  search(False, True)))
+            steps.append(
+                WarmStep(
+                    "question", [o for o in others if not o.startswith("captioner:")], ("answer",), search(False, True)
+                )
+            )
         return steps
 
     def text_method(self):
@@ -421,7 +467,9 @@ class Searcher:
         if self._text_method is None:
             from .methods.baselines import TextOnly
 
-            self._text_method = TextOnly(TextOnly.Config(top_k=max(self.method.top_k, 50)), encoder=self.pool.get("encoder"))
+            self._text_method = TextOnly(
+                TextOnly.Config(top_k=max(self.method.top_k, 50)), encoder=self.pool.get("encoder")
+            )
             self._text_method.registry_key = "text_only"
         return self._text_method
 
@@ -432,12 +480,15 @@ class Searcher:
         if self._image_method is None:
             from .methods.baselines import ImageOnly
 
-            self._image_method = ImageOnly(ImageOnly.Config(top_k=max(self.method.top_k, 50)), encoder=self.pool.get("encoder"))
+            self._image_method = ImageOnly(
+                ImageOnly.Config(top_k=max(self.method.top_k, 50)), encoder=self.pool.get("encoder")
+            )
             self._image_method.registry_key = "image_only"
         return self._image_method
 
-    def search(self, *, image: str | Path | None = None, text: str = "", k: int = 10,
-               progress: Progress | None = None) -> SearchResult:
+    def search(
+        self, *, image: str | Path | None = None, text: str = "", k: int = 10, progress: Progress | None = None
+    ) -> SearchResult:
         """Rank the gallery for a reference ``image`` and/or a ``text``; the top ``k`` hits (a
         set-answering method: its whole answer set)."""
         text = (text or "").strip()
@@ -461,14 +512,18 @@ class Searcher:
             if ref and not text:
                 method = self.image_method()
                 if method is not self.method:
-                    why = (f"a reference image and no text: more like this, so this is image retrieval (the image_only "
-                           f"baseline with the same encoder) rather than method '{self.method_name}'")
+                    why = (
+                        f"a reference image and no text: more like this, so this is image retrieval (the image_only "
+                        f"baseline with the same encoder) rather than method '{self.method_name}'"
+                    )
             elif getattr(method, "answers_set", False):
                 mode = "answer"
             elif not ref and getattr(method, "needs_reference", True):
                 method = self.text_method()
-                why = (f"no reference image: method '{self.method_name}' needs one, so this is text retrieval "
-                       f"(the text_only baseline with the same encoder)")
+                why = (
+                    f"no reference image: method '{self.method_name}' needs one, so this is text retrieval "
+                    f"(the text_only baseline with the same encoder)"
+                )
             q = Query(id="query", text=text, reference=ref, reference_id=ref_id)
             state = RunState(queries=[q], gallery=self.gallery)
             ctx = self._context(progress)
@@ -480,14 +535,29 @@ class Searcher:
         trace = dict(state.traces.get(q.id, {}))
         hits, excluded, verification = self._hits(state, method, k, ref_digest, ref_id, ref_vec)
         trace["search"] = {
-            "mode": mode, "method": method.registry_key or type(method).__name__, "recipe_method": self.method_name,
-            "note": why, "reference": ({"path": ref[0], "gallery_id": ref_id} if ref else None), "text": text,
-            "excluded": excluded, "verification": verification, "wall_s": round(wall, 4),
-            "no_match": None if hits else next((r["no_match"] for r in trace.values() if isinstance(r, dict) and r.get("no_match")),
-                                               None),
-            "stages": {name: {"calls": s.calls, "cache_hits": s.cache_hits, "wall_s": round(s.wall_s, 4),
-                              "by_component": dict(s.by_component)} for name, s in ctx.stats.items()},
-            "loop": loop_steps(trace)}  # a looped method's rounds, suggestions and verdicts
+            "mode": mode,
+            "method": method.registry_key or type(method).__name__,
+            "recipe_method": self.method_name,
+            "note": why,
+            "reference": ({"path": ref[0], "gallery_id": ref_id} if ref else None),
+            "text": text,
+            "excluded": excluded,
+            "verification": verification,
+            "wall_s": round(wall, 4),
+            "no_match": None
+            if hits
+            else next((r["no_match"] for r in trace.values() if isinstance(r, dict) and r.get("no_match")), None),
+            "stages": {
+                name: {
+                    "calls": s.calls,
+                    "cache_hits": s.cache_hits,
+                    "wall_s": round(s.wall_s, 4),
+                    "by_component": dict(s.by_component),
+                }
+                for name, s in ctx.stats.items()
+            },
+            "loop": loop_steps(trace),
+        }  # a looped method's rounds, suggestions and verdicts
         return SearchResult(hits, trace)
 
     def _reference_vector(self, ctx: RunContext, state: RunState, ref: list[str]):
@@ -497,7 +567,9 @@ class Searcher:
         ctx.stage = "exclude_reference"
         return asyncio.run(image_embeddings(ctx, state, self.pool.get("encoder"), [[Path(ref[0])]]))[0]
 
-    def _hits(self, state: RunState, method, k: int, ref_digest, ref_id, ref_vec=None) -> tuple[list[Hit], list[str], list[dict]]:
+    def _hits(
+        self, state: RunState, method, k: int, ref_digest, ref_id, ref_vec=None
+    ) -> tuple[list[Hit], list[str], list[dict]]:
         """The hits; the ids excluded as the reference; the verdicts of the verified candidates."""
         g = state.gallery  # the gallery searched (an update may have been opened since)
         c = state.candidates
@@ -511,9 +583,11 @@ class Searcher:
         names = list(state.stage_candidates)
         if ver and "verify" in names and names.index("verify") > 0:
             before = state.stage_candidates[names[names.index("verify") - 1]]
-            judged = [int(r) for r in before.ids[0] if r >= 0][:len(ver.get("verdicts") or [])]
-            verification = [{"rank": i + 1, "id": g.ids[r], "row": r, "accepted": bool(v)}
-                            for i, (r, v) in enumerate(zip(judged, ver.get("verdicts") or []))]
+            judged = [int(r) for r in before.ids[0] if r >= 0][: len(ver.get("verdicts") or [])]
+            verification = [
+                {"rank": i + 1, "id": g.ids[r], "row": r, "accepted": bool(v)}
+                for i, (r, v) in enumerate(zip(judged, ver.get("verdicts") or []))
+            ]
             a = ver.get("accepted")
             if a is not None and int(a) < len(judged):
                 row = judged[int(a)]
@@ -523,14 +597,26 @@ class Searcher:
         hits: list[Hit] = []
         excluded: list[str] = []
         for row in rows:
-            if g.ids[row] == ref_id or (ref_digest is not None and _same_bytes(g.paths[row], ref_digest)) \
-                    or (ref_vec is not None and _cosine(g.image_emb[row], ref_vec) >= DUPLICATE_COS):
+            if (
+                g.ids[row] == ref_id
+                or (ref_digest is not None and _same_bytes(g.paths[row], ref_digest))
+                or (ref_vec is not None and _cosine(g.image_emb[row], ref_vec) >= DUPLICATE_COS)
+            ):
                 excluded.append(g.ids[row])
                 continue
             if not set_answer and len(hits) >= k:
                 break
-            hits.append(Hit(len(hits) + 1, g.ids[row], None if set_answer else scores[row], g.paths[row], row,
-                            dict(g.items[row].meta), row in verified))
+            hits.append(
+                Hit(
+                    len(hits) + 1,
+                    g.ids[row],
+                    None if set_answer else scores[row],
+                    g.paths[row],
+                    row,
+                    dict(g.items[row].meta),
+                    row in verified,
+                )
+            )
         return hits, excluded, verification
 
 

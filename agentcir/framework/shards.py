@@ -69,8 +69,17 @@ def write_manifest(root: Path, shard_galleries: Sequence[Gallery], *, plan: dict
         shards.append({"dir": g.root.name, "n": len(g), "offset": offset})
         offset += len(g)
         skipped += [{**s, "shard": g.root.name} for s in g.skipped]
-    info = {"format": FORMAT, "n": offset, "dim": first["dim"], "dtype": first["dtype"], "encoder": first["encoder"],
-            "source": source, "skipped": skipped, "plan": plan, "shards": shards}
+    info = {
+        "format": FORMAT,
+        "n": offset,
+        "dim": first["dim"],
+        "dtype": first["dtype"],
+        "encoder": first["encoder"],
+        "source": source,
+        "skipped": skipped,
+        "plan": plan,
+        "shards": shards,
+    }
     write_text_checked(root / "gallery.json", json.dumps(info, indent=1))
     return info
 
@@ -144,11 +153,15 @@ def open_sharded(root: Path, info: dict, scale: dict | None = None) -> ShardedGa
         try:
             g = Gallery.open(root / s["dir"])
         except IntegrityError as e:
-            raise IntegrityError(f"sharded gallery '{root}': {str(e).split('; rebuild')[0].split('; rerun')[0]}; "
-                                 f"{rebuild_hint(root, info)}") from None
+            raise IntegrityError(
+                f"sharded gallery '{root}': {str(e).split('; rebuild')[0].split('; rerun')[0]}; "
+                f"{rebuild_hint(root, info)}"
+            ) from None
         if len(g) != s["n"]:
-            raise InputError(f"sharded gallery '{root}': shard '{s['dir']}' holds {len(g)} items, "
-                             f"the manifest says {s['n']}; rebuild it")
+            raise InputError(
+                f"sharded gallery '{root}': shard '{s['dir']}' holds {len(g)} items, "
+                f"the manifest says {s['n']}; rebuild it"
+            )
         items += g.items
     return ShardedGallery(root, info, items, scale)
 
@@ -242,8 +255,17 @@ class ShardSearch:
 
         self.gallery, self.scale = gallery, scale
         paths = ann_paths(gallery, scale) if scale["search"] != "exact" else [None] * len(gallery.shards)
-        specs = [dict(root=str(gallery.root), shard=s, ann=None if p is None else str(p),
-                      nprobe=scale["nprobe"], ef_search=scale["ef_search"], refine=scale["refine"]) for s, p in zip(gallery.shards, paths)]
+        specs = [
+            dict(
+                root=str(gallery.root),
+                shard=s,
+                ann=None if p is None else str(p),
+                nprobe=scale["nprobe"],
+                ef_search=scale["ef_search"],
+                refine=scale["refine"],
+            )
+            for s, p in zip(gallery.shards, paths)
+        ]
         if scale["engine"] == "ray":
             from .scale.ray_search import RayShards
 
@@ -286,9 +308,20 @@ class ShardSearch:
             return kernels.TopK(*self._topk("proxy_scores_topk", g.source, dict(a, proxies=p), a["k"]))
         w = self._octopus_weights(kernels, dict(reference=a["reference"], proxies=p, gallery=g, tau=a["tau"]))
         e = _octopus_query(p, w)
-        return kernels.TopK(*self._topk("cosine_topk", g.source, dict(queries=e, k=a["k"], exclude=a["exclude"],
-                                                                      exclude_score=a["exclude_score"],
-                                                                      backend=a.get("backend")), a["k"]))
+        return kernels.TopK(
+            *self._topk(
+                "cosine_topk",
+                g.source,
+                dict(
+                    queries=e,
+                    k=a["k"],
+                    exclude=a["exclude"],
+                    exclude_score=a["exclude_score"],
+                    backend=a.get("backend"),
+                ),
+                a["k"],
+            )
+        )
 
     def _octopus_gap_sums(self, kernels, a):
         ref, p = np.asarray(a["reference"], np.float32), np.asarray(a["proxies"], np.float32)
@@ -312,15 +345,28 @@ class ShardSearch:
         target = np.asarray(a["target"], np.float32)
         visual = None if a.get("visual") is None else np.asarray(a["visual"], np.float32)
         if C is not None and not isinstance(C, ShardedArray):
-            raise InputError("octopus_topk on a sharded gallery: captions must be the gallery's caption_emb "
-                             "(or its image_emb), not an in-memory array")
+            raise InputError(
+                "octopus_topk on a sharded gallery: captions must be the gallery's caption_emb "
+                "(or its image_emb), not an in-memory array"
+            )
         w = self._octopus_weights(kernels, dict(reference=ref, proxies=p, tau=a["tau"]))
         e = _octopus_query(p, w)
-        res = self.workers.run("octopus", e, target, visual, None if C is None else C.source, a["k"], a["lam"],
-                               a["entropy_tau"], a["exclude"], a["exclude_score"], a.get("backend"))
+        res = self.workers.run(
+            "octopus",
+            e,
+            target,
+            visual,
+            None if C is None else C.source,
+            a["k"],
+            a["lam"],
+            a["entropy_tau"],
+            a["exclude"],
+            a["exclude_score"],
+            a.get("backend"),
+        )
         scores, ids = merge_topk([r[0] for r in res], [r[1] for r in res], a["k"])
-        H = np.stack([r[2] for r in res], axis=1)        # [Q, S] shard entropies
-        L = np.stack([r[3] for r in res], axis=1)        # [Q, S] shard log partition functions
+        H = np.stack([r[2] for r in res], axis=1)  # [Q, S] shard entropies
+        L = np.stack([r[3] for r in res], axis=1)  # [Q, S] shard log partition functions
         top = L.max(axis=1, keepdims=True)
         wts = np.exp(L - np.where(np.isfinite(top), top, 0.0))
         wts = wts / np.maximum(wts.sum(axis=1, keepdims=True), 1e-300)

@@ -69,8 +69,9 @@ class StageContext(Protocol):
 
     async def call(self, component: Any, op: str, /, **inputs: Any) -> Any: ...
 
-    async def map(self, state: RunState, fn: Callable[[Query], Awaitable[dict[str, Any]]],
-                  queries: Sequence[Query] | None = None) -> dict[str, dict[str, Any]]: ...
+    async def map(
+        self, state: RunState, fn: Callable[[Query], Awaitable[dict[str, Any]]], queries: Sequence[Query] | None = None
+    ) -> dict[str, dict[str, Any]]: ...
 
     def log(self, query_id: str, record: dict[str, Any]) -> None: ...
 
@@ -83,12 +84,12 @@ class StageStats:
     wall_s: float = 0.0
     resumed_queries: int = 0
     by_component: dict[str, int] = field(default_factory=dict)
-    call_s: float = 0.0       #: model calls' time, summed over the calls
+    call_s: float = 0.0  #: model calls' time, summed over the calls
     call_wall_s: float = 0.0  #: time with at least one model call in flight
-    queue_s: float = 0.0      #: time calls waited for a free slot of run.concurrency
-    cpu_s: float = 0.0        #: CPU time of the process (all threads) during the stage
-    loading_s: float = 0.0    #: of the wall time, weights loaded lazily (also on the model_loading line)
-    max_in_flight: int = 0    #: most model calls in flight at once
+    queue_s: float = 0.0  #: time calls waited for a free slot of run.concurrency
+    cpu_s: float = 0.0  #: CPU time of the process (all threads) during the stage
+    loading_s: float = 0.0  #: of the wall time, weights loaded lazily (also on the model_loading line)
+    max_in_flight: int = 0  #: most model calls in flight at once
 
 
 @dataclass

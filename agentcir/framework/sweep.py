@@ -125,8 +125,10 @@ def parse_sweep(overrides: Sequence[str]) -> tuple[list[str | Axis], list[Axis]]
         if o.type == OverrideType.DEL:
             raise InputError(f"override '{text}': a deletion (~) cannot sweep")
         if o.value_type == ValueType.INTERVAL_SWEEP:
-            raise InputError(f"override '{text}': interval(...) is for optimisers, not a sweep; "
-                             f"list the values (a,b,c) or count them with range(start,stop,step)")
+            raise InputError(
+                f"override '{text}': interval(...) is for optimisers, not a sweep; "
+                f"list the values (a,b,c) or count them with range(start,stop,step)"
+            )
         if o.value_type == ValueType.GLOB_CHOICE_SWEEP:
             raise InputError(f"override '{text}': glob(...) is not supported; list the options (a,b,c)")
         if o.value_type == ValueType.RANGE_SWEEP:
@@ -236,8 +238,11 @@ def _read_manifest(path: Path) -> dict[str, Any] | None:
     """The manifest of an earlier invocation, checked; ``None`` (with a warning) when it is damaged."""
     try:
         old = read_json_checked(path)
-        if not (isinstance(old, dict) and isinstance(old.get("jobs"), list)
-                and all(isinstance(j, dict) and isinstance(j.get("overrides"), list) for j in old["jobs"])):
+        if not (
+            isinstance(old, dict)
+            and isinstance(old.get("jobs"), list)
+            and all(isinstance(j, dict) and isinstance(j.get("overrides"), list) for j in old["jobs"])
+        ):
             raise Damaged(path, "is not a sweep manifest")
         return old
     except Damaged as e:
@@ -259,13 +264,17 @@ def job_metrics(rec: dict[str, Any]) -> dict[str, Any] | None:
         recompute_warning(e, f"sweep job {rec['index']} runs again (its finished stages are reused)")
         return None
     cost = m.get("cost") if isinstance(m.get("cost"), dict) else {}
-    return {"metrics": m["final"], "stages": m.get("stages") or {},
-            "calls": sum(int(v.get("calls", 0)) for v in cost.values() if isinstance(v, dict)),
-            "cache_hits": sum(int(v.get("cache_hits", 0)) for v in cost.values() if isinstance(v, dict))}
+    return {
+        "metrics": m["final"],
+        "stages": m.get("stages") or {},
+        "calls": sum(int(v.get("calls", 0)) for v in cost.values() if isinstance(v, dict)),
+        "cache_hits": sum(int(v.get("cache_hits", 0)) for v in cost.values() if isinstance(v, dict)),
+    }
 
 
-def compose_jobs(overrides: Sequence[str], *, config_name: str = "config",
-                 extra_dirs: Sequence[str] = ()) -> tuple[list[Job], list[dict[str, Any]]]:
+def compose_jobs(
+    overrides: Sequence[str], *, config_name: str = "config", extra_dirs: Sequence[str] = ()
+) -> tuple[list[Job], list[dict[str, Any]]]:
     """Every job of the sweep and its resolved recipe (all composed before anything runs,
     so a bad value in the last job fails at once, naming the job)."""
     jobs = expand(overrides)
@@ -281,15 +290,29 @@ def compose_jobs(overrides: Sequence[str], *, config_name: str = "config",
 def plan(jobs: list[Job], recipes: list[dict[str, Any]], name: str) -> list[dict[str, Any]]:
     """What each job is: index, swept values, overrides and run directory."""
     root = Path(recipes[0]["run"]["root"]) if recipes else Path("runs")
-    return [{"index": j.index, "label": j.label, "swept": j.swept, "overrides": j.overrides,
-             "dir": str(root / "sweeps" / name / f"{j.index:03d}")} for j in jobs]
+    return [
+        {
+            "index": j.index,
+            "label": j.label,
+            "swept": j.swept,
+            "overrides": j.overrides,
+            "dir": str(root / "sweeps" / name / f"{j.index:03d}"),
+        }
+        for j in jobs
+    ]
 
 
-def run_sweep(overrides: Sequence[str], *, config_name: str = "config", extra_dirs: Sequence[str] = (),
-              name: str | None = None, progress: bool | None = None,
-              extra: Callable[[Any], dict[str, Any]] | None = None,
-              on_job: Callable[[dict[str, Any], bool], None] | None = None,
-              shared: SharedComponents | None = None) -> SweepResult:
+def run_sweep(
+    overrides: Sequence[str],
+    *,
+    config_name: str = "config",
+    extra_dirs: Sequence[str] = (),
+    name: str | None = None,
+    progress: bool | None = None,
+    extra: Callable[[Any], dict[str, Any]] | None = None,
+    on_job: Callable[[dict[str, Any], bool], None] | None = None,
+    shared: SharedComponents | None = None,
+) -> SweepResult:
     """Run (or resume) the sweep of ``overrides`` and write its summary and plots.
 
     ``extra(result)`` adds a finished job's own figures (stored in the manifest, so a
@@ -308,8 +331,10 @@ def run_sweep(overrides: Sequence[str], *, config_name: str = "config", extra_di
         raise InputError(f"the jobs of a sweep share one run.root, got {', '.join(sorted(roots))}")
     named = [j for j, r in zip(jobs, recipes) if r["run"]["name"]]
     if named:
-        raise InputError(f"run.name names one run directory; a sweep names its jobs' directories "
-                         f"(job {named[0].index} sets run.name): choose the sweep's name with --sweep-name")
+        raise InputError(
+            f"run.name names one run directory; a sweep names its jobs' directories "
+            f"(job {named[0].index} sets run.name): choose the sweep's name with --sweep-name"
+        )
     name = name or default_name(overrides, config_name, extra_dirs)
     if not re.fullmatch(r"[A-Za-z0-9_.,=+@-]+", name) or name in (".", ".."):
         raise InputError(f"sweep name '{name}': use letters, digits and _.,=+@- only")
@@ -319,20 +344,35 @@ def run_sweep(overrides: Sequence[str], *, config_name: str = "config", extra_di
     fresh = any(r["run"]["fresh"] for r in recipes)
     old = _read_manifest(mfile) if mfile.is_file() and not fresh else None
     if old is not None and [j["overrides"] for j in old["jobs"]] != [j.overrides for j in jobs]:
-        raise InputError(f"sweep directory '{sdir}' holds another sweep (other jobs); choose another --sweep-name, "
-                         f"or pass run.fresh=true to start it over")
+        raise InputError(
+            f"sweep directory '{sdir}' holds another sweep (other jobs); choose another --sweep-name, "
+            f"or pass run.fresh=true to start it over"
+        )
     sdir.mkdir(parents=True, exist_ok=True)
     records = []
     for job, recipe, rec in zip(jobs, recipes, plan(jobs, recipes, name)):
         prev = old["jobs"][job.index] if old else {}
         prev = prev if prev.get("status") in ("pending", "running", "done", "failed") else {}
         recipe["run"]["name"] = f"sweeps/{name}/{job.index:03d}"
-        records.append({**rec, "status": prev.get("status", "pending"),
-                        **{k: prev[k] for k in ("metrics", "stages", "wall_s", "calls", "cache_hits", "error", "extra")
-                           if k in prev}})
-    manifest = {"name": name, "config": config_name, "extra_dirs": [str(d) for d in extra_dirs],
-                "overrides": list(overrides), "axes": [{"key": a.key, "override": a.override, "values": a.values} for a in axes],
-                "jobs": records}
+        records.append(
+            {
+                **rec,
+                "status": prev.get("status", "pending"),
+                **{
+                    k: prev[k]
+                    for k in ("metrics", "stages", "wall_s", "calls", "cache_hits", "error", "extra")
+                    if k in prev
+                },
+            }
+        )
+    manifest = {
+        "name": name,
+        "config": config_name,
+        "extra_dirs": [str(d) for d in extra_dirs],
+        "overrides": list(overrides),
+        "axes": [{"key": a.key, "override": a.override, "values": a.values} for a in axes],
+        "jobs": records,
+    }
     _write_manifest(mfile, manifest)
     own = shared is None
     shared = shared or SharedComponents()
@@ -356,18 +396,26 @@ def run_sweep(overrides: Sequence[str], *, config_name: str = "config", extra_di
             log.info("sweep job %d/%d: %s", rec["index"] + 1, len(records), rec["label"])
             t0 = time.perf_counter()
             try:
-                res = run_recipe(recipe, pool=shared.pool(recipe), progress=progress,
-                                 tracking_parent=tracking.parent(rec) if tracking is not None else None)
-                rec.update(status="done", metrics=res.metrics["final"], stages=res.metrics["stages"],
-                           wall_s=round(time.perf_counter() - t0, 2),
-                           calls=sum(s.calls for s in res.stats.values()),
-                           cache_hits=sum(s.cache_hits for s in res.stats.values()))
+                res = run_recipe(
+                    recipe,
+                    pool=shared.pool(recipe),
+                    progress=progress,
+                    tracking_parent=tracking.parent(rec) if tracking is not None else None,
+                )
+                rec.update(
+                    status="done",
+                    metrics=res.metrics["final"],
+                    stages=res.metrics["stages"],
+                    wall_s=round(time.perf_counter() - t0, 2),
+                    calls=sum(s.calls for s in res.stats.values()),
+                    cache_hits=sum(s.cache_hits for s in res.stats.values()),
+                )
                 if extra is not None:
                     rec["extra"] = extra(res)
             except (AgentcirError, ValueError, OSError) as e:
                 rec.update(status="failed", error=f"{type(e).__name__}: {e}")
                 log.warning("sweep job %d (%s) failed: %s", rec["index"], rec["label"], e)
-            if rec["status"] == "done":   # the summary shows what the job's own metrics.json says
+            if rec["status"] == "done":  # the summary shows what the job's own metrics.json says
                 rec.update(job_metrics(rec) or {})
             _write_manifest(mfile, manifest)
             if tracking is not None:
@@ -388,9 +436,11 @@ def run_sweep(overrides: Sequence[str], *, config_name: str = "config", extra_di
         tracking.finish(records, "FAILED" if result.failed else "FINISHED")
     if result.failed:
         first = result.failed[0]
-        raise SweepError(f"{len(result.failed)} of {len(records)} sweep jobs failed (first: job {first['index']} "
-                         f"({first['label']}): {first.get('error')}); the finished ones are saved in '{sdir}', "
-                         f"rerun the same command to retry the failed ones")
+        raise SweepError(
+            f"{len(result.failed)} of {len(records)} sweep jobs failed (first: job {first['index']} "
+            f"({first['label']}): {first.get('error')}); the finished ones are saved in '{sdir}', "
+            f"rerun the same command to retry the failed ones"
+        )
     return result
 
 
@@ -398,8 +448,11 @@ def run_sweep(overrides: Sequence[str], *, config_name: str = "config", extra_di
 def _metric_names(jobs: list[dict[str, Any]], *, per_aspect: bool) -> list[str]:
     names: list[str] = []
     for j in jobs:
-        names += [k for k, v in (j.get("metrics") or {}).items()
-                  if isinstance(v, (int, float)) and k not in names and (per_aspect or "/" not in k)]
+        names += [
+            k
+            for k, v in (j.get("metrics") or {}).items()
+            if isinstance(v, (int, float)) and k not in names and (per_aspect or "/" not in k)
+        ]
     return names
 
 
@@ -410,8 +463,18 @@ def summary_rows(result: SweepResult, *, per_aspect: bool = True) -> tuple[list[
     rows = []
     for j in result.jobs:
         m = j.get("metrics") or {}
-        rows.append([j["index"], *(j["swept"].get(a.key, "") for a in result.axes), *(m.get(k, "") for k in metrics),
-                     j.get("wall_s", ""), j.get("calls", ""), j.get("cache_hits", ""), j["status"], j["dir"]])
+        rows.append(
+            [
+                j["index"],
+                *(j["swept"].get(a.key, "") for a in result.axes),
+                *(m.get(k, "") for k in metrics),
+                j.get("wall_s", ""),
+                j.get("calls", ""),
+                j.get("cache_hits", ""),
+                j["status"],
+                j["dir"],
+            ]
+        )
     return header, rows
 
 
@@ -423,9 +486,16 @@ def write_summary(result: SweepResult) -> dict[str, Path]:
     def cell(v: Any) -> str:
         return f"{v:.2f}" if isinstance(v, float) else str(v)
 
-    lines = [f"# Sweep `{d.name}`", "", f"{len(result.jobs)} job(s); swept: "
-             + (", ".join(f"{a.key} = {', '.join(a.values)}" for a in result.axes) or "nothing") + ".", "",
-             "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines = [
+        f"# Sweep `{d.name}`",
+        "",
+        f"{len(result.jobs)} job(s); swept: "
+        + (", ".join(f"{a.key} = {', '.join(a.values)}" for a in result.axes) or "nothing")
+        + ".",
+        "",
+        "| " + " | ".join(header) + " |",
+        "|" + "---|" * len(header),
+    ]
     for r in rows:
         r = [*r[:-1], f"`{Path(r[-1]).name}`"]
         lines.append("| " + " | ".join(cell(v) for v in r) + " |")
@@ -439,8 +509,9 @@ def write_summary(result: SweepResult) -> dict[str, Path]:
     w.writerow(header)
     w.writerows(rows)
     (d / "summary.csv").write_text(buf.getvalue())
-    _write_json(d / "summary.json", {"axes": [{"key": a.key, "values": a.values} for a in result.axes],
-                                     "jobs": result.jobs})
+    _write_json(
+        d / "summary.json", {"axes": [{"key": a.key, "values": a.values} for a in result.axes], "jobs": result.jobs}
+    )
     return {"md": d / "summary.md", "csv": d / "summary.csv", "json": d / "summary.json"}
 
 
@@ -493,8 +564,14 @@ def write_sensitivity_plots(result: SweepResult) -> list[Path]:
         ticks = sorted(axis.values, key=_number)
         for ax, metric in zip(axs, metrics):
             for i, (label, pts) in enumerate(data[metric].items()):
-                ax.plot([p[0] for p in pts], [p[1] for p in pts], marker=markers[i % len(markers)], markersize=5,
-                        linewidth=1.6, label=label)
+                ax.plot(
+                    [p[0] for p in pts],
+                    [p[1] for p in pts],
+                    marker=markers[i % len(markers)],
+                    markersize=5,
+                    linewidth=1.6,
+                    label=label,
+                )
             ax.set_xticks([_number(v) for v in ticks])
             ax.set_xticklabels(ticks, fontsize=8)
             ax.tick_params(axis="y", labelsize=8)
@@ -506,15 +583,22 @@ def write_sensitivity_plots(result: SweepResult) -> list[Path]:
         handles, labels = axs[0].get_legend_handles_labels()
         if len(labels) > 1:
             fig.legend(handles, labels, loc="lower center", ncol=min(len(labels), 4), fontsize=8, frameon=False)
-            fig.subplots_adjust(bottom=0.24 + 0.06 * ((len(labels) - 1) // 4), wspace=0.35, left=0.07, right=0.98, top=0.88)
+            fig.subplots_adjust(
+                bottom=0.24 + 0.06 * ((len(labels) - 1) // 4), wspace=0.35, left=0.07, right=0.98, top=0.88
+            )
         else:
             fig.subplots_adjust(bottom=0.18, wspace=0.35, left=0.07, right=0.98, top=0.88)
         fig.suptitle(f"Sensitivity to {axis.key}", fontsize=10)
         stem = "sensitivity_" + re.sub(r"[^A-Za-z0-9_.-]+", "_", axis.key)
         png = result.dir / f"{stem}.png"
         fig.savefig(png, format="png")
-        _write_json(result.dir / f"{stem}.json", {"field": axis.key, "metrics": metrics,
-                                                 "series": {m: {n: [list(p) for p in pts] for n, pts in s.items()}
-                                                            for m, s in data.items()}})
+        _write_json(
+            result.dir / f"{stem}.json",
+            {
+                "field": axis.key,
+                "metrics": metrics,
+                "series": {m: {n: [list(p) for p in pts] for n, pts in s.items()} for m, s in data.items()},
+            },
+        )
         out.append(png)
     return out

@@ -83,45 +83,91 @@ class TaskSpec:
         return dict(self.fields)
 
 
-TASKS: dict[str, TaskSpec] = {t.name: t for t in (
-    TaskSpec("caption", (), "[image]", "text"),
-    TaskSpec("target_caption", ("reference_caption", "modification"), "optional", "json",
-             (("target_caption", "str"), ("modifications", "list[str]"))),
-    TaskSpec("refine", ("reference_caption", "modification", "target_caption"), "", "json",
-             (("target_caption", "str"),)),
-    # objects: what should appear in the target (OCTOPUS: detected on the reference and the visual
-    # proxy, then kept by filter_objects); a list, empty when the caller has none
-    TaskSpec("textual_proxies", ("reference_caption", "modification", "target_caption", "k"), "", "json",
-             (("proxies", "list[str]"),), count="k", optional=(("objects", ()),)),
-    TaskSpec("list_objects", (), "[image]", "json", (("objects", "list[str]"),)),
-    TaskSpec("filter_objects", ("objects", "modification", "target_caption"), "", "json",
-             (("keep", "list[str]"), ("remove", "list[str]"))),
-    TaskSpec("target_descriptions", ("reference_caption", "modification", "n"), "", "json",
-             (("descriptions", "list[str]"),), count="n"),
-    TaskSpec("rewrite_caption", ("reference_caption", "modification"), "", "json", (("caption", "str"),)),
-    TaskSpec("divergent_captions", ("reference_caption", "modification", "n"), "", "json",
-             (("captions", "list[str]"),), count="n"),
-    TaskSpec("questions", ("reference_caption", "modification", "target_caption", "n"), "", "json",
-             (("questions", "questions"),), count="n"),
-    # one caption of a video from the captions of its sampled keyframes (OCTOPUS' Perceiver)
-    TaskSpec("summarize_captions", ("captions",), "", "json", (("caption", "str"),)),
-    TaskSpec("verify", ("modification", "reference_caption"), "[reference, candidate]", "yes_no"),
-    TaskSpec("answer", ("statement",), "[candidate]", "true_false"),
-    TaskSpec("entail", ("statement", "caption"), "", "true_false"),
-    # AutoCIR (methods/autocir.py): planner, corrector and re-planner; free-text replies read by the
-    # method as released ("Edited Description:" line, "Good retrieval" stop phrase, suggestions)
-    TaskSpec("autocir_plan", ("reference_caption", "modification"), "", "text"),
-    TaskSpec("autocir_check", ("reference_caption", "modification", "top_captions", "n"), "", "text", count="n"),
-    TaskSpec("autocir_replan", ("reference_caption", "modification", "last_description", "suggestions"), "", "text"),
-    # ImageScope (methods/imagescope.py): stage-1 and stage-2 reasoners; free text holding a ```json block
-    # read by the method as released (step1 atomic instructions + step2 descriptions; step2 [question, answer])
-    TaskSpec("imagescope_reason", ("instruction", "ref_image_desc"), "", "text"),
-    TaskSpec("imagescope_propositions", ("instruction", "atomic_inst"), "", "text"),
-    # used by the compressed-context memory (agentcir.components.memory.context) when its
-    # summariser is an LLM: compress an agent's history into session + working memory
-    TaskSpec("compress_context", ("goal", "findings", "session_memory", "history"), "", "json",
-             (("session_memory", "str"), ("working_memory", "str"))),
-)}
+TASKS: dict[str, TaskSpec] = {
+    t.name: t
+    for t in (
+        TaskSpec("caption", (), "[image]", "text"),
+        TaskSpec(
+            "target_caption",
+            ("reference_caption", "modification"),
+            "optional",
+            "json",
+            (("target_caption", "str"), ("modifications", "list[str]")),
+        ),
+        TaskSpec(
+            "refine", ("reference_caption", "modification", "target_caption"), "", "json", (("target_caption", "str"),)
+        ),
+        # objects: what should appear in the target (OCTOPUS: detected on the reference and the visual
+        # proxy, then kept by filter_objects); a list, empty when the caller has none
+        TaskSpec(
+            "textual_proxies",
+            ("reference_caption", "modification", "target_caption", "k"),
+            "",
+            "json",
+            (("proxies", "list[str]"),),
+            count="k",
+            optional=(("objects", ()),),
+        ),
+        TaskSpec("list_objects", (), "[image]", "json", (("objects", "list[str]"),)),
+        TaskSpec(
+            "filter_objects",
+            ("objects", "modification", "target_caption"),
+            "",
+            "json",
+            (("keep", "list[str]"), ("remove", "list[str]")),
+        ),
+        TaskSpec(
+            "target_descriptions",
+            ("reference_caption", "modification", "n"),
+            "",
+            "json",
+            (("descriptions", "list[str]"),),
+            count="n",
+        ),
+        TaskSpec("rewrite_caption", ("reference_caption", "modification"), "", "json", (("caption", "str"),)),
+        TaskSpec(
+            "divergent_captions",
+            ("reference_caption", "modification", "n"),
+            "",
+            "json",
+            (("captions", "list[str]"),),
+            count="n",
+        ),
+        TaskSpec(
+            "questions",
+            ("reference_caption", "modification", "target_caption", "n"),
+            "",
+            "json",
+            (("questions", "questions"),),
+            count="n",
+        ),
+        # one caption of a video from the captions of its sampled keyframes (OCTOPUS' Perceiver)
+        TaskSpec("summarize_captions", ("captions",), "", "json", (("caption", "str"),)),
+        TaskSpec("verify", ("modification", "reference_caption"), "[reference, candidate]", "yes_no"),
+        TaskSpec("answer", ("statement",), "[candidate]", "true_false"),
+        TaskSpec("entail", ("statement", "caption"), "", "true_false"),
+        # AutoCIR (methods/autocir.py): planner, corrector and re-planner; free-text replies read by the
+        # method as released ("Edited Description:" line, "Good retrieval" stop phrase, suggestions)
+        TaskSpec("autocir_plan", ("reference_caption", "modification"), "", "text"),
+        TaskSpec("autocir_check", ("reference_caption", "modification", "top_captions", "n"), "", "text", count="n"),
+        TaskSpec(
+            "autocir_replan", ("reference_caption", "modification", "last_description", "suggestions"), "", "text"
+        ),
+        # ImageScope (methods/imagescope.py): stage-1 and stage-2 reasoners; free text holding a ```json block
+        # read by the method as released (step1 atomic instructions + step2 descriptions; step2 [question, answer])
+        TaskSpec("imagescope_reason", ("instruction", "ref_image_desc"), "", "text"),
+        TaskSpec("imagescope_propositions", ("instruction", "atomic_inst"), "", "text"),
+        # used by the compressed-context memory (agentcir.components.memory.context) when its
+        # summariser is an LLM: compress an agent's history into session + working memory
+        TaskSpec(
+            "compress_context",
+            ("goal", "findings", "session_memory", "history"),
+            "",
+            "json",
+            (("session_memory", "str"), ("working_memory", "str")),
+        ),
+    )
+}
 
 
 #: tasks registered by plugins (and by code at run time), by name
@@ -130,11 +176,19 @@ _LOCK = threading.RLock()
 _ENTRY_POINTS_LOADED = False
 
 
-def register_task(name: str, variables: Sequence[str] = (), *, reply: str = "json",
-                  fields: Mapping[str, str] | Sequence[tuple[str, str]] = (), prompt: str | None = None,
-                  images: str = "", count: str | None = None, optional: Mapping[str, Any] | None = None,
-                  parser: Callable[[Any, Mapping[str, Any]], Any] | None = None,
-                  replier: Callable[[dict[str, Any]], Any] | None = None) -> TaskSpec:
+def register_task(
+    name: str,
+    variables: Sequence[str] = (),
+    *,
+    reply: str = "json",
+    fields: Mapping[str, str] | Sequence[tuple[str, str]] = (),
+    prompt: str | None = None,
+    images: str = "",
+    count: str | None = None,
+    optional: Mapping[str, Any] | None = None,
+    parser: Callable[[Any, Mapping[str, Any]], Any] | None = None,
+    replier: Callable[[dict[str, Any]], Any] | None = None,
+) -> TaskSpec:
     """Add an LLM task to the table (see the module docstring) and return its spec.
 
     Args:
@@ -159,8 +213,9 @@ def register_task(name: str, variables: Sequence[str] = (), *, reply: str = "jso
     if not isinstance(name, str) or not name or not all(c.isalnum() or c in "_-." for c in name):
         raise InputError(f"LLM task name must be a non-empty word (letters, digits, _ - .), got {name!r}")
     if name in TASKS:
-        raise InputError(f"{where} is built in and cannot be registered again; choose another name "
-                         f"(e.g. '<plugin>_{name}')")
+        raise InputError(
+            f"{where} is built in and cannot be registered again; choose another name (e.g. '<plugin>_{name}')"
+        )
     if reply not in REPLY_KINDS:
         raise InputError(f"{where}: reply must be one of {', '.join(REPLY_KINDS)}, got {reply!r}")
     pairs = tuple((str(k), str(v)) for k, v in (fields.items() if isinstance(fields, Mapping) else fields))
@@ -173,13 +228,26 @@ def register_task(name: str, variables: Sequence[str] = (), *, reply: str = "jso
         raise InputError(f"{where}: fields are for json replies; this task's reply is {reply!r}")
     variables = tuple(str(v) for v in ([variables] if isinstance(variables, str) else variables))
     if count is not None and count not in variables:
-        raise InputError(f"{where}: count variable {count!r} is not one of its variables ({', '.join(variables) or 'none'})")
+        raise InputError(
+            f"{where}: count variable {count!r} is not one of its variables ({', '.join(variables) or 'none'})"
+        )
     for what, fn in (("parser", parser), ("replier", replier)):
         if fn is not None and not callable(fn):
             raise InputError(f"{where}: {what} must be callable, got {type(fn).__name__}")
     origin = sys._getframe(1).f_globals.get("__name__", "")
-    spec = TaskSpec(name, variables, images, reply, pairs, count, tuple((optional or {}).items()),
-                    prompt=str(prompt or ""), parser=parser, replier=replier, origin=str(origin))
+    spec = TaskSpec(
+        name,
+        variables,
+        images,
+        reply,
+        pairs,
+        count,
+        tuple((optional or {}).items()),
+        prompt=str(prompt or ""),
+        parser=parser,
+        replier=replier,
+        origin=str(origin),
+    )
     with _LOCK:
         old = PLUGIN_TASKS.get(name)
         if old is not None and old.origin != spec.origin:
@@ -220,8 +288,10 @@ def load_task_plugins(refresh: bool = False) -> list[str]:
             try:
                 importlib.import_module(module)
             except Exception as e:
-                raise InputError(f"plugin task entry point '{ep.name} = {ep.value}' (group {ENTRY_POINT_GROUP}) "
-                                 f"failed to import: {type(e).__name__}: {e}") from e
+                raise InputError(
+                    f"plugin task entry point '{ep.name} = {ep.value}' (group {ENTRY_POINT_GROUP}) "
+                    f"failed to import: {type(e).__name__}: {e}"
+                ) from e
             done.append(module)
         return done
 
@@ -245,8 +315,10 @@ def task_spec(task: str) -> TaskSpec:
     """The spec of ``task``; an unknown task is an :class:`InputError` listing the known ones."""
     spec = find_task(task)
     if spec is None:
-        raise InputError(f"unknown LLM task '{task}'; tasks: {', '.join(all_tasks())} "
-                         f"(plugins add tasks with agentcir.framework.tasks.register_task)")
+        raise InputError(
+            f"unknown LLM task '{task}'; tasks: {', '.join(all_tasks())} "
+            f"(plugins add tasks with agentcir.framework.tasks.register_task)"
+        )
     return spec
 
 
@@ -265,16 +337,19 @@ def reply_text(task: str, value: Any) -> str:
     try:
         return json.dumps(value, ensure_ascii=False)
     except (TypeError, ValueError) as e:
-        raise InputError(f"the replier of LLM task '{task}' returned a {type(value).__name__}, which is not "
-                         f"JSON-able: {e}") from None
+        raise InputError(
+            f"the replier of LLM task '{task}' returned a {type(value).__name__}, which is not JSON-able: {e}"
+        ) from None
 
 
 def offline_reply(task: str, variables: Mapping[str, Any] | None) -> str:
     """The reply text of a plugin task's registered replier (``InputError`` when it has none)."""
     spec = task_spec(task)
     if spec.replier is None:
-        raise InputError(f"LLM task '{task}' has no offline replier (registered by '{spec.origin or 'agentcir'}'); "
-                         f"give one with register_task(..., replier=fn) or register_replier('{task}', fn)")
+        raise InputError(
+            f"LLM task '{task}' has no offline replier (registered by '{spec.origin or 'agentcir'}'); "
+            f"give one with register_task(..., replier=fn) or register_replier('{task}', fn)"
+        )
     return reply_text(task, spec.replier(check_variables(task, variables)))
 
 
@@ -291,8 +366,9 @@ def check_variables(task: str, variables: Mapping[str, Any] | None) -> dict[str,
             values[name] = list(default) if isinstance(default, tuple) else default
     missing = [v for v in spec.variables if v not in values or values[v] is None]
     if missing:
-        raise InputError(f"LLM task '{task}' needs variable(s) {', '.join(missing)}; "
-                         f"given: {', '.join(sorted(values)) or '(none)'}")
+        raise InputError(
+            f"LLM task '{task}' needs variable(s) {', '.join(missing)}; given: {', '.join(sorted(values)) or '(none)'}"
+        )
     if spec.count:
         raw = values[spec.count]
         try:

@@ -51,8 +51,19 @@ RUN_ARTEFACTS = ("metrics.json", "report.md", "rankings.jsonl", "recipe.yaml")
 #: the artefacts of a finished sweep (those present)
 SWEEP_ARTEFACTS = ("summary.md", "summary.csv", "summary.json", "manifest.json")
 #: the cost fields of a stage logged as numbers (the rest of StageStats: ``by_component``, a mapping)
-COST_FIELDS = ("calls", "cache_hits", "failures", "wall_s", "call_s", "call_wall_s", "queue_s", "cpu_s",
-               "loading_s", "max_in_flight", "resumed_queries")
+COST_FIELDS = (
+    "calls",
+    "cache_hits",
+    "failures",
+    "wall_s",
+    "call_s",
+    "call_wall_s",
+    "queue_s",
+    "cpu_s",
+    "loading_s",
+    "max_in_flight",
+    "resumed_queries",
+)
 
 
 def flatten(d: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
@@ -69,8 +80,11 @@ def flatten(d: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
 
 def numbers(metrics: Mapping[str, Any] | None) -> dict[str, float]:
     """The numeric entries of a metrics mapping (flattened; booleans and text left out)."""
-    return {k: float(v) for k, v in flatten(metrics or {}).items()
-            if isinstance(v, (int, float)) and not isinstance(v, bool)}
+    return {
+        k: float(v)
+        for k, v in flatten(metrics or {}).items()
+        if isinstance(v, (int, float)) and not isinstance(v, bool)
+    }
 
 
 class RunLogger:
@@ -154,7 +168,7 @@ class CSVLogger(RunLogger):
     @dataclass
     class Config:
         """Attributes:
-            folder: sub-folder of the run (and sweep) directory the files go to.
+        folder: sub-folder of the run (and sweep) directory the files go to.
         """
 
         folder: str = "logs"
@@ -173,9 +187,21 @@ class CSVLogger(RunLogger):
         atomic_write_text(state, str(self.invocation))
 
     def log_stage(self, stage, metrics, cost, *, step):
-        _write_csv(self.dir / "stages.csv", ["invocation", "step", "stage", *COST_FIELDS, "by_component", "time"],
-                   [[self.invocation, step, stage, *(cost.get(k, "") for k in COST_FIELDS),
-                     json.dumps(cost.get("by_component") or {}, sort_keys=True), round(time.time(), 3)]], append=True)
+        _write_csv(
+            self.dir / "stages.csv",
+            ["invocation", "step", "stage", *COST_FIELDS, "by_component", "time"],
+            [
+                [
+                    self.invocation,
+                    step,
+                    stage,
+                    *(cost.get(k, "") for k in COST_FIELDS),
+                    json.dumps(cost.get("by_component") or {}, sort_keys=True),
+                    round(time.time(), 3),
+                ]
+            ],
+            append=True,
+        )
         if metrics:
             self._metrics(numbers(metrics), step, stage)
 
@@ -184,15 +210,29 @@ class CSVLogger(RunLogger):
 
     def _metrics(self, values: dict[str, float], step: Any, stage: str) -> None:
         now = round(time.time(), 3)
-        _write_csv(self.dir / "metrics.csv", ["invocation", "step", "stage", "metric", "value", "time"],
-                   [[self.invocation, step, stage, k, v, now] for k, v in values.items()], append=True)
+        _write_csv(
+            self.dir / "metrics.csv",
+            ["invocation", "step", "stage", "metric", "value", "time"],
+            [[self.invocation, step, stage, k, v, now] for k, v in values.items()],
+            append=True,
+        )
 
     def log_job(self, sweep_dir, job, jobs):
         keys = sorted({k for j in jobs for k in (j.get("swept") or {})})
         metrics = sorted({k for j in jobs for k in numbers(j.get("metrics"))})
-        rows = [[j["index"], j["status"], *((j.get("swept") or {}).get(k, "") for k in keys),
-                 *(numbers(j.get("metrics")).get(m, "") for m in metrics), j.get("calls", ""), j.get("cache_hits", ""),
-                 j.get("wall_s", ""), j["dir"]] for j in jobs]
+        rows = [
+            [
+                j["index"],
+                j["status"],
+                *((j.get("swept") or {}).get(k, "") for k in keys),
+                *(numbers(j.get("metrics")).get(m, "") for m in metrics),
+                j.get("calls", ""),
+                j.get("cache_hits", ""),
+                j.get("wall_s", ""),
+                j["dir"],
+            ]
+            for j in jobs
+        ]
         buf = io.StringIO()
         w = csv.writer(buf)
         w.writerow(["job", "status", *keys, *metrics, "model calls", "cache hits", "wall_s", "run"])
@@ -217,7 +257,7 @@ class TensorBoardLogger(RunLogger):
     @dataclass
     class Config:
         """Attributes:
-            folder: sub-folder of the run (and sweep) directory the event files go to.
+        folder: sub-folder of the run (and sweep) directory the event files go to.
         """
 
         folder: str = "logs/tensorboard"
@@ -260,8 +300,11 @@ class TensorBoardLogger(RunLogger):
         try:
             for j in new:
                 hp = {k: _hparam(v) for k, v in (j.get("swept") or {}).items()}
-                writer.add_hparams(hp or {"job": j["index"]}, {f"final/{k}": v for k, v in numbers(j.get("metrics")).items()},
-                                   run_name=f"{j['index']:03d}")
+                writer.add_hparams(
+                    hp or {"job": j["index"]},
+                    {f"final/{k}": v for k, v in numbers(j.get("metrics")).items()},
+                    run_name=f"{j['index']:03d}",
+                )
                 self._logged.add(j["index"])
         finally:
             writer.close()
@@ -301,8 +344,8 @@ class MLflowLogger(RunLogger):
     @dataclass
     class Config:
         """Attributes:
-            uri: tracking URI (``file:///path``, a folder, ``http://host:5000``, ``sqlite:///f.db``).
-            experiment: the MLflow experiment runs are logged to (created when missing).
+        uri: tracking URI (``file:///path``, a folder, ``http://host:5000``, ``sqlite:///f.db``).
+        experiment: the MLflow experiment runs are logged to (created when missing).
         """
 
         uri: str | None = None
@@ -319,7 +362,9 @@ class MLflowLogger(RunLogger):
         self.uri = uri
         self.client = MlflowClient(tracking_uri=uri)
         exp = self.client.get_experiment_by_name(self.config.experiment)
-        self.experiment_id = exp.experiment_id if exp is not None else self.client.create_experiment(self.config.experiment)
+        self.experiment_id = (
+            exp.experiment_id if exp is not None else self.client.create_experiment(self.config.experiment)
+        )
         return self.client
 
     def start(self, recipe, run_dir, parent=None):
@@ -337,40 +382,70 @@ class MLflowLogger(RunLogger):
                 client.update_run(self.run_id, status="RUNNING")
             except Exception:  # noqa: BLE001 -- deleted on the server: a new run
                 self.run_id = None
-        tags = {"agentcir.run_dir": str(run_dir.resolve()), "agentcir.method": recipe["method"]["name"],
-                "agentcir.dataset": recipe["dataset"]["name"]}
+        tags = {
+            "agentcir.run_dir": str(run_dir.resolve()),
+            "agentcir.method": recipe["method"]["name"],
+            "agentcir.dataset": recipe["dataset"]["name"],
+        }
         if parent and parent.get("mlflow_parent"):
-            tags.update({"mlflow.parentRunId": parent["mlflow_parent"], "agentcir.sweep": parent.get("sweep", ""),
-                         "agentcir.job": str(parent.get("job", ""))})
+            tags.update(
+                {
+                    "mlflow.parentRunId": parent["mlflow_parent"],
+                    "agentcir.sweep": parent.get("sweep", ""),
+                    "agentcir.job": str(parent.get("job", "")),
+                }
+            )
             tags.update({f"swept.{k}": str(v) for k, v in (parent.get("swept") or {}).items()})
         if self.run_id is None:
             self.run_id = client.create_run(self.experiment_id, run_name=run_dir.name, tags=tags).info.run_id
             state.parent.mkdir(parents=True, exist_ok=True)
-            atomic_write_text(state, json.dumps({"uri": self.uri, "experiment": self.config.experiment,
-                                                 "run_id": self.run_id}))
+            atomic_write_text(
+                state, json.dumps({"uri": self.uri, "experiment": self.config.experiment, "run_id": self.run_id})
+            )
         flat = flatten({k: v for k, v in recipe.items() if not k.startswith("_")})
-        params = {k: v for k, v in flat.items() if not (k.startswith("run.") and k.split(".")[1] in VOLATILE_RUN_FIELDS)}
+        params = {
+            k: v for k, v in flat.items() if not (k.startswith("run.") and k.split(".")[1] in VOLATILE_RUN_FIELDS)
+        }
         have = client.get_run(self.run_id).data.params
-        self._batch(params={k: json.dumps(v) if isinstance(v, (list, dict)) else str(v)
-                            for k, v in params.items() if mlflow_name(k) not in have},
-                    tags={**tags, **{k: str(v) for k, v in flat.items() if k not in params}})
+        self._batch(
+            params={
+                k: json.dumps(v) if isinstance(v, (list, dict)) else str(v)
+                for k, v in params.items()
+                if mlflow_name(k) not in have
+            },
+            tags={**tags, **{k: str(v) for k, v in flat.items() if k not in params}},
+        )
 
-    def _batch(self, *, metrics: Mapping[str, float] | None = None, step: int = 0,
-               params: Mapping[str, str] | None = None, tags: Mapping[str, str] | None = None) -> None:
+    def _batch(
+        self,
+        *,
+        metrics: Mapping[str, float] | None = None,
+        step: int = 0,
+        params: Mapping[str, str] | None = None,
+        tags: Mapping[str, str] | None = None,
+    ) -> None:
         from mlflow.entities import Metric, Param, RunTag
 
         now = int(time.time() * 1000)
-        items = ([("m", Metric(mlflow_name(k), v, now, step)) for k, v in (metrics or {}).items()]
-                 + [("p", Param(mlflow_name(k), v[:6000])) for k, v in (params or {}).items()]
-                 + [("t", RunTag(k, v[:5000])) for k, v in (tags or {}).items()])
+        items = (
+            [("m", Metric(mlflow_name(k), v, now, step)) for k, v in (metrics or {}).items()]
+            + [("p", Param(mlflow_name(k), v[:6000])) for k, v in (params or {}).items()]
+            + [("t", RunTag(k, v[:5000])) for k, v in (tags or {}).items()]
+        )
         for i in range(0, len(items), 100):  # MLflow's batch limits
-            chunk = items[i:i + 100]
-            self.client.log_batch(self.run_id, metrics=[x for t, x in chunk if t == "m"],
-                                  params=[x for t, x in chunk if t == "p"], tags=[x for t, x in chunk if t == "t"])
+            chunk = items[i : i + 100]
+            self.client.log_batch(
+                self.run_id,
+                metrics=[x for t, x in chunk if t == "m"],
+                params=[x for t, x in chunk if t == "p"],
+                tags=[x for t, x in chunk if t == "t"],
+            )
 
     def log_stage(self, stage, metrics, cost, *, step):
         values = {f"stage/{k}": v for k, v in numbers(metrics).items()}
-        values.update({f"cost/{stage}/{k}": float(cost[k]) for k in COST_FIELDS if isinstance(cost.get(k), (int, float))})
+        values.update(
+            {f"cost/{stage}/{k}": float(cost[k]) for k in COST_FIELDS if isinstance(cost.get(k), (int, float))}
+        )
         self._batch(metrics=values, step=step)
 
     def log_metrics(self, metrics, *, step=None):
@@ -395,15 +470,22 @@ class MLflowLogger(RunLogger):
             except Exception:  # noqa: BLE001 -- deleted on the server: a new parent run
                 run_id = None
         if run_id is None:
-            run_id = client.create_run(self.experiment_id, run_name=f"sweep {info['name']}",
-                                       tags={"agentcir.sweep": info["name"], "agentcir.sweep_dir": str(Path(sweep_dir).resolve())}).info.run_id
+            run_id = client.create_run(
+                self.experiment_id,
+                run_name=f"sweep {info['name']}",
+                tags={"agentcir.sweep": info["name"], "agentcir.sweep_dir": str(Path(sweep_dir).resolve())},
+            ).info.run_id
             state.parent.mkdir(parents=True, exist_ok=True)
-            atomic_write_text(state, json.dumps({"uri": self.uri, "experiment": self.config.experiment, "run_id": run_id}))
+            atomic_write_text(
+                state, json.dumps({"uri": self.uri, "experiment": self.config.experiment, "run_id": run_id})
+            )
         self.run_id = run_id
         have = client.get_run(run_id).data.params
         params = {f"sweep.{a['key']}": ",".join(a["values"]) for a in info.get("axes", [])}
-        self._batch(params={k: v for k, v in params.items() if mlflow_name(k) not in have},
-                    tags={"agentcir.overrides": " ".join(info.get("overrides", []))})
+        self._batch(
+            params={k: v for k, v in params.items() if mlflow_name(k) not in have},
+            tags={"agentcir.overrides": " ".join(info.get("overrides", []))},
+        )
         return {"mlflow_parent": run_id, "sweep": info["name"]}
 
     def log_job(self, sweep_dir, job, jobs):
@@ -434,7 +516,9 @@ def check_loggers(run: dict[str, Any]) -> None:
 
     names = run.get("loggers") or []
     if not isinstance(names, list) or not all(isinstance(n, str) and n for n in names):
-        raise ConfigError(f"run: field 'loggers': expected a list of logger names (run.loggers=[csv,mlflow]), got {names!r}")
+        raise ConfigError(
+            f"run: field 'loggers': expected a list of logger names (run.loggers=[csv,mlflow]), got {names!r}"
+        )
     if len(set(names)) != len(names):
         raise ConfigError(f"run: field 'loggers': a logger is listed twice in {names}")
     settings = run.get("tracking") or {}
@@ -488,14 +572,19 @@ class Tracking:
         self.logged = _read_json(self.run_dir / "logs" / "tracking.json").get("stages", {})
         parent = parent or {}
         for name, lg in self.loggers:
-            mine = {**(parent.get(name) or {}), "job": parent["job"], "swept": parent.get("swept") or {}} \
-                if "job" in parent else None
+            mine = (
+                {**(parent.get(name) or {}), "job": parent["job"], "swept": parent.get("swept") or {}}
+                if "job" in parent
+                else None
+            )
             try:
                 lg.start(recipe, self.run_dir, mine)
             except Exception as e:  # noqa: BLE001
                 raise InputError(f"run.loggers: logger '{name}' cannot start ({type(e).__name__}: {e})") from e
 
-    def stage(self, stage: str, step: int, metrics: Mapping[str, Any] | None, cost: Mapping[str, Any], key: str) -> None:
+    def stage(
+        self, stage: str, step: int, metrics: Mapping[str, Any] | None, cost: Mapping[str, Any], key: str
+    ) -> None:
         """Log a finished stage with every logger that has not logged this computation of it (``key``:
         the digest of its marker)."""
         for name, lg in list(self.loggers):
@@ -511,8 +600,9 @@ class Tracking:
         try:
             fn()
         except Exception as e:  # noqa: BLE001 -- tracking never fails a run after its start
-            log.warning("logger '%s' failed to %s (%s: %s); it logs nothing more for this run",
-                        name, what, type(e).__name__, e)
+            log.warning(
+                "logger '%s' failed to %s (%s: %s); it logs nothing more for this run", name, what, type(e).__name__, e
+            )
             self.loggers.remove((name, lg))
 
     def end(self, metrics: Mapping[str, Any], *, step: int) -> None:
@@ -543,7 +633,9 @@ class SweepTracking:
             except Exception as e:  # noqa: BLE001
                 from .errors import InputError
 
-                raise InputError(f"run.loggers: logger '{name}' cannot start the sweep ({type(e).__name__}: {e})") from e
+                raise InputError(
+                    f"run.loggers: logger '{name}' cannot start the sweep ({type(e).__name__}: {e})"
+                ) from e
 
     def parent(self, job: dict[str, Any]) -> dict[str, Any]:
         """What job ``job``'s :meth:`Tracking.start` gets: per logger its sweep parent, the job's index and swept values."""
@@ -564,4 +656,3 @@ class SweepTracking:
                 lg.finish_sweep(self.sweep_dir, jobs, status)
             except Exception as e:  # noqa: BLE001
                 log.warning("logger '%s' failed to finish the sweep (%s: %s)", name, type(e).__name__, e)
-

@@ -34,8 +34,15 @@ class Query:
 
     def to_json(self) -> dict:
         """The query as a JSON-ready dict (the inverse of :meth:`from_json`)."""
-        return {"id": self.id, "text": self.text, "reference": list(self.reference), "reference_id": self.reference_id,
-                "user": self.user, "targets": list(self.targets), "meta": self.meta}
+        return {
+            "id": self.id,
+            "text": self.text,
+            "reference": list(self.reference),
+            "reference_id": self.reference_id,
+            "user": self.user,
+            "targets": list(self.targets),
+            "meta": self.meta,
+        }
 
     @classmethod
     def from_json(cls, d: dict) -> "Query":
@@ -54,7 +61,9 @@ class Candidates:
         self.ids = np.ascontiguousarray(self.ids, dtype=np.int32)
         self.scores = np.ascontiguousarray(self.scores, dtype=np.float32)
         if self.ids.ndim != 2 or self.ids.shape != self.scores.shape:
-            raise ValueError(f"Candidates need ids and scores of one shape [Q,k], got {self.ids.shape} and {self.scores.shape}")
+            raise ValueError(
+                f"Candidates need ids and scores of one shape [Q,k], got {self.ids.shape} and {self.scores.shape}"
+            )
 
     @property
     def num_queries(self) -> int:

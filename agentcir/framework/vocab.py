@@ -41,7 +41,7 @@ class Vocabulary:
         out = []
         for syn in sorted(self._lookup(), key=len, reverse=True):
             for m in re.finditer(rf"(?<![\w-]){re.escape(syn)}(?![\w-])", low):
-                if not any(taken[m.start():m.end()]):
+                if not any(taken[m.start() : m.end()]):
                     out.append((m.start(), m.end(), self._lookup()[syn]))
                     for i in range(m.start(), m.end()):
                         taken[i] = True

@@ -75,9 +75,9 @@ class Batch:
 
 @dataclass
 class _Pending:
-    first: float          # when the first event of this path came
-    seen: tuple | None    # (size, mtime_ns) last seen; None: gone
-    since: float          # when ``seen`` last changed
+    first: float  # when the first event of this path came
+    seen: tuple | None  # (size, mtime_ns) last seen; None: gone
+    since: float  # when ``seen`` last changed
     retry_at: float = 0.0  # an undecodable image: when to try it again
 
 
@@ -116,8 +116,17 @@ class FolderWatch:
         give_up_s: ... and handed over anyway after this long.
     """
 
-    def __init__(self, folder: str | os.PathLike, *, debounce_s: float = 1.0, settle_s: float = 0.5,
-                 observer: str = "auto", poll_s: float = 1.0, retry_s: float = 1.0, give_up_s: float = 60.0):
+    def __init__(
+        self,
+        folder: str | os.PathLike,
+        *,
+        debounce_s: float = 1.0,
+        settle_s: float = 0.5,
+        observer: str = "auto",
+        poll_s: float = 1.0,
+        retry_s: float = 1.0,
+        give_up_s: float = 60.0,
+    ):
         self.folder = Path(folder).resolve()
         if not self.folder.is_dir():
             raise InputError(f"watched folder '{folder}' does not exist or is not a folder")
@@ -211,8 +220,12 @@ class FolderWatch:
             except OSError as e:  # e.g. inotify watches exhausted: poll instead
                 if self.observer_kind == "native":
                     raise InputError(f"cannot watch '{self.folder}' with the platform's file events ({e})") from None
-                log.warning("the platform's file events are unavailable for '%s' (%s): polling every %.1f s",
-                            self.folder, e, self.poll_s)
+                log.warning(
+                    "the platform's file events are unavailable for '%s' (%s): polling every %.1f s",
+                    self.folder,
+                    e,
+                    self.poll_s,
+                )
                 obs = None
         if obs is None:
             obs = PollingObserver(timeout=self.poll_s)
@@ -297,8 +310,14 @@ class FolderWatch:
         return batch
 
 
-def follow(watch: FolderWatch, update: Callable[[Batch], object], *, stop: threading.Event | None = None,
-           on_error: Callable[[Batch, BaseException], None] | None = None, retry_s: float = 5.0) -> None:
+def follow(
+    watch: FolderWatch,
+    update: Callable[[Batch], object],
+    *,
+    stop: threading.Event | None = None,
+    on_error: Callable[[Batch, BaseException], None] | None = None,
+    retry_s: float = 5.0,
+) -> None:
     """Hand each batch of ``watch`` to ``update`` until ``stop`` is set (or the watch stops).
 
     A failing ``update`` (an :class:`~agentcir.framework.errors.AgentcirError`, an ``OSError``)
@@ -321,8 +340,12 @@ def follow(watch: FolderWatch, update: Callable[[Batch], object], *, stop: threa
         try:
             update(batch)
         except (AgentcirError, OSError) as e:
-            log.warning("watch: the update after %s failed: %s (tried again in %.0f s or with the next change)",
-                        batch.line(), e, retry_s)
+            log.warning(
+                "watch: the update after %s failed: %s (tried again in %.0f s or with the next change)",
+                batch.line(),
+                e,
+                retry_s,
+            )
             failed, failed_at = batch, time.monotonic()
             if on_error is not None:
                 on_error(batch, e)

@@ -26,7 +26,25 @@ from .api import (
 from .dispatch import BACKENDS, ENV_VAR, BackendUnavailableError, resolve
 
 __all__ = [
-    "BACKENDS", "ENV_VAR", "GALLERY_KINDS", "BackendUnavailableError", "KernelInputError", "OctopusTopK", "TopK",
-    "cosine_topk", "fuse_scores", "ldre_top_drops", "ldre_weights", "octopus_gap_sums", "octopus_topk", "octopus_visual_query", "octopus_weights",
-    "promote_first_accepted", "proxy_scores_topk", "resolve", "rrf", "uncertainty", "xr_rerank",
+    "BACKENDS",
+    "ENV_VAR",
+    "GALLERY_KINDS",
+    "BackendUnavailableError",
+    "KernelInputError",
+    "OctopusTopK",
+    "TopK",
+    "cosine_topk",
+    "fuse_scores",
+    "ldre_top_drops",
+    "ldre_weights",
+    "octopus_gap_sums",
+    "octopus_topk",
+    "octopus_visual_query",
+    "octopus_weights",
+    "promote_first_accepted",
+    "proxy_scores_topk",
+    "resolve",
+    "rrf",
+    "uncertainty",
+    "xr_rerank",
 ]

@@ -176,8 +176,9 @@ def check_finite_number(x: Any, name: str, *, lo: float | None = None, hi: float
     return v
 
 
-def check_ids(ids: Any, name: str, *, shape: tuple[int, ...] | None = None, ndim: int | None = None,
-              n_items: int | None = None) -> np.ndarray:
+def check_ids(
+    ids: Any, name: str, *, shape: tuple[int, ...] | None = None, ndim: int | None = None, n_items: int | None = None
+) -> np.ndarray:
     """Integer ids (``-1`` = padding, else ``0 <= id < n_items``) -> int32 numpy."""
     a = _numpy_of(_as_array(ids, name))
     if ndim is not None and a.ndim != ndim:
@@ -193,8 +194,11 @@ def check_ids(ids: Any, name: str, *, shape: tuple[int, ...] | None = None, ndim
             raise KernelInputError(f"{name}: ids must be >= 0 (or -1 for padding), found {lo}")
         limit = MAX_ITEMS if n_items is None else n_items - 1
         if hi > limit:
-            raise KernelInputError(f"{name}: id {hi} is out of range for {n_items} gallery items" if n_items is not None
-                                   else f"{name}: id {hi} exceeds the int32 range")
+            raise KernelInputError(
+                f"{name}: id {hi} is out of range for {n_items} gallery items"
+                if n_items is not None
+                else f"{name}: id {hi} exceeds the int32 range"
+            )
     return np.ascontiguousarray(a, dtype=np.int32)
 
 

@@ -50,8 +50,10 @@ def _out(arrays: Sequence[Any], like: Any) -> list[Any]:
     if is_torch(like):
         import torch
 
-        return [a.to(like.device) if is_torch(a) else torch.from_numpy(np.ascontiguousarray(a)).to(like.device)
-                for a in arrays]
+        return [
+            a.to(like.device) if is_torch(a) else torch.from_numpy(np.ascontiguousarray(a)).to(like.device)
+            for a in arrays
+        ]
     return [to_numpy_out(a) for a in arrays]
 
 
@@ -95,8 +97,15 @@ def _exclude_score(x: float | None) -> float | None:
 
 # -- scoring against a gallery ---------------------------------------------------------
 @_routable("gallery")
-def cosine_topk(queries: Any, gallery: Any, k: int, *, exclude: Any = None, exclude_score: float | None = None,
-                backend: str = "auto") -> TopK:
+def cosine_topk(
+    queries: Any,
+    gallery: Any,
+    k: int,
+    *,
+    exclude: Any = None,
+    exclude_score: float | None = None,
+    backend: str = "auto",
+) -> TopK:
     """Top-k inner products of each query with the gallery, streamed in tiles.
 
     Args:
@@ -120,15 +129,25 @@ def cosine_topk(queries: Any, gallery: Any, k: int, *, exclude: Any = None, excl
     be = dispatch.backend_module(backend)
     if q.shape[0] == 0:
         return TopK(*_empty(k, gallery))
-    out = be.cosine_topk(to_backend_float(q, be.NATIVE), to_backend_gallery(g, be.NATIVE), k,
-                         _ids_dev(ex, be, gallery), es)
+    out = be.cosine_topk(
+        to_backend_float(q, be.NATIVE), to_backend_gallery(g, be.NATIVE), k, _ids_dev(ex, be, gallery), es
+    )
     return TopK(*_out(out, gallery))
 
 
 @_routable("gallery")
-def proxy_scores_topk(proxies: Any, gallery: Any, k: int, *, agg: str = "mean", tau: float = 0.04,
-                      reference: Any = None, exclude: Any = None, exclude_score: float | None = None,
-                      backend: str = "auto") -> TopK:
+def proxy_scores_topk(
+    proxies: Any,
+    gallery: Any,
+    k: int,
+    *,
+    agg: str = "mean",
+    tau: float = 0.04,
+    reference: Any = None,
+    exclude: Any = None,
+    exclude_score: float | None = None,
+    backend: str = "auto",
+) -> TopK:
     """Score K proxies per query against the gallery, aggregate per item, keep the top k.
 
     Never builds a ``[Q, K, N]`` buffer (tiles of ``[Q*K, tile]`` only).
@@ -168,15 +187,21 @@ def proxy_scores_topk(proxies: Any, gallery: Any, k: int, *, agg: str = "mean", 
     if Q == 0:
         return TopK(*_empty(k, gallery))
     nat = be.NATIVE
-    out = be.proxy_scores_topk(to_backend_float(p, nat), to_backend_gallery(g, nat), k, agg, tau,
-                               None if r is None else to_backend_float(r, nat), _ids_dev(ex, be, gallery),
-                               _exclude_score(exclude_score))
+    out = be.proxy_scores_topk(
+        to_backend_float(p, nat),
+        to_backend_gallery(g, nat),
+        k,
+        agg,
+        tau,
+        None if r is None else to_backend_float(r, nat),
+        _ids_dev(ex, be, gallery),
+        _exclude_score(exclude_score),
+    )
     return TopK(*_out(out, gallery))
 
 
 @_routable("gallery")
-def octopus_weights(reference: Any, proxies: Any, gallery: Any, *, tau: float = 0.04,
-                    backend: str = "auto") -> Any:
+def octopus_weights(reference: Any, proxies: Any, gallery: Any, *, tau: float = 0.04, backend: str = "auto") -> Any:
     """OCTOPUS adaptive proxy weights (docs/design/methods.md): ``w = softmax(s / tau)`` with
     ``s_i = mean_j relu(S_r[j] - S_E[i, j])``, ``S_r = ref . I^T``, ``S_E[i] = P_i . I^T``.
 
@@ -212,13 +237,15 @@ def octopus_gap_sums(reference: Any, proxies: Any, gallery: Any, *, backend: str
     if p.shape[0] == 0 or p.shape[1] == 0:
         return _out([np.zeros(p.shape[:2], dtype=np.float64)], gallery)[0]
     nat = be.NATIVE
-    return _out([be.octopus_gap_sums(to_backend_float(r, nat), to_backend_float(p, nat), to_backend_gallery(g, nat))],
-                gallery)[0]
+    return _out(
+        [be.octopus_gap_sums(to_backend_float(r, nat), to_backend_float(p, nat), to_backend_gallery(g, nat))], gallery
+    )[0]
 
 
 @_routable("gallery")
-def ldre_weights(before: Any, proxies: Any, gallery: Any, *, topk: int = 5, tau: float = 0.04,
-                 backend: str = "auto") -> Any:
+def ldre_weights(
+    before: Any, proxies: Any, gallery: Any, *, topk: int = 5, tau: float = 0.04, backend: str = "auto"
+) -> Any:
     """LDRE adaptive ensemble weights (Yang et al., SIGIR 2024; released ``use_adaptive_ensemble``).
 
     Per query and edited caption ``e_i``: ``s_i`` = the sum of the ``topk`` largest drops
@@ -268,9 +295,22 @@ def ldre_top_drops(before: Any, proxies: Any, gallery: Any, *, topk: int = 5, ba
 
 
 @_routable("images")
-def octopus_topk(reference: Any, proxies: Any, target: Any, images: Any, k: int, *, visual: Any = None,
-                 captions: Any = None, lam: float = 0.2, tau: float = 0.04, entropy_tau: float = 0.02,
-                 exclude: Any = None, exclude_score: float | None = -10.0, backend: str = "auto") -> OctopusTopK:
+def octopus_topk(
+    reference: Any,
+    proxies: Any,
+    target: Any,
+    images: Any,
+    k: int,
+    *,
+    visual: Any = None,
+    captions: Any = None,
+    lam: float = 0.2,
+    tau: float = 0.04,
+    entropy_tau: float = 0.02,
+    exclude: Any = None,
+    exclude_score: float | None = -10.0,
+    backend: str = "auto",
+) -> OctopusTopK:
     """OCTOPUS bidirectional fused scoring with top-k (docs/design/methods.md), in two streamed passes.
 
     ``w`` = :func:`octopus_weights`; ``e = norm(sum_i w_i P_i)``;
@@ -314,9 +354,20 @@ def octopus_topk(reference: Any, proxies: Any, target: Any, images: Any, k: int,
         return OctopusTopK(*_empty(k, images, (0, p.shape[1]), (0,), (0,)))
     nat = be.NATIVE
     f = lambda x: None if x is None else to_backend_float(x, nat)  # noqa: E731
-    out = be.octopus_topk(f(r), f(p), f(t), f(v), to_backend_gallery(I, nat),
-                          None if C is None else to_backend_gallery(C, nat), k, lam, tau, entropy_tau,
-                          _ids_dev(ex, be, images), _exclude_score(exclude_score))
+    out = be.octopus_topk(
+        f(r),
+        f(p),
+        f(t),
+        f(v),
+        to_backend_gallery(I, nat),
+        None if C is None else to_backend_gallery(C, nat),
+        k,
+        lam,
+        tau,
+        entropy_tau,
+        _ids_dev(ex, be, images),
+        _exclude_score(exclude_score),
+    )
     return OctopusTopK(*_out(out, images))
 
 
@@ -379,8 +430,9 @@ def rrf(rankings: Any, k: int, *, z: float = 60.0, weights: Any = None, backend:
     return TopK(*_out(out, rankings))
 
 
-def fuse_scores(scores: Any, k: int, *, ids: Any = None, weights: Any = None, norm: str = "minmax",
-                backend: str = "auto") -> TopK:
+def fuse_scores(
+    scores: Any, k: int, *, ids: Any = None, weights: Any = None, norm: str = "minmax", backend: str = "auto"
+) -> TopK:
     """Weighted score fusion with per-list normalisation: ``sum_v w_v * norm(s_v)``.
 
     Args:
@@ -450,8 +502,9 @@ def xr_rerank(ids: Any, sims: Any, qa: Any, cap: Any, *, qa_weight: float = 0.5,
     return TopK(*_out(be.xr_rerank(i, s, to_numpy_out(a), to_numpy_out(c), w), ids))
 
 
-def promote_first_accepted(ids: Any, scores: Any, accepted: Any, *, bonus: float = 100.0,
-                           backend: str = "auto") -> TopK:
+def promote_first_accepted(
+    ids: Any, scores: Any, accepted: Any, *, bonus: float = 100.0, backend: str = "auto"
+) -> TopK:
     """Verification re-rank: the first accepted candidate (rank order) moves to the front.
 
     Its score becomes ``max(scores of the row) + bonus`` (OCTOPUS: +100); the others keep
@@ -495,7 +548,10 @@ def uncertainty(scores: Any, *, tau: float = 0.02, entropy: Any = None, backend:
         raise KernelInputError("scores: contains NaN or +inf (only -inf padding is allowed)")
     a = np.ascontiguousarray(a, dtype=np.float32)
     tau = check_positive(tau, "tau")
-    e = None if entropy is None else to_numpy_out(check_float(to_numpy_out(entropy).reshape(-1), "entropy", 1,
-                                                              rows=a.shape[0]))
+    e = (
+        None
+        if entropy is None
+        else to_numpy_out(check_float(to_numpy_out(entropy).reshape(-1), "entropy", 1, rows=a.shape[0]))
+    )
     be = dispatch.backend_module(backend)
     return _out([be.uncertainty(a, tau, e)], scores)[0]

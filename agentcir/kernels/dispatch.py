@@ -138,7 +138,7 @@ def backend_module(backend: str = "auto") -> ModuleType:
     except ImportError as e:
         if explicit:
             raise BackendUnavailableError(f"kernel backend '{name}' failed to import: {e}") from e
-        for other in PROBE_ORDER[PROBE_ORDER.index(name) + 1:]:
+        for other in PROBE_ORDER[PROBE_ORDER.index(name) + 1 :]:
             if why_unavailable(other, probing=True) is None:
                 try:
                     mod = load(other)

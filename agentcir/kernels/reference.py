@@ -68,8 +68,8 @@ def topk_rows(S: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
         keep = ~np.isnan(S[q])
         s, c = S[q][keep], cols[keep]
         order = np.lexsort((c, -s))[:k]
-        scores[q, :len(order)] = s[order]
-        ids[q, :len(order)] = c[order]
+        scores[q, : len(order)] = s[order]
+        ids[q, : len(order)] = c[order]
     return scores, ids
 
 
@@ -98,8 +98,9 @@ def _entropy_rows(S: np.ndarray, tau: float) -> np.ndarray:
 
 
 # -- cosine_topk ----------------------------------------------------------------------
-def cosine_topk(queries: np.ndarray, gallery: Gallery, k: int, exclude: np.ndarray | None,
-                exclude_score: float | None) -> tuple[np.ndarray, np.ndarray]:
+def cosine_topk(
+    queries: np.ndarray, gallery: Gallery, k: int, exclude: np.ndarray | None, exclude_score: float | None
+) -> tuple[np.ndarray, np.ndarray]:
     """Top-k inner products ``queries @ gallery.T`` per query."""
     S = queries.astype(np.float64) @ _gal(gallery).T
     return topk_rows(_apply_exclude(S, exclude, exclude_score), k)
@@ -109,14 +110,14 @@ def cosine_topk(queries: np.ndarray, gallery: Gallery, k: int, exclude: np.ndarr
 def octopus_gap_sums(reference: np.ndarray, proxies: np.ndarray, gallery: Gallery) -> np.ndarray:
     """``sum_j relu(S_r[j] - S_E[i, j])`` per query and proxy, float64 ``[Q, K]``."""
     G = _gal(gallery)
-    Sr = reference.astype(np.float64) @ G.T                                   # [Q, N]
-    SE = np.einsum("qkd,nd->qkn", proxies.astype(np.float64), G)               # [Q, K, N]
-    return np.maximum(Sr[:, None, :] - SE, 0.0).sum(axis=-1)                   # [Q, K]
+    Sr = reference.astype(np.float64) @ G.T  # [Q, N]
+    SE = np.einsum("qkd,nd->qkn", proxies.astype(np.float64), G)  # [Q, K, N]
+    return np.maximum(Sr[:, None, :] - SE, 0.0).sum(axis=-1)  # [Q, K]
 
 
 def octopus_weights(reference: np.ndarray, proxies: np.ndarray, gallery: Gallery, tau: float) -> np.ndarray:
     """OCTOPUS adaptive proxy weights ``softmax(s / tau)``, ``s_i = mean_j relu(S_r[j] - S_E[i, j])``."""
-    s = octopus_gap_sums(reference, proxies, gallery) / gallery.shape[0]      # [Q, K]
+    s = octopus_gap_sums(reference, proxies, gallery) / gallery.shape[0]  # [Q, K]
     x = s / tau
     x = np.exp(x - x.max(axis=-1, keepdims=True))
     return (x / x.sum(axis=-1, keepdims=True)).astype(np.float32)
@@ -125,7 +126,7 @@ def octopus_weights(reference: np.ndarray, proxies: np.ndarray, gallery: Gallery
 def ldre_weights(before: np.ndarray, proxies: np.ndarray, gallery: Gallery, topk: int, tau: float) -> np.ndarray:
     """LDRE adaptive ensemble weights: ``s_i`` = sum of the ``topk`` largest ``relu(b.I_j - e_i.I_j)``,
     ``w = softmax(s / max_i s / tau)`` (a row whose largest ``s`` is 0 gets uniform weights)."""
-    s = ldre_top_drops(before, proxies, gallery, topk).sum(axis=-1)           # [Q, K]
+    s = ldre_top_drops(before, proxies, gallery, topk).sum(axis=-1)  # [Q, K]
     mx = s.max(axis=-1, keepdims=True)
     x = np.where(mx > 0, s / np.where(mx > 0, mx, 1.0) / tau, 0.0)
     x = np.exp(x - x.max(axis=-1, keepdims=True))
@@ -135,8 +136,8 @@ def ldre_weights(before: np.ndarray, proxies: np.ndarray, gallery: Gallery, topk
 def ldre_top_drops(before: np.ndarray, proxies: np.ndarray, gallery: Gallery, topk: int) -> np.ndarray:
     """The ``topk`` largest ``relu(b.I_j - e_i.I_j)`` per query and proxy, descending, float64 ``[Q, K, m]``."""
     G = _gal(gallery)
-    Sb = before.astype(np.float64) @ G.T                                      # [Q, N]
-    SE = np.einsum("qkd,nd->qkn", proxies.astype(np.float64), G)               # [Q, K, N]
+    Sb = before.astype(np.float64) @ G.T  # [Q, N]
+    SE = np.einsum("qkd,nd->qkn", proxies.astype(np.float64), G)  # [Q, K, N]
     return np.sort(np.maximum(Sb[:, None, :] - SE, 0.0), axis=-1)[..., ::-1][..., :topk]
 
 
@@ -145,9 +146,16 @@ def _octopus_query(proxies: np.ndarray, weights: np.ndarray) -> np.ndarray:
     return _normalize(np.einsum("qk,qkd->qd", weights.astype(np.float64), proxies.astype(np.float64)))
 
 
-def proxy_scores_topk(proxies: np.ndarray, gallery: Gallery, k: int, agg: str, tau: float,
-                      reference: np.ndarray | None, exclude: np.ndarray | None,
-                      exclude_score: float | None) -> tuple[np.ndarray, np.ndarray]:
+def proxy_scores_topk(
+    proxies: np.ndarray,
+    gallery: Gallery,
+    k: int,
+    agg: str,
+    tau: float,
+    reference: np.ndarray | None,
+    exclude: np.ndarray | None,
+    exclude_score: float | None,
+) -> tuple[np.ndarray, np.ndarray]:
     """Aggregate K proxy similarities per gallery item (mean / max / logsumexp / octopus), then top-k."""
     G = _gal(gallery)
     if agg == "octopus":
@@ -166,9 +174,20 @@ def proxy_scores_topk(proxies: np.ndarray, gallery: Gallery, k: int, agg: str, t
 
 
 # -- OCTOPUS fusion ---------------------------------------------------------------------
-def octopus_topk(reference: np.ndarray, proxies: np.ndarray, target: np.ndarray, visual: np.ndarray | None,
-                 images: Gallery, captions: Gallery | None, k: int, lam: float, tau: float, entropy_tau: float,
-                 exclude: np.ndarray | None, exclude_score: float | None):
+def octopus_topk(
+    reference: np.ndarray,
+    proxies: np.ndarray,
+    target: np.ndarray,
+    visual: np.ndarray | None,
+    images: Gallery,
+    captions: Gallery | None,
+    k: int,
+    lam: float,
+    tau: float,
+    entropy_tau: float,
+    exclude: np.ndarray | None,
+    exclude_score: float | None,
+):
     """``S = lam * S_t2v + (1 - lam) * (S_v2t * S_t2v)`` (docs/design/methods.md), masked, top-k, entropy."""
     w = octopus_weights(reference, proxies, images, tau)
     e = _octopus_query(proxies, w)
@@ -179,8 +198,13 @@ def octopus_topk(reference: np.ndarray, proxies: np.ndarray, target: np.ndarray,
         S = lam * S + (1.0 - lam) * (Sv * S)
     S = _apply_exclude(S, exclude, exclude_score)
     scores, ids = topk_rows(S, k)
-    return (scores, ids, w, _entropy_rows(S, entropy_tau).astype(np.float32),
-            _log_partition_rows(S, entropy_tau).astype(np.float32))
+    return (
+        scores,
+        ids,
+        w,
+        _entropy_rows(S, entropy_tau).astype(np.float32),
+        _log_partition_rows(S, entropy_tau).astype(np.float32),
+    )
 
 
 # -- rank / score fusion -------------------------------------------------------------
@@ -196,8 +220,9 @@ def _first_occurrence(ids: np.ndarray) -> np.ndarray:
     return (first.reshape(V * Q, L) & valid).reshape(V, Q, L)
 
 
-def _sum_by_query_id(ids: np.ndarray, values: np.ndarray, keep: np.ndarray, Q: int, k: int,
-                     first_appearance: bool = False):
+def _sum_by_query_id(
+    ids: np.ndarray, values: np.ndarray, keep: np.ndarray, Q: int, k: int, first_appearance: bool = False
+):
     """Sum ``values`` per (query, id) over the kept entries of ``[V, Q, L]`` lists; top-k per
     query, ties by the lower id or (``first_appearance``) by the item's first appearance when
     the lists are read in order, list 0 first (its smallest ``v * L + position``)."""
@@ -231,8 +256,9 @@ def rrf_lists(ids: np.ndarray, k: int, z: float, weights: np.ndarray) -> tuple[n
     from 1; tied fused scores keep the items' first-appearance order (list 0 first, as XR's code)."""
     V, Q, L = ids.shape
     contrib = weights[:, None, None] / (z + np.arange(1, L + 1, dtype=np.float64))[None, None, :]
-    return _sum_by_query_id(ids, np.broadcast_to(contrib, ids.shape), _first_occurrence(ids), Q, k,
-                            first_appearance=True)
+    return _sum_by_query_id(
+        ids, np.broadcast_to(contrib, ids.shape), _first_occurrence(ids), Q, k, first_appearance=True
+    )
 
 
 def rrf_scores(scores: np.ndarray, k: int, z: float, weights: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -243,7 +269,7 @@ def rrf_scores(scores: np.ndarray, k: int, z: float, weights: np.ndarray) -> tup
     ranks = np.empty_like(order)
     np.put_along_axis(ranks, order, np.arange(1, N + 1)[None, None, :], axis=-1)
     fused = (weights[:, None, None] / (z + ranks)).sum(axis=0)
-    s, pos = topk_rows(np.take_along_axis(fused, order[0], axis=-1), k)   # columns in list-0 order
+    s, pos = topk_rows(np.take_along_axis(fused, order[0], axis=-1), k)  # columns in list-0 order
     return s, np.where(pos >= 0, np.take_along_axis(order[0], np.maximum(pos, 0), axis=-1), -1).astype(np.int32)
 
 
@@ -261,8 +287,9 @@ def fuse_dense(scores: np.ndarray, k: int, weights: np.ndarray, norm: str) -> tu
     return topk_rows(fused, k)
 
 
-def fuse_lists(ids: np.ndarray, scores: np.ndarray, k: int, weights: np.ndarray,
-               norm: str) -> tuple[np.ndarray, np.ndarray]:
+def fuse_lists(
+    ids: np.ndarray, scores: np.ndarray, k: int, weights: np.ndarray, norm: str
+) -> tuple[np.ndarray, np.ndarray]:
     """Weighted score fusion of scored id lists ``[V, Q, L]`` (absent items contribute 0)."""
     V, Q, L = ids.shape
     keep = _first_occurrence(ids)
@@ -276,8 +303,9 @@ def fuse_lists(ids: np.ndarray, scores: np.ndarray, k: int, weights: np.ndarray,
 
 
 # -- re-ranks -------------------------------------------------------------------------
-def xr_rerank(ids: np.ndarray, sims: np.ndarray, qa: np.ndarray, cap: np.ndarray,
-              qa_weight: float) -> tuple[np.ndarray, np.ndarray]:
+def xr_rerank(
+    ids: np.ndarray, sims: np.ndarray, qa: np.ndarray, cap: np.ndarray, qa_weight: float
+) -> tuple[np.ndarray, np.ndarray]:
     """XR stage 2: head score ``(w*qa + (1-w)*cap) * minmax(head sims)`` (a constant head gives
     zeros, as released); head re-sorted (stable), tail kept."""
     Q, L = ids.shape
@@ -288,15 +316,18 @@ def xr_rerank(ids: np.ndarray, sims: np.ndarray, qa: np.ndarray, cap: np.ndarray
         n = int((ids[q, :H] >= 0).sum())  # padding is trailing (checked by the API)
         if n == 0:
             continue
-        score = (qa_weight * qa[q, :n].astype(np.float64) + (1 - qa_weight) * cap[q, :n]) * minmax(sims[q, :n], constant=0.0)
+        score = (qa_weight * qa[q, :n].astype(np.float64) + (1 - qa_weight) * cap[q, :n]) * minmax(
+            sims[q, :n], constant=0.0
+        )
         order = np.argsort(-score, kind="stable")
         out_ids[q, :n] = ids[q, :n][order]
         out_s[q, :n] = score[order]
     return out_s, out_ids
 
 
-def promote_first_accepted(ids: np.ndarray, scores: np.ndarray, accepted: np.ndarray,
-                           bonus: float) -> tuple[np.ndarray, np.ndarray]:
+def promote_first_accepted(
+    ids: np.ndarray, scores: np.ndarray, accepted: np.ndarray, bonus: float
+) -> tuple[np.ndarray, np.ndarray]:
     """Move the first accepted candidate (in rank order) to the front with score ``max(scores) + bonus``."""
     out_ids = ids.copy()
     out_s = np.where(ids >= 0, scores, -np.inf).astype(np.float32)
@@ -307,9 +338,9 @@ def promote_first_accepted(ids: np.ndarray, scores: np.ndarray, accepted: np.nda
             continue
         j = int(hits[0])
         top = float(out_s[q][ids[q] >= 0].max()) + bonus
-        out_ids[q, 1:j + 1] = ids[q, :j]
+        out_ids[q, 1 : j + 1] = ids[q, :j]
         out_ids[q, 0] = ids[q, j]
-        out_s[q, 1:j + 1] = np.where(ids[q, :j] >= 0, scores[q, :j], -np.inf)
+        out_s[q, 1 : j + 1] = np.where(ids[q, :j] >= 0, scores[q, :j], -np.inf)
         out_s[q, 0] = top
     return out_s, out_ids
 

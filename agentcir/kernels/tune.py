@@ -45,10 +45,21 @@ log = logging.getLogger(__name__)
 
 PATHS = ("loop", "blas")
 FORMAT = 1
-ENV_FILE, ENV_AUTOTUNE, ENV_PRODUCT = "AGENTCIR_KERNELS_TUNE_FILE", "AGENTCIR_KERNELS_AUTOTUNE", "AGENTCIR_KERNELS_PRODUCT"
+ENV_FILE, ENV_AUTOTUNE, ENV_PRODUCT = (
+    "AGENTCIR_KERNELS_TUNE_FILE",
+    "AGENTCIR_KERNELS_AUTOTUNE",
+    "AGENTCIR_KERNELS_PRODUCT",
+)
 #: shape classes by the number of product rows (query rows, or Q*K proxy rows): (upper bound, label)
-CLASSES = ((1, "r1"), (4, "r2-4"), (16, "r5-16"), (64, "r17-64"), (256, "r65-256"), (1024, "r257-1024"),
-           (1 << 62, "r1025+"))
+CLASSES = (
+    (1, "r1"),
+    (4, "r2-4"),
+    (16, "r5-16"),
+    (64, "r17-64"),
+    (256, "r65-256"),
+    (1024, "r257-1024"),
+    (1 << 62, "r1025+"),
+)
 #: the fixed choice without measurement: the numba loops (for up to 4 rows the memory-bound scan
 #: that reads every gallery row once, half rows at half the bytes) up to 1024 rows, the BLAS tile
 #: product above, where it was measured ahead on AVX-512 and forced AVX2
@@ -107,8 +118,19 @@ def _cpu_model_and_flags() -> tuple[str, list[str]]:
                     flags = val.split()
     except OSError:
         pass
-    keep = ("avx2", "fma", "avx512f", "avx512_bf16", "avx512_fp16", "amx_tile", "amx_bf16", "neon", "asimd", "sve",
-            "f16c")
+    keep = (
+        "avx2",
+        "fma",
+        "avx512f",
+        "avx512_bf16",
+        "avx512_fp16",
+        "amx_tile",
+        "amx_bf16",
+        "neon",
+        "asimd",
+        "sve",
+        "f16c",
+    )
     return model, sorted(f for f in set(flags) if f in keep)
 
 
@@ -118,11 +140,17 @@ def machine_identity() -> dict:
     from .. import __version__ as agentcir_version
 
     model, flags = _cpu_model_and_flags()
-    ident = {"cpu": model, "isa": flags, "machine": platform.machine(), "numpy": np.__version__,
-             "agentcir": agentcir_version, "threads": os.cpu_count(),
-             "NUMBA_CPU_NAME": os.environ.get("NUMBA_CPU_NAME", ""),
-             "NUMBA_CPU_FEATURES": os.environ.get("NUMBA_CPU_FEATURES", ""),
-             "OPENBLAS_CORETYPE": os.environ.get("OPENBLAS_CORETYPE", "")}
+    ident = {
+        "cpu": model,
+        "isa": flags,
+        "machine": platform.machine(),
+        "numpy": np.__version__,
+        "agentcir": agentcir_version,
+        "threads": os.cpu_count(),
+        "NUMBA_CPU_NAME": os.environ.get("NUMBA_CPU_NAME", ""),
+        "NUMBA_CPU_FEATURES": os.environ.get("NUMBA_CPU_FEATURES", ""),
+        "OPENBLAS_CORETYPE": os.environ.get("OPENBLAS_CORETYPE", ""),
+    }
     try:
         import numba
 
@@ -147,14 +175,21 @@ def read_cache(path: Path | None = None) -> dict:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
         raise TuneCacheError(f"kernel tune cache {path}: not readable JSON ({e})") from e
-    if not isinstance(data, dict) or data.get("format") != FORMAT or not isinstance(data.get("choices"), dict) \
-            or not isinstance(data.get("machine"), dict):
-        raise TuneCacheError(f"kernel tune cache {path}: expected {{'format': {FORMAT}, 'machine': {{...}}, "
-                             f"'choices': {{...}}}}, got {str(data)[:120]}")
+    if (
+        not isinstance(data, dict)
+        or data.get("format") != FORMAT
+        or not isinstance(data.get("choices"), dict)
+        or not isinstance(data.get("machine"), dict)
+    ):
+        raise TuneCacheError(
+            f"kernel tune cache {path}: expected {{'format': {FORMAT}, 'machine': {{...}}, "
+            f"'choices': {{...}}}}, got {str(data)[:120]}"
+        )
     for key, entry in data["choices"].items():
         if not isinstance(entry, dict) or entry.get("path") not in PATHS:
-            raise TuneCacheError(f"kernel tune cache {path}: entry '{key}' has no valid path "
-                                 f"(one of {', '.join(PATHS)}): {entry!r}")
+            raise TuneCacheError(
+                f"kernel tune cache {path}: entry '{key}' has no valid path (one of {', '.join(PATHS)}): {entry!r}"
+            )
     return data
 
 
@@ -215,8 +250,9 @@ def _forced() -> str | None:
         if env not in PATHS:
             from ._inputs import KernelInputError
 
-            raise KernelInputError(f"${ENV_PRODUCT}: unknown product path '{env}'; choose one of "
-                                   f"{', '.join(PATHS)} or auto")
+            raise KernelInputError(
+                f"${ENV_PRODUCT}: unknown product path '{env}'; choose one of {', '.join(PATHS)} or auto"
+            )
         return env
     return None
 
@@ -230,12 +266,16 @@ def tune(kind: str, rows: int) -> dict:
             raise RuntimeError("no kernel registered a measurement (import agentcir.kernels.numba)")
         times = _measure(kind, class_rows(label))
         best = "blas" if times["blas"] * BLAS_MARGIN < times["loop"] else "loop"
-        entry = {"path": best, "ms": {p: round(t * 1e3, 3) for p, t in times.items()},
-                 "at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+        entry = {
+            "path": best,
+            "ms": {p: round(t * 1e3, 3) for p, t in times.items()},
+            "at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        }
         data["choices"][f"{kind}/{label}"] = entry
         _write({k: v for k, v in data.items() if k != "_path"}, Path(data["_path"]))
-    log.info("kernels: tuned %s %s: %s (%s)", kind, label, best,
-             ", ".join(f"{p} {t * 1e3:.1f} ms" for p, t in times.items()))
+    log.info(
+        "kernels: tuned %s %s: %s (%s)", kind, label, best, ", ".join(f"{p} {t * 1e3:.1f} ms" for p, t in times.items())
+    )
     return entry
 
 
@@ -261,8 +301,10 @@ def show() -> str:
     """A human-readable view of the cache file (or why it cannot be read)."""
     path = cache_path()
     lines = [f"kernel tune cache: {path}"]
-    lines.append(f"autotune: {'on' if autotune_enabled() else f'off (${ENV_AUTOTUNE}=0): fixed choices'}"
-                 + (f"; forced path: {_forced()}" if _forced() else ""))
+    lines.append(
+        f"autotune: {'on' if autotune_enabled() else f'off (${ENV_AUTOTUNE}=0): fixed choices'}"
+        + (f"; forced path: {_forced()}" if _forced() else "")
+    )
     try:
         data = read_cache(path)
     except TuneCacheError as e:
@@ -277,6 +319,8 @@ def show() -> str:
     for key in sorted(data["choices"]):
         e = data["choices"][key]
         ms = e.get("ms", {})
-        lines.append(f"{key:24s} {e['path']:6s} {ms.get('loop', float('nan')):9.2f} {ms.get('blas', float('nan')):9.2f}"
-                     f"  {e.get('at', '?')}")
+        lines.append(
+            f"{key:24s} {e['path']:6s} {ms.get('loop', float('nan')):9.2f} {ms.get('blas', float('nan')):9.2f}"
+            f"  {e.get('at', '?')}"
+        )
     return "\n".join(lines)

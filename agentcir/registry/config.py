@@ -66,8 +66,10 @@ class Choice(str, enum.Enum):
             for m in cls:
                 if m.value == value:
                     return m
-        raise ConfigError(f"{where}: field '{field}': must be one of {', '.join(cls.values())}, "
-                          f"got {value!r}{closest_hint(value, cls.values())}")
+        raise ConfigError(
+            f"{where}: field '{field}': must be one of {', '.join(cls.values())}, "
+            f"got {value!r}{closest_hint(value, cls.values())}"
+        )
 
 
 @functools.cache
@@ -142,12 +144,20 @@ NAMED_RANGES: dict[str, Range] = {
     "top_k": Range(1),
     "limit": Range(0, note="0: all, N >= 1: the first N"),
     "seed": Range(0),
-    "temperature": Range(0),          # a sampling temperature (a divisor declares lo_open)
+    "temperature": Range(0),  # a sampling temperature (a divisor declares lo_open)
 }
 
 
-def bounded(default: Any = dataclasses.MISSING, lo: float | None = 0, hi: float | None = None, *,
-            lo_open: bool = False, note: str = "", default_factory: Any = dataclasses.MISSING, **kw: Any) -> Any:
+def bounded(
+    default: Any = dataclasses.MISSING,
+    lo: float | None = 0,
+    hi: float | None = None,
+    *,
+    lo_open: bool = False,
+    note: str = "",
+    default_factory: Any = dataclasses.MISSING,
+    **kw: Any,
+) -> Any:
     """A dataclass field whose numbers must lie in ``lo..hi`` (see :class:`Range`), e.g.
     ``lam: float = bounded(0.2, 0.0, 1.0)``, ``tau: float = bounded(0.04, 0, lo_open=True)``,
     ``z: float = bounded(2.0, None)`` (any finite number)."""

@@ -16,8 +16,14 @@ from .state import COOKIE, TOKEN_ENV, Progress, ServeConfig, ServeState
 __all__ = ["COOKIE", "TOKEN_ENV", "Progress", "ServeConfig", "create_app"]
 
 
-def create_app(searcher: Searcher, *, uploads: str | Path | None = None, thumbs: str | Path | None = None,
-               config: ServeConfig | None = None, ask: Optional[Callable[[], Searcher]] = None):
+def create_app(
+    searcher: Searcher,
+    *,
+    uploads: str | Path | None = None,
+    thumbs: str | Path | None = None,
+    config: ServeConfig | None = None,
+    ask: Optional[Callable[[], Searcher]] = None,
+):
     """The FastAPI app serving ``searcher``.
 
     Args:
@@ -39,10 +45,14 @@ def create_app(searcher: Searcher, *, uploads: str | Path | None = None, thumbs:
 
     st = ServeState(searcher, uploads=uploads, thumbs=thumbs, config=config, ask=ask)
     app = fastapi.FastAPI(
-        title="agentcir", version="1", docs_url=None, redoc_url=None,
+        title="agentcir",
+        version="1",
+        docs_url=None,
+        redoc_url=None,
         description="Composed (reference image + text), text and history-question search over an indexed gallery. "
-                    "Search responses have one shape, the same as `agentcir search --json`.",
-        responses={401: {"model": M.Error, "description": "missing or wrong bearer token"}})
+        "Search responses have one shape, the same as `agentcir search --json`.",
+        responses={401: {"model": M.Error, "description": "missing or wrong bearer token"}},
+    )
     app.state.serve = st
     app.add_middleware(Guard, state=st)
 
@@ -55,24 +65,31 @@ def create_app(searcher: Searcher, *, uploads: str | Path | None = None, thumbs:
         return JSONResponse({"detail": "; ".join(parts)}, status_code=422)
 
     pages.mount(app)
+
     @app.exception_handler(Exception)
     async def _unexpected(request, exc):  # in words, never a traceback (the log has it)
         import logging
 
         logging.getLogger(__name__).exception("unexpected error answering %s", request.url.path)
-        return JSONResponse({"detail": "Something went wrong on the server while answering this request; its log has "
-                                       "the details."}, status_code=500)
+        return JSONResponse(
+            {"detail": "Something went wrong on the server while answering this request; its log has the details."},
+            status_code=500,
+        )
 
     for module in (pages, search, jobs, images, results, upload_routes, status):
         app.include_router(module.router)
 
     if st.token:  # the spec says so: Swagger UI's "Authorize" sends the header
+
         def openapi_with_bearer():
             if app.openapi_schema is None:
                 from fastapi.openapi.utils import get_openapi
 
                 spec = get_openapi(title=app.title, version=app.version, description=app.description, routes=app.routes)
-                spec.setdefault("components", {}).setdefault("securitySchemes", {})["bearer"] = {"type": "http", "scheme": "bearer"}
+                spec.setdefault("components", {}).setdefault("securitySchemes", {})["bearer"] = {
+                    "type": "http",
+                    "scheme": "bearer",
+                }
                 spec["security"] = [{"bearer": []}]
                 app.openapi_schema = spec
             return app.openapi_schema

@@ -23,8 +23,21 @@ from pathlib import Path
 from typing import Any, Iterable
 
 #: metadata columns first in the CSV (others follow, sorted)
-META_ORDER = ("taken_time", "city", "region", "country", "continent", "latitude", "longitude", "capturedevice",
-              "people", "album", "keywords", "title", "description")
+META_ORDER = (
+    "taken_time",
+    "city",
+    "region",
+    "country",
+    "continent",
+    "latitude",
+    "longitude",
+    "capturedevice",
+    "people",
+    "album",
+    "keywords",
+    "title",
+    "description",
+)
 #: an album folder name: letters, digits, spaces and . , ( ) - _ ; no leading dot
 ALBUM_NAME = re.compile(r"^[\w (),-][\w .(),-]{0,99}$")
 
@@ -47,9 +60,15 @@ def rows_of(st, hits: Iterable) -> tuple[list[dict[str, Any]], list[dict[str, An
         row = int(h.row)
         if not 0 <= row < len(g):
             raise LookupError(f"no gallery row {row} (the gallery has {len(g)} items)")
-        rec = {"rank": h.rank if h.rank is not None else i + 1, "id": g.ids[row], "row": row,
-               "score": h.score, "verified": bool(h.verified), "group": h.group,
-               "meta": dict(g.items[row].meta) if hasattr(g, "items") else {}}
+        rec = {
+            "rank": h.rank if h.rank is not None else i + 1,
+            "id": g.ids[row],
+            "row": row,
+            "score": h.score,
+            "verified": bool(h.verified),
+            "group": h.group,
+            "meta": dict(g.items[row].meta) if hasattr(g, "items") else {},
+        }
         try:
             rec["path"] = str(st.files.path(row))
             out.append(rec)
@@ -66,15 +85,28 @@ def to_csv(records: list[dict[str, Any]]) -> bytes:
     w = csv.writer(buf)
     w.writerow(["rank", "id", "path", "score", "verified", "group", *meta_cols])
     for r in records:
-        w.writerow([r["rank"], r["id"], r["path"], "" if r["score"] is None else r["score"], int(r["verified"]),
-                    "" if r["group"] is None else r["group"], *(_cell(r["meta"].get(k)) for k in meta_cols)])
+        w.writerow(
+            [
+                r["rank"],
+                r["id"],
+                r["path"],
+                "" if r["score"] is None else r["score"],
+                int(r["verified"]),
+                "" if r["group"] is None else r["group"],
+                *(_cell(r["meta"].get(k)) for k in meta_cols),
+            ]
+        )
     return buf.getvalue().encode("utf-8")
 
 
 def to_json(st, records, missing, query: dict[str, Any]) -> bytes:
-    doc = {"gallery": str(st.gallery.root), "exported": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-           "query": query, "hits": [{k: v for k, v in r.items() if k != "why"} for r in records],
-           "missing": [{"rank": r["rank"], "id": r["id"], "row": r["row"], "why": r["why"]} for r in missing]}
+    doc = {
+        "gallery": str(st.gallery.root),
+        "exported": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "query": query,
+        "hits": [{k: v for k, v in r.items() if k != "why"} for r in records],
+        "missing": [{"rank": r["rank"], "id": r["id"], "row": r["row"], "why": r["why"]} for r in missing],
+    }
     return json.dumps(doc, ensure_ascii=False, indent=1, default=str).encode("utf-8")
 
 
@@ -92,9 +124,11 @@ def to_zip(st, records, missing, query: dict[str, Any], max_bytes: int) -> Path:
     ``photos/NNNN-name.ext`` in rank order, ``results.csv``, ``results.json``."""
     total = sum(Path(r["path"]).stat().st_size for r in records)
     if total > max_bytes:
-        raise ExportTooLarge(f"the {len(records)} photos add up to {total / 2**20:.0f} MB, more than the export limit "
-                             f"of {max_bytes / 2**20:.0f} MB: export fewer photos, or start the server with a larger "
-                             f"--export-max-mb")
+        raise ExportTooLarge(
+            f"the {len(records)} photos add up to {total / 2**20:.0f} MB, more than the export limit "
+            f"of {max_bytes / 2**20:.0f} MB: export fewer photos, or start the server with a larger "
+            f"--export-max-mb"
+        )
     fd = tempfile.NamedTemporaryFile(prefix="agentcir-export-", suffix=".zip", delete=False)
     with fd, zipfile.ZipFile(fd, "w", compression=zipfile.ZIP_STORED, allowZip64=True) as z:
         for r in records:
@@ -116,8 +150,9 @@ def album_folder(root: str | Path, name: str) -> Path:
     """``root/name``, ``name`` checked (one plain folder name: no separator, no leading dot)."""
     n = name.strip()
     if not ALBUM_NAME.match(n) or n in (".", ".."):
-        raise ValueError(f"album name '{name}': use letters, digits, spaces and . , ( ) - _ (at most 100, no leading "
-                         f"dot, no slash)")
+        raise ValueError(
+            f"album name '{name}': use letters, digits, spaces and . , ( ) - _ (at most 100, no leading dot, no slash)"
+        )
     base = Path(root).resolve()
     folder = (base / n).resolve()
     if folder.parent != base:

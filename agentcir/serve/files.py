@@ -15,5 +15,15 @@ from ..framework.gallery_files import (
     within_roots,
 )
 
-__all__ = ["NO_SPACE", "THUMB_SIZES", "UPLOAD_NAME", "BoundedDir", "Decoder", "GalleryFiles", "NoSpace", "TooLarge",
-           "storage_error", "within_roots"]
+__all__ = [
+    "NO_SPACE",
+    "THUMB_SIZES",
+    "UPLOAD_NAME",
+    "BoundedDir",
+    "Decoder",
+    "GalleryFiles",
+    "NoSpace",
+    "TooLarge",
+    "storage_error",
+    "within_roots",
+]

@@ -52,9 +52,14 @@ def check_threshold(threshold: float) -> float:
     return t
 
 
-def group_rows(rows: Sequence[int], vectors: np.ndarray, *, threshold: float = DEFAULT_THRESHOLD,
-               hash_of: Optional[Callable[[int], Optional[int]]] = None,
-               hash_distance: int = DEFAULT_HASH_DISTANCE) -> list[list[int]]:
+def group_rows(
+    rows: Sequence[int],
+    vectors: np.ndarray,
+    *,
+    threshold: float = DEFAULT_THRESHOLD,
+    hash_of: Optional[Callable[[int], Optional[int]]] = None,
+    hash_distance: int = DEFAULT_HASH_DISTANCE,
+) -> list[list[int]]:
     """Groups of positions into ``rows`` (in rank order), each led by its best-ranked hit.
 
     Args:

@@ -16,8 +16,16 @@ from ..framework.http_guard import (
 )
 from .state import COOKIE, ServeState
 
-__all__ = ["ALLOW_HOSTS_ENV", "LOCAL_HOSTS", "SECURITY_HEADERS", "WILDCARD_BINDS", "Guard", "allowed_hosts",
-           "host_name", "plain"]
+__all__ = [
+    "ALLOW_HOSTS_ENV",
+    "LOCAL_HOSTS",
+    "SECURITY_HEADERS",
+    "WILDCARD_BINDS",
+    "Guard",
+    "allowed_hosts",
+    "host_name",
+    "plain",
+]
 
 
 class Guard(http_guard.Guard):
@@ -26,5 +34,11 @@ class Guard(http_guard.Guard):
     def __init__(self, inner, state: ServeState):
         self.st = state
         cfg = state.cfg
-        super().__init__(inner, token=state.token, host=cfg.host, allow_hosts=cfg.allow_hosts,
-                         max_body=state.max_upload, cookie=COOKIE)
+        super().__init__(
+            inner,
+            token=state.token,
+            host=cfg.host,
+            allow_hosts=cfg.allow_hosts,
+            max_body=state.max_upload,
+            cookie=COOKIE,
+        )

@@ -19,7 +19,9 @@ class Hit(BaseModel):
     score: Optional[float] = Field(description="the method's raw score; null for a set-answering method (ImageSeeker)")
     path: str = Field(description="the image file")
     row: int = Field(ge=0, description="gallery row (for /image/{row} and /thumb/{row})")
-    meta: dict[str, Any] = Field(description="photo metadata: taken_time, city, country, capturedevice, people, album, ...")
+    meta: dict[str, Any] = Field(
+        description="photo metadata: taken_time, city, country, capturedevice, people, album, ..."
+    )
     verified: bool = Field(description="the verification stage accepted this candidate")
 
 
@@ -49,10 +51,15 @@ class Trace(BaseModel):
 
 class SearchResponse(BaseModel):
     hits: list[Hit]
-    trace: Trace = Field(description="'search' plus each stage's record for the query (reference caption, target "
-                                     "description, proxies, verdicts; ImageSeeker: steps, subsets, reasoning)")
-    groups: list[list[int]] = Field(default_factory=list, description="near-duplicate groups: positions into hits, "
-                                    "one list per picture, its best-ranked first (the web API only)")
+    trace: Trace = Field(
+        description="'search' plus each stage's record for the query (reference caption, target "
+        "description, proxies, verdicts; ImageSeeker: steps, subsets, reasoning)"
+    )
+    groups: list[list[int]] = Field(
+        default_factory=list,
+        description="near-duplicate groups: positions into hits, "
+        "one list per picture, its best-ranked first (the web API only)",
+    )
 
 
 class Info(BaseModel):
@@ -97,10 +104,12 @@ class ShownHit(BaseModel):
 
 class GroupsRequest(BaseModel):
     rows: list[int] = Field(min_length=1, max_length=1000, description="gallery rows of the hits, best first")
-    threshold: Optional[float] = Field(default=None, description="image-embedding cosine (0 = no grouping; default: "
-                                                                 "the server's --dup-threshold)")
-    hash_distance: Optional[int] = Field(default=None, ge=-1, le=64, description="most differing perceptual-hash bits "
-                                                                                 "(-1 = no hash check)")
+    threshold: Optional[float] = Field(
+        default=None, description="image-embedding cosine (0 = no grouping; default: the server's --dup-threshold)"
+    )
+    hash_distance: Optional[int] = Field(
+        default=None, ge=-1, le=64, description="most differing perceptual-hash bits (-1 = no hash check)"
+    )
 
 
 class Groups(BaseModel):
@@ -112,8 +121,9 @@ class Groups(BaseModel):
 class ExportRequest(BaseModel):
     format: str = Field(pattern="^(csv|json|zip)$", description="csv | json | zip (the photos, with both tables)")
     hits: list[ShownHit] = Field(min_length=1, max_length=1000)
-    query: dict[str, Any] = Field(default_factory=dict, description="the search it came from (text, reference), "
-                                                                    "written into the JSON")
+    query: dict[str, Any] = Field(
+        default_factory=dict, description="the search it came from (text, reference), written into the JSON"
+    )
 
 
 class AlbumRequest(BaseModel):

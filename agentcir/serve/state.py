@@ -89,8 +89,17 @@ class Progress:
 
     def __init__(self):
         self._lock = threading.Lock()
-        self.state: dict[str, Any] = {"busy": False, "stage": "", "done": 0, "total": 0, "stages": [], "elapsed_s": 0.0,
-                                      "preparing": False, "prepared": True, "error": ""}
+        self.state: dict[str, Any] = {
+            "busy": False,
+            "stage": "",
+            "done": 0,
+            "total": 0,
+            "stages": [],
+            "elapsed_s": 0.0,
+            "preparing": False,
+            "prepared": True,
+            "error": "",
+        }
         self._t0 = 0.0
 
     def begin(self, preparing: bool = False) -> None:
@@ -168,18 +177,33 @@ class ServeState:
         ask: makes the searcher answering history questions, on first use.
     """
 
-    def __init__(self, searcher: Searcher, *, uploads: str | Path | None = None, thumbs: str | Path | None = None,
-                 config: ServeConfig | None = None, ask: Optional[Callable[[], Searcher]] = None):
+    def __init__(
+        self,
+        searcher: Searcher,
+        *,
+        uploads: str | Path | None = None,
+        thumbs: str | Path | None = None,
+        config: ServeConfig | None = None,
+        ask: Optional[Callable[[], Searcher]] = None,
+    ):
         self.searcher = searcher
         self.cfg = cfg = config or ServeConfig()
         self.token = cfg.token or os.environ.get(TOKEN_ENV, "")
         g = searcher.gallery
         run_root = Path(searcher.recipe["run"]["root"])
-        self.uploads = BoundedDir(uploads or run_root / "_uploads", max_bytes=int(cfg.uploads_mb * 2**20),
-                                  max_files=cfg.uploads_files, what="upload folder")
+        self.uploads = BoundedDir(
+            uploads or run_root / "_uploads",
+            max_bytes=int(cfg.uploads_mb * 2**20),
+            max_files=cfg.uploads_files,
+            what="upload folder",
+        )
         gid = hashlib.sha256(str(g.root.resolve()).encode()).hexdigest()[:12]
-        self.thumbs = BoundedDir(Path(thumbs or run_root / "_thumbs") / gid, max_bytes=int(cfg.thumbs_mb * 2**20),
-                                 max_files=10**9, what="thumbnail folder")
+        self.thumbs = BoundedDir(
+            Path(thumbs or run_root / "_thumbs") / gid,
+            max_bytes=int(cfg.thumbs_mb * 2**20),
+            max_files=10**9,
+            what="thumbnail folder",
+        )
         self._files: tuple[Any, GalleryFiles] | None = None
         self.decoder = Decoder(max_pixels=cfg.max_pixels, concurrency=cfg.decode_concurrency)
         self.max_upload = int(cfg.max_upload_mb * 2**20)
@@ -195,8 +219,16 @@ class ServeState:
         self.dhashes: dict[str, int] = {}
         self.warm = WarmUp()
         self.thumbnails = Thumbnails(cfg.thumb_size)
-        self.library: dict[str, Any] = {"watching": None, "observer": "", "following": False, "updates": 0, "last_update": "",
-                                        "last_update_s": None, "error": "", "loaded_at": time.time()}
+        self.library: dict[str, Any] = {
+            "watching": None,
+            "observer": "",
+            "following": False,
+            "updates": 0,
+            "last_update": "",
+            "last_update_s": None,
+            "error": "",
+            "loaded_at": time.time(),
+        }
         self._stop = threading.Event()
         self._thumbs_wanted = threading.Event()
         self._reload_lock = threading.Lock()
@@ -232,8 +264,12 @@ class ServeState:
                 self.ask_searcher.reload(force=force)
         if done:
             self.library["loaded_at"] = time.time()
-            log.info("gallery '%s' opened again: %d photos (generation %d)", self.searcher.gallery_dir,
-                     len(self.gallery), self.searcher.generation)
+            log.info(
+                "gallery '%s' opened again: %d photos (generation %d)",
+                self.searcher.gallery_dir,
+                len(self.gallery),
+                self.searcher.generation,
+            )
             self._thumbs_wanted.set()
         return done
 
@@ -246,8 +282,15 @@ class ServeState:
                 self.library["error"] = f"the updated gallery could not be opened: {e}"
                 log.warning("%s", self.library["error"])
 
-    def watch(self, folder: str | Path, *, debounce_s: float = 1.0, observer: str = "auto", poll_s: float = 1.0,
-              settle_s: float = 0.5) -> threading.Thread:
+    def watch(
+        self,
+        folder: str | Path,
+        *,
+        debounce_s: float = 1.0,
+        observer: str = "auto",
+        poll_s: float = 1.0,
+        settle_s: float = 0.5,
+    ) -> threading.Thread:
         """Follow ``folder`` (the photo folder of the gallery): each settled batch of changes is an
         incremental update of the gallery, embedded with the searcher's encoder between searches,
         swapped in and opened (``agentcir serve --watch``). Returns the thread doing it."""
@@ -256,16 +299,18 @@ class ServeState:
 
         s, g = self.searcher, self.gallery
         scale = scale_for(s.recipe, shards=len(g.shards)) if hasattr(g, "shards") else None
-        follower = FolderFollower(s.recipe, folder, s.gallery_dir, encoder=SharedEncoder(s), scale=scale,
-                                  dtype=g.info.get("dtype", "float32"))
+        follower = FolderFollower(
+            s.recipe, folder, s.gallery_dir, encoder=SharedEncoder(s), scale=scale, dtype=g.info.get("dtype", "float32")
+        )
         w = FolderWatch(folder, debounce_s=debounce_s, settle_s=settle_s, observer=observer, poll_s=poll_s)
         self.library.update(watching=str(Path(folder).resolve()))
 
         def updated(batch, report, seconds):
             self.reload()
             line = watch_line(batch, report, seconds)
-            self.library.update(updates=self.library["updates"] + 1, last_update=line, last_update_s=round(seconds, 3),
-                                error="")
+            self.library.update(
+                updates=self.library["updates"] + 1, last_update=line, last_update_s=round(seconds, 3), error=""
+            )
             log.info("%s", line)
 
         def run():
@@ -357,8 +402,10 @@ class ServeState:
                 made += 1
                 made_bytes += len(data)
                 if made_bytes > budget:
-                    self.thumbnails.update(note=f"the thumbnail cache (thumbs_mb={self.cfg.thumbs_mb:g}) holds only the "
-                                                f"first {row + 1} photos' thumbnails")
+                    self.thumbnails.update(
+                        note=f"the thumbnail cache (thumbs_mb={self.cfg.thumbs_mb:g}) holds only the "
+                        f"first {row + 1} photos' thumbnails"
+                    )
                     break
             self.thumbnails.update(done=row + 1, made=made)
         self.thumbnails.update(state="done", seconds=round(time.perf_counter() - t0, 3))
@@ -370,9 +417,16 @@ class ServeState:
     def status(self) -> dict[str, Any]:
         """The warm-up, the background thumbnails and the gallery (``/api/status``)."""
         s = self.searcher
-        return {"warm_up": self.warm.snapshot(), "thumbnails": self.thumbnails.snapshot(),
-                "gallery": {"path": str(s.gallery_dir), "size": len(self.gallery), "generation": s.generation,
-                            **self.library}}
+        return {
+            "warm_up": self.warm.snapshot(),
+            "thumbnails": self.thumbnails.snapshot(),
+            "gallery": {
+                "path": str(s.gallery_dir),
+                "size": len(self.gallery),
+                "generation": s.generation,
+                **self.library,
+            },
+        }
 
 
 def state_of(request) -> ServeState:

@@ -18,9 +18,20 @@ import importlib
 from typing import Any
 
 _NAMES = {
-    "ScriptedServer": "server", "Step": "server", "Request": "server", "chat_completion": "server",
-    "error_body": "server", "image_edit_reply": "server", "multipart_fields": "server", "task_replier": "replies", "task_reply": "replies", "task_of": "replies",
-    "read_variables": "replies", "InFlight": "replies", "tiny_composed_dataset": "data", "make_image": "data",
+    "ScriptedServer": "server",
+    "Step": "server",
+    "Request": "server",
+    "chat_completion": "server",
+    "error_body": "server",
+    "image_edit_reply": "server",
+    "multipart_fields": "server",
+    "task_replier": "replies",
+    "task_reply": "replies",
+    "task_of": "replies",
+    "read_variables": "replies",
+    "InFlight": "replies",
+    "tiny_composed_dataset": "data",
+    "make_image": "data",
 }
 
 __all__ = sorted(_NAMES)

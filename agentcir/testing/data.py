@@ -20,8 +20,14 @@ from typing import Sequence
 
 import numpy as np
 
-COLOURS = {"red": (200, 30, 30), "blue": (30, 60, 200), "green": (30, 160, 60), "yellow": (230, 210, 40),
-           "black": (20, 20, 20), "white": (235, 235, 235)}
+COLOURS = {
+    "red": (200, 30, 30),
+    "blue": (30, 60, 200),
+    "green": (30, 160, 60),
+    "yellow": (230, 210, 40),
+    "black": (20, 20, 20),
+    "white": (235, 235, 235),
+}
 ITEMS = ("shirt", "dress", "shoe", "bag")
 
 
@@ -46,23 +52,29 @@ def make_item_image(path: str | Path, colour: Sequence[int], item: str, size: in
     d = ImageDraw.Draw(im)
     s, c = size, tuple(int(x) for x in colour)
     if item == "shirt":
-        d.rectangle([s * .25, s * .2, s * .75, s * .85], fill=c)
-        d.rectangle([s * .08, s * .2, s * .92, s * .4], fill=c)
+        d.rectangle([s * 0.25, s * 0.2, s * 0.75, s * 0.85], fill=c)
+        d.rectangle([s * 0.08, s * 0.2, s * 0.92, s * 0.4], fill=c)
     elif item == "dress":
-        d.polygon([(s * .4, s * .1), (s * .6, s * .1), (s * .85, s * .9), (s * .15, s * .9)], fill=c)
+        d.polygon([(s * 0.4, s * 0.1), (s * 0.6, s * 0.1), (s * 0.85, s * 0.9), (s * 0.15, s * 0.9)], fill=c)
     elif item == "shoe":
-        d.rectangle([s * .15, s * .55, s * .85, s * .75], fill=c)
-        d.rectangle([s * .15, s * .35, s * .45, s * .6], fill=c)
+        d.rectangle([s * 0.15, s * 0.55, s * 0.85, s * 0.75], fill=c)
+        d.rectangle([s * 0.15, s * 0.35, s * 0.45, s * 0.6], fill=c)
     else:
-        d.ellipse([s * .2, s * .35, s * .8, s * .85], fill=c)
-        d.arc([s * .3, s * .15, s * .7, s * .55], 180, 360, fill=c, width=max(1, s // 16))
+        d.ellipse([s * 0.2, s * 0.35, s * 0.8, s * 0.85], fill=c)
+        d.arc([s * 0.3, s * 0.15, s * 0.7, s * 0.55], 180, 360, fill=c, width=max(1, s // 16))
     path.parent.mkdir(parents=True, exist_ok=True)
     im.save(path)
     return path
 
 
-def tiny_composed_dataset(root: str | Path, *, colours: Sequence[str] = tuple(COLOURS), items: Sequence[str] = ITEMS,
-                          num_queries: int = 8, captions: bool = True) -> Path:
+def tiny_composed_dataset(
+    root: str | Path,
+    *,
+    colours: Sequence[str] = tuple(COLOURS),
+    items: Sequence[str] = ITEMS,
+    num_queries: int = 8,
+    captions: bool = True,
+) -> Path:
     """Write a composed-retrieval benchmark folder at ``root`` (see the module docstring); returns it.
 
     Args:
@@ -75,8 +87,10 @@ def tiny_composed_dataset(root: str | Path, *, colours: Sequence[str] = tuple(CO
     root = Path(root)
     bad = [c for c in colours if c not in COLOURS] + [i for i in items if i not in ITEMS]
     if bad or len(colours) < 2 or not items:
-        raise ValueError(f"tiny_composed_dataset: colours must be >= 2 of {', '.join(COLOURS)} and items some of "
-                         f"{', '.join(ITEMS)}; bad: {', '.join(bad) or 'too few'}")
+        raise ValueError(
+            f"tiny_composed_dataset: colours must be >= 2 of {', '.join(COLOURS)} and items some of "
+            f"{', '.join(ITEMS)}; bad: {', '.join(bad) or 'too few'}"
+        )
     if num_queries < 1:
         raise ValueError(f"tiny_composed_dataset: num_queries must be at least 1, got {num_queries}")
     rows = []
@@ -84,8 +98,9 @@ def tiny_composed_dataset(root: str | Path, *, colours: Sequence[str] = tuple(CO
         for it in items:
             iid = f"{c}_{it}"
             make_item_image(root / "images" / f"{iid}.png", COLOURS[c], it)
-            rows.append({"id": iid, "image": f"images/{iid}.png", "caption": f"a {c} {it}", "baseColour": c,
-                         "articleType": it})
+            rows.append(
+                {"id": iid, "image": f"images/{iid}.png", "caption": f"a {c} {it}", "baseColour": c, "articleType": it}
+            )
     root.mkdir(parents=True, exist_ok=True)
     fields = ["id", "image", *(["caption"] if captions else []), "baseColour", "articleType"]
     with open(root / "gallery.csv", "w", newline="", encoding="utf-8") as f:
@@ -99,7 +114,12 @@ def tiny_composed_dataset(root: str | Path, *, colours: Sequence[str] = tuple(CO
             dst = colours[(colours.index(src) + 1 + n // (len(items) * len(colours))) % len(colours)]
             if dst == src:
                 dst = colours[(colours.index(src) + 1) % len(colours)]
-            q = {"id": f"q{n:03d}", "reference_id": f"{src}_{it}", "text": f"make it {dst}",
-                 "targets": [f"{dst}_{it}"], "edit": {"kind": "colour", "from": src, "to": dst}}
+            q = {
+                "id": f"q{n:03d}",
+                "reference_id": f"{src}_{it}",
+                "text": f"make it {dst}",
+                "targets": [f"{dst}_{it}"],
+                "edit": {"kind": "colour", "from": src, "to": dst},
+            }
             f.write(json.dumps(q) + "\n")
     return root

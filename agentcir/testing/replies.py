@@ -61,7 +61,7 @@ def _template(text: str) -> tuple[str, "re.Pattern[str]"]:
     head = " ".join(flat.split("{{", 1)[0].split())[:60]
     parts, seen, pos = [], set(), 0
     for m in _VAR.finditer(flat):
-        parts.append(r"\s*".join(re.escape(w) for w in flat[pos:m.start()].split(" ")))
+        parts.append(r"\s*".join(re.escape(w) for w in flat[pos : m.start()].split(" ")))
         name = m.group(1)
         parts.append(f"(?P<{name}>.*?)" if name not in seen else ".*?")
         seen.add(name)
@@ -136,8 +136,10 @@ def task_reply(task: str, seed: str, accept: float = 0.5) -> str:
         yes = (h % 1000) < accept * 1000
         return ("yes" if yes else "no") if spec.reply == "yes_no" else ("true" if yes else "false")
     if not spec.fields:
-        raise KeyError(f"LLM task '{task}' reads its replies with its own parser and has no offline replier: "
-                       f"give task_replier(repliers=[...]) or register_task(..., replier=fn)")
+        raise KeyError(
+            f"LLM task '{task}' reads its replies with its own parser and has no offline replier: "
+            f"give task_replier(repliers=[...]) or register_task(..., replier=fn)"
+        )
     values: dict[str, Any] = {}
     for name, kind in spec.fields:
         if kind == "str":
@@ -149,8 +151,9 @@ def task_reply(task: str, seed: str, accept: float = 0.5) -> str:
     return json.dumps(values)
 
 
-def answer(task: str | None, text: str, payload: Any = None, *, repliers: Sequence[Replier] = (),
-           accept: float = 0.5) -> str | None:
+def answer(
+    task: str | None, text: str, payload: Any = None, *, repliers: Sequence[Replier] = (), accept: float = 0.5
+) -> str | None:
     """The reply text to a request running ``task`` (first message ``text``), or ``None`` when
     nothing answers (see the module docstring for the order)."""
     if task is None:
@@ -175,8 +178,9 @@ def answer(task: str | None, text: str, payload: Any = None, *, repliers: Sequen
     return task_reply(task, text, accept)
 
 
-def task_replier(delay: float = 0.0, accept: float = 0.5, repliers: Sequence[Replier] = (),
-                 model: str = "scripted") -> Callable[[Request], Step]:
+def task_replier(
+    delay: float = 0.0, accept: float = 0.5, repliers: Sequence[Replier] = (), model: str = "scripted"
+) -> Callable[[Request], Step]:
     """A :class:`ScriptedServer` step answering each chat request's task after ``delay`` seconds."""
     repliers = list(repliers)
 
@@ -186,8 +190,9 @@ def task_replier(delay: float = 0.0, accept: float = 0.5, repliers: Sequence[Rep
         try:
             reply = answer(task, text, req.json, repliers=repliers, accept=accept)
         except Exception as e:  # a replier's error goes back to the client, named
-            return Step(status=500, json=error_body(f"replier failed on task {task!r}: {type(e).__name__}: {e}"),
-                        delay=delay)
+            return Step(
+                status=500, json=error_body(f"replier failed on task {task!r}: {type(e).__name__}: {e}"), delay=delay
+            )
         if reply is None:
             return Step(status=400, json=error_body(f"no task prompt recognised in: {text[:80]!r}"), delay=delay)
         return Step(json=chat_completion(reply, model=model), delay=delay)

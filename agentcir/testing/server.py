@@ -82,17 +82,37 @@ class Request:
 Script = Union[Step, Callable[[Request], Step]]
 
 
-def chat_completion(text: str | None = "", *, tool_calls: list[dict] | None = None, model: str = "scripted",
-                    finish_reason: str | None = None) -> dict:
+def chat_completion(
+    text: str | None = "",
+    *,
+    tool_calls: list[dict] | None = None,
+    model: str = "scripted",
+    finish_reason: str | None = None,
+) -> dict:
     """A chat-completions reply body. ``tool_calls``: ``[{"name", "arguments": dict|str, "id"?}]``."""
     msg: dict[str, Any] = {"role": "assistant", "content": text}
     if tool_calls:
-        msg["tool_calls"] = [{"id": tc.get("id", f"call_{i}"), "type": "function",
-                              "function": {"name": tc["name"], "arguments": tc["arguments"] if isinstance(tc["arguments"], str)
-                                           else json.dumps(tc["arguments"])}} for i, tc in enumerate(tool_calls)]
-    return {"id": "chatcmpl-scripted", "object": "chat.completion", "created": int(time.time()), "model": model,
-            "choices": [{"index": 0, "message": msg, "finish_reason": finish_reason or ("tool_calls" if tool_calls else "stop")}],
-            "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}}
+        msg["tool_calls"] = [
+            {
+                "id": tc.get("id", f"call_{i}"),
+                "type": "function",
+                "function": {
+                    "name": tc["name"],
+                    "arguments": tc["arguments"] if isinstance(tc["arguments"], str) else json.dumps(tc["arguments"]),
+                },
+            }
+            for i, tc in enumerate(tool_calls)
+        ]
+    return {
+        "id": "chatcmpl-scripted",
+        "object": "chat.completion",
+        "created": int(time.time()),
+        "model": model,
+        "choices": [
+            {"index": 0, "message": msg, "finish_reason": finish_reason or ("tool_calls" if tool_calls else "stop")}
+        ],
+        "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
+    }
 
 
 def multipart_fields(req: Request) -> dict[str, bytes]:
@@ -133,7 +153,9 @@ def image_edit_reply(transform: Callable[[Any, str], Any] | None = None) -> Call
             out = transform(im, fields["prompt"].decode()) if transform else ImageOps.mirror(im)
         buf = io.BytesIO()
         out.save(buf, format="PNG")
-        return Step(json={"created": int(time.time()), "data": [{"b64_json": base64.b64encode(buf.getvalue()).decode()}]})
+        return Step(
+            json={"created": int(time.time()), "data": [{"b64_json": base64.b64encode(buf.getvalue()).decode()}]}
+        )
 
     return answer
 
@@ -195,7 +217,7 @@ class ScriptedServer:
         return [r for r in self.requests if r.path == self.prefix + "/" + path.strip("/")]
 
     def _next(self, req: Request) -> Step:
-        rel = req.path[len(self.prefix):] if req.path.startswith(self.prefix) else req.path
+        rel = req.path[len(self.prefix) :] if req.path.startswith(self.prefix) else req.path
         with self._lock:
             steps = self._scripts.get(rel.split("?")[0])
             if not steps:
@@ -233,7 +255,11 @@ class ScriptedServer:
             def _answer(self, step: Step) -> None:
                 if step.delay or server.delay:
                     time.sleep(step.delay + server.delay)
-                data = step.body if step.body is not None else json.dumps(step.json if step.json is not None else {}).encode()
+                data = (
+                    step.body
+                    if step.body is not None
+                    else json.dumps(step.json if step.json is not None else {}).encode()
+                )
                 try:
                     if step.fault == "reset":
                         self.close_connection = True
@@ -246,7 +272,7 @@ class ScriptedServer:
                         self.send_header(k, v)
                     self.end_headers()
                     if step.fault == "truncate":
-                        self.wfile.write(data[:len(data) // 2])
+                        self.wfile.write(data[: len(data) // 2])
                         self.wfile.flush()
                         self.close_connection = True
                         self.connection.shutdown(2)
@@ -262,8 +288,9 @@ class ScriptedServer:
         except OSError as e:
             raise OSError(e.errno, f"scripted server: cannot listen on 127.0.0.1:{self.port}: {e.strerror}") from None
         self._httpd.daemon_threads = True
-        self._thread = threading.Thread(target=self._httpd.serve_forever, kwargs={"poll_interval": 0.05},
-                                        name="scripted-openai", daemon=True)
+        self._thread = threading.Thread(
+            target=self._httpd.serve_forever, kwargs={"poll_interval": 0.05}, name="scripted-openai", daemon=True
+        )
         self._thread.start()
         return self
 
@@ -308,12 +335,19 @@ def main(argv: list[str] | None = None) -> int:
 
     from .replies import task_replier
 
-    ap = argparse.ArgumentParser(prog="python -m agentcir.testing.server",
-                                 description="A scripted OpenAI-compatible endpoint on 127.0.0.1 answering every "
-                                             "LLM task (built in and registered by plugins) deterministically.")
+    ap = argparse.ArgumentParser(
+        prog="python -m agentcir.testing.server",
+        description="A scripted OpenAI-compatible endpoint on 127.0.0.1 answering every "
+        "LLM task (built in and registered by plugins) deterministically.",
+    )
     ap.add_argument("--port", type=int, default=0, help="port to listen on (0: a free one, printed)")
-    ap.add_argument("--replier", action="append", default=[], metavar="MODULE[:FUNCTION]",
-                    help="import MODULE; FUNCTION(task, variables) answers first (repeatable)")
+    ap.add_argument(
+        "--replier",
+        action="append",
+        default=[],
+        metavar="MODULE[:FUNCTION]",
+        help="import MODULE; FUNCTION(task, variables) answers first (repeatable)",
+    )
     ap.add_argument("--delay", type=float, default=0.0, help="seconds before every reply")
     ap.add_argument("--accept", type=float, default=0.5, help="share of yes/true answers to judgement tasks")
     ap.add_argument("--model", default="scripted", help="model name in the replies and in GET /v1/models")

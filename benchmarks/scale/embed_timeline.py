@@ -49,8 +49,13 @@ class TimedEncodeBatch(EncodeBatch):
         t0 = time.time()
         out = super().__call__(batch)
         n, cpu = len(out["row"]), os.times()
-        for k, v in (("t0", t0), ("t1", time.time()), ("born", self.born), ("ready", self.ready),
-                     ("cpu", cpu.user + cpu.system)):     # the process's CPU seconds so far, its start included
+        for k, v in (
+            ("t0", t0),
+            ("t1", time.time()),
+            ("born", self.born),
+            ("ready", self.ready),
+            ("cpu", cpu.user + cpu.system),
+        ):  # the process's CPU seconds so far, its start included
             out[k] = np.full(n, v)
         out["pid"] = np.full(n, os.getpid())
         return out
@@ -69,15 +74,29 @@ def timed_job(ray, items, encoder, recipe, scale) -> dict:
     for pid, cs in sorted(calls.items()):
         spans = sorted((t0 - T, t1) for t0, (t1, *_) in cs.items())
         _, born, ready, _ = next(iter(cs.values()))
-        per.append({"pid": pid, "born_s": round(born, 2), "ready_s": round(ready, 2),
-                    "first_call_s": round(spans[0][0], 2), "first_call_took_s": round(spans[0][1] - spans[0][0], 2),
-                    "last_end_s": round(spans[-1][1], 2), "calls": len(spans),
-                    "busy_s": round(sum(b - a for a, b in spans), 2), "cpu_s": round(max(c[3] for c in cs.values()), 2),
-                    "idle_between_calls_s": round(sum(n[0] - p[1] for p, n in zip(spans, spans[1:])), 2)})
+        per.append(
+            {
+                "pid": pid,
+                "born_s": round(born, 2),
+                "ready_s": round(ready, 2),
+                "first_call_s": round(spans[0][0], 2),
+                "first_call_took_s": round(spans[0][1] - spans[0][0], 2),
+                "last_end_s": round(spans[-1][1], 2),
+                "calls": len(spans),
+                "busy_s": round(sum(b - a for a, b in spans), 2),
+                "cpu_s": round(max(c[3] for c in cs.values()), 2),
+                "idle_between_calls_s": round(sum(n[0] - p[1] for p, n in zip(spans, spans[1:])), 2),
+            }
+        )
     ends = [a["last_end_s"] for a in per]
-    out = {"wall_s": round(wall, 2), "actors": actors, "start_s": min(a["first_call_s"] for a in per),
-           "tail_s": round(max(ends) - min(ends), 2), "per_actor": per}
-    if busy is not None:   # the machine's busy core-seconds over the job: the actors', and the rest (Ray, the driver)
+    out = {
+        "wall_s": round(wall, 2),
+        "actors": actors,
+        "start_s": min(a["first_call_s"] for a in per),
+        "tail_s": round(max(ends) - min(ends), 2),
+        "per_actor": per,
+    }
+    if busy is not None:  # the machine's busy core-seconds over the job: the actors', and the rest (Ray, the driver)
         out |= {"machine_cpu_s": round(busy, 2), "others_cpu_s": round(busy - sum(a["cpu_s"] for a in per), 2)}
     return out
 
@@ -88,11 +107,19 @@ def main(argv=None) -> int:
     p.add_argument("--n", type=int, default=0, help="first N photos only (0: all)")
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--batch-size", type=int, default=0, help="the encoder's batch size (0: the recipe's, 64)")
-    p.add_argument("--encoder", nargs="+", default=["encoder=catalog"],
-                   help="recipe overrides choosing the encoder (e.g. encoder=onnx encoder.path=DIR)")
+    p.add_argument(
+        "--encoder",
+        nargs="+",
+        default=["encoder=catalog"],
+        help="recipe overrides choosing the encoder (e.g. encoder=onnx encoder.path=DIR)",
+    )
     p.add_argument("--out", required=True, help="results JSON")
-    p.add_argument("--quiet-limit", type=float, default=15.0,
-                   help="seconds to wait at most for an idle machine before each timed part (0: start at once)")
+    p.add_argument(
+        "--quiet-limit",
+        type=float,
+        default=15.0,
+        help="seconds to wait at most for an idle machine before each timed part (0: start at once)",
+    )
     args = p.parse_args(argv)
 
     import ray
@@ -101,20 +128,28 @@ def main(argv=None) -> int:
     from agentcir.framework.recipe import ComponentPool, compose
 
     items, _ = items_from_folder(args.photos)
-    items = items[:args.n] if args.n else items
+    items = items[: args.n] if args.n else items
     recipe = compose(args.encoder + ([f"encoder.batch_size={args.batch_size}"] if args.batch_size else []))
-    scale = scale_settings({"engine": "ray"})   # the command's defaults: one 1-CPU actor per core
-    ray.init(address="local", num_cpus=os.cpu_count() or 1, include_dashboard=False, log_to_driver=False, _node_ip_address="127.0.0.1",
-             runtime_env={"env_vars": {"PYTHONPATH": str(ROOT)}})
+    scale = scale_settings({"engine": "ray"})  # the command's defaults: one 1-CPU actor per core
+    ray.init(
+        address="local",
+        num_cpus=os.cpu_count() or 1,
+        include_dashboard=False,
+        log_to_driver=False,
+        _node_ip_address="127.0.0.1",
+        runtime_env={"env_vars": {"PYTHONPATH": str(ROOT)}},
+    )
     ray.data.DataContext.get_current().enable_progress_bars = False
     work = Path(tempfile.mkdtemp(prefix="embed-timeline-"))
     out = {"images": len(items), "encoder": " ".join(args.encoder), "rounds": []}
     try:
         t = time.perf_counter()
-        timed_job(ray, items[:64], ComponentPool(recipe).get("encoder"), recipe, scale)   # the cluster's helper actors
+        timed_job(ray, items[:64], ComponentPool(recipe).get("encoder"), recipe, scale)  # the cluster's helper actors
         out["first_job_s"] = round(time.perf_counter() - t, 2)
         for r in range(args.rounds):
-            quiet(limit=args.quiet_limit)        # each timed on an idle machine: the last job's actors unload torch as they exit
+            quiet(
+                limit=args.quiet_limit
+            )  # each timed on an idle machine: the last job's actors unload torch as they exit
             t = time.perf_counter()
             Gallery.build(work / f"local-{r}", items, ComponentPool(recipe).get("encoder"), progress=False)
             local = time.perf_counter() - t
@@ -122,13 +157,17 @@ def main(argv=None) -> int:
             job = timed_job(ray, items, ComponentPool(recipe).get("encoder"), recipe, scale)
             job["local_s"] = round(local, 2)
             out["rounds"].append(job)
-            print(f"round {r + 1}/{args.rounds}: local {local:.2f} s, job {job['wall_s']:.2f} s (start "
-                  f"{job['start_s']:.2f} s, tail {job['tail_s']:.2f} s, others' CPU {job.get('others_cpu_s')} s); "
-                  f"actors: " + "; ".join(
-                      f"ready {a['ready_s']:.2f} s, first call {a['first_call_took_s']:.2f} s, {a['calls']} calls "
-                      f"busy {a['busy_s']:.2f} s, CPU {a['cpu_s']:.2f} s, idle {a['idle_between_calls_s']:.2f} s"
-                      for a in job["per_actor"]),
-                  flush=True)
+            print(
+                f"round {r + 1}/{args.rounds}: local {local:.2f} s, job {job['wall_s']:.2f} s (start "
+                f"{job['start_s']:.2f} s, tail {job['tail_s']:.2f} s, others' CPU {job.get('others_cpu_s')} s); "
+                f"actors: "
+                + "; ".join(
+                    f"ready {a['ready_s']:.2f} s, first call {a['first_call_took_s']:.2f} s, {a['calls']} calls "
+                    f"busy {a['busy_s']:.2f} s, CPU {a['cpu_s']:.2f} s, idle {a['idle_between_calls_s']:.2f} s"
+                    for a in job["per_actor"]
+                ),
+                flush=True,
+            )
     finally:
         ray.shutdown()
         shutil.rmtree(work, ignore_errors=True)

@@ -59,24 +59,42 @@ def main(argv=None) -> None:
         single = np.asarray(sharded)
         where = [("single process", single), (f"{args.shards} local shards", sharded)]
         if args.engine == "ray":
-            where.append((f"{args.shards} Ray actors", open_gallery(tmp / "g", scale={
-                "shards": args.shards, "engine": "ray", "object_store_mb": 300, "shard_threads": 1}).image_emb))
+            where.append(
+                (
+                    f"{args.shards} Ray actors",
+                    open_gallery(
+                        tmp / "g",
+                        scale={"shards": args.shards, "engine": "ray", "object_store_mb": 300, "shard_threads": 1},
+                    ).image_emb,
+                )
+            )
         rng = np.random.default_rng(1)
         ref, target, visual = (unit(rng, args.q, D) for _ in range(3))
         proxies = unit(rng, args.q, args.proxies, D)
         ops = {
-            "octopus_topk bidirectional": {name: (lambda G=G: kernels.octopus_topk(
-                ref, proxies, target, G, 10, visual=visual, captions=G, backend="numba").ids) for name, G in where},
-            "ldre_weights": {name: (lambda G=G: kernels.ldre_weights(ref, proxies, G, backend="numba"))
-                             for name, G in where},
+            "octopus_topk bidirectional": {
+                name: (
+                    lambda G=G: (
+                        kernels.octopus_topk(
+                            ref, proxies, target, G, 10, visual=visual, captions=G, backend="numba"
+                        ).ids
+                    )
+                )
+                for name, G in where
+            },
+            "ldre_weights": {
+                name: (lambda G=G: kernels.ldre_weights(ref, proxies, G, backend="numba")) for name, G in where
+            },
         }
         print(f"CPU: {cpu_summary()}")
-        print(f"Q={args.q} K={args.proxies} N={args.n:,} x {D} fp16, numba, medians of {args.rounds} interleaved rounds")
+        print(
+            f"Q={args.q} K={args.proxies} N={args.n:,} x {D} fp16, numba, medians of {args.rounds} interleaved rounds"
+        )
         for op, calls in ops.items():
             a, *rest = (np.asarray(f()) for f in calls.values())
             assert all(np.allclose(a, b, atol=1e-5) for b in rest), f"{op}: the shards' result differs"
             times = {name: [] for name in calls}
-            for _ in range(args.rounds):                 # interleaved rounds
+            for _ in range(args.rounds):  # interleaved rounds
                 for name, f in calls.items():
                     t = time.perf_counter()
                     f()

@@ -80,7 +80,7 @@ def write_gallery(path: Path, n: int, *, clusters: int = 0, seed: int = 0, chunk
         x = rng.standard_normal((m, D), dtype=np.float32)
         if clusters:
             x = centres[rng.integers(0, clusters, m)] + 0.6 * x
-        out[start:start + m] = unit(x).astype(np.float16)
+        out[start : start + m] = unit(x).astype(np.float16)
         log(f"  wrote {start + m:,} / {n:,} rows of {path.name}")
     out.flush()
     del out
@@ -89,8 +89,16 @@ def write_gallery(path: Path, n: int, *, clusters: int = 0, seed: int = 0, chunk
 
 
 def specs_for(path: Path, n: int, shards: int, backend: str = "numba", ann: list | None = None, **kw) -> list[dict]:
-    return [dict(root=str(path.parent), shard={"dir": f"shard-{s:05d}", "n": b - a, "offset": a}, backend=backend,
-                 ann=None if ann is None else str(ann[s]), **kw) for s, (a, b) in enumerate(shard_ranges(n, shards))]
+    return [
+        dict(
+            root=str(path.parent),
+            shard={"dir": f"shard-{s:05d}", "n": b - a, "offset": a},
+            backend=backend,
+            ann=None if ann is None else str(ann[s]),
+            **kw,
+        )
+        for s, (a, b) in enumerate(shard_ranges(n, shards))
+    ]
 
 
 def sharded_topk(workers, source: str, q: np.ndarray, k: int = K):
@@ -103,8 +111,12 @@ def pct(xs, p):
 
 
 def summary(times: list[float], q: int) -> dict:
-    return {"p50_ms": round(pct(times, 50), 2), "p99_ms": round(pct(times, 99), 2),
-            "qps": round(q / float(np.median(times)), 1), "rounds": len(times)}
+    return {
+        "p50_ms": round(pct(times, 50), 2),
+        "p99_ms": round(pct(times, 99), 2),
+        "qps": round(q / float(np.median(times)), 1),
+        "rounds": len(times),
+    }
 
 
 # -- exact --------------------------------------------------------------------------------------
@@ -119,33 +131,46 @@ def part_exact(args, data: Path) -> dict:
     cores = os.cpu_count() or 1
     t0 = time.perf_counter()
     s = 0.0
-    for start in range(0, n, 1_000_000):                    # page the file in; the bandwidth probe
-        s += float(np.asarray(G[start:start + 1_000_000], np.float32).sum())
+    for start in range(0, n, 1_000_000):  # page the file in; the bandwidth probe
+        s += float(np.asarray(G[start : start + 1_000_000], np.float32).sum())
     sum_s = time.perf_counter() - t0
     rng = np.random.default_rng(1)
     Qs = {1: unit(rng.standard_normal((1, D))), 64: unit(rng.standard_normal((64, D)))}
     single = lambda q: kernels.cosine_topk(q, G, K, backend="numba")  # noqa: E731
     for q in Qs.values():
         single(q)
-    ray.init(address="local", num_cpus=cores, include_dashboard=False, log_to_driver=False, _node_ip_address="127.0.0.1",
-             object_store_memory=args.object_store_mb * 2 ** 20)
-    out = {"n": n, "dim": D, "dtype": "float16", "gallery_gb": round(n * D * 2 / 1e9, 2), "cores": cores,
-           "numpy_sum_pass_s": round(sum_s, 3), "shards": {}}
+    ray.init(
+        address="local",
+        num_cpus=cores,
+        include_dashboard=False,
+        log_to_driver=False,
+        _node_ip_address="127.0.0.1",
+        object_store_memory=args.object_store_mb * 2**20,
+    )
+    out = {
+        "n": n,
+        "dim": D,
+        "dtype": "float16",
+        "gallery_gb": round(n * D * 2 / 1e9, 2),
+        "cores": cores,
+        "numpy_sum_pass_s": round(sum_s, 3),
+        "shards": {},
+    }
     try:
         groups = {}
         for S in args.shards:
             scale = {"restarts": 0, "shard_threads": max(1, cores // S)}
             groups[S] = RayShards(specs_for(path, n, S), scale)
-            for m in groups[S].run("memory"):   # Ray starts workers at nice 15: back to the driver's priority
+            for m in groups[S].run("memory"):  # Ray starts workers at nice 15: back to the driver's priority
                 try:
                     os.setpriority(os.PRIO_PROCESS, m["pid"], os.getpriority(os.PRIO_PROCESS, 0))
                 except PermissionError:
                     log("  cannot renice the shard actors (not root): on a loaded machine they run at nice 15")
-            for q in Qs.values():                            # warm: mmap, numba compile/cache load
+            for q in Qs.values():  # warm: mmap, numba compile/cache load
                 sharded_topk(groups[S], str(path), q)
         times = {(name, Q): [] for name in ["single", *groups] for Q in Qs}
         ping = {S: [] for S in groups}
-        for r in range(args.rounds):                        # interleaved rounds: one run, side by side
+        for r in range(args.rounds):  # interleaved rounds: one run, side by side
             for Q, q in Qs.items():
                 t = time.perf_counter()
                 want = single(q)
@@ -185,8 +210,8 @@ def part_ann(args, data: Path) -> dict:
     n, S = args.ann_n, args.ann_shards
     path = write_gallery(data / f"clustered-{n}.npy", n, clusters=1000, seed=2)
     G = np.load(path, mmap_mode="r")
-    centres = np.random.default_rng(2).standard_normal((1000, D)).astype(np.float32)   # write_gallery's, same seed
-    rng = np.random.default_rng(3)                                                       # held-out queries
+    centres = np.random.default_rng(2).standard_normal((1000, D)).astype(np.float32)  # write_gallery's, same seed
+    rng = np.random.default_rng(3)  # held-out queries
     q64 = unit(centres[rng.integers(0, 1000, 64)] + 0.6 * rng.standard_normal((64, D), dtype=np.float32))
     exact = LocalShards(specs_for(path, n, S))
     sharded_topk(exact, str(path), q64)
@@ -201,21 +226,33 @@ def part_ann(args, data: Path) -> dict:
 
     truth, t_exact64 = timed(exact, q64, args.ann_reps)
     _, t_exact1 = timed(exact, q64[:1], args.ann_reps)
-    out = {"n": n, "shards": S, "dim": D, "dtype": "float16", "clusters": 1000,
-           "exact_Q64_ms": round(t_exact64 * 1000, 2), "exact_Q1_ms": round(t_exact1 * 1000, 2), "indexes": {}}
+    out = {
+        "n": n,
+        "shards": S,
+        "dim": D,
+        "dtype": "float16",
+        "clusters": 1000,
+        "exact_Q64_ms": round(t_exact64 * 1000, 2),
+        "exact_Q1_ms": round(t_exact1 * 1000, 2),
+        "indexes": {},
+    }
     probes = [1, 2, 4, 8, 16, 32, 64]
-    kinds = [("ivf_flat", {"nlist": args.nlist}, "nprobe", probes, 0),
-             ("ivf_sq", {"nlist": args.nlist, "sq": "fp16"}, "nprobe", probes, 0),
-             ("ivf_sq", {"nlist": args.nlist, "sq": "8bit"}, "nprobe", probes, 0),
-             ("ivf_pq", {"nlist": args.nlist, "pq_m": 64}, "nprobe", probes, 10),
-             ("hnsw", {"hnsw_m": 16}, "ef_search", [16, 32, 64, 128, 256], 0)]
+    kinds = [
+        ("ivf_flat", {"nlist": args.nlist}, "nprobe", probes, 0),
+        ("ivf_sq", {"nlist": args.nlist, "sq": "fp16"}, "nprobe", probes, 0),
+        ("ivf_sq", {"nlist": args.nlist, "sq": "8bit"}, "nprobe", probes, 0),
+        ("ivf_pq", {"nlist": args.nlist, "pq_m": 64}, "nprobe", probes, 10),
+        ("hnsw", {"hnsw_m": 16}, "ef_search", [16, 32, 64, 128, 256], 0),
+    ]
     ram = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     for kind, params, knob, sweep, refine in kinds:
         name = kind + (f"_{params['sq']}" if "sq" in params else "")
-        if kind == "ivf_flat" and n * (4 * D + 8) > ram / 3:   # its fp32 lists are built in memory, per shard
-            out["indexes"][name] = {"skipped": f"IVF-Flat keeps fp32 vectors: {n * (4 * D + 8) / 1e9:.1f} GB for "
-                                               f"{n:,} rows does not fit beside the gallery in {ram / 1e9:.0f} GB of "
-                                               f"memory (ivf_sq fp16 holds the same values in half the bytes)"}
+        if kind == "ivf_flat" and n * (4 * D + 8) > ram / 3:  # its fp32 lists are built in memory, per shard
+            out["indexes"][name] = {
+                "skipped": f"IVF-Flat keeps fp32 vectors: {n * (4 * D + 8) / 1e9:.1f} GB for "
+                f"{n:,} rows does not fit beside the gallery in {ram / 1e9:.0f} GB of "
+                f"memory (ivf_sq fp16 holds the same values in half the bytes)"
+            }
             log(f"  {name}: skipped ({out['indexes'][name]['skipped']})")
             continue
         rows = n if kind != "hnsw" else min(n, args.hnsw_n)
@@ -227,7 +264,7 @@ def part_ann(args, data: Path) -> dict:
         scale = {"nlist": 0, "sq": "fp16", "pq_m": 64, "hnsw_m": 32, **params}
         files, build_s = [], []
         A = np.load(src, mmap_mode="r")
-        settings = "-".join(f"{k}{v}" for k, v in params.items() if k != "sq")   # a rerun with others builds anew
+        settings = "-".join(f"{k}{v}" for k, v in params.items() if k != "sq")  # a rerun with others builds anew
         for s, (a, b) in enumerate(shard_ranges(rows, S)):
             f = data / "ann" / f"{name}-{rows}-{settings}-shard{s}of{S}.faiss"
             if not f.is_file():
@@ -241,16 +278,30 @@ def part_ann(args, data: Path) -> dict:
         ex = LocalShards(specs_for(src, rows, S))
         tr, te64 = timed(ex, q64, args.ann_reps) if rows != n else (truth, t_exact64)
         _, te1 = timed(ex, q64[:1], args.ann_reps) if rows != n else (None, t_exact1)
-        res = {"rows": rows, "build_s_per_shard": build_s, "exact_Q64_ms": round(te64 * 1000, 2),
-               "exact_Q1_ms": round(te1 * 1000, 2), "refine": refine, "params": params, "sweep": []}
+        res = {
+            "rows": rows,
+            "build_s_per_shard": build_s,
+            "exact_Q64_ms": round(te64 * 1000, 2),
+            "exact_Q1_ms": round(te1 * 1000, 2),
+            "refine": refine,
+            "params": params,
+            "sweep": [],
+        }
         for v in sweep:
             w = LocalShards(specs_for(src, rows, S, ann=files, nprobe=v, ef_search=v, refine=refine))
             got, t64 = timed(w, q64, args.ann_reps)
             _, t1 = timed(w, q64[:1], args.ann_reps)
             recall = float(np.mean([len(set(a) & set(b)) / K for a, b in zip(got[1].tolist(), tr[1].tolist())]))
-            res["sweep"].append({knob: v, "recall@10": round(recall, 4), "Q64_ms": round(t64 * 1000, 2),
-                                 "Q1_ms": round(t1 * 1000, 3), "speedup_Q64": round(te64 / t64, 1),
-                                 "speedup_Q1": round(te1 / t1, 1)})
+            res["sweep"].append(
+                {
+                    knob: v,
+                    "recall@10": round(recall, 4),
+                    "Q64_ms": round(t64 * 1000, 2),
+                    "Q1_ms": round(t1 * 1000, 3),
+                    "speedup_Q64": round(te64 / t64, 1),
+                    "speedup_Q1": round(te1 / t1, 1),
+                }
+            )
             log(f"  {name} {knob}={v}: recall@10 {recall:.3f}, Q64 {t64 * 1000:.1f} ms (exact {te64 * 1000:.1f})")
         ok = [r for r in res["sweep"] if r["recall@10"] >= 0.95]
         res["at_recall_0.95"] = ok[0] if ok else None
@@ -272,12 +323,12 @@ def tower_rates(recipe, paths) -> dict:
     try:
         for threads in (1, os.cpu_count() or 1):
             encoder = ComponentPool({"encoder": {**recipe["encoder"], "num_threads": threads}}).get("encoder")
-            encoder.encode_images(paths[:64], progress=False)       # warm
+            encoder.encode_images(paths[:64], progress=False)  # warm
             t = time.perf_counter()
             encoder.encode_images(paths, progress=False)
             rates[f"threads_{threads}_img_s"] = round(len(paths) / (time.perf_counter() - t), 1)
     finally:
-        torch.set_num_threads(before)      # a torch encoder sets the process's threads
+        torch.set_num_threads(before)  # a torch encoder sets the process's threads
     return rates
 
 
@@ -291,58 +342,73 @@ def part_embed(args, data: Path) -> dict:
     from agentcir.framework.scale.embed import build_sharded
 
     items, _ = items_from_folder(args.photos)
-    items = items[:args.embed_n] if args.embed_n else items
-    if args.embed_repeat > 1:   # a longer job over the same files: what the fixed costs amount to
+    items = items[: args.embed_n] if args.embed_n else items
+    if args.embed_repeat > 1:  # a longer job over the same files: what the fixed costs amount to
         items = [dataclasses.replace(it, id=f"{it.id}#{r}") for r in range(args.embed_repeat) for it in items]
-    commands = args.embed_commands and not args.embed_n and args.embed_repeat == 1   # a command takes the folder
+    commands = args.embed_commands and not args.embed_n and args.embed_repeat == 1  # a command takes the folder
     recipe = compose(args.embed_encoder)
     scale = {"engine": "ray", "shards": args.embed_shards, "concurrency": args.embed_actors, "num_cpus": 1}
-    out = {"images": len(items), "encoder": " ".join(args.embed_encoder), "actors": args.embed_actors or "cluster's CPUs",
-           "rounds": args.embed_rounds, "repeat": args.embed_repeat}
+    out = {
+        "images": len(items),
+        "encoder": " ".join(args.embed_encoder),
+        "actors": args.embed_actors or "cluster's CPUs",
+        "rounds": args.embed_rounds,
+        "repeat": args.embed_repeat,
+    }
     cores = os.cpu_count() or 1
     t = time.perf_counter()
-    ray.init(address="local", num_cpus=cores, include_dashboard=False, log_to_driver=False, _node_ip_address="127.0.0.1",
-             object_store_memory=args.object_store_mb * 2 ** 20,
-             runtime_env={"env_vars": {"PYTHONPATH": str(ROOT)}})
+    ray.init(
+        address="local",
+        num_cpus=cores,
+        include_dashboard=False,
+        log_to_driver=False,
+        _node_ip_address="127.0.0.1",
+        object_store_memory=args.object_store_mb * 2**20,
+        runtime_env={"env_vars": {"PYTHONPATH": str(ROOT)}},
+    )
     out["ray_init_s"] = round(time.perf_counter() - t, 2)
     address = ray.get_runtime_context().gcs_address
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
     env.pop("RAY_ADDRESS", None)
     index = [sys.executable, "-m", "agentcir.cli", "index", args.photos, "--no-metadata", "-q", *args.embed_encoder]
     ray_flags = ["--engine", "ray", "--shards", str(args.embed_shards)] + (
-        [f"scale.concurrency={args.embed_actors}"] if args.embed_actors else [])
+        [f"scale.concurrency={args.embed_actors}"] if args.embed_actors else []
+    )
 
-    def job_local(d):          # as `agentcir index --engine local` does: load the encoder, embed
+    def job_local(d):  # as `agentcir index --engine local` does: load the encoder, embed
         Gallery.build(d, items, ComponentPool(recipe).get("encoder"), progress=False)
 
-    def job_ray(d):            # the job on the running cluster: actors load the encoder, embed
+    def job_ray(d):  # the job on the running cluster: actors load the encoder, embed
         build_sharded(d, items, ComponentPool(recipe).get("encoder"), scale, recipe=recipe, progress=False)
 
     def command(*extra):
-        def run(d):            # -> the seconds of the command's embedding, as it prints them
+        def run(d):  # -> the seconds of the command's embedding, as it prints them
             r = subprocess.run(index + ["--out", str(d), *extra], env=env, check=True, capture_output=True, text=True)
             return float(re.search(r"embedding took ([0-9.]+) s", r.stdout).group(1))
+
         return run
 
     variants = {"job_local": job_local, "job_ray": job_ray}
-    if commands:               # whole commands, as a user types them (each a fresh process)
-        variants |= {"cmd_local": command(),
-                     "cmd_ray_join": command(*ray_flags, "--address", address),
-                     "cmd_ray_own": command(*ray_flags, f"scale.object_store_mb={args.object_store_mb}")}
+    if commands:  # whole commands, as a user types them (each a fresh process)
+        variants |= {
+            "cmd_local": command(),
+            "cmd_ray_join": command(*ray_flags, "--address", address),
+            "cmd_ray_own": command(*ray_flags, f"scale.object_store_mb={args.object_store_mb}"),
+        }
     times: dict[str, list[float]] = {v: [] for v in variants}
-    builds: dict[str, list[float]] = {v: [] for v in variants if v.startswith("cmd_")}   # each command's embedding
+    builds: dict[str, list[float]] = {v: [] for v in variants if v.startswith("cmd_")}  # each command's embedding
     waits: list[float] = []
     order = random.Random(0)
     out["tower_before"] = tower_rates(recipe, [it.path for it in items[:512]])
     try:
-        for r in range(args.embed_rounds):       # interleaved: one run, side by side, the same page cache
+        for r in range(args.embed_rounds):  # interleaved: one run, side by side, the same page cache
             names = list(variants)
-            order.shuffle(names)                 # no variant always runs after the same one
+            order.shuffle(names)  # no variant always runs after the same one
             for name in names:
                 fn = variants[name]
                 d = data / f"embed-{name}"
                 shutil.rmtree(d, ignore_errors=True)
-                waits.append(quiet(limit=args.quiet_limit))   # the previous variant's leftovers are not timed here
+                waits.append(quiet(limit=args.quiet_limit))  # the previous variant's leftovers are not timed here
                 t = time.perf_counter()
                 took = fn(d)
                 times[name].append(time.perf_counter() - t)
@@ -357,18 +423,21 @@ def part_embed(args, data: Path) -> dict:
     for name, ts in times.items():
         out[f"{name}_s"] = round(float(np.median(ts)), 2)
         out[f"{name}_img_s"] = round(len(items) / out[f"{name}_s"], 1)
-    pairs = [("job_ray", "job_local")] + ([(f"{k}_ray_{how}", f"{k}_local") for k in ("build", "cmd") for how in ("join", "own")]
-                                          if commands else [])
+    pairs = [("job_ray", "job_local")] + (
+        [(f"{k}_ray_{how}", f"{k}_local") for k in ("build", "cmd") for how in ("join", "own")] if commands else []
+    )
     for ray_v, local_v in pairs:
         out[f"{ray_v}_vs_local"] = round(out[f"{local_v}_s"] / out[f"{ray_v}_s"], 3)
         out[f"{ray_v}_ratios"] = [round(a / b, 3) for a, b in zip(times[local_v], times[ray_v])]
-    out["includes"] = {"job_*": "in this process (torch imported already): the encoder's loading, Ray Data's start-up "
-                                "and the actors' start (importing torch) for Ray, the embedding, the shards' writing",
-                       "cmd_*": "the whole `agentcir index --no-metadata` command in a fresh process (imports, the "
-                                "domain check); cmd_ray_join joins the running local Ray, cmd_ray_own starts its own",
-                       "build_*": "the embedding inside each cmd_* command, as the command prints it ('embedding took'): "
-                                  "the encoder's loading with its imports (local), or joining / starting Ray and the "
-                                  "Ray Data job with its actors' start (ray), the embedding, the shards' writing"}
+    out["includes"] = {
+        "job_*": "in this process (torch imported already): the encoder's loading, Ray Data's start-up "
+        "and the actors' start (importing torch) for Ray, the embedding, the shards' writing",
+        "cmd_*": "the whole `agentcir index --no-metadata` command in a fresh process (imports, the "
+        "domain check); cmd_ray_join joins the running local Ray, cmd_ray_own starts its own",
+        "build_*": "the embedding inside each cmd_* command, as the command prints it ('embedding took'): "
+        "the encoder's loading with its imports (local), or joining / starting Ray and the "
+        "Ray Data job with its actors' start (ray), the embedding, the shards' writing",
+    }
     return out
 
 
@@ -387,18 +456,30 @@ def main(argv=None) -> int:
     p.add_argument("--ann-reps", type=int, default=5)
     p.add_argument("--photos", default=str(ROOT.parent / "shared" / "data" / "fashion-products" / "images"))
     p.add_argument("--embed-n", type=int, default=0, help="first N photos only (0: all)")
-    p.add_argument("--embed-encoder", nargs="+", default=["encoder=catalog"],
-                   help="recipe overrides choosing the encoder of both engines (e.g. encoder=onnx encoder.path=DIR, "
-                        "the catalog encoder exported by `agentcir export-onnx`)")
+    p.add_argument(
+        "--embed-encoder",
+        nargs="+",
+        default=["encoder=catalog"],
+        help="recipe overrides choosing the encoder of both engines (e.g. encoder=onnx encoder.path=DIR, "
+        "the catalog encoder exported by `agentcir export-onnx`)",
+    )
     p.add_argument("--embed-actors", type=int, default=0, help="encoder actors (0: the recipe default, one per CPU)")
     p.add_argument("--embed-shards", type=int, default=4)
     p.add_argument("--embed-rounds", type=int, default=3)
     p.add_argument("--embed-repeat", type=int, default=1, help="list the photos this many times (a longer job)")
-    p.add_argument("--no-embed-commands", dest="embed_commands", action="store_false",
-                   help="time only the jobs in this process, not the `agentcir index` commands too")
+    p.add_argument(
+        "--no-embed-commands",
+        dest="embed_commands",
+        action="store_false",
+        help="time only the jobs in this process, not the `agentcir index` commands too",
+    )
     p.add_argument("--object-store-mb", type=int, default=300)
-    p.add_argument("--quiet-limit", type=float, default=15.0,
-                   help="seconds to wait at most for an idle machine before each embedding variant (0: start at once)")
+    p.add_argument(
+        "--quiet-limit",
+        type=float,
+        default=15.0,
+        help="seconds to wait at most for an idle machine before each embedding variant (0: start at once)",
+    )
     p.add_argument("--data", default="/tmp/agentcir-scale", help="folder of the synthetic files")
     p.add_argument("--out", required=True, help="results JSON (parts already in it are skipped)")
     p.add_argument("--parts", nargs="+", default=list(PARTS), choices=list(PARTS))
@@ -412,10 +493,21 @@ def main(argv=None) -> int:
     import platform
     import subprocess
 
-    cpu = subprocess.run("lscpu | grep 'Model name'", shell=True, capture_output=True, text=True).stdout.split(":")[-1].strip()
-    results.setdefault("machine", {"cpu": cpu, "cores": os.cpu_count(), "python": platform.python_version(),
-                                   "amx": "amx_tile" in Path("/proc/cpuinfo").read_text(),
-                                   "load_at_start": os.getloadavg()})
+    cpu = (
+        subprocess.run("lscpu | grep 'Model name'", shell=True, capture_output=True, text=True)
+        .stdout.split(":")[-1]
+        .strip()
+    )
+    results.setdefault(
+        "machine",
+        {
+            "cpu": cpu,
+            "cores": os.cpu_count(),
+            "python": platform.python_version(),
+            "amx": "amx_tile" in Path("/proc/cpuinfo").read_text(),
+            "load_at_start": os.getloadavg(),
+        },
+    )
     for name in args.parts:
         if name in results and name not in args.redo:
             log(f"{name}: done already (in {out}); --redo {name} repeats it")

@@ -5,8 +5,7 @@ setup(
     version="0.1.0",
     description="A plan -> retrieve -> critique/refine retrieval method for agentcir (a worked plugin)",
     packages=["agentcir_refine_loop", "agentcir_refine_loop.prompts", "agentcir_refine_loop.recipes"],
-    package_data={"agentcir_refine_loop.prompts": ["refine_loop/*.txt"],
-                  "agentcir_refine_loop.recipes": ["*/*.yaml"]},
+    package_data={"agentcir_refine_loop.prompts": ["refine_loop/*.txt"], "agentcir_refine_loop.recipes": ["*/*.yaml"]},
     install_requires=["agentcir"],
     entry_points={
         # the method, found by its registry key (method=refine_loop)

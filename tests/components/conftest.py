@@ -172,6 +172,7 @@ def paint():
 @pytest.fixture
 def scripted():
     """``scripted(script)`` -> a ScriptedLLM (see the module docstring)."""
+
     def make(script=(), **kw):
         llm = ScriptedLLM(script=script, **kw)
         llm.registry_key = "scripted"

@@ -7,7 +7,13 @@ import pytest
 from agentcir.framework.recipe import RECIPES_DIR
 from agentcir.registry import CAPTIONERS, DETECTORS, EDITORS, GENERATORS, VERIFIERS
 
-GROUPS = {"captioner": CAPTIONERS, "generator": GENERATORS, "editor": EDITORS, "detector": DETECTORS, "verifier": VERIFIERS}
+GROUPS = {
+    "captioner": CAPTIONERS,
+    "generator": GENERATORS,
+    "editor": EDITORS,
+    "detector": DETECTORS,
+    "verifier": VERIFIERS,
+}
 FILES = sorted((g, p.stem) for g in GROUPS for p in (RECIPES_DIR / g).glob("*.yaml"))
 
 #: one config change per key that must change the identity
@@ -60,10 +66,17 @@ def test_recipe_files_list_every_config_field():
         assert data["name"] == option and set(data) - {"name"} == fields, f"{group}/{option}"
 
 
-@pytest.mark.parametrize("group,option,field", [
-    ("captioner", "vlm", "prompt"), ("detector", "vlm", "prompt"), ("verifier", "vlm", "verify_prompt"),
-    ("verifier", "vlm", "verify_caption_prompt"), ("verifier", "vlm", "answer_prompt"), ("verifier", "entailment", "prompt"),
-])
+@pytest.mark.parametrize(
+    "group,option,field",
+    [
+        ("captioner", "vlm", "prompt"),
+        ("detector", "vlm", "prompt"),
+        ("verifier", "vlm", "verify_prompt"),
+        ("verifier", "vlm", "verify_caption_prompt"),
+        ("verifier", "vlm", "answer_prompt"),
+        ("verifier", "entailment", "prompt"),
+    ],
+)
 def test_identity_follows_the_prompt_file_content(build_recipe, tmp_path, group, option, field):
     p = tmp_path / "p.txt"
     p.write_text("first {{statement}}")
@@ -73,8 +86,10 @@ def test_identity_follows_the_prompt_file_content(build_recipe, tmp_path, group,
     assert a != b
 
 
-@pytest.mark.parametrize("group,option", [("captioner", "tagger"), ("generator", "retrieval"),
-                                          ("detector", "crop_tagger"), ("verifier", "contrast")])
+@pytest.mark.parametrize(
+    "group,option",
+    [("captioner", "tagger"), ("generator", "retrieval"), ("detector", "crop_tagger"), ("verifier", "contrast")],
+)
 def test_identity_follows_the_encoder(plugin_path, group, option):
     from agentcir.registry import ENCODERS
 
@@ -83,8 +98,9 @@ def test_identity_follows_the_encoder(plugin_path, group, option):
     assert a.identity != b.identity
 
 
-@pytest.mark.parametrize("group,option", [("captioner", "vlm"), ("detector", "vlm"), ("verifier", "vlm"),
-                                          ("verifier", "entailment")])
+@pytest.mark.parametrize(
+    "group,option", [("captioner", "vlm"), ("detector", "vlm"), ("verifier", "vlm"), ("verifier", "entailment")]
+)
 def test_identity_follows_the_llm(plugin_path, group, option):
     from agentcir.registry import LLMS
 
@@ -95,11 +111,17 @@ def test_identity_follows_the_llm(plugin_path, group, option):
 
 def test_identity_follows_vocabulary_files(word_encoder, tmp_path):
     (tmp_path / "colours.txt").write_text("red\nblue\n")
-    a = CAPTIONERS.build("tagger", {"vocabularies": ["colours"], "template": "{colours}", "vocab_dir": str(tmp_path)},
-                         encoder=word_encoder).identity
+    a = CAPTIONERS.build(
+        "tagger",
+        {"vocabularies": ["colours"], "template": "{colours}", "vocab_dir": str(tmp_path)},
+        encoder=word_encoder,
+    ).identity
     (tmp_path / "colours.txt").write_text("red\nblue\ngreen\n")
-    b = CAPTIONERS.build("tagger", {"vocabularies": ["colours"], "template": "{colours}", "vocab_dir": str(tmp_path)},
-                         encoder=word_encoder).identity
+    b = CAPTIONERS.build(
+        "tagger",
+        {"vocabularies": ["colours"], "template": "{colours}", "vocab_dir": str(tmp_path)},
+        encoder=word_encoder,
+    ).identity
     assert a != b
 
 

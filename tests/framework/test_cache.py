@@ -27,7 +27,10 @@ def test_commits_are_visible_to_another_process(tmp_path):
     db = tmp_path / "c.sqlite"
     CallCache(db).put("key", "value")
     code = f"from agentcir.framework.cache import CallCache; print(CallCache({str(db)!r}).get('key'))"
-    assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip() == "value"
+    assert (
+        subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
+        == "value"
+    )
 
 
 def test_file_inputs_are_keyed_by_content(tmp_path):

@@ -89,8 +89,10 @@ def test_a_recipe_is_refused_at_compose_time_naming_who_can(clean_tasks, needy_m
 
 
 def test_a_vision_component_needs_an_llm_that_sees():
-    with pytest.raises(ConfigError, match="verifier 'vlm' needs llm 'rules' to serve images, which it cannot; "
-                                          "select one that can: llm=openai"):
+    with pytest.raises(
+        ConfigError,
+        match="verifier 'vlm' needs llm 'rules' to serve images, which it cannot; select one that can: llm=openai",
+    ):
         compose(["verifier=vlm"])
     with pytest.raises(ConfigError, match="method 'imageseeker' needs llm 'rules' to serve free-form chat"):
         compose(["method=imageseeker", "method.planner=llm"])

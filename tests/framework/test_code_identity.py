@@ -140,8 +140,15 @@ def edit(path: Path, old: str, new: str) -> None:
 
 
 def recipe_args(tmp_path: Path, prefix: str, pkg: str) -> list[str]:
-    return [f"method={prefix}_m", f"encoder={prefix}_enc", "llm=rules", f"run.root={tmp_path / 'runs'}",
-            f"run.cache={tmp_path / 'cache.sqlite'}", "run.progress=false", f"run.plugins=[{pkg}.method]"]
+    return [
+        f"method={prefix}_m",
+        f"encoder={prefix}_enc",
+        "llm=rules",
+        f"run.root={tmp_path / 'runs'}",
+        f"run.cache={tmp_path / 'cache.sqlite'}",
+        "run.progress=false",
+        f"run.plugins=[{pkg}.method]",
+    ]
 
 
 # -- the stale-result bug -------------------------------------------------------------------------
@@ -186,7 +193,9 @@ def test_editing_a_plugin_method_recomputes_its_stages_and_keeps_the_model_calls
     assert json.loads((res.dir / "metrics.json").read_text())["final"] == res2.metrics["final"]
     # the model calls did not change: every one comes from the call cache
     assert res2.stats["rewrite"].calls == 0 and res2.stats["rewrite"].cache_hits == len(res.queries)
-    assert json.loads((res.dir / "inputs.json").read_text())["code"][f"{pkg}.helpers"] != inputs["code"][f"{pkg}.helpers"]
+    assert (
+        json.loads((res.dir / "inputs.json").read_text())["code"][f"{pkg}.helpers"] != inputs["code"][f"{pkg}.helpers"]
+    )
 
 
 def test_editing_a_component_changes_its_identity_not_the_others(tmp_path, monkeypatch):
@@ -211,8 +220,10 @@ def test_module_closure_follows_the_package_and_skips_neutral_modules(tmp_path, 
     (pkg / "sub").mkdir(parents=True)
     (pkg / "__init__.py").write_text("")
     (pkg / "sub" / "__init__.py").write_text("")
-    (pkg / "a.py").write_text("import os\nimport numpy\nfrom .sub import b\nfrom agentcir.framework import runner\n"
-                              "def f():\n    from .sub.c import g\n    return g\n")
+    (pkg / "a.py").write_text(
+        "import os\nimport numpy\nfrom .sub import b\nfrom agentcir.framework import runner\n"
+        "def f():\n    from .sub.c import g\n    return g\n"
+    )
     (pkg / "sub" / "b.py").write_text("from ..d import x\n")
     (pkg / "sub" / "c.py").write_text("def g():\n    return 1\n")
     (pkg / "d.py").write_text("x = 1\n")
@@ -249,7 +260,7 @@ def test_version_replaces_the_code_digest(tmp_path, monkeypatch):
     pkg = tmp_path / "ver" / "vpkg"
     pkg.mkdir(parents=True)
     (pkg / "__init__.py").write_text("")
-    src = textwrap.dedent('''
+    src = textwrap.dedent("""
         from dataclasses import dataclass
         from typing import ClassVar
         from agentcir.framework.component import Component
@@ -270,7 +281,7 @@ def test_version_replaces_the_code_digest(tmp_path, monkeypatch):
 
             def f(self):
                 return 1
-        ''')
+        """)
     (pkg / "m.py").write_text(src)
     monkeypatch.syspath_prepend(str(tmp_path / "ver"))
     from vpkg import m
@@ -293,9 +304,11 @@ def test_a_class_without_a_source_file_is_digested_by_source_or_bytecode(monkeyp
         exec(compile(textwrap.dedent(body), "<cell>", "exec"), mod.__dict__)  # noqa: S102 (a notebook cell)
         return mod.Enc
 
-    base = "from agentcir.framework.component import Component\n" \
-           "def helper(x):\n    return x + {k}\n" \
-           "class Enc(Component):\n    def f(self, x):\n        return helper(x)\n"
+    base = (
+        "from agentcir.framework.component import Component\n"
+        "def helper(x):\n    return x + {k}\n"
+        "class Enc(Component):\n    def f(self, x):\n        return helper(x)\n"
+    )
     a, b, c = make(base.format(k=1)), make(base.format(k=1)), make(base.format(k=2))
     assert issubclass(a, Component)
     assert ci.class_code(a) == ci.class_code(b)
@@ -305,7 +318,8 @@ def test_a_class_without_a_source_file_is_digested_by_source_or_bytecode(monkeyp
 
 def test_a_main_class_is_digested_by_its_source(tmp_path):
     script = tmp_path / "script.py"
-    script.write_text(textwrap.dedent('''
+    script.write_text(
+        textwrap.dedent("""
         from agentcir.framework.component import Component
         from agentcir.framework import code_identity as ci
 
@@ -314,7 +328,8 @@ def test_a_main_class_is_digested_by_its_source(tmp_path):
                 return 1
 
         print(sorted(ci.class_code(Mine)))
-        '''))
+        """)
+    )
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=env, check=True).stdout
     assert "'__main__:Mine'" in out
@@ -324,13 +339,23 @@ def test_a_main_class_is_digested_by_its_source(tmp_path):
 def test_run_plugins_from_the_command_line(tmp_path):
     plug, rec, pkg = make_plugin(tmp_path, "cli")
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(plug), str(ROOT)])}
-    cmd = [sys.executable, "-m", "agentcir.cli", "run", "--recipes", str(rec), *recipe_args(tmp_path, "cli", pkg),
-           "run.preflight=false"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "agentcir.cli",
+        "run",
+        "--recipes",
+        str(rec),
+        *recipe_args(tmp_path, "cli", pkg),
+        "run.preflight=false",
+    ]
     p = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300, check=False)
     assert p.returncode == 0, p.stderr[-2000:]
     assert list((tmp_path / "runs").glob("cli_m-demo-*/metrics.json"))
     # without the plugin, the method is unknown
-    bad = subprocess.run([*cmd[:-2], "run.plugins=[]"], capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300, check=False)
+    bad = subprocess.run(
+        [*cmd[:-2], "run.plugins=[]"], capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300, check=False
+    )
     assert bad.returncode != 0 and "unknown encoder 'cli_enc'" in bad.stderr
 
 
@@ -378,8 +403,14 @@ def test_moving_the_server_to_another_port_keeps_the_call_cache(tmp_path, monkey
     def run(srv):
         srv.script("/chat/completions", _rewrite_replier())
         srv.script("/models", models)
-        args = [*recipe_args(tmp_path, "port", pkg)[:3], "llm=openai", f"llm.base_url={srv.base_url}",
-                "llm.model=served-model", "llm.retries=0", *recipe_args(tmp_path, "port", pkg)[3:]]
+        args = [
+            *recipe_args(tmp_path, "port", pkg)[:3],
+            "llm=openai",
+            f"llm.base_url={srv.base_url}",
+            "llm.model=served-model",
+            "llm.retries=0",
+            *recipe_args(tmp_path, "port", pkg)[3:],
+        ]
         return run_recipe(compose(args, extra_dirs=[str(rec)]))
 
     with ScriptedServer() as a:
@@ -407,10 +438,19 @@ def test_plan_after_a_full_run_predicts_no_uncached_call(tmp_path, monkeypatch):
     with ScriptedServer() as srv:
         srv.script("/chat/completions", _rewrite_replier())
         srv.script("/models", Step(json={"data": [{"id": "m"}]}))
-        base = [*recipe_args(tmp_path, "plan", pkg)[:3], "llm=openai", f"llm.base_url={srv.base_url}", "llm.model=m",
-                "llm.retries=0", *recipe_args(tmp_path, "plan", pkg)[3:], "dataset.limit=12"]
+        base = [
+            *recipe_args(tmp_path, "plan", pkg)[:3],
+            "llm=openai",
+            f"llm.base_url={srv.base_url}",
+            "llm.model=m",
+            "llm.retries=0",
+            *recipe_args(tmp_path, "plan", pkg)[3:],
+            "dataset.limit=12",
+        ]
         before = plan_recipe(compose(base, extra_dirs=[str(rec)]))
-        assert before.total_calls > 0 and any(n.startswith("estimated: stage(s)") and "rewrite" in n for n in before.notes)
+        assert before.total_calls > 0 and any(
+            n.startswith("estimated: stage(s)") and "rewrite" in n for n in before.notes
+        )
         run_recipe(compose(base, extra_dirs=[str(rec)]))
         n_chats = len(srv.requests_to("/chat/completions"))
         # the same command: every stage is in the run directory

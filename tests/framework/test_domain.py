@@ -51,7 +51,7 @@ def test_no_domain_no_check(tmp_path):
     enc = FakeEncoder(None)
     assert domain_check(enc, np.eye(8, 16, dtype=np.float32)) is None
     enc = FakeEncoder(_photos(tmp_path / "d"))
-    assert domain_check(enc, np.eye(3, 16, dtype=np.float32)) is None   # too few photos to say
+    assert domain_check(enc, np.eye(3, 16, dtype=np.float32)) is None  # too few photos to say
 
 
 class RowsOnly:
@@ -82,13 +82,13 @@ def test_a_large_gallery_is_read_only_at_its_sample(tmp_path, monkeypatch):
     big = RowsOnly(far)
     res = domain_check(enc, big)
     assert res.photos == 50 and big.read == 50 and res.far
-    assert domain_check(FakeEncoder(None), RowsOnly(far)) is None   # no domain: nothing read
+    assert domain_check(FakeEncoder(None), RowsOnly(far)) is None  # no domain: nothing read
 
 
 def test_the_bundled_catalog_encoder_names_its_domain():
     from agentcir.registry import ENCODERS
 
-    enc = ENCODERS.build("catalog", {})   # lazy: no weights are loaded here
+    enc = ENCODERS.build("catalog", {})  # lazy: no weights are loaded here
     assert enc.domain_sample.name == "images" and enc.domain_sample.parent.name == "demo"
 
 
@@ -104,21 +104,21 @@ def test_the_reference_embeddings_are_kept_in_the_gallery_folder(tmp_path, caplo
     assert enc.calls == 1 and (gallery / REFERENCE_FILE).is_file()
     again = domain_check(enc, emb, folder=gallery)
     assert enc.calls == 1 and again == first
-    enc.identity = "fake-2"                      # another encoder: its own reference embeddings
+    enc.identity = "fake-2"  # another encoder: its own reference embeddings
     domain_check(enc, emb, folder=gallery)
     assert enc.calls == 2
     domain_check(enc, emb, folder=gallery)
     assert enc.calls == 2
-    Image.new("RGB", (4, 4), (9, 1, 1)).save(enc.domain_sample / "r00.jpg")   # a reference photo changed
+    Image.new("RGB", (4, 4), (9, 1, 1)).save(enc.domain_sample / "r00.jpg")  # a reference photo changed
     domain_check(enc, emb, folder=gallery)
     assert enc.calls == 3
-    (gallery / REFERENCE_FILE).write_bytes(b"not an npz")                        # damaged
+    (gallery / REFERENCE_FILE).write_bytes(b"not an npz")  # damaged
     domain_check(enc, emb, folder=gallery)
     assert enc.calls == 4
     domain_check(enc, emb, folder=gallery)
-    assert enc.calls == 4                                                         # and kept again
+    assert enc.calls == 4  # and kept again
     (gallery / REFERENCE_FILE).unlink()
-    (gallery / REFERENCE_FILE).mkdir()                                            # a path no file can take
+    (gallery / REFERENCE_FILE).mkdir()  # a path no file can take
     with caplog.at_level("WARNING", logger="agentcir"):
-        assert domain_check(enc, emb, folder=gallery) == domain_check(enc, emb)   # the check itself goes on
+        assert domain_check(enc, emb, folder=gallery) == domain_check(enc, emb)  # the check itself goes on
     assert "could not be kept" in caplog.text

@@ -17,7 +17,7 @@ ROOT = Path(__file__).resolve().parents[2]
 def sweep_module():
     spec = importlib.util.spec_from_file_location("fault_sweep", ROOT / "benchmarks" / "fault_sweep.py")
     mod = importlib.util.module_from_spec(spec)
-    sys.modules["fault_sweep"] = mod   # dataclasses look their module up there
+    sys.modules["fault_sweep"] = mod  # dataclasses look their module up there
     spec.loader.exec_module(mod)
     yield mod
     sys.modules.pop("fault_sweep", None)
@@ -25,8 +25,15 @@ def sweep_module():
 
 @pytest.fixture(scope="module")
 def sweep(sweep_module, plugin_path, tmp_path_factory):
-    sw = sweep_module.Sweep(tmp_path_factory.mktemp("sweep"), limit=4, concurrency=2, delay=0.05, seed=0,
-                            extra=("encoder=toy",), pythonpath=(str(plugin_path),))
+    sw = sweep_module.Sweep(
+        tmp_path_factory.mktemp("sweep"),
+        limit=4,
+        concurrency=2,
+        delay=0.05,
+        seed=0,
+        extra=("encoder=toy",),
+        pythonpath=(str(plugin_path),),
+    )
     yield sw
     sw.close()
 
@@ -43,7 +50,7 @@ def test_xr_killed_after_gallery_captions_and_inside_an_llm_stage(sweep):
         assert r["tried"] == 1 and r["identical"] == 1, r
         assert r["tracebacks"] == 0 and r["failed_queries"] == 0, r
         assert 0 <= r["repeated_calls"] <= sweep.concurrency, r
-    assert not rows[1]["notes"]   # the kill landed inside the run
+    assert not rows[1]["notes"]  # the kill landed inside the run
 
 
 @pytest.mark.slow
@@ -53,4 +60,4 @@ def test_bad_200_replies_at_30_percent_lose_no_query(sweep):
     sweep.faults("xr", [0.3], kinds=("bad200",))
     (row,) = [r for r in sweep.done.values() if r["group"] == "fault bad200"]
     assert row["identical"] == 1 and row["failed_queries"] == 0 and row["tracebacks"] == 0, row
-    assert row["repeated_calls"] > 0   # the faulted requests were retried
+    assert row["repeated_calls"] > 0  # the faulted requests were retried

@@ -30,8 +30,10 @@ def test_an_image_inside_a_served_folder_is_accepted(folders):
     assert within_roots(str(extra / "two.png"), [photos, extra]).name == "two.png"
 
 
-@pytest.mark.parametrize("given", ["elsewhere/secret.jpg", "photos/../elsewhere/secret.jpg", "photos/link.jpg",
-                                   "extra/two.png", "/etc/passwd"])
+@pytest.mark.parametrize(
+    "given",
+    ["elsewhere/secret.jpg", "photos/../elsewhere/secret.jpg", "photos/link.jpg", "extra/two.png", "/etc/passwd"],
+)
 def test_a_path_outside_the_served_folders_is_refused(folders, given):
     photos = folders[0]
     path = given if given.startswith("/") else photos.parent / given
@@ -39,8 +41,9 @@ def test_a_path_outside_the_served_folders_is_refused(folders, given):
         within_roots(path, [photos], "reference_path")
 
 
-@pytest.mark.parametrize("name,words", [("notes.txt", "not an image file"), ("missing.jpg", "is not a file"),
-                                        ("a", "is not a file")])
+@pytest.mark.parametrize(
+    "name,words", [("notes.txt", "not an image file"), ("missing.jpg", "is not a file"), ("a", "is not a file")]
+)
 def test_what_is_not_an_image_file_is_refused(folders, name, words):
     with pytest.raises(InputError, match=words):
         within_roots(folders[0] / name, [folders[0]])

@@ -18,17 +18,22 @@ from agentcir.framework.images import ImageTooLargeError, load_rgb, set_max_pixe
 
 def bomb_png(path: Path, w: int = 12000, h: int = 11000) -> Path:
     """A valid grayscale PNG of ``w x h`` black pixels, written in a stream (~130 KB for 132 MP)."""
+
     def chunk(kind: bytes, data: bytes) -> bytes:
         return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data) & 0xFFFFFFFF)
 
     comp = zlib.compressobj(9)
-    row = b"\0" * (w + 1)   # filter byte + w gray pixels
+    row = b"\0" * (w + 1)  # filter byte + w gray pixels
     idat = bytearray()
     for _ in range(h):
         idat += comp.compress(row)
     idat += comp.flush()
-    path.write_bytes(b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", w, h, 8, 0, 0, 0, 0))
-                     + chunk(b"IDAT", bytes(idat)) + chunk(b"IEND", b""))
+    path.write_bytes(
+        b"\x89PNG\r\n\x1a\n"
+        + chunk(b"IHDR", struct.pack(">IIBBBBB", w, h, 8, 0, 0, 0, 0))
+        + chunk(b"IDAT", bytes(idat))
+        + chunk(b"IEND", b"")
+    )
     return path
 
 
@@ -44,13 +49,15 @@ def test_huge_png_is_refused_before_decoding(tmp_path, limit):
     assert p.stat().st_size < 200_000
     # in a fresh process, so the peak memory is this call's alone
     # VmHWM, not ru_maxrss: Linux carries a forking parent's peak across exec into ru_maxrss
-    code = ("from agentcir.framework.images import load_rgb, ImageTooLargeError\n"
-            f"try:\n    load_rgb({str(p)!r})\nexcept ImageTooLargeError as e:\n    print(e)\n"
-            "hwm = [l for l in open('/proc/self/status') if l.startswith('VmHWM')][0]\n"
-            "print(int(hwm.split()[1]) // 1024)")
+    code = (
+        "from agentcir.framework.images import load_rgb, ImageTooLargeError\n"
+        f"try:\n    load_rgb({str(p)!r})\nexcept ImageTooLargeError as e:\n    print(e)\n"
+        "hwm = [l for l in open('/proc/self/status') if l.startswith('VmHWM')][0]\n"
+        "print(int(hwm.split()[1]) // 1024)"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.splitlines()
     assert "12000x11000 (132,000,000 pixels) is above the limit of 100,000,000 pixels (run.max_image_pixels)" in out[0]
-    assert int(out[1]) < 400   # MB peak: the 132 MP image was never decoded
+    assert int(out[1]) < 400  # MB peak: the 132 MP image was never decoded
     limit(0)  # no limit: the header check is off (not decoded here: 132 MB)
     limit(1000)
     with pytest.raises(ImageTooLargeError, match=r"above the limit of 1,000 pixels"):
@@ -89,8 +96,8 @@ def test_jpeg_draft_decodes_at_a_reduced_scale(tmp_path):
     Image.fromarray((rng.random((1600, 2400, 3)) * 255).astype(np.uint8)).save(p, quality=90)
     assert load_rgb(p).size == (2400, 1600)
     small = load_rgb(p, min_side=300)
-    assert small.size == (600, 400)            # 1/4 scale: both sides still >= 300
+    assert small.size == (600, 400)  # 1/4 scale: both sides still >= 300
     assert min(load_rgb(p, min_side=900).size) >= 900
     png = tmp_path / "photo.png"
     Image.open(p).save(png)
-    assert load_rgb(png, min_side=300).size == (2400, 1600)   # only JPEGs have DCT scales
+    assert load_rgb(png, min_side=300).size == (2400, 1600)  # only JPEGs have DCT scales

@@ -34,12 +34,12 @@ def imports(path: Path) -> list[tuple[int, str]]:
             out += [(node.lineno, a.name) for a in node.names]
         elif isinstance(node, ast.ImportFrom):
             if node.level:
-                base = pkg[:len(pkg) - node.level + 1]
+                base = pkg[: len(pkg) - node.level + 1]
                 mod = ".".join(base + ([node.module] if node.module else []))
             else:
                 mod = node.module or ""
             out.append((node.lineno, mod))
-            out += [(node.lineno, f"{mod}.{a.name}") for a in node.names]   # `from . import x` names a module
+            out += [(node.lineno, f"{mod}.{a.name}") for a in node.names]  # `from . import x` names a module
     return out
 
 
@@ -61,12 +61,25 @@ def test_the_exemption_is_still_needed():
         path = FRAMEWORK / rel
         if not path.is_file():
             pytest.fail(f"exempted file {rel} is gone: remove it from EXEMPT")
-        assert any(m.startswith("agentcir.components") for _, m in imports(path)), f"{rel} is clean: remove it from EXEMPT"
+        assert any(m.startswith("agentcir.components") for _, m in imports(path)), (
+            f"{rel} is clean: remove it from EXEMPT"
+        )
 
 
-@pytest.mark.parametrize("low,high", [("state", "method"), ("state", "runner"), ("state", "report"),
-                                      ("method", "runner"), ("method", "report"), ("report", "runner"),
-                                      ("gallery", "shards"), ("gallery", "galleries"), ("shards", "galleries")])
+@pytest.mark.parametrize(
+    "low,high",
+    [
+        ("state", "method"),
+        ("state", "runner"),
+        ("state", "report"),
+        ("method", "runner"),
+        ("method", "report"),
+        ("report", "runner"),
+        ("gallery", "shards"),
+        ("gallery", "galleries"),
+        ("shards", "galleries"),
+    ],
+)
 def test_run_modules_import_downward_only(low, high):
     mods = {m for _, m in imports(FRAMEWORK / f"{low}.py")}
     target = f"agentcir.framework.{high}"

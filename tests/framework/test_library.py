@@ -116,7 +116,7 @@ def test_added_photos_are_the_only_ones_embedded(lib):
 
 def test_changed_bytes_are_embedded_again(lib):
     folder, out, enc = lib
-    photo(folder / "p004.png", 999)   # same name, other picture
+    photo(folder / "p004.png", 999)  # same name, other picture
     g, change = index(folder, out, enc)
     assert change.changed == ["p004"] and enc.count == 1 and len(g) == 20
     assert np.allclose(vector_of(g, "p004"), CountingEncoder().encode_images([folder / "p004.png"])[0], atol=1e-6)
@@ -145,7 +145,7 @@ def test_deleted_photos_are_dropped_and_rows_remapped(lib, tmp_path):
         (folder / f"{name}.png").unlink()
     g, change = index(folder, out, enc)
     assert sorted(change.removed) == ["p000", "p010", "p019"] and enc.count == 0 and len(g) == 17
-    for r, i in enumerate(g.ids):   # every artefact in the new rows' order
+    for r, i in enumerate(g.ids):  # every artefact in the new rows' order
         assert np.allclose(np.asarray(g.image_emb[r]), keep[i])
         assert g.captions("capkey")[r] == f"caption of {i}"
         assert Path(g.paths[r]).stem == i
@@ -164,7 +164,7 @@ def test_new_rows_without_captions_drop_the_stored_captions(lib):
 
 def test_metadata_change_is_read_without_embedding(lib):
     folder, out, enc = lib
-    (folder / "p005.json").write_text(json.dumps({"keywords": ["frost"]}))   # a sidecar edit
+    (folder / "p005.json").write_text(json.dumps({"keywords": ["frost"]}))  # a sidecar edit
     _, change = index(folder, out, enc)
     assert change.metadata == ["p005"] and enc.count == 0
     g = Gallery.open(out)
@@ -185,7 +185,7 @@ def test_an_interrupted_two_rename_swap_is_finished(lib, tmp_path):
     prev = out.parent / f".{out.name}.previous"
     shutil.copytree(out, staging_dir(out))
     (staging_dir(out) / "update.json").write_text("{}")
-    os.rename(out, prev)   # killed between the two renames
+    os.rename(out, prev)  # killed between the two renames
     recover(out)
     assert (out / "gallery.json").is_file() and not prev.exists() and not staging_dir(out).exists()
     # killed after the first rename with the new gallery unfinished: the previous one comes back
@@ -220,16 +220,22 @@ def test_a_sigkilled_update_leaves_the_gallery_usable_and_the_rerun_completes_it
     out = tmp_path / "g"
     env = {**plugin_env, "PYTHONPATH": os.pathsep.join([str(ROOT), plugin_env.get("PYTHONPATH", "")])}
     args = ["index", str(folder), "--out", str(out), "encoder=toy", "-q", "--no-metadata"]
-    r = subprocess.run([sys.executable, "-m", "agentcir.cli", *args], capture_output=True, text=True, env=env, check=False)
+    r = subprocess.run(
+        [sys.executable, "-m", "agentcir.cli", *args], capture_output=True, text=True, env=env, check=False
+    )
     assert r.returncode == 0, r.stderr
     folder_of(folder, 40, start=500)
     (folder / "p001.png").unlink()
-    r = subprocess.run([sys.executable, "-c", KILLER, *args], capture_output=True, text=True, env={**env, "KILL_AT": at}, check=False)
+    r = subprocess.run(
+        [sys.executable, "-c", KILLER, *args], capture_output=True, text=True, env={**env, "KILL_AT": at}, check=False
+    )
     assert r.returncode == -9, (r.returncode, r.stderr)
     assert staging_dir(out).exists()
-    g = Gallery.open(out)   # the previous gallery, whole
+    g = Gallery.open(out)  # the previous gallery, whole
     assert len(g) == 30 and g.index_of("p001") >= 0 and g.image_emb.shape == (30, 24)
-    r = subprocess.run([sys.executable, "-m", "agentcir.cli", *args], capture_output=True, text=True, env=env, check=False)
+    r = subprocess.run(
+        [sys.executable, "-m", "agentcir.cli", *args], capture_output=True, text=True, env=env, check=False
+    )
     assert r.returncode == 0, r.stderr
     assert "update: 40 new, 0 changed, 0 renamed or moved, 1 deleted" in r.stdout
     g = Gallery.open(out)
@@ -265,7 +271,7 @@ def test_build_progress_moves_per_small_batch(tmp_path):
             super().__init__(*a, **k)
 
         def update(self, n=1):
-            if self.name.startswith("indexing"):   # the build's bar (not the encoder's own)
+            if self.name.startswith("indexing"):  # the build's bar (not the encoder's own)
                 updates.append(n)
             return super().update(n)
 
@@ -298,7 +304,7 @@ def test_a_cached_generator_output_naming_a_vanished_file_is_recomputed(tmp_path
     gen.answer = str(photo(tmp_path / "a.png", 1))
     ctx = RunContext(cache=CallCache(":memory:"), run_dir=None, progress=False)
     ask = lambda: asyncio.run(ctx.call(gen, "generate", description="a red dress"))
-    assert ask() == gen.answer and ask() == gen.answer and gen.calls == 1   # the second is a cache hit
+    assert ask() == gen.answer and ask() == gen.answer and gen.calls == 1  # the second is a cache hit
     os.rename(tmp_path / "a.png", tmp_path / "b.png")
     gen.answer = str(tmp_path / "b.png")
     assert ask() == str(tmp_path / "b.png") and gen.calls == 2
@@ -315,7 +321,7 @@ def test_a_sharded_gallery_is_updated_too(tmp_path):
     assert len(g.shards) == 3 and len(g) == 24
     keep = {i: np.asarray(g.image_emb[g.index_of(i)]).copy() for i in g.ids}
     enc.seen.clear()
-    (tmp_path / "g" / "ann").mkdir()   # an approximate index made for the old rows
+    (tmp_path / "g" / "ann").mkdir()  # an approximate index made for the old rows
     folder_of(folder, 4, start=50)
     (folder / "p002.png").unlink()
     g, change = index_into(tmp_path / "g", items_with_meta(folder), enc, scale=scale, progress=False)

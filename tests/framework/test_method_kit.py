@@ -38,8 +38,10 @@ class _Ctx:
 
 def test_rank_excludes_the_reference_and_checks_its_input():
     emb = np.eye(4, dtype=np.float32)
-    state = kit.RunState(queries=[kit.Query("q0", "t", reference_id="b"), kit.Query("q1", "t", reference_id="z")],
-                         gallery=_Gallery(emb, ["a", "b", "c", "d"]))
+    state = kit.RunState(
+        queries=[kit.Query("q0", "t", reference_id="b"), kit.Query("q1", "t", reference_id="z")],
+        gallery=_Gallery(emb, ["a", "b", "c", "d"]),
+    )
     q = np.array([[0.1, 1.0, 0.5, 0.0], [0.0, 1.0, 0.5, 0.2]], np.float32)
     c = kit.rank(_Ctx(), state, q, 3)
     assert c.ids.tolist() == [[2, 0, 3], [1, 2, 3]]  # query 0's reference (row 1) is left out

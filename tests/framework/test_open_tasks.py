@@ -30,15 +30,16 @@ def clean_tasks():
 def prompt_folder(tmp_path):
     d = tmp_path / "my_prompts"
     (d / "mine").mkdir(parents=True)
-    (d / "mine" / "judge.txt").write_text("Judge {{caption}} against {{wish}}. Reply JSON {\"score\": \"...\"}\n")
+    (d / "mine" / "judge.txt").write_text('Judge {{caption}} against {{wish}}. Reply JSON {"score": "..."}\n')
     add_prompt_dir(d)
     yield d
     remove_prompt_dir(d)
 
 
 def test_register_task_and_parse_its_replies(clean_tasks, prompt_folder):
-    spec = register_task("mine_judge", ("caption", "wish"), fields={"score": "str", "notes": "list[str]"},
-                         prompt="mine/judge")
+    spec = register_task(
+        "mine_judge", ("caption", "wish"), fields={"score": "str", "notes": "list[str]"}, prompt="mine/judge"
+    )
     assert task_spec("mine_judge") is spec and spec.prompt_name == "mine/judge" and spec.origin == __name__
     assert parse_task_reply("mine_judge", '{"score": "4", "notes": ["a"]}') == {"score": "4", "notes": ["a"]}
     with pytest.raises(ReplyParseError, match="LLM task 'mine_judge' lacks the field 'score'"):
@@ -53,16 +54,19 @@ def test_a_custom_parser_replaces_the_schema(clean_tasks):
     assert parse_task_reply("mine_count", "one two three") == 3
 
 
-@pytest.mark.parametrize("kwargs,message", [
-    ({"name": "refine"}, "LLM task 'refine' is built in"),
-    ({"name": "bad name"}, "LLM task name must be a non-empty word"),
-    ({"name": "t1", "reply": "xml"}, "reply must be one of text, json, yes_no, true_false, got 'xml'"),
-    ({"name": "t2", "fields": {"a": "int"}}, "field types must be str, list[str], questions; got a: int"),
-    ({"name": "t3"}, "a json reply needs its fields"),
-    ({"name": "t4", "reply": "text", "fields": {"a": "str"}}, "fields are for json replies"),
-    ({"name": "t5", "fields": {"a": "list[str]"}, "count": "n"}, "count variable 'n' is not one of its variables"),
-    ({"name": "t6", "fields": {"a": "str"}, "replier": "no"}, "replier must be callable"),
-])
+@pytest.mark.parametrize(
+    "kwargs,message",
+    [
+        ({"name": "refine"}, "LLM task 'refine' is built in"),
+        ({"name": "bad name"}, "LLM task name must be a non-empty word"),
+        ({"name": "t1", "reply": "xml"}, "reply must be one of text, json, yes_no, true_false, got 'xml'"),
+        ({"name": "t2", "fields": {"a": "int"}}, "field types must be str, list[str], questions; got a: int"),
+        ({"name": "t3"}, "a json reply needs its fields"),
+        ({"name": "t4", "reply": "text", "fields": {"a": "str"}}, "fields are for json replies"),
+        ({"name": "t5", "fields": {"a": "list[str]"}, "count": "n"}, "count variable 'n' is not one of its variables"),
+        ({"name": "t6", "fields": {"a": "str"}, "replier": "no"}, "replier must be callable"),
+    ],
+)
 def test_bad_registrations_are_refused(clean_tasks, kwargs, message):
     with pytest.raises(InputError, match=message.replace("[", r"\[").replace("]", r"\]")):
         register_task(**kwargs)
@@ -112,8 +116,17 @@ def test_prompt_search_path_and_not_found_error(prompt_folder, tmp_path, monkeyp
         load_prompt("nowhere/at_all")
     msg = str(e.value)
     assert "prompt 'nowhere/at_all' not found; looked in:" in msg
-    for where in (str(prompts.PROMPTS_DIR), "the project's prompts", str(prompt_folder), "add_prompt_dir",
-                  str(env_dir), "AGENTCIR_PROMPTS", "mine/judge", "env/hello", "tasks/refine"):
+    for where in (
+        str(prompts.PROMPTS_DIR),
+        "the project's prompts",
+        str(prompt_folder),
+        "add_prompt_dir",
+        str(env_dir),
+        "AGENTCIR_PROMPTS",
+        "mine/judge",
+        "env/hello",
+        "tasks/refine",
+    ):
         assert where in msg, where
     with pytest.raises(InputError, match="add_prompt_dir: '.*' is not a folder"):
         add_prompt_dir(tmp_path / "missing")
@@ -125,23 +138,42 @@ def test_plugin_tasks_and_prompts_come_from_entry_points(tmp_path):
     (pkg / "tp_plugin" / "prompts" / "tp").mkdir(parents=True)
     (pkg / "tp_plugin" / "__init__.py").write_text("")
     (pkg / "tp_plugin" / "prompts" / "__init__.py").write_text("")
-    (pkg / "tp_plugin" / "prompts" / "tp" / "ask.txt").write_text("Ask about {{thing}}. JSON {\"answer\": \"...\"}")
-    (pkg / "tp_plugin" / "tasks.py").write_text(textwrap.dedent('''
+    (pkg / "tp_plugin" / "prompts" / "tp" / "ask.txt").write_text('Ask about {{thing}}. JSON {"answer": "..."}')
+    (pkg / "tp_plugin" / "tasks.py").write_text(
+        textwrap.dedent("""
         from agentcir.framework.tasks import register_task
         register_task("tp_ask", ("thing",), fields={"answer": "str"}, prompt="tp/ask",
                       replier=lambda v: {"answer": "about " + v["thing"]})
-    '''))
-    (pkg / "setup.py").write_text(textwrap.dedent('''
+    """)
+    )
+    (pkg / "setup.py").write_text(
+        textwrap.dedent("""
         from setuptools import setup
         setup(name="tp-plugin", version="0.1", packages=["tp_plugin", "tp_plugin.prompts"],
               package_data={"tp_plugin.prompts": ["tp/*.txt"]},
               entry_points={"agentcir.tasks": ["tp = tp_plugin.tasks"],
                             "agentcir.prompts": ["tp = tp_plugin.prompts"]})
-    '''))
+    """)
+    )
     site = tmp_path / "site"
-    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation",
-                    "--disable-pip-version-check", "--target", str(site), str(pkg)], check=True, capture_output=True)
-    code = textwrap.dedent('''
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "-q",
+            "--no-deps",
+            "--no-build-isolation",
+            "--disable-pip-version-check",
+            "--target",
+            str(site),
+            str(pkg),
+        ],
+        check=True,
+        capture_output=True,
+    )
+    code = textwrap.dedent("""
         import json
         from agentcir.framework.prompts import load_prompt
         from agentcir.framework.tasks import task_spec
@@ -149,7 +181,7 @@ def test_plugin_tasks_and_prompts_come_from_entry_points(tmp_path):
         spec = task_spec("tp_ask")
         print(json.dumps({"prompt": load_prompt(spec.prompt_name).render(thing="shoes"),
                           "reply": LLMS.build("rules", {}).run_task("tp_ask", {"thing": "shoes"})}))
-    ''')
+    """)
     import os
 
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(site), os.environ.get("PYTHONPATH", "")])}

@@ -52,8 +52,12 @@ except ImageTooLargeError as e:
 hwm = [l for l in open('/proc/self/status') if l.startswith('VmHWM')][0]
 print(int(hwm.split()[1]) // 1024)
 """
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                       env={**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])})
+    r = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])},
+    )
     assert r.returncode == 0, r.stderr
     out = r.stdout.splitlines()
     assert out[0].startswith("png_bytes refused: reply: the returned data is not an image (DecompressionBombError"), out
@@ -77,7 +81,7 @@ def test_same_stem_files_get_distinct_stable_ids(tmp_path):
     make_image(d / "IMG_0001.jpg", 1)
     make_image(d / "IMG_0001.png", 2)
     make_image(d / "IMG_0002.jpg", 3)
-    make_image(d / "album" / "x.jpg.png", 4)   # its stem is the suffixed name of the next file
+    make_image(d / "album" / "x.jpg.png", 4)  # its stem is the suffixed name of the next file
     make_image(d / "album" / "x.jpg", 5)
     make_image(d / "album" / "x.png", 6)
     items, _ = items_from_folder(d)
@@ -146,8 +150,21 @@ def test_index_reports_skipped_links_and_follows_them_on_request(plugin_path, li
     assert main(["index", str(linked), "--out", str(tmp_path / "g1"), "--no-metadata", "-q", "encoder=toy"]) == 0
     out = capsys.readouterr().out
     assert "indexed 2 image(s)" in out and "and 3 folder(s) not walked" in out
-    assert main(["index", str(linked), "--out", str(tmp_path / "g2"), "--no-metadata", "-q", "--follow-links",
-                 "encoder=toy"]) == 0
+    assert (
+        main(
+            [
+                "index",
+                str(linked),
+                "--out",
+                str(tmp_path / "g2"),
+                "--no-metadata",
+                "-q",
+                "--follow-links",
+                "encoder=toy",
+            ]
+        )
+        == 0
+    )
     out = capsys.readouterr().out
     assert "indexed 4 image(s)" in out and "and 2 folder(s) not walked" in out
 

@@ -24,9 +24,16 @@ AGENTCIR = Path(images.__file__).resolve().parent.parent
 #: orientation -> how a camera stores the upright picture (the inverse of what a viewer applies):
 #: 2 mirrored, 3 turned 180, 4 flipped, 5 transposed, 6 stored turned left (shown turned right), 7
 #: transversed, 8 stored turned right
-STORED = {1: None, 2: Image.Transpose.FLIP_LEFT_RIGHT, 3: Image.Transpose.ROTATE_180,
-          4: Image.Transpose.FLIP_TOP_BOTTOM, 5: Image.Transpose.TRANSPOSE, 6: Image.Transpose.ROTATE_90,
-          7: Image.Transpose.TRANSVERSE, 8: Image.Transpose.ROTATE_270}
+STORED = {
+    1: None,
+    2: Image.Transpose.FLIP_LEFT_RIGHT,
+    3: Image.Transpose.ROTATE_180,
+    4: Image.Transpose.FLIP_TOP_BOTTOM,
+    5: Image.Transpose.TRANSPOSE,
+    6: Image.Transpose.ROTATE_90,
+    7: Image.Transpose.TRANSVERSE,
+    8: Image.Transpose.ROTATE_270,
+}
 
 
 def landscape(w: int = 96, h: int = 64) -> Image.Image:
@@ -69,8 +76,9 @@ class PixelNet(Encoder):
 
         super().__init__(cfg, **deps)
         g = torch.Generator().manual_seed(0)
-        self.net = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(16 * 16 * 3, 64), torch.nn.Tanh(),
-                                       torch.nn.Linear(64, self.dim))
+        self.net = torch.nn.Sequential(
+            torch.nn.Flatten(), torch.nn.Linear(16 * 16 * 3, 64), torch.nn.Tanh(), torch.nn.Linear(64, self.dim)
+        )
         for p in self.net.parameters():
             p.data = torch.randn(p.shape, generator=g) * 0.1
 
@@ -138,14 +146,25 @@ def test_every_decode_of_a_photo_goes_through_load_rgb():
     """No component opens images itself: Image.open outside images.py only where no pixel reaches a
     model (metadata, returned generator bytes, the web thumbnails, which apply the orientation too, the
     perceptual hash read from such a thumbnail, the scripted test server's image edits)."""
-    allowed = {"framework/images.py", "framework/methods/imageseeker/exif.py", "components/generators/files.py",
-               "framework/gallery_files.py", "serve/routes/results.py", "testing/server.py"}
+    allowed = {
+        "framework/images.py",
+        "framework/methods/imageseeker/exif.py",
+        "components/generators/files.py",
+        "framework/gallery_files.py",
+        "serve/routes/results.py",
+        "testing/server.py",
+    }
     found = set()
     for p in AGENTCIR.rglob("*.py"):
         tree = ast.parse(p.read_text(encoding="utf-8"))
         for node in ast.walk(tree):
-            if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "open"
-                    and isinstance(node.func.value, ast.Name) and node.func.value.id == "Image"):
+            if (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Attribute)
+                and node.func.attr == "open"
+                and isinstance(node.func.value, ast.Name)
+                and node.func.value.id == "Image"
+            ):
                 found.add(p.relative_to(AGENTCIR).as_posix())
     assert found - allowed == set(), f"modules decoding images without load_rgb: {sorted(found - allowed)}"
 
@@ -173,8 +192,11 @@ def test_a_gallery_of_the_older_decoder_is_recognised_and_re_embedded(oriented, 
     np.save(root / "image_emb.npy", np.roll(fresh, 1, axis=1))
     (root / "captions").mkdir()
     (root / "captions" / "x.jsonl").write_text('{"id": "a", "caption": "a sideways caption"}\n')
-    with pytest.raises(InputError, match=r"embedded by an older image decoder \(decode version 1, EXIF orientation "
-                                         r"ignored.*re-embed it by rerunning `agentcir index .*photos --out"):
+    with pytest.raises(
+        InputError,
+        match=r"embedded by an older image decoder \(decode version 1, EXIF orientation "
+        r"ignored.*re-embed it by rerunning `agentcir index .*photos --out",
+    ):
         Gallery.open(root, encoder=enc)
     with caplog.at_level(logging.WARNING, logger="agentcir"):
         g2 = Gallery.build(root, items, enc, progress=False, source=str(folder))

@@ -46,7 +46,9 @@ def test_scripted_tasks_answer_every_task_validly():
     from agentcir.framework.prompts import load_prompt
 
     for name, spec in TASKS.items():
-        variables = {v: (3 if v in ("k", "n") else ["a", "b"] if v in ("objects", "captions") else "x") for v in spec.variables}
+        variables = {
+            v: (3 if v in ("k", "n") else ["a", "b"] if v in ("objects", "captions") else "x") for v in spec.variables
+        }
         text = load_prompt(f"tasks/{name}").render({**dict(spec.optional), **variables})
         assert task_of({"messages": [user_message(text, [])]}) == name
         parse_task_reply(name, task_reply(name, text), variables)  # parses as promised
@@ -64,8 +66,9 @@ def test_octopus_overlaps_its_model_calls(bench, plugin_path, tmp_path, caplog):
         active = InFlight(task_replier(), delay=delay)
         srv.script("/chat/completions", active)
         with caplog.at_level("INFO", logger="agentcir"):
-            row = bench.run_once("octopus", data, tmp_path / "runs", srv.base_url, c, delay,
-                                 ["kernels=reference", "encoder=toy"])
+            row = bench.run_once(
+                "octopus", data, tmp_path / "runs", srv.base_url, c, delay, ["kernels=reference", "encoder=toy"]
+            )
         n_requests = len(srv.requests_to("/chat/completions"))  # besides the pre-flight GET /models
     assert "follows run.concurrency" in caplog.text
     assert active.max == c  # the endpoint saw run.concurrency requests at once, never more
@@ -86,7 +89,11 @@ def test_octopus_overlaps_its_model_calls(bench, plugin_path, tmp_path, caplog):
     assert busy >= 0.85 * row["wall_s"], json.dumps(row)  # a call is in flight nearly all the time
     run = tmp_path / "runs" / f"octopus-c{c}"
     m = json.loads((run / "metrics.json").read_text())
-    assert m["concurrency"] == {"run": c, "llm": {"limit": c, "capped_by": None}, "cpu_workers": min(c, len(os.sched_getaffinity(0)))}
+    assert m["concurrency"] == {
+        "run": c,
+        "llm": {"limit": c, "capped_by": None},
+        "cpu_workers": min(c, len(os.sched_getaffinity(0))),
+    }
     assert "llm: at most 8 requests in flight (follows `run.concurrency`)" in (run / "report.md").read_text()
 
 
@@ -130,7 +137,10 @@ def test_recipe_cap_is_reported(tmp_path):
 
     limits = {"run": 64, "llm": {"limit": 8, "capped_by": "llm.concurrency"}}
     note = concurrency_note(limits)
-    assert "at most 64 (`run.concurrency`)" in note and "llm: at most 8 requests in flight (capped by `llm.concurrency`)" in note
+    assert (
+        "at most 64 (`run.concurrency`)" in note
+        and "llm: at most 8 requests in flight (capped by `llm.concurrency`)" in note
+    )
 
 
 class _Busy:
@@ -165,7 +175,9 @@ class _Busy:
 
 @pytest.mark.parametrize("io_bound", [False, True])
 def test_blocking_work_runs_off_the_event_loop_in_a_bounded_pool(io_bound):
-    comp = _Busy(io_bound=io_bound, seconds=0.1 if io_bound else 0.05)  # long enough for 16 threads to overlap under load
+    comp = _Busy(
+        io_bound=io_bound, seconds=0.1 if io_bound else 0.05
+    )  # long enough for 16 threads to overlap under load
     ctx = RunContext(cache=CallCache(), run_dir=None, concurrency=16, progress=False)
     ticks = []
 
@@ -206,10 +218,10 @@ def test_call_clock_sums_and_unions(monkeypatch):
     now[0] += 0.02
     b = clock.start()
     now[0] += 0.02
-    clock.stop(a)   # a: 0.04 s
+    clock.stop(a)  # a: 0.04 s
     now[0] += 0.01
-    clock.stop(b)   # b: 0.03 s; in flight from 100.00 to 100.05
-    now[0] += 1.0   # idle: not part of the union
+    clock.stop(b)  # b: 0.03 s; in flight from 100.00 to 100.05
+    now[0] += 1.0  # idle: not part of the union
     c = clock.start()
     now[0] += 0.1
     clock.stop(c)
@@ -226,9 +238,19 @@ def test_reports_account_for_the_time(plugin_path, tmp_path, capsys):
     from agentcir.framework.recipe import compose
     from agentcir.framework.runner import run_recipe
 
-    r = compose(["method=llm_then_rank", "encoder=toy", "llm=counting", f"llm.counter={tmp_path / 'c.txt'}", "llm.delay=0.05",
-                 f"run.root={tmp_path / 'runs'}", f"run.cache={tmp_path / 'cache.sqlite'}", "run.progress=false",
-                 "run.concurrency=4"])
+    r = compose(
+        [
+            "method=llm_then_rank",
+            "encoder=toy",
+            "llm=counting",
+            f"llm.counter={tmp_path / 'c.txt'}",
+            "llm.delay=0.05",
+            f"run.root={tmp_path / 'runs'}",
+            f"run.cache={tmp_path / 'cache.sqlite'}",
+            "run.progress=false",
+            "run.concurrency=4",
+        ]
+    )
     started = time.time()
     res = run_recipe(r)
     m = json.loads((res.dir / "metrics.json").read_text())

@@ -21,10 +21,21 @@ def test_plan_calls_no_model_and_counts_the_calls(tmp_path):
 
     with ScriptedServer() as srv:
         srv.script("/chat/completions", [Step(json=chat_completion("{}"))])
-        recipe = compose(["method=octopus", "llm=openai", f"llm.base_url={srv.base_url}", "llm.model=m",
-                          "captioner=vlm", "run.gallery_captions=captioner",
-                          "dataset.limit=4", f"run.root={tmp_path}", "run.prices.llm.input_per_1m=1.0",
-                          "run.prices.llm.output_per_1m=2.0", "+run.prices.verifier.per_call=0.5"])
+        recipe = compose(
+            [
+                "method=octopus",
+                "llm=openai",
+                f"llm.base_url={srv.base_url}",
+                "llm.model=m",
+                "captioner=vlm",
+                "run.gallery_captions=captioner",
+                "dataset.limit=4",
+                f"run.root={tmp_path}",
+                "run.prices.llm.input_per_1m=1.0",
+                "run.prices.llm.output_per_1m=2.0",
+                "+run.prices.verifier.per_call=0.5",
+            ]
+        )
         plan = plan_recipe(recipe)
         assert srv.requests == []  # the server counted no request
     rows = {(s, c, o): r for (s, c, o), r in plan.rows.items()}
@@ -40,9 +51,11 @@ def test_plan_calls_no_model_and_counts_the_calls(tmp_path):
     ver = rows.get(("verify", "verifier:contrast", "verify"))
     cap = rows[("gallery_captions", "captioner:vlm", "caption")]  # one VLM request per gallery image
     assert cap.calls + cap.cached == plan.gallery_size and cap.input_tokens > cap.calls * 765 and cap.priced_as == "llm"
-    want = sum((r.input_tokens * 1.0 + r.output_tokens * 2.0) / 1e6 for (s, c, o), r in rows.items()
-               if c.startswith("llm:") or r.priced_as == "llm") \
-        + (ver.calls * 0.5 if ver else 0)
+    want = sum(
+        (r.input_tokens * 1.0 + r.output_tokens * 2.0) / 1e6
+        for (s, c, o), r in rows.items()
+        if c.startswith("llm:") or r.priced_as == "llm"
+    ) + (ver.calls * 0.5 if ver else 0)
     assert j["total_cost"] == pytest.approx(want)
     assert not resolve_run_dir(recipe).exists() and not (tmp_path / "_galleries").exists()  # nothing written
 
@@ -50,8 +63,16 @@ def test_plan_calls_no_model_and_counts_the_calls(tmp_path):
 def test_plan_reads_the_cache_and_imports(tmp_path, capsys):
     pytest.importorskip("torch")
     root = make_release(tmp_path / "rel", [(f"r/{i % 3}", f"t/{i}", f"edit {i}") for i in range(6)])
-    args = ["method=image_only", "dataset=webvid_covr", f"dataset.root={root}", "encoder=features",
-            f"encoder.path={root}/preload", "encoder.arch=ViT-B/32", f"run.root={tmp_path / 'runs'}", "run.progress=false"]
+    args = [
+        "method=image_only",
+        "dataset=webvid_covr",
+        f"dataset.root={root}",
+        "encoder=features",
+        f"encoder.path={root}/preload",
+        "encoder.arch=ViT-B/32",
+        f"run.root={tmp_path / 'runs'}",
+        "run.progress=false",
+    ]
     before = plan_recipe(compose(args))
     assert before.total_calls == 2  # the index, the reference images
     assert before.rows[("embed", "encoder:features", "encode_images")].items == 3  # 3 distinct references
@@ -67,8 +88,12 @@ def test_plan_reads_the_cache_and_imports(tmp_path, capsys):
     assert "no model was called" in out and "total: 0 model calls" in out
     # imported stages make no calls in the plan either
     trace = tmp_path / "reason.jsonl"
-    trace.write_text("".join(json.dumps({"query": str(i), "record": {"reference_caption": "x", "target_caption": f"y {i}"}})
-                             + "\n" for i in range(6)))
+    trace.write_text(
+        "".join(
+            json.dumps({"query": str(i), "record": {"reference_caption": "x", "target_caption": f"y {i}"}}) + "\n"
+            for i in range(6)
+        )
+    )
     p = plan_recipe(compose(["method=cirevl", *args[1:], f"+run.imports.reason={trace}"]))
     assert p.imported["reason"]["queries"] == 6
     assert not any(c.startswith(("llm:", "captioner:")) for _, c, _ in p.rows), p.rows

@@ -28,7 +28,9 @@ def closed_port() -> int:
 
 
 def llm(base_url: str, **cfg):
-    return LLMS.build("openai", {"base_url": base_url, "model": "m", "retries": 0, "api_key_env": "AGENTCIR_TEST_NO_KEY", **cfg})
+    return LLMS.build(
+        "openai", {"base_url": base_url, "model": "m", "retries": 0, "api_key_env": "AGENTCIR_TEST_NO_KEY", **cfg}
+    )
 
 
 def test_a_listed_model_passes_with_one_request(monkeypatch):
@@ -49,8 +51,11 @@ def test_the_key_is_sent_and_a_refused_key_is_named(monkeypatch):
         check_endpoints([client])
         assert srv.requests[0].headers["authorization"] == "Bearer sk-test"
         srv.script("/models", Step(status=401, json={"error": {"message": "bad key"}}))
-        with pytest.raises(EndpointUnavailable, match=r"/v1/models answered HTTP 401: the key given "
-                                                      r"\(api_key or \$AGENTCIR_TEST_KEY\) was refused"):
+        with pytest.raises(
+            EndpointUnavailable,
+            match=r"/v1/models answered HTTP 401: the key given "
+            r"\(api_key or \$AGENTCIR_TEST_KEY\) was refused",
+        ):
             check_endpoints([llm(srv.base_url, api_key_env="AGENTCIR_TEST_KEY")])
         client.close()
 
@@ -59,12 +64,18 @@ def test_a_missing_key_is_named(monkeypatch):
     monkeypatch.delenv("AGENTCIR_TEST_NO_KEY", raising=False)
     with ScriptedServer() as srv:
         srv.script("/models", Step(status=401))
-        with pytest.raises(EndpointUnavailable, match=f"{srv.base_url}/models answered HTTP 401: no API key is set: "
-                                                      f"set the environment variable AGENTCIR_TEST_NO_KEY"):
+        with pytest.raises(
+            EndpointUnavailable,
+            match=f"{srv.base_url}/models answered HTTP 401: no API key is set: "
+            f"set the environment variable AGENTCIR_TEST_NO_KEY",
+        ):
             check_endpoints([llm(srv.base_url)])
     # the OpenAI API without a key: refused before any request
-    with pytest.raises(EndpointUnavailable, match="https://api.openai.com/v1 needs an API key and no API key is set: "
-                                                  "set the environment variable AGENTCIR_TEST_NO_KEY"):
+    with pytest.raises(
+        EndpointUnavailable,
+        match="https://api.openai.com/v1 needs an API key and no API key is set: "
+        "set the environment variable AGENTCIR_TEST_NO_KEY",
+    ):
         check_endpoints([llm("https://api.openai.com/v1")])
     monkeypatch.delenv("AGENTCIR_TEST_IMAGES_KEY", raising=False)
     gen = GENERATORS.build("openai_images", {"api_key_env": "AGENTCIR_TEST_IMAGES_KEY"})
@@ -92,8 +103,16 @@ def test_an_unlisted_model_or_no_model_list_is_a_warning(caplog):
 
 def test_a_run_fails_before_any_gallery_work(tmp_path):
     url = f"http://127.0.0.1:{closed_port()}/v1"
-    args = ["method=cirevl", "llm=openai", f"llm.base_url={url}", "llm.model=m", "llm.retries=0",
-            f"run.root={tmp_path}", "run.progress=false", "dataset.limit=2"]
+    args = [
+        "method=cirevl",
+        "llm=openai",
+        f"llm.base_url={url}",
+        "llm.model=m",
+        "llm.retries=0",
+        f"run.root={tmp_path}",
+        "run.progress=false",
+        "dataset.limit=2",
+    ]
     with pytest.raises(EndpointUnavailable, match=f"the endpoint {url} does not answer"):
         run_recipe(compose(args))
     assert not (tmp_path / "_galleries").exists()  # nothing was indexed

@@ -24,12 +24,15 @@ def test_run_name_may_be_a_relative_path(tmp_path):
     assert compose(base(tmp_path, "run.name=exp1/xr"))["run"]["name"] == "exp1/xr"
 
 
-@pytest.mark.parametrize("override,msg", [
-    ("method.gate=2.5", r"method 'octopus': field 'gate': must be within 0..1, got 2.5"),
-    ("method.gate=-0.1", r"field 'gate': must be within 0..1, got -0.1"),
-    ("method.lam=1.5", r"field 'lam': must be within 0..1, got 1.5"),
-    ("method.top_k=0", r"field 'top_k': must be at least 1, got 0"),
-])
+@pytest.mark.parametrize(
+    "override,msg",
+    [
+        ("method.gate=2.5", r"method 'octopus': field 'gate': must be within 0..1, got 2.5"),
+        ("method.gate=-0.1", r"field 'gate': must be within 0..1, got -0.1"),
+        ("method.lam=1.5", r"field 'lam': must be within 0..1, got 1.5"),
+        ("method.top_k=0", r"field 'top_k': must be at least 1, got 0"),
+    ],
+)
 def test_method_ranges(tmp_path, override, msg):
     with pytest.raises(ConfigError, match=msg):
         compose(base(tmp_path, override))
@@ -48,10 +51,13 @@ def test_unavailable_device_fails_at_compose(tmp_path, monkeypatch):
     from agentcir.framework import recipe as recipe_mod
 
     monkeypatch.setattr(recipe_mod.ComponentPool, "get", lambda self, kind: built.append(kind))
-    with pytest.raises(ConfigError, match=r"encoder 'catalog': field 'device': device 'cuda' is not available "
-                                          r"\(.*torch 2.*\); use device=cpu"):
+    with pytest.raises(
+        ConfigError,
+        match=r"encoder 'catalog': field 'device': device 'cuda' is not available "
+        r"\(.*torch 2.*\); use device=cpu",
+    ):
         compose(base(tmp_path, "encoder.device=cuda"))
-    assert built == []   # nothing was built
+    assert built == []  # nothing was built
     assert device_problem("tpu").startswith("unknown device 'tpu'")
     assert device_problem("cuda:x").startswith("device 'cuda:x' has a bad index")
     assert device_problem("cpu") is None

@@ -1,13 +1,14 @@
 """Every recipe file composes and builds; bad recipes fail at compose time naming the field."""
 
-
 import pytest
 
 from agentcir.framework.errors import InputError
 from agentcir.framework.recipe import GROUPS, RECIPES_DIR, ComponentPool, compose
 from agentcir.registry import ConfigError, RegistryError
 
-GROUP_FILES = sorted((g, p.stem) for g in GROUPS if (RECIPES_DIR / g).is_dir() for p in (RECIPES_DIR / g).glob("*.yaml"))
+GROUP_FILES = sorted(
+    (g, p.stem) for g in GROUPS if (RECIPES_DIR / g).is_dir() for p in (RECIPES_DIR / g).glob("*.yaml")
+)
 EXPERIMENTS = sorted(p.stem for p in (RECIPES_DIR / "experiment").glob("*.yaml"))
 KERNELS = sorted(p.stem for p in (RECIPES_DIR / "kernels").glob("*.yaml"))
 
@@ -73,7 +74,9 @@ def test_field_override_is_typed():
 def test_wrong_type_names_the_field():
     with pytest.raises(ConfigError) as e:
         compose(["method=image_text_sum", "method.top_k=many"])
-    assert str(e.value).startswith("method 'image_text_sum': field 'top_k': Value 'many' of type 'str' could not be converted to Integer")
+    assert str(e.value).startswith(
+        "method 'image_text_sum': field 'top_k': Value 'many' of type 'str' could not be converted to Integer"
+    )
 
 
 def test_unknown_field_names_the_field():

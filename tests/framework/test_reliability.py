@@ -24,8 +24,17 @@ from tests.full_disk import fill, mount_tmpfs, umount
 
 
 def toy_recipe(root, *extra, cache=None):
-    return compose(["method=llm_then_rank", "encoder=toy", "llm=counting", f"run.root={root}",
-                    f"run.cache={cache or Path(root).parent / 'cache.sqlite'}", "run.progress=false", *extra])
+    return compose(
+        [
+            "method=llm_then_rank",
+            "encoder=toy",
+            "llm=counting",
+            f"run.root={root}",
+            f"run.cache={cache or Path(root).parent / 'cache.sqlite'}",
+            "run.progress=false",
+            *extra,
+        ]
+    )
 
 
 # -- locks -----------------------------------------------------------------------------------
@@ -38,8 +47,8 @@ def test_second_process_on_a_run_directory_is_told_who_holds_it(plugin_path, tmp
     msg = str(e.value)
     assert f"run directory '{run_dir}' is in use by pid {os.getpid()} on host {socket.gethostname()} since 20" in msg
     assert "agentcir run --wait" in msg
-    assert not run_dir.exists()   # the refused run wrote nothing
-    assert run_recipe(r).metrics["final"]   # released: the run goes ahead
+    assert not run_dir.exists()  # the refused run wrote nothing
+    assert run_recipe(r).metrics["final"]  # released: the run goes ahead
 
 
 def test_wait_blocks_until_the_holder_is_done(plugin_path, tmp_path):
@@ -69,13 +78,13 @@ def test_a_holder_that_has_not_written_its_record_yet_is_still_named(tmp_path):
     lock = tmp_path / "run.lock"
     fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)      # held, no record yet
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # held, no record yet
         record = json.dumps({"pid": 4242, "host": "node-7", "since": time.time()}).encode()
         threading.Timer(0.05, os.pwrite, (fd, record, 0)).start()
         with pytest.raises(LockedError, match="in use by pid 4242 on host node-7"):
             with hold_lock(lock, "run directory 'x'"):
                 pass
-        os.ftruncate(fd, 0)                                  # a holder that never writes one
+        os.ftruncate(fd, 0)  # a holder that never writes one
         with pytest.raises(LockedError, match=r"in use by another process \(its pid is not recorded yet\)"):
             with hold_lock(lock, "run directory 'x'"):
                 pass
@@ -86,18 +95,39 @@ def test_a_holder_that_has_not_written_its_record_yet_is_still_named(tmp_path):
 def test_two_processes_on_one_run_directory(plugin_env, tmp_path):
     """Two `agentcir run` at once on the same recipe: one runs, the other exits 2 with the holder's
     name (no traceback); with --wait both finish with the same metrics."""
-    cmd = [sys.executable, "-m", "agentcir.cli", "run", "method=llm_then_rank", "encoder=toy", "llm=counting",
-           "llm.delay=0.02", f"llm.counter={tmp_path / 'calls.txt'}", f"run.root={tmp_path / 'runs'}",
-           f"run.cache={tmp_path / 'c.sqlite'}", "run.progress=false"]
-    procs = [subprocess.Popen(cmd, env=plugin_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-             for _ in range(2)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "agentcir.cli",
+        "run",
+        "method=llm_then_rank",
+        "encoder=toy",
+        "llm=counting",
+        "llm.delay=0.02",
+        f"llm.counter={tmp_path / 'calls.txt'}",
+        f"run.root={tmp_path / 'runs'}",
+        f"run.cache={tmp_path / 'c.sqlite'}",
+        "run.progress=false",
+    ]
+    procs = [
+        subprocess.Popen(cmd, env=plugin_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        for _ in range(2)
+    ]
     outs = [p.communicate(timeout=120) for p in procs]
     codes = sorted(p.returncode for p in procs)
     assert codes == [0, 2], outs
     err = next(o[1] for p, o in zip(procs, outs) if p.returncode == 2)
     assert "is in use by pid" in err and "Traceback" not in err
-    procs = [subprocess.Popen(cmd + ["run.fresh=true"] * (i == 0) + ["--wait"], env=plugin_env, stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True) for i in range(2)]
+    procs = [
+        subprocess.Popen(
+            cmd + ["run.fresh=true"] * (i == 0) + ["--wait"],
+            env=plugin_env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for i in range(2)
+    ]
     outs = [p.communicate(timeout=120) for p in procs]
     assert [p.returncode for p in procs] == [0, 0], outs
     assert len({o[0].split("metrics (")[1] for o in outs}) == 1
@@ -110,8 +140,10 @@ def test_gallery_builds_of_two_threads_do_not_race(plugin_path, tmp_path, image_
     items, _ = items_from_folder(image_folder)
     enc = ENCODERS.build("toy", {})
     out: list = []
-    threads = [threading.Thread(target=lambda: out.append(Gallery.build(tmp_path / "g", items, enc, progress=False)))
-               for _ in range(2)]
+    threads = [
+        threading.Thread(target=lambda: out.append(Gallery.build(tmp_path / "g", items, enc, progress=False)))
+        for _ in range(2)
+    ]
     for t in threads:
         t.start()
     for t in threads:
@@ -145,7 +177,7 @@ def test_full_disk_is_a_clear_error_and_a_rerun_resumes(plugin_path, tmp_path, m
         r = toy_recipe(root / "runs", cache=tmp_path / "c.sqlite")
         filler = root / "filler"
         if mounted:
-            fill(filler, 8192)   # the disk full but for 8 KB
+            fill(filler, 8192)  # the disk full but for 8 KB
         else:
             real = os.replace
 
@@ -174,7 +206,10 @@ def test_read_only_run_root_and_cache(plugin_path, tmp_path):
     root = tmp_path / "ro"
     if mount_tmpfs(root, "1m", "ro")[0]:
         try:
-            with pytest.raises(StorageError, match=rf"cannot write .*'{root}.*': the file system is read-only; choose a writable folder"):
+            with pytest.raises(
+                StorageError,
+                match=rf"cannot write .*'{root}.*': the file system is read-only; choose a writable folder",
+            ):
                 run_recipe(toy_recipe(root / "runs", cache=tmp_path / "c.sqlite"))
             # a cache in a read-only folder is used read-only (issue 31): calls are made, not stored
             assert run_recipe(toy_recipe(tmp_path / "runs", cache=root / "c.sqlite")).metrics["final"]
@@ -195,8 +230,17 @@ def test_a_run_that_fails_before_computing_anything_leaves_no_directory(plugin_p
     """A run that fails before any stage finished removes its directory."""
     from agentcir.framework.errors import InputError
 
-    r = compose(["method=text_only", "encoder=toy", "dataset=composed", f"dataset.root={tmp_path / 'nope'}",
-                 f"run.root={tmp_path / 'runs'}", f"run.cache={tmp_path / 'c.sqlite'}", "run.progress=false"])
+    r = compose(
+        [
+            "method=text_only",
+            "encoder=toy",
+            "dataset=composed",
+            f"dataset.root={tmp_path / 'nope'}",
+            f"run.root={tmp_path / 'runs'}",
+            f"run.cache={tmp_path / 'c.sqlite'}",
+            "run.progress=false",
+        ]
+    )
     with pytest.raises(InputError, match="has no gallery.csv"):
         run_recipe(r)
     runs = tmp_path / "runs"

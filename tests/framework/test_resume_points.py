@@ -12,13 +12,22 @@ from agentcir.framework.runner import run_recipe
 
 
 def recipe(tmp_path, *extra):
-    return compose(["encoder=toy", "dataset=demo", "dataset.limit=4", f"run.root={tmp_path / 'runs'}",
-                    f"run.cache={tmp_path / 'cache.sqlite'}", "run.progress=false", *extra])
+    return compose(
+        [
+            "encoder=toy",
+            "dataset=demo",
+            "dataset.limit=4",
+            f"run.root={tmp_path / 'runs'}",
+            f"run.cache={tmp_path / 'cache.sqlite'}",
+            "run.progress=false",
+            *extra,
+        ]
+    )
 
 
 def cut_after(run_dir, stage: str, order: list[str]) -> None:
     """Leave the run directory as a kill right after ``stage`` finished leaves it."""
-    keep = order[:order.index(stage) + 1]
+    keep = order[: order.index(stage) + 1]
     for f in (run_dir / "stages").iterdir():
         if f.name.split(".")[0] not in keep:
             f.unlink()
@@ -26,8 +35,9 @@ def cut_after(run_dir, stage: str, order: list[str]) -> None:
         (run_dir / f).unlink(missing_ok=True)
 
 
-@pytest.mark.parametrize("method", [["method=xr", "method.k_prime=5", "method.stage3=true"],
-                                    ["method=octopus", "method.gate=0"]])
+@pytest.mark.parametrize(
+    "method", [["method=xr", "method.k_prime=5", "method.stage3=true"], ["method=octopus", "method.gate=0"]]
+)
 def test_resume_after_gallery_captions(plugin_path, tmp_path, method):
     """The captions key chosen by the gallery_captions stage is persisted, so a
     resumed run that skips the finished stage still finds the gallery captions."""

@@ -23,8 +23,17 @@ from agentcir.framework.types import Candidates, Query
 def toy_recipe(tmp_path, *extra):
     """The test plugin's components, selected through the recipes the plugin ships (entry point
     group ``agentcir.recipes``)."""
-    return compose(["method=llm_then_rank", "encoder=toy", "llm=counting", f"run.root={tmp_path / 'runs'}",
-                    f"run.cache={tmp_path / 'cache.sqlite'}", "run.progress=false", *extra])
+    return compose(
+        [
+            "method=llm_then_rank",
+            "encoder=toy",
+            "llm=counting",
+            f"run.root={tmp_path / 'runs'}",
+            f"run.cache={tmp_path / 'cache.sqlite'}",
+            "run.progress=false",
+            *extra,
+        ]
+    )
 
 
 def test_run_writes_its_directory(plugin_path, tmp_path):
@@ -33,8 +42,15 @@ def test_run_writes_its_directory(plugin_path, tmp_path):
     res = run_recipe(r)
     d = res.dir
     assert d.parent == tmp_path / "runs" and d.name.startswith("llm_then_rank-demo-")
-    for f in ("recipe.yaml", "metrics.json", "report.md", "rankings.jsonl", "stages/rewrite.jsonl", "stages/rewrite.done",
-              "stages/rank.candidates.npz"):
+    for f in (
+        "recipe.yaml",
+        "metrics.json",
+        "report.md",
+        "rankings.jsonl",
+        "stages/rewrite.jsonl",
+        "stages/rewrite.done",
+        "stages/rank.candidates.npz",
+    ):
         assert (d / f).is_file(), f
     traces = [json.loads(x) for x in (d / "stages" / "rewrite.jsonl").read_text().splitlines()]
     assert len(traces) == 40 and traces[0]["record"]["rewritten"].endswith("edited")
@@ -96,8 +112,10 @@ def test_same_recipe_with_changed_inputs_recomputes_its_stages(plugin_path, tmp_
     from agentcir.framework.runner import check_run_inputs
 
     seen = []
-    monkeypatch.setattr("agentcir.framework.runner.check_run_inputs",
-                        lambda d, i, *a: (check_run_inputs(d, i, *a), seen.append(sorted(p.name for p in d.iterdir()))))
+    monkeypatch.setattr(
+        "agentcir.framework.runner.check_run_inputs",
+        lambda d, i, *a: (check_run_inputs(d, i, *a), seen.append(sorted(p.name for p in d.iterdir()))),
+    )
     with caplog.at_level("WARNING", logger="agentcir"):
         res2 = run_recipe(r)
     # no stale stages, metrics or report left behind (the .b2 files: the checksums of the two)
@@ -151,18 +169,34 @@ def test_resume_after_sigkill_repeats_no_completed_call(plugin_env, tmp_path):
     repeated, and rankings and metrics equal those of an uninterrupted run."""
 
     def cmd(root, counter, cache):
-        return [sys.executable, "-m", "agentcir.cli", "run", "method=llm_then_rank", "encoder=toy", "llm=counting",
-                f"llm.counter={counter}", "llm.delay=0.05", f"run.root={root}", f"run.cache={cache}", "run.concurrency=2",
-                "run.progress=false"]
+        return [
+            sys.executable,
+            "-m",
+            "agentcir.cli",
+            "run",
+            "method=llm_then_rank",
+            "encoder=toy",
+            "llm=counting",
+            f"llm.counter={counter}",
+            "llm.delay=0.05",
+            f"run.root={root}",
+            f"run.cache={cache}",
+            "run.concurrency=2",
+            "run.progress=false",
+        ]
 
     # uninterrupted reference run
-    a = subprocess.run(cmd(tmp_path / "a", tmp_path / "a.txt", tmp_path / "a.sqlite"), env=plugin_env, capture_output=True, text=True)
+    a = subprocess.run(
+        cmd(tmp_path / "a", tmp_path / "a.txt", tmp_path / "a.sqlite"), env=plugin_env, capture_output=True, text=True
+    )
     assert a.returncode == 0, a.stderr
     unique = len((tmp_path / "a.txt").read_text().splitlines())  # one call per distinct query text
     assert 30 < unique <= 40
 
     counter, cache = tmp_path / "b.txt", tmp_path / "b.sqlite"
-    proc = subprocess.Popen(cmd(tmp_path / "b", counter, cache), env=plugin_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(
+        cmd(tmp_path / "b", counter, cache), env=plugin_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
     deadline = time.time() + 120
     while time.time() < deadline:
         if counter.exists() and len(counter.read_text().splitlines()) >= 12:

@@ -21,9 +21,18 @@ class _Evil:
 
 def test_plain_data_arrays_and_tensors_round_trip(tmp_path):
     torch = pytest.importorskip("torch")
-    data = {"names": ["a", "b"], "n": 3, "x": 1.5, "ok": True, "none": None, "nested": {"t": (1, 2)},
-            "arr": np.arange(6, dtype=np.float16).reshape(2, 3), "scalar": np.float32(2.5),
-            "tensor": torch.arange(6, dtype=torch.float16).reshape(2, 3), "ids": [torch.tensor(0), torch.tensor(1)]}
+    data = {
+        "names": ["a", "b"],
+        "n": 3,
+        "x": 1.5,
+        "ok": True,
+        "none": None,
+        "nested": {"t": (1, 2)},
+        "arr": np.arange(6, dtype=np.float16).reshape(2, 3),
+        "scalar": np.float32(2.5),
+        "tensor": torch.arange(6, dtype=torch.float16).reshape(2, 3),
+        "ids": [torch.tensor(0), torch.tensor(1)],
+    }
     path = tmp_path / "ok.pkl"
     path.write_bytes(pickle.dumps(data))  # plain pickle.dump, as the OCTOPUS release wrote its files
     out = safe_load(path)
@@ -44,11 +53,26 @@ def test_a_malicious_pickle_is_refused_and_runs_nothing(tmp_path):
     assert marker.exists()
 
 
-@pytest.mark.parametrize("module,name", [("builtins", "eval"), ("subprocess", "Popen"), ("torch", "load"),
-                                         ("numpy", "load"), ("torch._utils", "_rebuild_parameter_with_state")])
+@pytest.mark.parametrize(
+    "module,name",
+    [
+        ("builtins", "eval"),
+        ("subprocess", "Popen"),
+        ("torch", "load"),
+        ("numpy", "load"),
+        ("torch._utils", "_rebuild_parameter_with_state"),
+    ],
+)
 def test_other_globals_are_refused(module, name):
-    blob = b"\x80\x04\x95\x00\x00\x00\x00\x00\x00\x00\x00\x8c" + bytes([len(module)]) + module.encode() + \
-        b"\x8c" + bytes([len(name)]) + name.encode() + b"\x93."
+    blob = (
+        b"\x80\x04\x95\x00\x00\x00\x00\x00\x00\x00\x00\x8c"
+        + bytes([len(module)])
+        + module.encode()
+        + b"\x8c"
+        + bytes([len(name)])
+        + name.encode()
+        + b"\x93."
+    )
     with pytest.raises(UnsafePickleError, match=f"refused to load '{module}.{name}'"):
         safe_loads(blob)
 
@@ -79,9 +103,16 @@ def test_bad_files_name_the_file(tmp_path):
 
 @pytest.mark.parametrize("protocol", range(pickle.HIGHEST_PROTOCOL + 1))
 def test_numpy_pickles_of_every_protocol(protocol):
-    data = {"emb": np.arange(12, dtype=np.float32).reshape(3, 4), "ids": np.array([3, 1, 2], np.int64),
-            "fortran": np.asfortranarray(np.ones((2, 3), np.float64)), "mask": np.array([True, False]),
-            "u16": np.array([7], np.uint16), "scalar": np.float32(1.5), "count": np.int64(4), "raw": b"\x00\xff\x80"}
+    data = {
+        "emb": np.arange(12, dtype=np.float32).reshape(3, 4),
+        "ids": np.array([3, 1, 2], np.int64),
+        "fortran": np.asfortranarray(np.ones((2, 3), np.float64)),
+        "mask": np.array([True, False]),
+        "u16": np.array([7], np.uint16),
+        "scalar": np.float32(1.5),
+        "count": np.int64(4),
+        "raw": b"\x00\xff\x80",
+    }
     out = safe_loads(pickle.dumps(data, protocol=protocol))
     for k, v in data.items():
         if isinstance(v, np.ndarray):
@@ -97,7 +128,10 @@ def test_the_protocol_helpers_run_nothing_else():
 
     # protocols 0-2 spell bytes as _codecs.encode(text, "latin1"); any other codec is refused
     blob = pickle.dumps(b"abc", protocol=2).replace(b"latin1", b"rot_13")
-    assert any(op.name == "GLOBAL" and arg == "_codecs encode" for op, arg, _ in pickletools.genops(pickle.dumps(b"x", protocol=2)))
+    assert any(
+        op.name == "GLOBAL" and arg == "_codecs encode"
+        for op, arg, _ in pickletools.genops(pickle.dumps(b"x", protocol=2))
+    )
     with pytest.raises(UnsafePickleError, match="refused '_codecs.encode' with encoding 'rot_13'"):
         safe_loads(blob)
     # protocol 5's _frombuffer: an object dtype (pointers read from the file) is refused
@@ -123,8 +157,11 @@ def test_a_dtype_whose_state_hides_its_objects_is_refused(protocol):
 
 
 def test_object_arrays_and_structured_arrays_still_round_trip():
-    data = {"names": np.array(["a", None, 3], dtype=object), "nested": np.array([np.zeros(2)], dtype=object),
-            "rec": np.array([(1, 2.5)], dtype=[("id", "<i4"), ("w", "<f8")])}
+    data = {
+        "names": np.array(["a", None, 3], dtype=object),
+        "nested": np.array([np.zeros(2)], dtype=object),
+        "rec": np.array([(1, 2.5)], dtype=[("id", "<i4"), ("w", "<f8")]),
+    }
     for protocol in (2, 5):
         out = safe_loads(pickle.dumps(data, protocol=protocol))
         assert type(out["names"]) is np.ndarray and out["names"].tolist() == ["a", None, 3]

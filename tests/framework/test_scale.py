@@ -44,7 +44,7 @@ class TableEncoder:
 def table(n: int, seed: int = 0, ties: bool = True) -> np.ndarray:
     x = np.random.default_rng(seed).standard_normal((n, D)).astype(np.float32)
     if ties:
-        x[7] = x[3]          # exact duplicates in different shards: ties broken by the lower id
+        x[7] = x[3]  # exact duplicates in different shards: ties broken by the lower id
         x[n - 2] = x[3]
     return x / np.linalg.norm(x, axis=1, keepdims=True)
 
@@ -93,8 +93,12 @@ def test_sharded_format_matches_the_single_gallery(pair, tmp_path):
         Gallery.open(tmp_path / "sharded")
     assert type(open_gallery(tmp_path / "single")) is Gallery
     assert isinstance(again, ShardedGallery) and again.ids == single.ids
-    assert build_sharded(tmp_path / "sharded", items(50, bad=(5, 31)), enc, {"shards": 3}, dtype="float16",
-                         progress=False).ids == single.ids
+    assert (
+        build_sharded(
+            tmp_path / "sharded", items(50, bad=(5, 31)), enc, {"shards": 3}, dtype="float16", progress=False
+        ).ids
+        == single.ids
+    )
     with pytest.raises(InputError, match="already holds a different gallery"):
         build_sharded(tmp_path / "sharded", items(50, bad=(5, 31)), enc, {"shards": 2}, dtype="float16", progress=False)
     with pytest.raises(InputError, match="duplicate item id 'i1'"):
@@ -109,8 +113,9 @@ def test_set_meta_writes_the_shard_that_holds_the_item(pair, tmp_path):
 
 
 def test_merge_topk_rule():
-    s, i = merge_topk([np.array([[0.9, 0.5]]), np.array([[0.9, -np.inf]])],
-                      [np.array([[4, 1]]), np.array([[2, -1]])], 4)
+    s, i = merge_topk(
+        [np.array([[0.9, 0.5]]), np.array([[0.9, -np.inf]])], [np.array([[4, 1]]), np.array([[2, -1]])], 4
+    )
     assert i.tolist() == [[2, 4, 1, -1]] and s[0, 3] == -np.inf
 
 
@@ -134,8 +139,8 @@ def _same(a, b, atol=2e-6, tie_tol=0.0):
                 diff = np.flatnonzero(row_x != row_y)
                 if diff.size:
                     lo, hi = diff.min(), diff.max() + 1
-                    assert np.ptp(row_s[lo:hi]) <= tie_tol, (row_x, row_y, row_s)   # one run of near-ties
-                    if hi < len(row_x):                                             # not cut by k
+                    assert np.ptp(row_s[lo:hi]) <= tie_tol, (row_x, row_y, row_s)  # one run of near-ties
+                    if hi < len(row_x):  # not cut by k
                         assert set(row_x[lo:hi]) == set(row_y[lo:hi]), (row_x, row_y)
 
 
@@ -143,33 +148,61 @@ def _same(a, b, atol=2e-6, tie_tol=0.0):
 def test_every_scoring_call_on_shards_equals_the_single_process(pair, backend):
     single, sharded, _ = pair
     G, S = single.image_emb, sharded.image_emb
-    tie = 0.0 if backend == "reference" else ROUNDING   # the reference ranks exactly as one process does
+    tie = 0.0 if backend == "reference" else ROUNDING  # the reference ranks exactly as one process does
     rng = np.random.default_rng(1)
     Q, K = 5, 3
     q = table(Q, seed=2, ties=False)
-    q[0] = np.asarray(G[3], np.float32)          # a query tied with the duplicated rows
+    q[0] = np.asarray(G[3], np.float32)  # a query tied with the duplicated rows
     p = rng.standard_normal((Q, K, D)).astype(np.float32)
     p /= np.linalg.norm(p, axis=-1, keepdims=True)
     ex = np.array([[3, -1], [20, 40], [-1, -1], [0, 47], [16, 15]])
     for k in (1, 7, 60):
         for es in (None, -10.0):
-            _same(kernels.cosine_topk(q, G, k, exclude=ex, exclude_score=es, backend=backend),
-                  kernels.cosine_topk(q, S, k, exclude=ex, exclude_score=es, backend=backend), tie_tol=tie)
+            _same(
+                kernels.cosine_topk(q, G, k, exclude=ex, exclude_score=es, backend=backend),
+                kernels.cosine_topk(q, S, k, exclude=ex, exclude_score=es, backend=backend),
+                tie_tol=tie,
+            )
         for agg in ("mean", "max", "logsumexp", "octopus"):
             ref = q if agg == "octopus" else None
-            _same(kernels.proxy_scores_topk(p, G, k, agg=agg, reference=ref, exclude=ex[:, 0], backend=backend),
-                  kernels.proxy_scores_topk(p, S, k, agg=agg, reference=ref, exclude=ex[:, 0], backend=backend),
-                  tie_tol=tie)
+            _same(
+                kernels.proxy_scores_topk(p, G, k, agg=agg, reference=ref, exclude=ex[:, 0], backend=backend),
+                kernels.proxy_scores_topk(p, S, k, agg=agg, reference=ref, exclude=ex[:, 0], backend=backend),
+                tie_tol=tie,
+            )
     _same([kernels.octopus_weights(q, p, G, backend=backend)], [kernels.octopus_weights(q, p, S, backend=backend)])
-    _same([kernels.ldre_weights(q, p, G, topk=4, backend=backend)], [kernels.ldre_weights(q, p, S, topk=4, backend=backend)])
+    _same(
+        [kernels.ldre_weights(q, p, G, topk=4, backend=backend)],
+        [kernels.ldre_weights(q, p, S, topk=4, backend=backend)],
+    )
     t = table(Q, seed=3, ties=False)
     v = table(Q, seed=4, ties=False)
     for visual in (None, v):
         for es in (None, -10.0):
-            a = kernels.octopus_topk(q, p, t, G, 9, visual=visual, captions=None if visual is None else G,
-                                     exclude=ex, exclude_score=es, backend=backend)
-            b = kernels.octopus_topk(q, p, t, S, 9, visual=visual, captions=None if visual is None else S,
-                                     exclude=ex, exclude_score=es, backend=backend)
+            a = kernels.octopus_topk(
+                q,
+                p,
+                t,
+                G,
+                9,
+                visual=visual,
+                captions=None if visual is None else G,
+                exclude=ex,
+                exclude_score=es,
+                backend=backend,
+            )
+            b = kernels.octopus_topk(
+                q,
+                p,
+                t,
+                S,
+                9,
+                visual=visual,
+                captions=None if visual is None else S,
+                exclude=ex,
+                exclude_score=es,
+                backend=backend,
+            )
             _same(a, b, atol=1e-5, tie_tol=tie)
 
 
@@ -207,11 +240,11 @@ def test_encoder_actors_fill_the_cluster_unless_set():
     from agentcir.framework.scale.embed import encoder_actors
 
     cluster = {"CPU": 16.0, "GPU": 2.0}
-    assert encoder_actors(scale_settings({}), cluster, 1000) == 16             # default: one per CPU
+    assert encoder_actors(scale_settings({}), cluster, 1000) == 16  # default: one per CPU
     assert encoder_actors(scale_settings({"num_cpus": 4}), cluster, 1000) == 4
-    assert encoder_actors(scale_settings({"num_gpus": 0.5}), cluster, 1000) == 4   # GPUs decide
-    assert encoder_actors(scale_settings({}), cluster, 3) == 3                 # never more than batches
-    assert encoder_actors(scale_settings({"concurrency": 5}), {"CPU": 2.0}, 1000) == 5   # as the recipe says
+    assert encoder_actors(scale_settings({"num_gpus": 0.5}), cluster, 1000) == 4  # GPUs decide
+    assert encoder_actors(scale_settings({}), cluster, 3) == 3  # never more than batches
+    assert encoder_actors(scale_settings({"concurrency": 5}), {"CPU": 2.0}, 1000) == 5  # as the recipe says
     with pytest.raises(InputError, match=r"0 GPU\(s\), less than one encoder actor's scale.num_gpus=1"):
         encoder_actors(scale_settings({"num_gpus": 1}), {"CPU": 8.0}, 10)
 
@@ -221,32 +254,34 @@ def test_encoder_actors_get_their_cpu_share_of_threads():
     from agentcir.framework.scale.embed import actor_encoder_node
 
     node = {"name": "onnx", "path": "x", "num_threads": 0}
-    assert actor_encoder_node(node, scale_settings({}))["num_threads"] == 1        # a 1-CPU actor: 1 thread
+    assert actor_encoder_node(node, scale_settings({}))["num_threads"] == 1  # a 1-CPU actor: 1 thread
     assert actor_encoder_node(node, scale_settings({"num_cpus": 4}))["num_threads"] == 4
     assert actor_encoder_node(node, scale_settings({"num_cpus": 0.5}))["num_threads"] == 1
-    assert actor_encoder_node({**node, "num_threads": 3}, scale_settings({}))["num_threads"] == 3   # as the recipe says
+    assert actor_encoder_node({**node, "num_threads": 3}, scale_settings({}))["num_threads"] == 3  # as the recipe says
     assert "num_threads" not in actor_encoder_node({"name": "features", "path": "x"}, scale_settings({}))
-    assert node["num_threads"] == 0                                                # the recipe's node is not changed
+    assert node["num_threads"] == 0  # the recipe's node is not changed
 
 
 def test_shard_actors_are_pinned_to_nodes_in_turn_with_their_share_of_cores():
     from agentcir.framework.scale.ray_search import shard_placement
     from agentcir.framework.shards import ShardError
 
-    class Cluster:                          # what ray.nodes() says of a cluster
+    class Cluster:  # what ray.nodes() says of a cluster
         def __init__(self, nodes):
             self._nodes = nodes
 
         def nodes(self):
             return self._nodes
 
-    nodes = [{"NodeID": "b", "Alive": True, "Resources": {"CPU": 8.0}},
-             {"NodeID": "a", "Alive": True, "Resources": {"CPU": 4.0}},
-             {"NodeID": "head", "Alive": True, "Resources": {"memory": 1.0}},     # no CPUs: holds no shard
-             {"NodeID": "c", "Alive": False, "Resources": {"CPU": 64.0}}]          # gone
+    nodes = [
+        {"NodeID": "b", "Alive": True, "Resources": {"CPU": 8.0}},
+        {"NodeID": "a", "Alive": True, "Resources": {"CPU": 4.0}},
+        {"NodeID": "head", "Alive": True, "Resources": {"memory": 1.0}},  # no CPUs: holds no shard
+        {"NodeID": "c", "Alive": False, "Resources": {"CPU": 64.0}},
+    ]  # gone
     assert shard_placement(Cluster(nodes), 5) == [("a", 1), ("b", 4), ("a", 1), ("b", 4), ("a", 1)]
-    assert shard_placement(Cluster(nodes), 2, threads=3) == [("a", 3), ("b", 3)]   # as the recipe says
-    assert shard_placement(Cluster(nodes[:1]), 16) == [("b", 1)] * 16             # never under 1 thread
+    assert shard_placement(Cluster(nodes), 2, threads=3) == [("a", 3), ("b", 3)]  # as the recipe says
+    assert shard_placement(Cluster(nodes[:1]), 16) == [("b", 1)] * 16  # never under 1 thread
     with pytest.raises(ShardError, match="no alive node with CPUs"):
         shard_placement(Cluster(nodes[2:]), 2)
 
@@ -254,10 +289,10 @@ def test_shard_actors_are_pinned_to_nodes_in_turn_with_their_share_of_cores():
 def test_job_blocks_keep_every_actor_fed_and_the_tail_short():
     from agentcir.framework.scale.embed import BATCHES_PER_BLOCK, job_blocks
 
-    assert job_blocks(105, 2) == 8             # the fashion photos on 2 actors: 4 blocks each
-    assert job_blocks(3, 2) == 3               # never an empty block
+    assert job_blocks(105, 2) == 8  # the fashion photos on 2 actors: 4 blocks each
+    assert job_blocks(3, 2) == 3  # never an empty block
     assert job_blocks(1, 16) == 1
-    big = 10_000_000 // 64                     # 10M photos on 8 actors: blocks of 16 batches, not 32 of 4,883
+    big = 10_000_000 // 64  # 10M photos on 8 actors: blocks of 16 batches, not 32 of 4,883
     assert job_blocks(big, 8) == -(-big // BATCHES_PER_BLOCK)
     for batches, actors in [(105, 2), (210, 2), (big, 8), (500, 64)]:
         n = job_blocks(batches, actors)
@@ -287,10 +322,16 @@ def clustered(n: int, d: int, centers: int, seed: int = 0, noise: float = 0.35) 
     return (x / np.linalg.norm(x, axis=1, keepdims=True)).astype(np.float32)
 
 
-@pytest.mark.parametrize("kind,extra", [("ivf_flat", {"nprobe": 8}), ("ivf_sq", {"nprobe": 8}),
-                                        ("ivf_sq", {"nprobe": 8, "sq": "8bit"}),
-                                        ("ivf_pq", {"nprobe": 8, "pq_m": 8, "refine": 10}),
-                                        ("hnsw", {"ef_search": 64, "hnsw_m": 16})])
+@pytest.mark.parametrize(
+    "kind,extra",
+    [
+        ("ivf_flat", {"nprobe": 8}),
+        ("ivf_sq", {"nprobe": 8}),
+        ("ivf_sq", {"nprobe": 8, "sq": "8bit"}),
+        ("ivf_pq", {"nprobe": 8, "pq_m": 8, "refine": 10}),
+        ("hnsw", {"ef_search": 64, "hnsw_m": 16}),
+    ],
+)
 def test_approximate_index_per_shard(tmp_path, kind, extra):
     pytest.importorskip("faiss")
     from agentcir.framework.scale.ann import build_indexes
@@ -309,10 +350,11 @@ def test_approximate_index_per_shard(tmp_path, kind, extra):
     infos = build_indexes(g, scale_settings(scale), progress=False)
     assert [i["n"] for i in infos] == [1500, 1500]
     assert all(i.get("reused") for i in build_indexes(g, scale_settings(scale), progress=False))
-    approx = kernels.cosine_topk(q, open_gallery(tmp_path / "g", scale=scale).image_emb, 10,
-                                 exclude=np.arange(20), exclude_score=None)
+    approx = kernels.cosine_topk(
+        q, open_gallery(tmp_path / "g", scale=scale).image_emb, 10, exclude=np.arange(20), exclude_score=None
+    )
     for r in range(20):
-        assert r not in set(approx.ids[r].tolist())      # the excluded item is removed, as in exact search
+        assert r not in set(approx.ids[r].tolist())  # the excluded item is removed, as in exact search
     recall = np.mean([len(set(a) & set(e)) / 10 for a, e in zip(approx.ids.tolist(), exact.ids.tolist())])
     assert recall >= 0.9, recall
 
@@ -331,10 +373,10 @@ def test_ivf_sq_is_memory_mapped_and_fp16_keeps_a_half_gallery_exactly(tmp_path,
     x = clustered(60000, 128, 50, seed=3).astype(np.float16)
     f = tmp_path / "sq.faiss"
     info = build_index(x, "ivf_sq", {"nlist": 64, "sq": sq}, f)
-    size_mb = f.stat().st_size / 2 ** 20
+    size_mb = f.stat().st_size / 2**20
     assert info["n"] == 60000 and size_mb > (14 if sq == "fp16" else 7)
     before = _rss_mb()
-    index = load_index(f, nprobe=64, ef_search=0)       # every list: exhaustive over the codes
+    index = load_index(f, nprobe=64, ef_search=0)  # every list: exhaustive over the codes
     assert _rss_mb() - before < size_mb / 2, "the index was read into memory, not mapped"
     q = x[:16].astype(np.float32)
     s, i = search_index(index, q, 10, None, None)
@@ -357,12 +399,22 @@ def test_build_index_command_writes_the_kind_and_settings_searched(tmp_path, cap
     assert main(["build-index", str(tmp_path / "g"), "--kind", "ivf_sq", "--sq", "8bit", "--nlist", "16", "-q"]) == 0
     assert "built ivf_sq indexes of 2 shard(s)" in capsys.readouterr().out
     q = x[:5]
-    got = kernels.cosine_topk(q, open_gallery(tmp_path / "g", scale={"shards": 2, "search": "ivf_sq", "sq": "8bit",
-                                                                      "nlist": 16, "nprobe": 16}).image_emb, 10)
+    got = kernels.cosine_topk(
+        q,
+        open_gallery(
+            tmp_path / "g", scale={"shards": 2, "search": "ivf_sq", "sq": "8bit", "nlist": 16, "nprobe": 16}
+        ).image_emb,
+        10,
+    )
     assert got.ids[:, 0].tolist() == [0, 1, 2, 3, 4]
-    with pytest.raises(InputError, match="no ivf_sq index for shard 'shard-00000'.*"
-                                         "agentcir build-index .* --kind ivf_sq --nlist 16 --sq fp16$"):
-        kernels.cosine_topk(q, open_gallery(tmp_path / "g", scale={"shards": 2, "search": "ivf_sq", "sq": "fp16",
-                                                                   "nlist": 16}).image_emb, 10)
+    with pytest.raises(
+        InputError,
+        match="no ivf_sq index for shard 'shard-00000'.*agentcir build-index .* --kind ivf_sq --nlist 16 --sq fp16$",
+    ):
+        kernels.cosine_topk(
+            q,
+            open_gallery(tmp_path / "g", scale={"shards": 2, "search": "ivf_sq", "sq": "fp16", "nlist": 16}).image_emb,
+            10,
+        )
     assert main(["build-index", str(tmp_path / "g"), "--kind", "ivf_sq", "+scale=local", "scale.sq=4bit"]) == 2
     assert "field 'sq': must be one of fp16, 8bit, got '4bit'" in capsys.readouterr().err

@@ -21,8 +21,17 @@ METHODS = [
 
 
 def recipe(tmp_path, *extra):
-    return compose(["encoder=toy", "dataset=demo", "dataset.limit=6", f"run.root={tmp_path / 'runs'}",
-                    f"run.cache={tmp_path / 'cache.sqlite'}", "run.progress=false", *extra])
+    return compose(
+        [
+            "encoder=toy",
+            "dataset=demo",
+            "dataset.limit=6",
+            f"run.root={tmp_path / 'runs'}",
+            f"run.cache={tmp_path / 'cache.sqlite'}",
+            "run.progress=false",
+            *extra,
+        ]
+    )
 
 
 def _ranking(res):

@@ -39,8 +39,14 @@ def local_ray(plugin_path):
     """One local Ray for the module; its workers import this checkout and the test plugin."""
     old = os.environ.get("PYTHONPATH")
     os.environ["PYTHONPATH"] = os.pathsep.join([str(ROOT), str(plugin_path)] + ([old] if old else []))
-    ray.init(address="local", num_cpus=2, object_store_memory=200 * 2 ** 20, include_dashboard=False, log_to_driver=False,
-             _node_ip_address="127.0.0.1")   # loopback only
+    ray.init(
+        address="local",
+        num_cpus=2,
+        object_store_memory=200 * 2**20,
+        include_dashboard=False,
+        log_to_driver=False,
+        _node_ip_address="127.0.0.1",
+    )  # loopback only
     try:
         yield ray
     finally:
@@ -79,8 +85,17 @@ def demo_items(n: int | None = None):
 
 
 def toy_recipe(tmp_path, *extra):
-    return compose(["encoder=toy", "dataset=demo", "dataset.limit=6", f"run.root={tmp_path / 'runs'}",
-                    f"run.cache={tmp_path / 'cache.sqlite'}", "run.progress=false", *extra])
+    return compose(
+        [
+            "encoder=toy",
+            "dataset=demo",
+            "dataset.limit=6",
+            f"run.root={tmp_path / 'runs'}",
+            f"run.cache={tmp_path / 'cache.sqlite'}",
+            "run.progress=false",
+            *extra,
+        ]
+    )
 
 
 def test_ray_embedding_equals_local_and_actor_search_equals_single(local_ray, tmp_path, image_folder, caplog):
@@ -88,19 +103,20 @@ def test_ray_embedding_equals_local_and_actor_search_equals_single(local_ray, tm
 
     recipe = toy_recipe(tmp_path)
     enc = ComponentPool(recipe).get("encoder")
-    its = demo_items(150) + items_from_folder(image_folder)[0]     # + a broken JPEG, in the last shard
+    its = demo_items(150) + items_from_folder(image_folder)[0]  # + a broken JPEG, in the last shard
     local = build_sharded(tmp_path / "local", its, enc, {"shards": 3}, progress=False)
     with caplog.at_level("INFO", logger="agentcir"):
-        viaray = build_sharded(tmp_path / "ray", its, enc, {"engine": "ray", "shards": 3},
-                               recipe=recipe, progress=False)
-    assert "on 2 encoder actor(s)" in caplog.text        # the default fills the cluster's 2 CPUs
+        viaray = build_sharded(
+            tmp_path / "ray", its, enc, {"engine": "ray", "shards": 3}, recipe=recipe, progress=False
+        )
+    assert "on 2 encoder actor(s)" in caplog.text  # the default fills the cluster's 2 CPUs
     assert viaray.ids == local.ids and viaray.skipped == local.skipped
     assert [(x["shard"], Path(x["path"]).name) for x in viaray.skipped] == [("shard-00002", "broken.jpg")]
     for s in range(3):
         a = np.load(local.shard_dir(s) / "image_emb.npy")
         b = np.load(viaray.shard_dir(s) / "image_emb.npy")
-        np.testing.assert_array_equal(a, b)       # bit-identical
-    single = open_gallery(tmp_path / "local")     # engine local
+        np.testing.assert_array_equal(a, b)  # bit-identical
+    single = open_gallery(tmp_path / "local")  # engine local
     q = np.asarray(single.image_emb[[0, 50, 120]], np.float32)
     p = np.stack([q, q[::-1], np.roll(q, 1, axis=0)], axis=1)
     try:
@@ -109,10 +125,12 @@ def test_ray_embedding_equals_local_and_actor_search_equals_single(local_ray, tm
             b = kernels.cosine_topk(q, viaray.image_emb, k, exclude=np.array([0, 50, 120]))
             np.testing.assert_array_equal(a.ids, b.ids)
             np.testing.assert_array_equal(a.scores, b.scores)
-        a = kernels.octopus_topk(q, p, q[::-1], single.image_emb, 10, visual=q, captions=single.image_emb,
-                                 exclude=np.array([0, 50, 120]))
-        b = kernels.octopus_topk(q, p, q[::-1], viaray.image_emb, 10, visual=q, captions=viaray.image_emb,
-                                 exclude=np.array([0, 50, 120]))
+        a = kernels.octopus_topk(
+            q, p, q[::-1], single.image_emb, 10, visual=q, captions=single.image_emb, exclude=np.array([0, 50, 120])
+        )
+        b = kernels.octopus_topk(
+            q, p, q[::-1], viaray.image_emb, 10, visual=q, captions=viaray.image_emb, exclude=np.array([0, 50, 120])
+        )
         np.testing.assert_array_equal(a.ids, b.ids)
         np.testing.assert_allclose(a.entropy, b.entropy, rtol=1e-5)
     finally:
@@ -136,14 +154,15 @@ def test_onnx_encoder_actors_use_their_cpu_share_and_embed_as_local(local_ray, t
     enc = ComponentPool(recipe).get("encoder")
     scale = scale_settings({"engine": "ray", "shards": 2})
     actor = EncodeBatch(encoder_node=actor_encoder_node(recipe["encoder"], scale), identity=enc.identity)
-    assert actor.encoder.session("image").get_session_options().intra_op_num_threads == 1   # what each actor runs
+    assert actor.encoder.session("image").get_session_options().intra_op_num_threads == 1  # what each actor runs
     its = demo_items(96)
     local = build_sharded(tmp_path / "local", its, enc, {"shards": 2}, progress=False)
     viaray = build_sharded(tmp_path / "ray", its, enc, scale, recipe=recipe, progress=False)
     assert viaray.ids == local.ids
     for s in range(2):
-        np.testing.assert_array_equal(np.load(local.shard_dir(s) / "image_emb.npy"),
-                                      np.load(viaray.shard_dir(s) / "image_emb.npy"))
+        np.testing.assert_array_equal(
+            np.load(local.shard_dir(s) / "image_emb.npy"), np.load(viaray.shard_dir(s) / "image_emb.npy")
+        )
     viaray.close()
 
 
@@ -169,15 +188,15 @@ def test_dead_shard_actor_is_restarted_or_named(local_ray, tmp_path):
     g = open_gallery(tmp_path / "g", scale={"engine": "ray", "shards": 3, "restarts": 1})
     assert np.array_equal(kernels.cosine_topk(q, g.image_emb, 5).ids, want.ids)
     workers = g.search_engine.workers
-    ray.kill(workers.actors[1], no_restart=False)                  # dies; Ray restarts it
-    for _ in range(50):                                              # the next query is answered in full
+    ray.kill(workers.actors[1], no_restart=False)  # dies; Ray restarts it
+    for _ in range(50):  # the next query is answered in full
         try:
             got = kernels.cosine_topk(q, g.image_emb, 5)
             break
         except ShardError:
             time.sleep(0.1)
     np.testing.assert_array_equal(got.ids, want.ids)
-    ray.kill(workers.actors[2], no_restart=True)                    # dies for good
+    ray.kill(workers.actors[2], no_restart=True)  # dies for good
     with pytest.raises(ShardError, match="shard 'shard-00002'"):
         kernels.cosine_topk(q, g.image_emb, 5)
     g.close()
@@ -190,8 +209,9 @@ def test_shard_actors_sit_evenly_on_the_cluster_nodes(local_ray, tmp_path):
     was uneven: 5 and 3, with or without SPREAD; 6 of 6 on one node in a probe), each with its
     node's kernel threads, and answer exactly."""
     root = tmp_path / "g"
-    build_sharded(root, demo_items(80), ComponentPool(toy_recipe(tmp_path)).get("encoder"), {"shards": 8},
-                  progress=False)
+    build_sharded(
+        root, demo_items(80), ComponentPool(toy_recipe(tmp_path)).get("encoder"), {"shards": 8}, progress=False
+    )
     single = open_gallery(root).image_emb
     q = np.asarray(single[[3, 40]], np.float32)
     want = kernels.cosine_topk(q, single, 5).ids.tolist()
@@ -220,13 +240,13 @@ finally:
 """
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     env.pop("RAY_ADDRESS", None)
-    with address_file():                        # the Cluster writes it: put back after
+    with address_file():  # the Cluster writes it: put back after
         done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=240)
     assert done.returncode == 0, done.stderr[-3000:]
     got = json.loads(done.stdout.strip().splitlines()[-1])
     assert got["cluster"] == 2 and len(got["nodes"]) == 8
-    assert sorted(Counter(got["nodes"]).values()) == [4, 4]       # the nodes hold 4 shards each
-    assert got["threads"] == ["1"] * 8                            # a 1-CPU node's CPU over its 4 shards, at least 1
+    assert sorted(Counter(got["nodes"]).values()) == [4, 4]  # the nodes hold 4 shards each
+    assert got["threads"] == ["1"] * 8  # a 1-CPU node's CPU over its 4 shards, at least 1
     assert got["ids"] == want
 
 
@@ -235,9 +255,25 @@ def test_killed_embedding_job_reruns_only_unfinished_shards(local_ray, plugin_en
     keeps that shard's files and embeds the rest."""
     out = tmp_path / "g"
     folder = DEMO / "images" if (DEMO / "images").is_dir() else DEMO
-    cmd = [sys.executable, "-m", "agentcir.cli", "index", str(folder), "--out", str(out), "--engine", "ray",
-           "--shards", "4", "--no-metadata", "-q", "encoder=toy", "+scale=ray", "scale.num_cpus_total=1",
-           "scale.object_store_mb=100"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "agentcir.cli",
+        "index",
+        str(folder),
+        "--out",
+        str(out),
+        "--engine",
+        "ray",
+        "--shards",
+        "4",
+        "--no-metadata",
+        "-q",
+        "encoder=toy",
+        "+scale=ray",
+        "scale.num_cpus_total=1",
+        "scale.object_store_mb=100",
+    ]
     env = dict(plugin_env, PYTHONPATH=os.pathsep.join([str(ROOT), plugin_env.get("PYTHONPATH", "")]))
     env.pop("RAY_ADDRESS", None)
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
@@ -260,7 +296,7 @@ def test_killed_embedding_job_reruns_only_unfinished_shards(local_ray, plugin_en
     enc = ComponentPool(recipe).get("encoder")
     g = build_sharded(out, demo_items(), enc, recipe["scale"], recipe=recipe, progress=False)
     for name, mtime in done.items():
-        assert (out / name / "gallery.json").stat().st_mtime_ns == mtime      # finished shards kept as they were
+        assert (out / name / "gallery.json").stat().st_mtime_ns == mtime  # finished shards kept as they were
     local = build_sharded(tmp_path / "local", demo_items(), enc, {"shards": 4}, progress=False)
     assert g.ids == local.ids and len(g.shards) == 4
     np.testing.assert_array_equal(np.asarray(g.image_emb), np.asarray(local.image_emb))
@@ -273,9 +309,11 @@ def test_without_an_address_a_local_ray_starts_even_past_a_stale_cluster_file():
     joins that one, and fails)."""
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     env.pop("RAY_ADDRESS", None)
-    code = ("from agentcir.framework.scale import init_ray\n"
-            "r = init_ray({'num_cpus_total': 1})\nprint('CPUs', r.cluster_resources()['CPU'])\nr.shutdown()")
-    with address_file("127.0.0.1:9"):          # loopback's discard port: no cluster there
+    code = (
+        "from agentcir.framework.scale import init_ray\n"
+        "r = init_ray({'num_cpus_total': 1})\nprint('CPUs', r.cluster_resources()['CPU'])\nr.shutdown()"
+    )
+    with address_file("127.0.0.1:9"):  # loopback's discard port: no cluster there
         done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
     assert "CPUs 1.0" in done.stdout
@@ -293,18 +331,38 @@ def test_index_command_joins_a_running_cluster_by_address(local_ray, plugin_env,
     env = dict(plugin_env, PYTHONPATH=os.pathsep.join([str(ROOT), plugin_env.get("PYTHONPATH", "")]))
     env.pop("RAY_ADDRESS", None)
     toy = ["encoder=toy", f"encoder.domain={folder}", f"encoder.log={log}"]
-    done = subprocess.run([sys.executable, "-m", "agentcir.cli", "index", str(folder), "--out", str(out),
-                           "--engine", "ray", "--address", address, "--shards", "2", "--no-metadata", *toy],
-                          env=env, capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "agentcir.cli",
+            "index",
+            str(folder),
+            "--out",
+            str(out),
+            "--engine",
+            "ray",
+            "--address",
+            address,
+            "--shards",
+            "2",
+            "--no-metadata",
+            *toy,
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     assert f"Connecting to existing Ray cluster at address: {address}" in done.stderr
-    assert "on 2 encoder actor(s)" in done.stderr               # the joined cluster's 2 CPUs
+    assert "on 2 encoder actor(s)" in done.stderr  # the joined cluster's 2 CPUs
     assert "domain check: encoder 'toy'" in done.stdout
     who = Counter(line.split()[0] for line in log.read_text().splitlines())
-    assert "cli.py" not in who and sum(who.values()) > 0, who    # every batch on an actor, none in the command
+    assert "cli.py" not in who and sum(who.values()) > 0, who  # every batch on an actor, none in the command
     enc = ComponentPool(compose(toy)).get("encoder")
     refs = reference_images(enc)
-    with np.load(out / REFERENCE_FILE) as z:                     # as the command's process would embed them
+    with np.load(out / REFERENCE_FILE) as z:  # as the command's process would embed them
         np.testing.assert_array_equal(z["emb"], enc.encode_images([str(p) for p in refs], progress=False))
     recipe = toy_recipe(tmp_path)
     enc = ComponentPool(recipe).get("encoder")
@@ -333,8 +391,14 @@ def test_an_incremental_update_of_a_ray_sharded_gallery(local_ray, tmp_path):
     for p in pool[:24]:
         shutil.copy(p, folder / p.name)
     scale = scale_settings({"engine": "ray", "shards": 2})
-    g, change = index_into(tmp_path / "g", items_from_folder(folder)[0], enc, scale={**scale, "engine": "local"},
-                           recipe=recipe, progress=False)
+    g, change = index_into(
+        tmp_path / "g",
+        items_from_folder(folder)[0],
+        enc,
+        scale={**scale, "engine": "local"},
+        recipe=recipe,
+        progress=False,
+    )
     assert change is None and len(g) == 24
     for p in pool[24:27]:
         shutil.copy(p, folder / p.name)
@@ -347,11 +411,12 @@ def test_an_incremental_update_of_a_ray_sharded_gallery(local_ray, tmp_path):
         fresh = build_sharded(tmp_path / "fresh", items, enc, {"shards": 2}, progress=False)
         assert g.ids == fresh.ids
         for s in range(2):
-            np.testing.assert_array_equal(np.load(g.shard_dir(s) / "image_emb.npy"),
-                                          np.load(fresh.shard_dir(s) / "image_emb.npy"))
+            np.testing.assert_array_equal(
+                np.load(g.shard_dir(s) / "image_emb.npy"), np.load(fresh.shard_dir(s) / "image_emb.npy")
+            )
         q = np.asarray(fresh.image_emb[[0, 25]], np.float32)
         a = kernels.cosine_topk(q, fresh.image_emb, 5)
-        b = kernels.cosine_topk(q, g.image_emb, 5)     # through the Ray shard actors
+        b = kernels.cosine_topk(q, g.image_emb, 5)  # through the Ray shard actors
         np.testing.assert_array_equal(a.ids, b.ids)
     finally:
         g.close()

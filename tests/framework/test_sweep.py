@@ -30,25 +30,37 @@ SWEEP = ["method=ldre", "method.num_captions=2,3", "method.temperature=0.04,0.5"
 # -- expansion and errors ---------------------------------------------------------------------
 def test_expand_is_the_cartesian_product_in_hydra_order():
     jobs = expand(["method=ldre", "method.num_captions=2,3", "method.temperature=range(0.1,0.4,0.1)", "run.show=1"])
-    assert [j.swept for j in jobs[:4]] == [{"method.num_captions": "2", "method.temperature": t} for t in ("0.1", "0.2", "0.3")] + \
-        [{"method.num_captions": "3", "method.temperature": "0.1"}]
-    assert len(jobs) == 6 and jobs[0].overrides == ["method=ldre", "method.num_captions=2", "method.temperature=0.1", "run.show=1"]
+    assert [j.swept for j in jobs[:4]] == [
+        {"method.num_captions": "2", "method.temperature": t} for t in ("0.1", "0.2", "0.3")
+    ] + [{"method.num_captions": "3", "method.temperature": "0.1"}]
+    assert len(jobs) == 6 and jobs[0].overrides == [
+        "method=ldre",
+        "method.num_captions=2",
+        "method.temperature=0.1",
+        "run.show=1",
+    ]
     assert [j.swept["method.top_k"] for j in expand(["method.top_k=range(10,40,10)"])] == ["10", "20", "30"]
     jobs = expand(["+experiment=octopus_v2v,octopus_no_creator", "method=choice(octopus)"])
-    assert [j.overrides for j in jobs] == [["+experiment=octopus_v2v", "method=octopus"], ["+experiment=octopus_no_creator", "method=octopus"]]
+    assert [j.overrides for j in jobs] == [
+        ["+experiment=octopus_v2v", "method=octopus"],
+        ["+experiment=octopus_no_creator", "method=octopus"],
+    ]
     assert jobs[1].label == "experiment=octopus_no_creator method=octopus"
     assert [j.swept for j in expand(["method=xr"])] == [{}]  # nothing swept: one job
 
 
-@pytest.mark.parametrize("override,message", [
-    ("method.lam=range(1,", "override 'method.lam=range(1,': no viable alternative"),
-    ("method.lam=interval(0,1)", "override 'method.lam=interval(0,1)': interval(...) is for optimisers"),
-    ("method.top_k=range(5,1)", "override 'method.top_k=range(5,1)': the sweep has no values"),
-    ("method.top_k=range(1,5,0)", "override 'method.top_k=range(1,5,0)': range step must not be 0"),
-    ("method.lam=0.1,0.1", "override 'method.lam=0.1,0.1': a value is listed twice"),
-    ("method=glob(*)", "override 'method=glob(*)': glob(...) is not supported"),
-    ("=3", "override '=3': no key before '='"),
-])
+@pytest.mark.parametrize(
+    "override,message",
+    [
+        ("method.lam=range(1,", "override 'method.lam=range(1,': no viable alternative"),
+        ("method.lam=interval(0,1)", "override 'method.lam=interval(0,1)': interval(...) is for optimisers"),
+        ("method.top_k=range(5,1)", "override 'method.top_k=range(5,1)': the sweep has no values"),
+        ("method.top_k=range(1,5,0)", "override 'method.top_k=range(1,5,0)': range step must not be 0"),
+        ("method.lam=0.1,0.1", "override 'method.lam=0.1,0.1': a value is listed twice"),
+        ("method=glob(*)", "override 'method=glob(*)': glob(...) is not supported"),
+        ("=3", "override '=3': no key before '='"),
+    ],
+)
 def test_bad_sweep_syntax_names_the_override(override, message):
     with pytest.raises(InputError) as e:
         expand([override])
@@ -70,11 +82,16 @@ def test_unknown_field_fails_with_valid_fields_and_closest_match_never_the_plus_
     with pytest.raises(ConfigError) as e:
         compose(["method.lamx=0.3"])
     msg = str(e.value)
-    assert msg.startswith("method 'octopus': unknown field 'lamx'; valid fields: alpha, bonus,") and \
-        msg.endswith(", visual_without_proxy; did you mean 'lam'?")
-    with pytest.raises(ConfigError, match=r"^run: unknown field 'concurency'; valid fields: .*; did you mean 'concurrency'\?$"):
+    assert msg.startswith("method 'octopus': unknown field 'lamx'; valid fields: alpha, bonus,") and msg.endswith(
+        ", visual_without_proxy; did you mean 'lam'?"
+    )
+    with pytest.raises(
+        ConfigError, match=r"^run: unknown field 'concurency'; valid fields: .*; did you mean 'concurrency'\?$"
+    ):
         compose(["run.concurency=3"])  # no `+` needed for the project to check it
-    with pytest.raises(ConfigError, match=r"^recipe: unknown top-level key\(s\) methd; valid: .*; did you mean 'method'\?$"):
+    with pytest.raises(
+        ConfigError, match=r"^recipe: unknown top-level key\(s\) methd; valid: .*; did you mean 'method'\?$"
+    ):
         compose(["methd=xr"])
     with pytest.raises(ConfigError, match="generator 'none': selects no generator and takes no fields, got 'size'"):
         compose(["generator=none", "generator.size=3"])
@@ -95,7 +112,12 @@ def test_cfg_prints_every_job_of_a_sweep(capsys, tmp_path):
     assert f"run directory {tmp_path}/sweeps/method.num_captions-" in out and not (tmp_path / "sweeps").exists()
     assert main(["run", "--cfg", "job", "method=ldre"]) == 0
     assert capsys.readouterr().out.startswith("encoder:\n  name: catalog")
-    assert main(["run", "-m", "--cfg", "sweep", "method=ldre,cirevl", "method.top_k=range(50,150,50)", "--sweep-name", "s"]) == 0
+    assert (
+        main(
+            ["run", "-m", "--cfg", "sweep", "method=ldre,cirevl", "method.top_k=range(50,150,50)", "--sweep-name", "s"]
+        )
+        == 0
+    )
     out = capsys.readouterr().out.splitlines()
     assert out[0] == "# job 0: method=ldre method.top_k=50  (run directory runs/sweeps/s/000)"
     assert out[-1] == "#   overrides: method=cirevl method.top_k=100" and len(out) == 8
@@ -120,12 +142,23 @@ def test_override_labels_name_what_differs():
     def info(name, recipe):
         return RunInfo(Path("/r") / name, {}, recipe)
 
-    base = {"method": {"name": "octopus", "lam": 0.2, "top_k": 100}, "dataset": {"name": "demo"},
-            "run": {"name": None, "concurrency": 8, "gallery_dtype": "float32"}}
-    runs = [info("a", base), info("b", {**base, "method": {**base["method"], "lam": 0.4}, "run": {**base["run"], "concurrency": 2}}),
-            info("c", {**base, "method": {"name": "xr", "top_k": 100, "tau": 0.1}}), info("d", base)]
-    assert override_labels(runs) == ["method=octopus method.lam=0.2 (a)", "method=octopus method.lam=0.4",
-                                     "method=xr", "method=octopus method.lam=0.2 (d)"]
+    base = {
+        "method": {"name": "octopus", "lam": 0.2, "top_k": 100},
+        "dataset": {"name": "demo"},
+        "run": {"name": None, "concurrency": 8, "gallery_dtype": "float32"},
+    }
+    runs = [
+        info("a", base),
+        info("b", {**base, "method": {**base["method"], "lam": 0.4}, "run": {**base["run"], "concurrency": 2}}),
+        info("c", {**base, "method": {"name": "xr", "top_k": 100, "tau": 0.1}}),
+        info("d", base),
+    ]
+    assert override_labels(runs) == [
+        "method=octopus method.lam=0.2 (a)",
+        "method=octopus method.lam=0.4",
+        "method=xr",
+        "method=octopus method.lam=0.2 (d)",
+    ]
     assert override_labels(runs[:1]) == ["a"] and override_labels([info("x", {}), info("y", {})]) == ["x", "y"]
 
 
@@ -162,8 +195,15 @@ def demo_root(tmp_path_factory):
 
 
 def llm_overrides(srv, cache):
-    return ["llm=openai", f"llm.base_url={srv.base_url}", "llm.model=scripted", "llm.retries=0", "llm.timeout=30",
-            f"run.cache={cache}", "run.progress=false"]
+    return [
+        "llm=openai",
+        f"llm.base_url={srv.base_url}",
+        "llm.model=scripted",
+        "llm.retries=0",
+        "llm.timeout=30",
+        f"run.cache={cache}",
+        "run.progress=false",
+    ]
 
 
 def test_2x2_sweep_calls_each_distinct_model_call_once(demo_root, tmp_path, capsys):
@@ -191,8 +231,14 @@ def test_2x2_sweep_calls_each_distinct_model_call_once(demo_root, tmp_path, caps
         assert csv_head[:4] == ["job", "method.num_captions", "method.temperature", "mAP@5"]
         assert len(json.loads((d / "summary.json").read_text())["jobs"]) == 4
         # one sensitivity plot per swept numeric field, one line per value of the other field
-        assert sorted(p.name for p in res.plots) == ["sensitivity_method.num_captions.png", "sensitivity_method.temperature.png"]
-        for field, other in (("method.num_captions", "method.temperature"), ("method.temperature", "method.num_captions")):
+        assert sorted(p.name for p in res.plots) == [
+            "sensitivity_method.num_captions.png",
+            "sensitivity_method.temperature.png",
+        ]
+        for field, other in (
+            ("method.num_captions", "method.temperature"),
+            ("method.temperature", "method.num_captions"),
+        ):
             png = d / f"sensitivity_{field}.png"
             assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000
             series = json.loads((d / f"sensitivity_{field}.json").read_text())["series"]["mAP@10"]
@@ -200,8 +246,9 @@ def test_2x2_sweep_calls_each_distinct_model_call_once(demo_root, tmp_path, caps
             assert sorted(series) == [f"{other}={v}" for v in values]
             assert all(len(pts) == 2 for pts in series.values())
         job = next(j for j in res.jobs if j["swept"] == {"method.num_captions": "3", "method.temperature": "0.04"})
-        assert [3.0, job["metrics"]["mAP@10"]] in \
-            json.loads((d / "sensitivity_method.num_captions.json").read_text())["series"]["mAP@10"]["method.temperature=0.04"]
+        assert [3.0, job["metrics"]["mAP@10"]] in json.loads((d / "sensitivity_method.num_captions.json").read_text())[
+            "series"
+        ]["mAP@10"]["method.temperature=0.04"]
         # the same sweep again: read from the sweep directory, no job rerun, no request
         mtimes = [(Path(j["dir"]) / "metrics.json").stat().st_mtime_ns for j in res.jobs]
         seen = []
@@ -219,12 +266,26 @@ def test_2x2_sweep_calls_each_distinct_model_call_once(demo_root, tmp_path, caps
 
 def test_resume_after_a_kill_mid_sweep_repeats_no_finished_job(demo_root, tmp_path):
     ep = Endpoint(block_n=3)  # jobs 0 and 1 (2 captions) finish, job 2 hangs on the endpoint
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep),
-           "TQDM_DISABLE": "1"}
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep),
+        "TQDM_DISABLE": "1",
+    }
     with ScriptedServer() as srv:
         srv.script(CHAT, ep)
-        cmd = [sys.executable, "-m", "agentcir.cli", "run", "-m", "-q", *SWEEP,
-               *llm_overrides(srv, tmp_path / "cache.sqlite"), f"run.root={demo_root}", "--sweep-name", "killed"]
+        cmd = [
+            sys.executable,
+            "-m",
+            "agentcir.cli",
+            "run",
+            "-m",
+            "-q",
+            *SWEEP,
+            *llm_overrides(srv, tmp_path / "cache.sqlite"),
+            f"run.root={demo_root}",
+            "--sweep-name",
+            "killed",
+        ]
         manifest = demo_root / "sweeps" / "killed" / "manifest.json"
         proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         try:

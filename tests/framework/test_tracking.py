@@ -16,7 +16,6 @@ from agentcir.framework.runner import resolve_run_dir, run_recipe
 from agentcir.registry import ConfigError
 
 
-
 @pytest.fixture
 def extras():
     """The mlflow and tensorboard extras (agentcir[mlflow], agentcir[tensorboard]; both in agentcir[dev])."""
@@ -25,9 +24,19 @@ def extras():
 
 
 def recipe(tmp_path, *extra, loggers="[csv,mlflow,tensorboard]"):
-    return compose(["method=llm_then_rank", "encoder=toy", "llm=counting", f"run.root={tmp_path / 'runs'}",
-                    f"run.cache={tmp_path / 'cache.sqlite'}", "run.progress=false", f"run.loggers={loggers}",
-                    f"run.tracking.mlflow.uri={tmp_path / 'mlruns'}", *extra])
+    return compose(
+        [
+            "method=llm_then_rank",
+            "encoder=toy",
+            "llm=counting",
+            f"run.root={tmp_path / 'runs'}",
+            f"run.cache={tmp_path / 'cache.sqlite'}",
+            "run.progress=false",
+            f"run.loggers={loggers}",
+            f"run.tracking.mlflow.uri={tmp_path / 'mlruns'}",
+            *extra,
+        ]
+    )
 
 
 def client(tmp_path):
@@ -62,7 +71,9 @@ def test_a_run_logs_its_recipe_stage_metrics_cost_and_artefacts(plugin_path, tmp
     metrics = rows(logs / "metrics.csv")
     final = {x["metric"]: float(x["value"]) for x in metrics if x["stage"] == "final"}
     assert final == pytest.approx(m["final"]) and final["R@10"] > 0
-    assert {x["metric"]: float(x["value"]) for x in metrics if x["stage"] == "rank"} == pytest.approx(m["stages"]["rank"])
+    assert {x["metric"]: float(x["value"]) for x in metrics if x["stage"] == "rank"} == pytest.approx(
+        m["stages"]["rank"]
+    )
     assert not [x for x in metrics if x["stage"] == "rewrite"]  # the rewrite stage ranks nothing
 
     # MLflow (local file store): params from the recipe, per-stage metrics at the stage's step, cost, artefacts
@@ -137,10 +148,20 @@ def test_a_run_resumed_after_a_kill_logs_each_stage_once(plugin_path, tmp_path, 
 def test_a_sweep_logs_a_run_per_job_under_a_parent(plugin_path, tmp_path, extras):
     from agentcir.framework.sweep import run_sweep
 
-    res = run_sweep(["method=llm_then_rank", "encoder=toy", "llm=counting", "method.top_k=5,10",
-                     f"run.root={tmp_path / 'runs'}", f"run.cache={tmp_path / 'cache.sqlite'}", "run.progress=false",
-                     "run.loggers=[csv,mlflow,tensorboard]", f"run.tracking.mlflow.uri={tmp_path / 'mlruns'}"],
-                    name="k")
+    res = run_sweep(
+        [
+            "method=llm_then_rank",
+            "encoder=toy",
+            "llm=counting",
+            "method.top_k=5,10",
+            f"run.root={tmp_path / 'runs'}",
+            f"run.cache={tmp_path / 'cache.sqlite'}",
+            "run.progress=false",
+            "run.loggers=[csv,mlflow,tensorboard]",
+            f"run.tracking.mlflow.uri={tmp_path / 'mlruns'}",
+        ],
+        name="k",
+    )
     c, runs = runs_of(tmp_path)
     parents = [x for x in runs if "mlflow.parentRunId" not in x.data.tags]
     children = [x for x in runs if "mlflow.parentRunId" in x.data.tags]

@@ -64,7 +64,7 @@ def test_a_new_photo_becomes_searchable(followed):
     row = g.index_of("new")
     mine = CountingEncoder().encode_images([str(folder / "new.png")], progress=False)[0]
     emb = np.asarray(g.image_emb, np.float32)
-    assert int(np.argmax(emb @ mine)) == row     # the new photo is its own nearest neighbour
+    assert int(np.argmax(emb @ mine)) == row  # the new photo is its own nearest neighbour
     batch, report, seconds = done[0]
     assert batch.changed == [str((folder / "new.png").resolve())] and 0 < seconds <= took + 0.5
     assert "1 new" in watch_line(batch, report, seconds)
@@ -74,7 +74,7 @@ def test_a_burst_is_one_update(followed):
     folder, out, enc, done = followed
     made = [photo(folder.parent / "staging" / f"b{i:02d}.png", 200 + i) for i in range(12)]
     (folder / "burst").mkdir()
-    for p in made:   # 12 photos landing within the 0.2 s debounce
+    for p in made:  # 12 photos landing within the 0.2 s debounce
         os.replace(p, folder / "burst" / p.name)
         time.sleep(0.005)
     assert wait_for(lambda: done)
@@ -87,11 +87,11 @@ def test_a_partial_write_is_indexed_only_when_complete(followed):
     folder, out, enc, done = followed
     whole = photo(folder.parent / "elsewhere.png", 77).read_bytes()
     part = folder / "slow.png"
-    part.write_bytes(whole[: len(whole) // 2])   # a copy under way: settles, but does not decode
+    part.write_bytes(whole[: len(whole) // 2])  # a copy under way: settles, but does not decode
     time.sleep(0.8)
     assert not done and Gallery.open(out).index_of("slow") == -1 and enc.count == 0
     with open(part, "ab") as fh:
-        fh.write(whole[len(whole) // 2:])
+        fh.write(whole[len(whole) // 2 :])
     assert wait_for(lambda: done)
     g = Gallery.open(out)
     assert g.index_of("slow") >= 0 and enc.count == 1 and len(g.skipped) == 0
@@ -137,11 +137,34 @@ def test_bad_settings_are_refused(tmp_path):
 def test_cli_index_watch_follows_and_stops_on_ctrl_c(plugin_env, tmp_path):
     folder = folder_of(tmp_path / "photos", 5)
     out = tmp_path / "g"
-    env = {**plugin_env, "PYTHONPATH": os.pathsep.join([str(ROOT), plugin_env.get("PYTHONPATH", "")]),
-           "PYTHONUNBUFFERED": "1"}
-    p = subprocess.Popen([sys.executable, "-m", "agentcir.cli", "index", str(folder), "--out", str(out), "encoder=toy",
-                          "-q", "--no-metadata", "--watch", "--poll", "0.05", "--debounce", "0.2"],
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    env = {
+        **plugin_env,
+        "PYTHONPATH": os.pathsep.join([str(ROOT), plugin_env.get("PYTHONPATH", "")]),
+        "PYTHONUNBUFFERED": "1",
+    }
+    p = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "agentcir.cli",
+            "index",
+            str(folder),
+            "--out",
+            str(out),
+            "encoder=toy",
+            "-q",
+            "--no-metadata",
+            "--watch",
+            "--poll",
+            "0.05",
+            "--debounce",
+            "0.2",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
     lines: list[str] = []
     threading.Thread(target=lambda: lines.extend(iter(p.stdout.readline, "")), daemon=True).start()
     try:

@@ -17,7 +17,6 @@ KINDS = ["float32", "float16"] + (["bfloat16"] if importlib.util.find_spec("ml_d
 TOL = {"float32": 2e-5, "float16": 2e-5, "bfloat16": 2e-5}
 
 
-
 def as_kind(x: np.ndarray, kind: str) -> np.ndarray:
     """A float32 matrix stored as ``kind`` (bfloat16 through ml_dtypes, round to nearest even)."""
     if kind == "bfloat16":
@@ -30,7 +29,6 @@ def as_kind(x: np.ndarray, kind: str) -> np.ndarray:
 def unit_rows(rng: np.random.Generator, *shape: int) -> np.ndarray:
     x = rng.standard_normal(shape)
     return (x / np.linalg.norm(x, axis=-1, keepdims=True)).astype(np.float32)
-
 
 
 def check_topk(got, ref_all, k: int, tol: float) -> None:
@@ -59,7 +57,8 @@ def check_topk(got, ref_all, k: int, tol: float) -> None:
             assert gi[q, j] in true, f"query {q} slot {j}: id {gi[q, j]} is not rankable (excluded?)"
             assert abs(true[gi[q, j]] - rs[q, j]) <= tol, (
                 f"query {q} slot {j}: got id {gi[q, j]} (true score {true[gi[q, j]]}), "
-                f"reference id {ri[q, j]} (score {rs[q, j]}): not a near-tie")
+                f"reference id {ri[q, j]} (score {rs[q, j]}): not a near-tie"
+            )
 
 
 def check_exact(got, ref) -> None:

@@ -17,13 +17,19 @@ def _groups(rows: dict[str, dict[str, float]]) -> dict:
 
 def test_isa_line_names_what_was_forced():
     assert report.isa_line({"machine_info": {}}) == "native (nothing forced)"
-    line = report.isa_line({"machine_info": {"isa_forcing": {"NUMBA_CPU_NAME": "haswell", "AGENTCIR_KERNELS_PRODUCT": "blas"}}})
+    line = report.isa_line(
+        {"machine_info": {"isa_forcing": {"NUMBA_CPU_NAME": "haswell", "AGENTCIR_KERNELS_PRODUCT": "blas"}}}
+    )
     assert line == "forced: NUMBA_CPU_NAME=haswell"
 
 
 def test_sweep_crossovers():
-    g = _groups({f"cosine_sweep Q{q}-N20k-d512": {"numba-f32": a, "faiss-flatip-blas-f32": b}
-                 for q, a, b in ((1, 1.0, 2.0), (64, 3.0, 2.0), (4096, 5.0, 4.0))})
+    g = _groups(
+        {
+            f"cosine_sweep Q{q}-N20k-d512": {"numba-f32": a, "faiss-flatip-blas-f32": b}
+            for q, a, b in ((1, 1.0, 2.0), (64, 3.0, 2.0), (4096, 5.0, 4.0))
+        }
+    )
     sweep = report._sweep(g)
     assert list(sweep) == [1, 64, 4096]
     assert report.crossover(sweep, "numba-f32", "faiss-flatip-blas-f32") == "numba-f32 faster at Q=1"
@@ -32,14 +38,28 @@ def test_sweep_crossovers():
 
 
 def test_portable_targets_pass_and_miss():
-    g = _groups({"cosine_topk Q64-N100k-d512": {"numba-f32": 0.10, "faiss-flatip-blas-f32": 0.13, "torch-naive-f32": 0.5},
-                 "octopus_topk Q64-K10-N100k-d512": {"numba-f32": 1.0, "torch-f32": 1.6, "torch-naive-f32": 1.9,
-                                                     "numba-bf16": 0.9},
-                 "cosine_topk Q1-N1M-d512": {"numba-f32": 0.050, "numpy-sum-read": 0.060, "numpy-gemv-read": 0.040,
-                                             "numba-f16": 0.051}})
+    g = _groups(
+        {
+            "cosine_topk Q64-N100k-d512": {"numba-f32": 0.10, "faiss-flatip-blas-f32": 0.13, "torch-naive-f32": 0.5},
+            "octopus_topk Q64-K10-N100k-d512": {
+                "numba-f32": 1.0,
+                "torch-f32": 1.6,
+                "torch-naive-f32": 1.9,
+                "numba-bf16": 0.9,
+            },
+            "cosine_topk Q1-N1M-d512": {
+                "numba-f32": 0.050,
+                "numpy-sum-read": 0.060,
+                "numpy-gemv-read": 0.040,
+                "numba-f16": 0.051,
+            },
+        }
+    )
     got = {name: ok for name, ok, _ in report.targets_portable(g)}
-    assert got == {"cosine Q=64 N=100k fp32 >= 1.2x the best of tuned faiss and torch": True,
-                   "fused OCTOPUS Q=64 fp32 >= 1.5x the torch backend": True,
-                   "fused OCTOPUS Q=64 fp32 >= 2x the naive torch": False,
-                   "half galleries never slower than fp32 (every size and Q)": False,
-                   "cosine Q=1 N=1M fp32 within 1.15x of the best read of the same bytes": False}
+    assert got == {
+        "cosine Q=64 N=100k fp32 >= 1.2x the best of tuned faiss and torch": True,
+        "fused OCTOPUS Q=64 fp32 >= 1.5x the torch backend": True,
+        "fused OCTOPUS Q=64 fp32 >= 2x the naive torch": False,
+        "half galleries never slower than fp32 (every size and Q)": False,
+        "cosine Q=1 N=1M fp32 within 1.15x of the best read of the same bytes": False,
+    }

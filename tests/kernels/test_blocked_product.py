@@ -51,8 +51,7 @@ def test_blocked_cosine_many_chunks_and_exclusions(kind):
     ref_all = K.cosine_topk(X, G, N, exclude=ex, backend="reference")
     check_topk(K.cosine_topk(X, G, 17, exclude=ex, backend="numba"), ref_all, 17, TOL[kind])
     ref_all = K.cosine_topk(X, G, N + 5, exclude=ex, exclude_score=-3.0, backend="reference")
-    check_topk(K.cosine_topk(X, G, N + 5, exclude=ex, exclude_score=-3.0, backend="numba"), ref_all, N + 5,
-               TOL[kind])
+    check_topk(K.cosine_topk(X, G, N + 5, exclude=ex, exclude_score=-3.0, backend="numba"), ref_all, N + 5, TOL[kind])
 
 
 def test_blocked_cosine_ties_across_chunks(monkeypatch):
@@ -88,8 +87,9 @@ def test_balanced_restores_the_chunk_size():
 
 def _policy_env(code: str, **env: str) -> str:
     base = {k: v for k, v in os.environ.items() if k not in ("OPENBLAS_THREAD_TIMEOUT", "AGENTCIR_THREAD_POLICY")}
-    out = subprocess.run([sys.executable, "-c", code], env={**base, **env}, capture_output=True, text=True,
-                         timeout=120, check=True)
+    out = subprocess.run(
+        [sys.executable, "-c", code], env={**base, **env}, capture_output=True, text=True, timeout=120, check=True
+    )
     return out.stdout.strip()
 
 
@@ -99,14 +99,18 @@ def test_thread_policy_sets_openblas_idle_timeout():
     assert _policy_env(code, OPENBLAS_THREAD_TIMEOUT="7") == "7 True"  # the user's value is kept
     assert _policy_env(code, AGENTCIR_THREAD_POLICY="off") == "None False"
     # numpy first: its OpenBLAS read its environment already, so agentcir makes it read it again
-    late = ("import ctypes, numpy, agentcir, os\n"
-            "from agentcir._threads import loaded_openblas\n"
-            "libs = loaded_openblas()\n"
-            "a = numpy.arange(90000, dtype=numpy.float64).reshape(300, 300) / 9e4\n"
-            "ok = numpy.allclose(a @ a, numpy.einsum('ij,jk->ik', a, a))\n"  # BLAS works after the pool restart
-            "print(os.environ.get('OPENBLAS_THREAD_TIMEOUT'), agentcir._threads.applied(), ok,\n"
-            "      sorted({ctypes.CDLL(p).openblas_thread_timeout() for p in libs}), len(libs) > 0)")
+    late = (
+        "import ctypes, numpy, agentcir, os\n"
+        "from agentcir._threads import loaded_openblas\n"
+        "libs = loaded_openblas()\n"
+        "a = numpy.arange(90000, dtype=numpy.float64).reshape(300, 300) / 9e4\n"
+        "ok = numpy.allclose(a @ a, numpy.einsum('ij,jk->ik', a, a))\n"  # BLAS works after the pool restart
+        "print(os.environ.get('OPENBLAS_THREAD_TIMEOUT'), agentcir._threads.applied(), ok,\n"
+        "      sorted({ctypes.CDLL(p).openblas_thread_timeout() for p in libs}), len(libs) > 0)"
+    )
     assert _policy_env(late) == "20 True True [20] True"
-    before = ("import ctypes, numpy\nfrom agentcir._threads import loaded_openblas\n"
-              "print(sorted({ctypes.CDLL(p).openblas_thread_timeout() for p in loaded_openblas()}))")
+    before = (
+        "import ctypes, numpy\nfrom agentcir._threads import loaded_openblas\n"
+        "print(sorted({ctypes.CDLL(p).openblas_thread_timeout() for p in loaded_openblas()}))"
+    )
     assert _policy_env(before, AGENTCIR_THREAD_POLICY="off") == "[0]"  # untouched: OpenBLAS's own default

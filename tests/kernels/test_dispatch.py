@@ -25,8 +25,10 @@ def fresh_probe(monkeypatch):
 
 
 def test_import_is_light():
-    code = ("import sys, agentcir.kernels, agentcir.kernels.reference\n"
-            "print(','.join(m for m in ('torch', 'numba', 'triton', 'faiss') if m in sys.modules))")
+    code = (
+        "import sys, agentcir.kernels, agentcir.kernels.reference\n"
+        "print(','.join(m for m in ('torch', 'numba', 'triton', 'faiss') if m in sys.modules))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
     assert out == ""
 
@@ -54,11 +56,12 @@ def test_probe_prefers_triton_only_with_cuda(monkeypatch, fresh_probe):
     monkeypatch.setenv("TRITON_INTERPRET", "1")
     if not torch.cuda.is_available():
         assert dispatch.resolve("auto") != "triton"
-        assert dispatch.why_unavailable("triton") is None          # explicit: the interpreter is fine
+        assert dispatch.why_unavailable("triton") is None  # explicit: the interpreter is fine
 
 
 def test_auto_fallback_is_logged_once(monkeypatch, fresh_probe, caplog):
     real = dispatch.why_unavailable
+
     def fake(name, probing=False):
         return "pretend it is missing" if name in ("triton", "numba") else real(name, probing=probing)
 
@@ -71,10 +74,12 @@ def test_auto_fallback_is_logged_once(monkeypatch, fresh_probe, caplog):
 
 
 def test_explicit_choice_that_cannot_run_raises(monkeypatch, fresh_probe):
-    monkeypatch.setattr(dispatch, "why_unavailable",
-                        lambda n, probing=False: "no CUDA device is visible" if n == "triton" else None)
-    with pytest.raises(K.BackendUnavailableError,
-                       match=r"kernel backend 'triton' \(from backend\) cannot run: no CUDA"):
+    monkeypatch.setattr(
+        dispatch, "why_unavailable", lambda n, probing=False: "no CUDA device is visible" if n == "triton" else None
+    )
+    with pytest.raises(
+        K.BackendUnavailableError, match=r"kernel backend 'triton' \(from backend\) cannot run: no CUDA"
+    ):
         K.cosine_topk(np.ones((1, 2)), np.ones((3, 2), dtype=np.float32), 1, backend="triton")
     monkeypatch.setenv(dispatch.ENV_VAR, "triton")
     with pytest.raises(K.BackendUnavailableError, match=r"\(from \$AGENTCIR_KERNELS\)"):
@@ -102,6 +107,7 @@ def test_import_failure_raises_when_explicit_and_falls_back_when_auto(monkeypatc
 def test_every_backend_name_composes_and_a_bad_one_fails_at_compose_time():
     for name in dispatch.BACKENDS:
         assert compose([f"kernels.backend={name}"])["kernels"]["backend"] == name
-    with pytest.raises(ConfigError,
-                       match="kernels: field 'backend': unknown kernel backend 'cuda'; choose one of auto"):
+    with pytest.raises(
+        ConfigError, match="kernels: field 'backend': unknown kernel backend 'cuda'; choose one of auto"
+    ):
         compose(["kernels.backend=cuda"])

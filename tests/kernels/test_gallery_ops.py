@@ -78,9 +78,10 @@ def test_octopus_weights_match_reference(backend, kind):
         assert got.shape == (Q, 4) and got.dtype == np.float32
         np.testing.assert_allclose(got, ref, atol=1e-5)
         np.testing.assert_allclose(got.sum(axis=1), 1.0, atol=1e-5)
-        one = np.asarray(K.octopus_weights(R, P[:, :1], G, tau=0.04, backend=backend))   # a single proxy
-        assert one.dtype == np.float32 and np.array_equal(one, K.octopus_weights(R, P[:, :1], G, tau=0.04,
-                                                                                   backend="reference"))
+        one = np.asarray(K.octopus_weights(R, P[:, :1], G, tau=0.04, backend=backend))  # a single proxy
+        assert one.dtype == np.float32 and np.array_equal(
+            one, K.octopus_weights(R, P[:, :1], G, tau=0.04, backend="reference")
+        )
 
 
 def test_octopus_gap_sums_add_up_over_parts_of_the_gallery(backend, kind):
@@ -96,12 +97,15 @@ def test_octopus_gap_sums_add_up_over_parts_of_the_gallery(backend, kind):
         assert got.shape == (Q, 4) and got.dtype == np.float64 and (ref >= 0).all()
         np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-3)
         h = N // 2
-        halves = K.octopus_gap_sums(R, P, G[:h], backend="reference") + K.octopus_gap_sums(R, P, G[h:], backend="reference")
+        halves = K.octopus_gap_sums(R, P, G[:h], backend="reference") + K.octopus_gap_sums(
+            R, P, G[h:], backend="reference"
+        )
         np.testing.assert_allclose(halves, ref, rtol=1e-9)
         x = ref / (N * 0.04)
         w = np.exp(x - x.max(axis=1, keepdims=True))
-        np.testing.assert_allclose(w / w.sum(axis=1, keepdims=True), K.octopus_weights(R, P, G, tau=0.04, backend="reference"),
-                                   atol=1e-6)
+        np.testing.assert_allclose(
+            w / w.sum(axis=1, keepdims=True), K.octopus_weights(R, P, G, tau=0.04, backend="reference"), atol=1e-6
+        )
 
 
 @pytest.mark.parametrize("bidirectional", [True, False])
@@ -145,7 +149,7 @@ def test_exact_ties_keep_the_lower_id(backend, kind):
     for k in (20,) if quick else (1, 20, 40):
         ref = K.cosine_topk(X, Gk, k, backend="reference")
         check_exact(K.cosine_topk(X, Gk, k, backend=backend), ref)
-        assert ref.ids[0, :min(k, 21)].tolist() == [7, *range(40, 60)][:min(k, 21)]
+        assert ref.ids[0, : min(k, 21)].tolist() == [7, *range(40, 60)][: min(k, 21)]
     P = np.stack([X, X[::-1]], axis=1)  # K = 2 proxies: mean = sum / 2 and max are exact
     for agg in ("mean",) if quick else ("mean", "max"):
         ref = K.proxy_scores_topk(P, Gk, 30, agg=agg, backend="reference")
@@ -223,8 +227,9 @@ def test_read_only_memory_mapped_gallery(backend, tmp_path):
         np.save(path, unit_rows(rng, N, d).astype(kind))
         G = np.load(path, mmap_mode="r")
         X, P = unit_rows(rng, Q, d), unit_rows(rng, Q, 3, d)
-        check_topk(K.cosine_topk(X, G, k, backend=backend), K.cosine_topk(X, G, max(k, N), backend="reference"), k,
-                   TOL[kind])
+        check_topk(
+            K.cosine_topk(X, G, k, backend=backend), K.cosine_topk(X, G, max(k, N), backend="reference"), k, TOL[kind]
+        )
         ref = K.octopus_topk(X, P, X, G, max(k, N), visual=X, captions=G, backend="reference")
         check_topk(K.octopus_topk(X, P, X, G, k, visual=X, captions=G, backend=backend)[:2], ref[:2], k, TOL[kind])
 
@@ -253,11 +258,22 @@ def test_triton_k_beyond_the_device_limit_runs_the_torch_topk():
     Q, N, d, k = 2, MAX_DEVICE_K + 40, 5, MAX_DEVICE_K + 1
     G, X, P, R = unit_rows(rng, N, d), unit_rows(rng, Q, d), unit_rows(rng, Q, 3, d), unit_rows(rng, Q, d)
     ex = np.array([[3, -1], [0, 5]])
-    check_topk(K.cosine_topk(X, G, k, exclude=ex, backend="triton"),
-               K.cosine_topk(X, G, N, exclude=ex, backend="reference"), k, TOL["float32"])
-    check_topk(K.proxy_scores_topk(P, G, k, agg="max", backend="triton"),
-               K.proxy_scores_topk(P, G, N, agg="max", backend="reference"), k, TOL["float32"])
+    check_topk(
+        K.cosine_topk(X, G, k, exclude=ex, backend="triton"),
+        K.cosine_topk(X, G, N, exclude=ex, backend="reference"),
+        k,
+        TOL["float32"],
+    )
+    check_topk(
+        K.proxy_scores_topk(P, G, k, agg="max", backend="triton"),
+        K.proxy_scores_topk(P, G, N, agg="max", backend="reference"),
+        k,
+        TOL["float32"],
+    )
     kw = dict(visual=X, captions=G, lam=0.3, tau=0.05, entropy_tau=0.05, exclude=ex)
-    got, ref = K.octopus_topk(R, P, X, G, k, backend="triton", **kw), K.octopus_topk(R, P, X, G, N, backend="reference", **kw)
+    got, ref = (
+        K.octopus_topk(R, P, X, G, k, backend="triton", **kw),
+        K.octopus_topk(R, P, X, G, N, backend="reference", **kw),
+    )
     check_topk(got[:2], ref[:2], k, TOL["float32"])
     np.testing.assert_allclose(np.asarray(got.entropy), ref.entropy, atol=1e-4)

@@ -31,8 +31,11 @@ def test_hand_computed(any_backend):
         w = np.exp(x) / np.exp(x).sum()
         got = K.ldre_weights(b, P, I, topk=topk, tau=0.5, backend=any_backend)
         np.testing.assert_allclose(np.asarray(got)[0], w, atol=1e-6)
-    np.testing.assert_allclose(w, [1 / (1 + math.e + math.e ** 2), math.e / (1 + math.e + math.e ** 2),
-                                   math.e ** 2 / (1 + math.e + math.e ** 2)], atol=1e-7)
+    np.testing.assert_allclose(
+        w,
+        [1 / (1 + math.e + math.e**2), math.e / (1 + math.e + math.e**2), math.e**2 / (1 + math.e + math.e**2)],
+        atol=1e-7,
+    )
 
 
 def test_topk_sums_only_the_largest_drops(any_backend):
@@ -50,7 +53,7 @@ def test_topk_sums_only_the_largest_drops(any_backend):
 def test_no_drop_gives_uniform_weights(any_backend):
     I = np.eye(2, dtype=np.float32)
     b = np.zeros((1, 2), np.float32)
-    P = np.array([[[1, 0], [0, 1], [0.6, 0.8]]], np.float32)   # every caption only gains over b
+    P = np.array([[[1, 0], [0, 1], [0.6, 0.8]]], np.float32)  # every caption only gains over b
     got = np.asarray(K.ldre_weights(b, P, I, backend=any_backend))
     np.testing.assert_allclose(got, np.full((1, 3), 1 / 3), atol=1e-7)
 
@@ -82,8 +85,10 @@ def test_top_drops_merge_over_parts_of_the_gallery(any_backend):
     rng = np.random.default_rng(8)
     G, P2, b2 = unit_rows(rng, 300, 16), unit_rows(rng, 3, 4, 16), unit_rows(rng, 3, 16)
     whole = np.asarray(K.ldre_top_drops(b2, P2, G, topk=7, backend=any_backend))
-    parts = np.concatenate([np.asarray(K.ldre_top_drops(b2, P2, G[a:z], topk=7, backend=any_backend))
-                            for a, z in ((0, 120), (120, 300))], axis=-1)
+    parts = np.concatenate(
+        [np.asarray(K.ldre_top_drops(b2, P2, G[a:z], topk=7, backend=any_backend)) for a, z in ((0, 120), (120, 300))],
+        axis=-1,
+    )
     np.testing.assert_allclose(-np.sort(-parts, axis=-1)[..., :7], whole, atol=1e-6)
     assert np.all(np.diff(whole, axis=-1) <= 0) and whole.dtype == np.float32
 

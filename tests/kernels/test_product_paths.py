@@ -38,8 +38,11 @@ def test_every_gallery_op_on_every_path(path, kind):
 def test_ldre_on_every_path(path):
     rng = np.random.default_rng(3)
     G, B, P = ops.unit_rows(rng, 301, 37), ops.unit_rows(rng, 6, 37), ops.unit_rows(rng, 6, 4, 37)
-    np.testing.assert_allclose(K.ldre_top_drops(B, P, G, topk=5, backend="numba"),
-                               K.ldre_top_drops(B, P, G, topk=5, backend="reference"), atol=2e-5)
+    np.testing.assert_allclose(
+        K.ldre_top_drops(B, P, G, topk=5, backend="numba"),
+        K.ldre_top_drops(B, P, G, topk=5, backend="reference"),
+        atol=2e-5,
+    )
 
 
 def test_blas_path_is_used_when_forced(monkeypatch):
@@ -110,8 +113,10 @@ def test_tune_cache_written_read_back_and_reset(cache_file, monkeypatch):
     assert "no choices yet" in tune.show()
 
 
-@pytest.mark.parametrize("content", ["{not json", json.dumps({"format": 1, "machine": {}, "choices": {"x": {"path": "gpu"}}}),
-                                     json.dumps([1, 2])])
+@pytest.mark.parametrize(
+    "content",
+    ["{not json", json.dumps({"format": 1, "machine": {}, "choices": {"x": {"path": "gpu"}}}), json.dumps([1, 2])],
+)
 def test_corrupt_tune_cache_is_refused_and_retuned(cache_file, monkeypatch, caplog, content):
     cache_file.write_text(content)
     with pytest.raises(tune.TuneCacheError, match=str(cache_file)):

@@ -48,8 +48,9 @@ def test_every_kernel_compiles_for_sm90_within_shared_memory():
 
 def test_aot_refuses_the_interpreter_and_unknown_dtypes():
     env = {**os.environ, "TRITON_INTERPRET": "1"}
-    r = subprocess.run([sys.executable, "-m", "agentcir.kernels.triton.aot"], env=env, capture_output=True,
-                       text=True, timeout=300)
+    r = subprocess.run(
+        [sys.executable, "-m", "agentcir.kernels.triton.aot"], env=env, capture_output=True, text=True, timeout=300
+    )
     assert r.returncode == 2
     assert "error: agentcir.kernels.triton.aot compiles real kernels: unset TRITON_INTERPRET" in r.stderr
     r = _compile("--kinds", "float64")
@@ -57,8 +58,10 @@ def test_aot_refuses_the_interpreter_and_unknown_dtypes():
 
 
 def test_aot_fails_when_a_kernel_needs_more_shared_memory_than_the_device_has():
-    code = ("import sys; from agentcir.kernels.triton import aot; aot.SHARED_LIMIT[90] = 1024; "
-            "sys.exit(aot.main(['--arch', '90', '--kinds', 'float32']))")
+    code = (
+        "import sys; from agentcir.kernels.triton import aot; aot.SHARED_LIMIT[90] = 1024; "
+        "sys.exit(aot.main(['--arch', '90', '--kinds', 'float32']))"
+    )
     r = _compile(code=code)
     assert r.returncode == 1, r.stderr[-2000:]
     assert "error: sm_90 _cosine_kernel" in r.stderr and "bytes of shared memory, over the device's 1024" in r.stderr

@@ -17,8 +17,11 @@ pytest.importorskip("mcp", reason="agentcir[mcp] is not installed")
 ROOT = Path(__file__).resolve().parents[2]
 DEMO = ROOT / "agentcir" / "data" / "demo" / "images"
 #: the photos with an EXIF date: (album, name, taken)
-DATED = [("Trip 2019", "rome1", datetime(2019, 5, 3, 10, 0)), ("Trip 2019", "rome2", datetime(2019, 5, 4, 15, 30)),
-         ("Home", "garden", datetime(2021, 8, 1, 18, 0))]
+DATED = [
+    ("Trip 2019", "rome1", datetime(2019, 5, 3, 10, 0)),
+    ("Trip 2019", "rome2", datetime(2019, 5, 4, 15, 30)),
+    ("Home", "garden", datetime(2021, 8, 1, 18, 0)),
+]
 
 
 def write_dated_photo(path: Path, seed: int, taken: datetime) -> Path:
@@ -47,18 +50,35 @@ def gallery(tmp_path_factory):
         shutil.copy(p, photos / p.name)
     for i, (album, name, taken) in enumerate(DATED):
         write_dated_photo(photos / album / f"{name}.jpg", 10 + i, taken)
-    assert main(["index", str(photos), "--out", str(base / "gallery"), "-q", f"run.root={base / 'runs'}",
-                 "run.progress=false"]) == 0
+    assert (
+        main(
+            [
+                "index",
+                str(photos),
+                "--out",
+                str(base / "gallery"),
+                "-q",
+                f"run.root={base / 'runs'}",
+                "run.progress=false",
+            ]
+        )
+        == 0
+    )
     return photos, base / "gallery", base / "runs", demo[8]
 
 
 def server_command(gallery, *extra: str) -> tuple[str, list[str], dict]:
     """(executable, arguments, environment) of ``python -m agentcir mcp`` over ``gallery``."""
     _, gdir, runs, _ = gallery
-    env = {"PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep),
-           "AGENTCIR_TOKEN": ""}
-    return sys.executable, ["-m", "agentcir", "mcp", "--gallery", str(gdir), *extra, f"run.root={runs}",
-                            "run.progress=false"], env
+    env = {
+        "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep),
+        "AGENTCIR_TOKEN": "",
+    }
+    return (
+        sys.executable,
+        ["-m", "agentcir", "mcp", "--gallery", str(gdir), *extra, f"run.root={runs}", "run.progress=false"],
+        env,
+    )
 
 
 def text_of(result) -> str:

@@ -25,10 +25,26 @@ def server(gallery):
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    exe, args, env = server_command(gallery, "--transport", "streamable-http", "--port", str(port), "--max-upload-mb", "1",
-                                    "--no-questions", "--no-updates", "method=image_text_sum")
-    proc = subprocess.Popen([exe, *args], env={**env, "AGENTCIR_TOKEN": TOKEN}, cwd=ROOT, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE, text=True)
+    exe, args, env = server_command(
+        gallery,
+        "--transport",
+        "streamable-http",
+        "--port",
+        str(port),
+        "--max-upload-mb",
+        "1",
+        "--no-questions",
+        "--no-updates",
+        "method=image_text_sum",
+    )
+    proc = subprocess.Popen(
+        [exe, *args],
+        env={**env, "AGENTCIR_TOKEN": TOKEN},
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     deadline = time.time() + 180
     while time.time() < deadline:
         assert proc.poll() is None, proc.stderr.read()
@@ -67,7 +83,9 @@ def session(server, gallery):
                 out["text"] = await c.call_tool("text_search", {"text": "a blue shirt", "k": 4})
                 out["bytes"] = await c.call_tool("composed_search", {"reference_image": ref, "k": 3})
                 out["too_big"] = await c.call_tool("composed_search", {"reference_image": too_big})
-                out["not_image"] = await c.call_tool("composed_search", {"reference_image": base64.b64encode(b"hello").decode()})
+                out["not_image"] = await c.call_tool(
+                    "composed_search", {"reference_image": base64.b64encode(b"hello").decode()}
+                )
                 out["view"] = await c.call_tool("view_photo", {"path": str(photos / first.name), "size": 256})
                 out["outside"] = await c.call_tool("view_photo", {"path": "/etc/hostname"})
 
@@ -94,8 +112,14 @@ def test_a_reference_sent_as_bytes(session):
     assert session["first"] not in [h["id"] for h in s["hits"]]  # the same bytes as a gallery photo: excluded
 
 
-@pytest.mark.parametrize("key,words", [("too_big", "larger than 1 MB"), ("not_image", "not an image agentcir can read"),
-                                       ("outside", "outside the photo folders served here")])
+@pytest.mark.parametrize(
+    "key,words",
+    [
+        ("too_big", "larger than 1 MB"),
+        ("not_image", "not an image agentcir can read"),
+        ("outside", "outside the photo folders served here"),
+    ],
+)
 def test_refused_inputs(session, key, words):
     r = session[key]
     assert r.is_error and words in text_of(r), text_of(r)
@@ -112,8 +136,11 @@ def test_view_photo_over_http(session):
 def _post(url: str, headers: dict, body: bytes = b"{}"):
     import httpx2
 
-    return httpx2.post(url, content=body, headers={"content-type": "application/json",
-                                                   "accept": "application/json, text/event-stream", **headers})
+    return httpx2.post(
+        url,
+        content=body,
+        headers={"content-type": "application/json", "accept": "application/json, text/event-stream", **headers},
+    )
 
 
 def test_the_outer_layer_of_serve_guards_http(server):

@@ -37,9 +37,15 @@ def session(gallery):
                 "composed": ("composed_search", {"reference_id": first.stem, "text": "in blue", "k": 3}),
                 "like_path": ("composed_search", {"reference_path": str(photos / first.name), "k": 2}),
                 "outside": ("composed_search", {"reference_path": str(spare), "text": "in red"}),
-                "root_ref": ("composed_search", {"reference_path": str(refs / "elsewhere.jpg"), "text": "in red", "k": 2}),
+                "root_ref": (
+                    "composed_search",
+                    {"reference_path": str(refs / "elsewhere.jpg"), "text": "in red", "k": 2},
+                ),
                 "escape": ("view_photo", {"path": str(photos / ".." / "gallery" / "items.jsonl")}),
-                "two_refs": ("composed_search", {"reference_id": first.stem, "reference_path": str(photos / first.name)}),
+                "two_refs": (
+                    "composed_search",
+                    {"reference_id": first.stem, "reference_path": str(photos / first.name)},
+                ),
                 "big_k": ("text_search", {"text": "a shoe", "k": 100_000}),
                 "long_text": ("text_search", {"text": "red " * 1000}),
                 "filter": ("filter_photos", {"expression": 'album = "Trip 2019"'}),
@@ -116,9 +122,16 @@ def test_a_path_outside_the_photo_folders_is_refused(session, key):
     assert r.is_error and "outside the photo folders served here" in text_of(r)
 
 
-@pytest.mark.parametrize("key,words", [("big_k", "less than or equal to 100"), ("long_text", "at most 2000 characters"),
-                                       ("two_refs", "exactly one reference"), ("unknown", "no photo with id 'no/such/photo'"),
-                                       ("bad_filter", "expression")])
+@pytest.mark.parametrize(
+    "key,words",
+    [
+        ("big_k", "less than or equal to 100"),
+        ("long_text", "at most 2000 characters"),
+        ("two_refs", "exactly one reference"),
+        ("unknown", "no photo with id 'no/such/photo'"),
+        ("bad_filter", "expression"),
+    ],
+)
 def test_bad_input_is_a_clear_error(session, key, words):
     r = session[key]
     assert r.is_error and words in text_of(r), text_of(r)

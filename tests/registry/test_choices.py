@@ -38,8 +38,11 @@ def test_a_word_becomes_the_member_and_stays_a_string():
 
 
 def test_a_word_outside_the_set_lists_the_choices_and_the_closest():
-    with pytest.raises(ConfigError, match=r"paint: field 'colour': must be one of red, dark-blue, "
-                                          r"got 'dark-bleu'; did you mean 'dark-blue'\?"):
+    with pytest.raises(
+        ConfigError,
+        match=r"paint: field 'colour': must be one of red, dark-blue, "
+        r"got 'dark-bleu'; did you mean 'dark-blue'\?",
+    ):
         make_config(Paint, {"colour": "dark-bleu"}, where="paint")
     with pytest.raises(ConfigError, match=r"field 'second': must be one of red, dark-blue, got 3$"):
         make_config(Paint, {"second": 3}, where="paint")
@@ -52,24 +55,32 @@ def test_config_dict_writes_words():
 
 
 def test_component_choice_is_refused_at_build_with_a_hint():
-    with pytest.raises(ConfigError, match=r"llm 'rules': field 'fallback': must be one of append, keep, error, "
-                                          r"got 'apend'; did you mean 'append'\?"):
+    with pytest.raises(
+        ConfigError,
+        match=r"llm 'rules': field 'fallback': must be one of append, keep, error, "
+        r"got 'apend'; did you mean 'append'\?",
+    ):
         LLMS.build("rules", {"fallback": "apend"})
     assert LLMS.build("rules", {"fallback": "keep"}).cfg.fallback == "keep"
 
 
 def test_recipe_choices_are_checked_and_resolve_to_words():
-    with pytest.raises(ConfigError, match=r"run: field 'gallery_captions': must be one of auto, dataset, captioner, "
-                                          r"got 'captioners'; did you mean 'captioner'\?"):
+    with pytest.raises(
+        ConfigError,
+        match=r"run: field 'gallery_captions': must be one of auto, dataset, captioner, "
+        r"got 'captioners'; did you mean 'captioner'\?",
+    ):
         compose(["run.gallery_captions=captioners"])
     recipe = compose(["run.gallery_captions=dataset"])
     assert recipe["run"]["gallery_captions"] == GalleryCaptions.dataset
-    assert type(recipe["run"]["gallery_captions"]) is str           # the resolved recipe holds plain words
+    assert type(recipe["run"]["gallery_captions"]) is str  # the resolved recipe holds plain words
     yaml.safe_dump(recipe)
 
 
 def test_scale_choices():
-    with pytest.raises(ConfigError, match=r"scale: field 'engine': must be one of local, ray, got 'rey'; did you mean 'ray'\?"):
+    with pytest.raises(
+        ConfigError, match=r"scale: field 'engine': must be one of local, ray, got 'rey'; did you mean 'ray'\?"
+    ):
         scale_settings({"engine": "rey"})
     s = scale_settings({"search": "ivf_sq", "sq": "8bit"})
     assert s["sq"] == "8bit" and type(s["sq"]) is str and s["engine"] == "local"
@@ -83,7 +94,10 @@ def test_a_config_built_in_python_is_checked_too():
 
     ds = FashionIQ(FashionIQ.Config(category="shirt"))
     assert ds.cfg.category is FashionIQCategory.shirt and ds.subset.name == "FashionIQ shirt val"
-    with pytest.raises(ConfigError, match=r"dataset 'FashionIQ': field 'category': must be one of dress, shirt, toptee, "
-                                          r"got 'shirts'; did you mean 'shirt'\?"):
+    with pytest.raises(
+        ConfigError,
+        match=r"dataset 'FashionIQ': field 'category': must be one of dress, shirt, toptee, "
+        r"got 'shirts'; did you mean 'shirt'\?",
+    ):
         FashionIQ(FashionIQ.Config(category="shirts"))
     assert FashionIQCategory.values() == FASHIONIQ_CATEGORIES

@@ -29,7 +29,9 @@ def test_register_build_and_typed_config():
     assert reg.keys() == ["a", "lazy_one"]
     with pytest.raises(ConfigError) as e:
         reg.build("a", {"size": "big"})
-    assert str(e.value).startswith("widget 'a': field 'size': Value 'big' of type 'str' could not be converted to Integer")
+    assert str(e.value).startswith(
+        "widget 'a': field 'size': Value 'big' of type 'str' could not be converted to Integer"
+    )
     with pytest.raises(ConfigError) as e:
         reg.build("a", {"colour": 1})
     assert str(e.value) == "widget 'a': unknown field 'colour'; valid fields: name, size"
@@ -60,8 +62,10 @@ def test_duplicate_key_message():
     with pytest.raises(RegistryError) as e:
         reg.register("dup")(Second)
     mod = __name__
-    assert str(e.value) == (f"duplicate widget key 'dup': already registered by {mod}.test_duplicate_key_message.<locals>.First, "
-                            f"registered again by {mod}.test_duplicate_key_message.<locals>.Second")
+    assert str(e.value) == (
+        f"duplicate widget key 'dup': already registered by {mod}.test_duplicate_key_message.<locals>.First, "
+        f"registered again by {mod}.test_duplicate_key_message.<locals>.Second"
+    )
 
 
 def test_registration_needs_a_config_dataclass():
@@ -74,8 +78,10 @@ def test_lazy_key_whose_module_does_not_register_it():
     reg = Registry("widget", {"ghost": "json"})  # json imports fine but registers nothing
     with pytest.raises(RegistryError) as e:
         reg.get("ghost")
-    assert str(e.value) == ("widget 'ghost' is declared in module 'json', but importing it did not register it "
-                            "(expected @WIDGETS.register('ghost') there)")
+    assert str(e.value) == (
+        "widget 'ghost' is declared in module 'json', but importing it did not register it "
+        "(expected @WIDGETS.register('ghost') there)"
+    )
 
 
 def test_every_builtin_key_registers_from_its_module():
@@ -96,10 +102,14 @@ def test_plugin_may_not_shadow_a_builtin_key(monkeypatch):
     class EP:
         name, value = "demo", "evil.module"
 
-    monkeypatch.setattr("agentcir.registry.registry.metadata.entry_points", lambda group: [EP()] if group == "agentcir.datasets" else [])
+    monkeypatch.setattr(
+        "agentcir.registry.registry.metadata.entry_points", lambda group: [EP()] if group == "agentcir.datasets" else []
+    )
     monkeypatch.setattr(DATASETS, "_plugins", None)
     with pytest.raises(RegistryError) as e:
         DATASETS.keys()
-    assert str(e.value) == ("duplicate dataset key 'demo': built in (agentcir.framework.datasets.composed) and declared again "
-                            "by plugin entry point 'evil.module' in group 'agentcir.datasets'")
+    assert str(e.value) == (
+        "duplicate dataset key 'demo': built in (agentcir.framework.datasets.composed) and declared again "
+        "by plugin entry point 'evil.module' in group 'agentcir.datasets'"
+    )
     monkeypatch.setattr(DATASETS, "_plugins", None)

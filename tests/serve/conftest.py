@@ -49,8 +49,14 @@ def write_exif_photo(path: Path, seed: int, taken: datetime, gps, make: str, mod
     exif[0x010F], exif[0x0110] = make, model
     exif.get_ifd(0x8769)[0x9003] = taken.strftime("%Y:%m:%d %H:%M:%S")
     gps_ifd = exif.get_ifd(0x8825)
-    gps_ifd.update({1: "N" if gps[0] >= 0 else "S", 2: _rational(abs(gps[0])), 3: "E" if gps[1] >= 0 else "W",
-                    4: _rational(abs(gps[1]))})
+    gps_ifd.update(
+        {
+            1: "N" if gps[0] >= 0 else "S",
+            2: _rational(abs(gps[0])),
+            3: "E" if gps[1] >= 0 else "W",
+            4: _rational(abs(gps[1])),
+        }
+    )
     path.parent.mkdir(parents=True, exist_ok=True)
     im.save(path, "JPEG", exif=exif, quality=90)
     return path
@@ -128,8 +134,9 @@ def make_client(searcher, ask_factory, tmp_path, **cfg):
     from agentcir.serve import ServeConfig, create_app
 
     cfg.setdefault("warm_up", False)  # the package's searcher is warm already
-    app = create_app(searcher, uploads=tmp_path / "up", thumbs=tmp_path / "thumbs", config=ServeConfig(**cfg),
-                     ask=ask_factory)
+    app = create_app(
+        searcher, uploads=tmp_path / "up", thumbs=tmp_path / "thumbs", config=ServeConfig(**cfg), ask=ask_factory
+    )
     return TestClient(app, base_url="http://127.0.0.1")
 
 

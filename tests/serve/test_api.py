@@ -29,15 +29,20 @@ def test_page_static_files_and_offline_docs(client):
     assert "textContent" in client.get("/static/app.js").text and "innerHTML" not in client.get("/static/app.js").text
     assert client.get("/static/app.css").status_code == 200
     docs = client.get("/docs")
-    assert docs.status_code == 200 and "/docs-assets/swagger-ui-bundle.js" in docs.text and "cdn" not in docs.text.lower()
+    assert (
+        docs.status_code == 200 and "/docs-assets/swagger-ui-bundle.js" in docs.text and "cdn" not in docs.text.lower()
+    )
     js = client.get("/docs-assets/swagger-ui-bundle.js")
     assert js.status_code == 200 and len(js.content) > 100_000  # the real Swagger UI, served locally
     spec = client.get("/openapi.json").json()
-    assert {"/api/search", "/api/ask", "/api/info", "/api/progress", "/thumb/{row}", "/image/{row}"} <= set(spec["paths"])
+    assert {"/api/search", "/api/ask", "/api/info", "/api/progress", "/thumb/{row}", "/image/{row}"} <= set(
+        spec["paths"]
+    )
     hit = spec["components"]["schemas"]["Hit"]["properties"]
     assert set(hit) == {"rank", "id", "score", "path", "row", "meta", "verified"}
     assert spec["paths"]["/api/search"]["post"]["responses"]["200"]["content"]["application/json"]["schema"] == {
-        "$ref": "#/components/schemas/SearchResponse"}
+        "$ref": "#/components/schemas/SearchResponse"
+    }
 
 
 def test_info(client, searcher):
@@ -56,7 +61,10 @@ def test_upload_search_then_refine_with_a_result(client, searcher, gallery, tmp_
     ids = [h["id"] for h in body["hits"]]
     assert len(ids) == 8 and ref_id not in ids  # the reference itself (uploaded, same bytes) never comes back
     # ... nor its lossless TIFF copy (the same picture in another file)
-    assert set(body["trace"]["search"]["excluded"]) == {ref_id, facts["tiff"]} and body["trace"]["search"]["mode"] == "composed"
+    assert (
+        set(body["trace"]["search"]["excluded"]) == {ref_id, facts["tiff"]}
+        and body["trace"]["search"]["mode"] == "composed"
+    )
     assert all(h["score"] is not None and abs(h["score"]) < 2 for h in body["hits"])  # raw scores, never +100
     assert sum(h["verified"] for h in body["hits"]) <= 1
     assert body["trace"]["perceive"]["reference_caption"] and body["trace"]["create"]["proxies"]
@@ -70,7 +78,9 @@ def test_upload_search_then_refine_with_a_result(client, searcher, gallery, tmp_
     r2 = client.post("/api/search", data={"reference_row": str(nxt["row"]), "text": "in blue", "k": "8"})
     assert r2.status_code == 200, r2.text
     b2 = r2.json()
-    assert nxt["id"] not in [h["id"] for h in b2["hits"]] and b2["trace"]["search"]["reference"]["gallery_id"] == nxt["id"]
+    assert (
+        nxt["id"] not in [h["id"] for h in b2["hits"]] and b2["trace"]["search"]["reference"]["gallery_id"] == nxt["id"]
+    )
     assert [h["rank"] for h in b2["hits"]] == list(range(1, 9))
 
 
@@ -98,21 +108,50 @@ def test_cli_search_json_has_the_api_shape(gallery, capsys):
     from agentcir.cli import main
 
     folder, gdir, root, facts = gallery
-    assert main(["search", "--gallery", str(gdir), "--text", "a blue shirt", "-k", "4", "--json", f"run.root={root}"]) == 0
+    assert (
+        main(["search", "--gallery", str(gdir), "--text", "a blue shirt", "-k", "4", "--json", f"run.root={root}"]) == 0
+    )
     out = json.loads(capsys.readouterr().out)
     assert set(out) == {"hits", "trace"} and len(out["hits"]) == 4
     assert set(out["hits"][0]) == {"rank", "id", "score", "path", "row", "meta", "verified"}
     assert out["trace"]["search"]["mode"] == "text"
     # a set-answering method: the hits are exactly its answer set, no invented scores
-    assert main(["search", "--gallery", str(gdir), "--text", "photos from Rome", "--json", f"run.root={root}",
-                 "method=imageseeker"]) == 0
+    assert (
+        main(
+            [
+                "search",
+                "--gallery",
+                str(gdir),
+                "--text",
+                "photos from Rome",
+                "--json",
+                f"run.root={root}",
+                "method=imageseeker",
+            ]
+        )
+        == 0
+    )
     out = json.loads(capsys.readouterr().out)
     assert [h["id"] for h in out["hits"]] == out["trace"]["seek"]["ids"] and out["hits"]
     assert all(h["score"] is None for h in out["hits"]) and out["trace"]["search"]["mode"] == "answer"
-    assert {h["id"] for h in out["hits"]} == {"albums/Trip 2019/rome1", "albums/Trip 2019/rome2"}   # every GPS match
+    assert {h["id"] for h in out["hits"]} == {"albums/Trip 2019/rome1", "albums/Trip 2019/rome2"}  # every GPS match
     assert out["hits"][0]["meta"]["city"] == "Rome"
     # the table mode prints verified marks and "-" for set answers
-    assert main(["search", "--gallery", str(gdir), "--text", "photos from Rome", f"run.root={root}", "method=imageseeker", "-q"]) == 0
+    assert (
+        main(
+            [
+                "search",
+                "--gallery",
+                str(gdir),
+                "--text",
+                "photos from Rome",
+                f"run.root={root}",
+                "method=imageseeker",
+                "-q",
+            ]
+        )
+        == 0
+    )
     assert "albums/Trip 2019/rome" in capsys.readouterr().out
 
 
@@ -132,14 +171,24 @@ def test_bad_inputs_are_4xx_with_a_detail(client, searcher):
         assert words in r.json()["detail"], r.json()
 
     bad(client.post("/api/search", data={"text": "  "}), 400, "a search needs a reference image, a text, or both")
-    bad(client.post("/api/search", files={"image": ("notes.png", b"not an image", "image/png")}, data={"text": "x"}),
-        400, "This file is not an image agentcir can read ('notes.png': it is not in an image format agentcir knows")
+    bad(
+        client.post("/api/search", files={"image": ("notes.png", b"not an image", "image/png")}, data={"text": "x"}),
+        400,
+        "This file is not an image agentcir can read ('notes.png': it is not in an image format agentcir knows",
+    )
     bad(client.post("/api/search", data={"reference_row": "99999", "text": "x"}), 404, "no gallery row 99999")
     bad(client.post("/api/search", data={"text": "x", "k": "0"}), 422, "k:")
     png = io.BytesIO()
     Image.new("RGB", (8, 8)).save(png, "PNG")
-    bad(client.post("/api/search", files={"image": ("a.png", png.getvalue(), "image/png")},
-                    data={"reference_row": "0", "text": "x"}), 400, "not both")
+    bad(
+        client.post(
+            "/api/search",
+            files={"image": ("a.png", png.getvalue(), "image/png")},
+            data={"reference_row": "0", "text": "x"},
+        ),
+        400,
+        "not both",
+    )
     bad(client.get("/thumb/0?size=999"), 422, "size: must be one of")
     bad(client.get("/thumb/-1"), 404, "no gallery row -1")
     assert client.get("/upload/..%2F..%2Fetc%2Fpasswd/thumb").status_code == 404
@@ -156,8 +205,9 @@ def test_uploads_are_checked_before_they_are_stored(searcher, ask_factory, tmp_p
     assert len(png.getvalue()) < 2**20
     r = c.post("/api/search", files={"image": ("huge.png", png.getvalue(), "image/png")}, data={"text": "x"})
     assert r.status_code == 413 and "36.0 megapixels" in r.json()["detail"]
+
     def chunks():  # no Content-Length: counted as it streams, refused at the limit
-        yield b"--b\r\nContent-Disposition: form-data; name=\"image\"; filename=\"s.jpg\"\r\n\r\n"
+        yield b'--b\r\nContent-Disposition: form-data; name="image"; filename="s.jpg"\r\n\r\n'
         for _ in range(64):
             yield os.urandom(64 * 1024)
 
@@ -173,8 +223,12 @@ def test_stored_uploads_and_thumbnails_are_bounded(searcher, ask_factory, tmp_pa
     for i in range(4):
         png = io.BytesIO()
         Image.new("RGB", (16, 16), (i * 40, 0, 0)).save(png, "PNG")
-        assert c.post("/api/search", files={"image": (f"{i}.png", png.getvalue(), "image/png")},
-                      data={"text": "x", "k": "2"}).status_code == 200
+        assert (
+            c.post(
+                "/api/search", files={"image": (f"{i}.png", png.getvalue(), "image/png")}, data={"text": "x", "k": "2"}
+            ).status_code
+            == 200
+        )
     assert len(list((tmp_path / "up").iterdir())) == 2
     for row in range(12):
         assert c.get(f"/thumb/{row}?size=512").status_code == 200
@@ -227,7 +281,9 @@ def test_bearer_token_on_every_route(searcher, ask_factory, tmp_path):
     assert c.get("/api/info", headers={"Authorization": "Bearer wrong"}).status_code == 401
     assert c.get("/api/info", headers={"Authorization": "Bearer s3cret"}).status_code == 200
     spec = c.get("/openapi.json", headers={"Authorization": "Bearer s3cret"}).json()
-    assert spec["security"] == [{"bearer": []}] and spec["components"]["securitySchemes"]["bearer"]["scheme"] == "bearer"
+    assert (
+        spec["security"] == [{"bearer": []}] and spec["components"]["securitySchemes"]["bearer"]["scheme"] == "bearer"
+    )
     page = c.get("/?token=s3cret")  # the page opened once with the token sets a cookie, then drops it from the URL
     assert page.status_code == 200 and page.history[0].status_code == 303
     assert "agentcir_token" in page.history[0].headers["set-cookie"] and str(page.url) == "http://127.0.0.1/"
@@ -290,8 +346,10 @@ def test_gallery_preparation_is_shown_once_with_counts(gallery, tmp_path):
     shutil.copytree(gdir, g2)
     shutil.rmtree(g2 / "captions", ignore_errors=True)
     s = Searcher(compose([f"run.root={tmp_path}", "run.progress=false"]), g2)
-    c = TestClient(create_app(s, uploads=tmp_path / "up", thumbs=tmp_path / "t", config=ServeConfig(warm_up=False)),
-                   base_url="http://localhost")
+    c = TestClient(
+        create_app(s, uploads=tmp_path / "up", thumbs=tmp_path / "t", config=ServeConfig(warm_up=False)),
+        base_url="http://localhost",
+    )
     deadline = time.time() + 120
     while not c.get("/api/progress").json()["prepared"] and time.time() < deadline:
         time.sleep(0.1)
@@ -311,11 +369,11 @@ def test_bounded_dir_evicts_the_least_recently_used(tmp_path):
     d.put("a.jpg", b"a" * 10)
     d.put("b.jpg", b"b" * 10)
     assert d.get("a.jpg") is not None  # used: b is now the least recently used of the new ones
-    d.put("c.jpg", b"c" * 10)          # 4 files, 40 bytes: old goes
+    d.put("c.jpg", b"c" * 10)  # 4 files, 40 bytes: old goes
     assert sorted(p.name for p in (tmp_path / "d").iterdir()) == ["a.jpg", "b.jpg", "c.jpg"]
-    d.put("b.jpg", b"B" * 20)          # replaced: 40 bytes again, the least recently used (a) goes
+    d.put("b.jpg", b"B" * 20)  # replaced: 40 bytes again, the least recently used (a) goes
     assert sorted(p.name for p in (tmp_path / "d").iterdir()) == ["b.jpg", "c.jpg"]
-    d.put("big.jpg", b"z" * 50)        # alone over the byte budget: kept, every other file goes
+    d.put("big.jpg", b"z" * 50)  # alone over the byte budget: kept, every other file goes
     assert [p.name for p in (tmp_path / "d").iterdir()] == ["big.jpg"]
 
 

@@ -22,8 +22,16 @@ import pytest
 from .conftest import ROOT, XSS_NAME, running_app
 
 CHROMIUM = os.environ.get("AGENTCIR_CHROMIUM") or shutil.which("chromium") or "/usr/bin/chromium"
-ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
-        "--disable-sync", "--no-first-run", "--disable-dev-shm-usage"]
+ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+    "--disable-dev-shm-usage",
+]
 
 
 def _need_browser():
@@ -56,7 +64,9 @@ def server(searcher, ask_factory, tmp_path_factory):
     from agentcir.serve import ServeConfig, create_app
 
     tmp = tmp_path_factory.mktemp("browser")
-    app = create_app(searcher, uploads=tmp / "up", thumbs=tmp / "thumbs", config=ServeConfig(warm_up=False), ask=ask_factory)
+    app = create_app(
+        searcher, uploads=tmp / "up", thumbs=tmp / "thumbs", config=ServeConfig(warm_up=False), ask=ask_factory
+    )
     with running_app(app) as port:
         yield f"http://127.0.0.1:{port}"
 
@@ -75,8 +85,12 @@ def page(server, artifacts):
         pg.on("response", lambda r: r.status >= 500 and pg.problems.append(f"{r.status} {r.url}"))
         pg.on("dialog", lambda d: (pg.problems.append(f"dialog: {d.message}"), d.dismiss()))
         pg.on("pageerror", lambda e: pg.problems.append(f"page error: {e}"))
-        pg.on("console", lambda m: m.type == "error" and "Content Security Policy" in m.text
-              and pg.problems.append(f"CSP: {m.text}"))
+        pg.on(
+            "console",
+            lambda m: (
+                m.type == "error" and "Content Security Policy" in m.text and pg.problems.append(f"CSP: {m.text}")
+            ),
+        )
         yield pg
         browser.close()
 
@@ -112,7 +126,7 @@ def test_upload_results_refine_by_click(page, server, gallery, artifacts, search
     _shot(page, artifacts, "01-start")
     ref = folder / f"{facts['products'][0]}.jpg"
     page.set_input_files("#file", str(ref))
-    _expect(page.locator("#ref-img")).to_be_visible()   # waits: the page shows the file once it has read it
+    _expect(page.locator("#ref-img")).to_be_visible()  # waits: the page shows the file once it has read it
     page.fill("#text", "in red")
     page.fill("#k", "12")
     page.click("#go")
@@ -177,7 +191,7 @@ def test_history_question_answer_and_steps(page, server, artifacts):
     page.click("#ask-go")
     _wait_results(page, "#ask-status")
     ids = _hit_ids(page, "#answer")
-    assert set(ids) == {"albums/Trip 2019/rome1", "albums/Trip 2019/rome2"}   # every photo taken in Rome
+    assert set(ids) == {"albums/Trip 2019/rome1", "albums/Trip 2019/rome2"}  # every photo taken in Rome
     meta = page.text_content("#answer figure.hit dl.meta")
     assert "Rome, Italy" in meta and "NIKON D750" in meta and "2019-05-0" in meta and "albums/Trip 2019" in meta
     steps = page.locator("#steps li")
@@ -223,7 +237,7 @@ def test_pages_and_a_duplicate_group(page, server, gallery, artifacts):
     copy_id = facts["tiff"] if lead.get_attribute("data-id") == facts["products"][0] else facts["products"][0]
     copy = page.locator(f'#hits figure.copy[data-id="{copy_id}"]')
     _expect(copy).to_be_hidden()
-    lead.locator("button.dups").click()   # expand: the copy shows, marked as one
+    lead.locator("button.dups").click()  # expand: the copy shows, marked as one
     _expect(copy).to_be_visible()
     assert "copy of" in copy.text_content()
     lead.scroll_into_view_if_needed()
@@ -239,7 +253,7 @@ def test_pages_and_a_duplicate_group(page, server, gallery, artifacts):
     _expect(page.locator('#hits-pager button[aria-current="page"]')).to_have_text("2")
     second = _visible_ids(page)
     assert len(second) == 12 and not set(first) & set(second)
-    assert all_ids.index(second[0]) > all_ids.index(first[-1])   # in rank order
+    assert all_ids.index(second[0]) > all_ids.index(first[-1])  # in rank order
     _shot(page, artifacts, "10-page-2")
     assert not page.problems, page.problems
     print(f"groups and pages: {time.perf_counter() - t0:.1f} s")
@@ -283,7 +297,7 @@ def test_breadcrumb_steps_restore_their_own_results(page, server, artifacts):
     page.click('#crumbs li[data-step="2"]')
     assert _hit_ids(page) == two and page.input_value("#text") == "a red dress"
     page.click('#crumbs li[data-step="1"]')
-    _search(page, "a green top", 8)   # a search from step 1 replaces the steps after it
+    _search(page, "a green top", 8)  # a search from step 1 replaces the steps after it
     _expect(page.locator("#crumbs li")).to_have_count(2)
     assert "a green top" in page.text_content('#crumbs li[data-step="2"]')
     assert not page.problems, page.problems
@@ -323,7 +337,9 @@ def test_a_looped_method_shows_its_rounds(page, gallery, artifacts, tmp_path):
 
     folder, gdir, root, facts = gallery
     s = Searcher(compose([f"run.root={root}", "run.progress=false", "method=autocir"]), gdir)
-    app = create_app(s, uploads=tmp_path / "up", thumbs=tmp_path / "th", config=ServeConfig(warm_up=False, prepare=False))
+    app = create_app(
+        s, uploads=tmp_path / "up", thumbs=tmp_path / "th", config=ServeConfig(warm_up=False, prepare=False)
+    )
     with running_app(app) as port:
         _open(page, f"http://127.0.0.1:{port}")
         page.set_input_files("#file", str(folder / f"{facts['products'][2]}.jpg"))

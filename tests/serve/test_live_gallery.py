@@ -31,8 +31,12 @@ def test_status_reports_the_warm_up_per_model_and_the_thumbnails(searcher, ask_f
     assert wait_for(lambda: c.get("/api/status").json()["warm_up"]["state"] == "done", 120)
     st = c.get("/api/status").json()
     w = st["warm_up"]
-    assert [s["name"] for s in w["steps"]][:4] == ["encoder text tower", "text search", "encoder image tower",
-                                                   "image search"]
+    assert [s["name"] for s in w["steps"]][:4] == [
+        "encoder text tower",
+        "text search",
+        "encoder image tower",
+        "image search",
+    ]
     assert w["steps"][-1]["name"] == "composed search" and all(s["state"] == "done" for s in w["steps"])
     assert w["models"]["encoder:catalog text"] == w["models"]["encoder:catalog images"] == "ready"
     assert all(v == "ready" for v in w["models"].values())
@@ -42,7 +46,7 @@ def test_status_reports_the_warm_up_per_model_and_the_thumbnails(searcher, ask_f
     n = len(searcher.gallery)
     assert t["done"] == t["total"] == n and t["size"] == 256
     thumbs = [f for d in (tmp_path / "thumbs").iterdir() for f in d.iterdir()]
-    assert len(thumbs) >= n - 2   # every photo but those that do not decode here (a HEIC without its plugin)
+    assert len(thumbs) >= n - 2  # every photo but those that do not decode here (a HEIC without its plugin)
     g = st["gallery"]
     assert g["size"] == n and g["generation"] == searcher.generation and g["watching"] is None
 
@@ -50,7 +54,7 @@ def test_status_reports_the_warm_up_per_model_and_the_thumbnails(searcher, ask_f
 def test_a_search_during_the_warm_up_goes_first(searcher, monkeypatch):
     from agentcir.framework.search import WarmStep, WarmUp
 
-    def slow(progress):   # a model loading: holds the search lock, as every step does
+    def slow(progress):  # a model loading: holds the search lock, as every step does
         with searcher._lock:
             time.sleep(0.3)
 
@@ -82,12 +86,19 @@ def test_serve_watch_makes_a_new_photo_searchable_without_a_restart(gallery, ask
     shutil.copytree(gdir, g2)
     s = Searcher(compose([f"run.root={tmp_path}", "run.progress=false"]), g2)
     n = len(s.gallery)
-    app = create_app(s, uploads=tmp_path / "up", thumbs=tmp_path / "thumbs",
-                     config=ServeConfig(warm_up=False, reload_s=0.1))
+    app = create_app(
+        s, uploads=tmp_path / "up", thumbs=tmp_path / "thumbs", config=ServeConfig(warm_up=False, reload_s=0.1)
+    )
     c = TestClient(app, base_url="http://127.0.0.1")
-    other = TestClient(create_app(Searcher(compose([f"run.root={tmp_path}", "run.progress=false"]), g2),
-                                  uploads=tmp_path / "up2", thumbs=tmp_path / "thumbs2",
-                                  config=ServeConfig(warm_up=False, reload_s=0.1)), base_url="http://127.0.0.1")
+    other = TestClient(
+        create_app(
+            Searcher(compose([f"run.root={tmp_path}", "run.progress=false"]), g2),
+            uploads=tmp_path / "up2",
+            thumbs=tmp_path / "thumbs2",
+            config=ServeConfig(warm_up=False, reload_s=0.1),
+        ),
+        base_url="http://127.0.0.1",
+    )
     st = app.state.serve
     try:
         st.watch(photos, debounce_s=0.2, settle_s=0.3, observer="polling", poll_s=0.05)
@@ -139,7 +150,7 @@ def test_the_serve_command_watches_the_folder_it_is_given(gallery, monkeypatch, 
     try:
         assert st.library["watching"] == str(photos.resolve()) and "watching" in capsys.readouterr().out
         assert wait_for(lambda: st.library["following"], 60) and st.library["observer"] == "polling"
-        assert wait_for(lambda: st.warm.snapshot()["state"] in ("done", "failed"), 120)   # nothing left running
+        assert wait_for(lambda: st.warm.snapshot()["state"] in ("done", "failed"), 120)  # nothing left running
     finally:
         st.close()
     assert main(["serve", "--gallery", str(g2), "--watch", str(tmp_path / "nope"), f"run.root={tmp_path}"]) == 2

@@ -1,4 +1,4 @@
-""""More like this": a reference photo with no text works with every method (image retrieval),
+""" "More like this": a reference photo with no text works with every method (image retrieval),
 in the Python search, the CLI, the JSON API and the page's button on each result."""
 
 from __future__ import annotations

@@ -38,11 +38,13 @@ def test_search_groups_copies_of_one_picture(client, searcher, gallery):
     body = client.post("/api/search", data={"text": "a t-shirt", "k": "1000"}).json()  # the server's default, 0.97
     ids = [h["id"] for h in body["hits"]]
     groups = [sorted(ids[i] for i in g) for g in body["groups"]]
-    assert sorted([facts["products"][0], facts["tiff"]]) in groups        # a JPEG and its TIFF: one picture
+    assert sorted([facts["products"][0], facts["tiff"]]) in groups  # a JPEG and its TIFF: one picture
     if "heic" in facts:
-        assert sorted([facts["products"][1], facts["heic"]]) in groups    # ... and its HEIC
-    assert sum(len(g) for g in body["groups"]) == len(ids) and sorted(i for g in body["groups"] for i in g) == list(range(len(ids)))
-    assert all(g == sorted(g) for g in body["groups"])                    # each led by its best-ranked hit
+        assert sorted([facts["products"][1], facts["heic"]]) in groups  # ... and its HEIC
+    assert sum(len(g) for g in body["groups"]) == len(ids) and sorted(i for g in body["groups"] for i in g) == list(
+        range(len(ids))
+    )
+    assert all(g == sorted(g) for g in body["groups"])  # each led by its best-ranked hit
     # the EXIF photos (random pixels) are close in embedding space but not copies: the hash keeps them apart
     assert all(len(g) <= 2 for g in groups) and len(groups) >= len(ids) - 2
     off = client.post("/api/search", data={"text": "a t-shirt", "k": "1000", "dup_threshold": "0"}).json()
@@ -80,8 +82,8 @@ def test_group_rows_leaders_never_chain():
     from agentcir.serve.groups import dhash, group_rows, hamming
 
     a = np.array([1.0, 0.0])
-    b = np.array([np.cos(0.2), np.sin(0.2)])   # close to a
-    c = np.array([np.cos(0.4), np.sin(0.4)])   # close to b, not to a
+    b = np.array([np.cos(0.2), np.sin(0.2)])  # close to a
+    c = np.array([np.cos(0.4), np.sin(0.4)])  # close to b, not to a
     out = group_rows([10, 11, 12], np.stack([a, b, c]), threshold=float(np.cos(0.25)), hash_of=None)
     assert out == [[0, 1], [2]]
     im = Image.open(DEMO / sorted(os.listdir(DEMO))[0])
@@ -95,9 +97,11 @@ def test_export_csv_json_zip(client, searcher, gallery):
     folder, _, _, _ = gallery
     rome = _rows(searcher, "albums/Trip 2019/rome1", "albums/Trip 2019/rome2")
     other = _rows(searcher, "10048")
-    shown = [{"row": rome[0], "rank": 1, "score": 0.5, "verified": True, "group": 0},
-             {"row": other[0], "rank": 2, "score": 0.25, "group": 1},
-             {"row": rome[1], "rank": 3, "score": None, "group": 2}]
+    shown = [
+        {"row": rome[0], "rank": 1, "score": 0.5, "verified": True, "group": 0},
+        {"row": other[0], "rank": 2, "score": 0.25, "group": 1},
+        {"row": rome[1], "rank": 3, "score": None, "group": 2},
+    ]
     r = client.post("/api/export", json={"format": "csv", "hits": shown})
     assert r.status_code == 200 and r.headers["content-type"].startswith("text/csv")
     assert 'filename="agentcir-results.csv"' in r.headers["content-disposition"]
@@ -118,8 +122,14 @@ def test_export_csv_json_zip(client, searcher, gallery):
     assert r.status_code == 200 and r.headers["content-type"] == "application/zip"
     z = zipfile.ZipFile(io.BytesIO(r.content))
     names = z.namelist()
-    assert names == ["photos/0001-rome1.jpg", "photos/0002-10048.jpg", "photos/0003-rome2.jpg", "results.csv", "results.json"]
-    assert z.read("photos/0002-10048.jpg") == (folder / "10048.jpg").read_bytes()   # the original, unchanged
+    assert names == [
+        "photos/0001-rome1.jpg",
+        "photos/0002-10048.jpg",
+        "photos/0003-rome2.jpg",
+        "results.csv",
+        "results.json",
+    ]
+    assert z.read("photos/0002-10048.jpg") == (folder / "10048.jpg").read_bytes()  # the original, unchanged
     assert "albums/Trip 2019/rome2" in z.read("results.csv").decode()
     assert json.loads(z.read("results.json"))["hits"][0]["id"] == "albums/Trip 2019/rome1"
 
@@ -170,11 +180,11 @@ def test_full_photo_route(client, searcher, gallery):
     folder, _, _, facts = gallery
     row = _rows(searcher, "10048")[0]
     r = client.get(f"/view/{row}")
-    assert r.status_code == 200 and r.content == (folder / "10048.jpg").read_bytes()   # a JPEG as stored
+    assert r.status_code == 200 and r.content == (folder / "10048.jpg").read_bytes()  # a JPEG as stored
     r = client.get(f"/image/{row}?download=true")
     assert r.status_code == 200 and r.headers["content-disposition"].startswith("attachment")
     assert "10048.jpg" in r.headers["content-disposition"] and r.content == (folder / "10048.jpg").read_bytes()
-    tif = _rows(searcher, facts["tiff"])[0]   # a format browsers cannot show: a large JPEG of it
+    tif = _rows(searcher, facts["tiff"])[0]  # a format browsers cannot show: a large JPEG of it
     r = client.get(f"/view/{tif}")
     assert r.status_code == 200 and r.headers["content-type"] == "image/jpeg"
     im = Image.open(io.BytesIO(r.content))
@@ -205,10 +215,13 @@ def test_copy_into_an_album_folder(searcher, ask_factory, gallery, tmp_path):
 
 
 # -- errors in plain words ------------------------------------------------------------------------
-@pytest.mark.parametrize("data,words", [
-    (b"not an image at all", "it is not in an image format agentcir knows"),
-    (None, "the file is damaged or cut short"),
-])
+@pytest.mark.parametrize(
+    "data,words",
+    [
+        (b"not an image at all", "it is not in an image format agentcir knows"),
+        (None, "the file is damaged or cut short"),
+    ],
+)
 def test_bad_uploads_are_said_in_plain_words(client, data, words):
     if data is None:  # a JPEG cut in half
         buf = io.BytesIO()
@@ -225,13 +238,19 @@ def test_bad_uploads_are_said_in_plain_words(client, data, words):
 def test_plain_strips_class_names_reprs_and_command_advice():
     from agentcir.framework.plain import plain
 
-    raw = ("stage 'create': 1 of 1 queries failed (first: query query: ImageDecodeError: image 'x.jpg': file not found); "
-           "the others' work is saved, rerun the same command to retry the failed ones")
+    raw = (
+        "stage 'create': 1 of 1 queries failed (first: query query: ImageDecodeError: image 'x.jpg': file not found); "
+        "the others' work is saved, rerun the same command to retry the failed ones"
+    )
     assert plain(raw) == "the search stopped at its 'create' step: image 'x.jpg': file not found"
-    assert plain("UnidentifiedImageError: cannot identify image file <_io.BytesIO object at 0x7f3a2c>") == \
-        "not in an image format agentcir knows"
-    assert plain("verifier 'contrast': the instruction must be a non-empty text") == \
-        "verifier 'contrast': the instruction must be a non-empty text"   # a plain message stays as it is
+    assert (
+        plain("UnidentifiedImageError: cannot identify image file <_io.BytesIO object at 0x7f3a2c>")
+        == "not in an image format agentcir knows"
+    )
+    assert (
+        plain("verifier 'contrast': the instruction must be a non-empty text")
+        == "verifier 'contrast': the instruction must be a non-empty text"
+    )  # a plain message stays as it is
 
 
 def test_an_unexpected_error_is_a_sentence(searcher, ask_factory, tmp_path, monkeypatch):
@@ -250,19 +269,42 @@ def test_an_unexpected_error_is_a_sentence(searcher, ask_factory, tmp_path, monk
 
 # -- a looped method's trace --------------------------------------------------------------------------
 AUTOCIR_TRACE = {
-    "plan": {"reference_caption": "a white t-shirt", "reply": "Edited Description: a red t-shirt",
-             "description": "a red t-shirt", "active": True},
-    "round1": {"round": 1, "asked": True, "checked_ids": ["a", "b", "c"], "verdict": "Step 1: ...\nSuggestions: make it red",
-               "stopped": False, "suggestions": "make it red", "reply": "...", "description": "a bright red t-shirt",
-               "active": True},
-    "round2": {"round": 2, "asked": True, "checked_ids": ["a", "b", "c"], "verdict": "Good retrieval", "stopped": True,
-               "suggestions": "Good retrieval", "description": "a bright red t-shirt", "active": False},
-    "search": {"method": "autocir"}}
+    "plan": {
+        "reference_caption": "a white t-shirt",
+        "reply": "Edited Description: a red t-shirt",
+        "description": "a red t-shirt",
+        "active": True,
+    },
+    "round1": {
+        "round": 1,
+        "asked": True,
+        "checked_ids": ["a", "b", "c"],
+        "verdict": "Step 1: ...\nSuggestions: make it red",
+        "stopped": False,
+        "suggestions": "make it red",
+        "reply": "...",
+        "description": "a bright red t-shirt",
+        "active": True,
+    },
+    "round2": {
+        "round": 2,
+        "asked": True,
+        "checked_ids": ["a", "b", "c"],
+        "verdict": "Good retrieval",
+        "stopped": True,
+        "suggestions": "Good retrieval",
+        "description": "a bright red t-shirt",
+        "active": False,
+    },
+    "search": {"method": "autocir"},
+}
 IMAGESCOPE_TRACE = {
     "reason": {"reference_caption": "x", "step1": [["Modification", "make it red"]], "step2": ["A red t-shirt.", "b"]},
     "propositions": {"questions": [{"question": "The item is red.", "raw": "True", "answer": True}]},
     "rerank": {"candidates": ["a", "b"], "values": [1, 0], "answers": [[True], [False]]},
-    "verify": {"verdicts": [False, True], "accepted": 1}, "search": {"method": "imagescope"}}
+    "verify": {"verdicts": [False, True], "accepted": 1},
+    "search": {"method": "imagescope"},
+}
 
 
 def test_loop_steps_read_rounds_suggestions_and_verdicts():
@@ -270,7 +312,9 @@ def test_loop_steps_read_rounds_suggestions_and_verdicts():
 
     a = loop_steps(AUTOCIR_TRACE)
     assert [s["round"] for s in a] == [None, 1, 2] and [s["stage"] for s in a] == ["plan", "round1", "round2"]
-    assert a[1]["suggestions"] == "make it red" and a[1]["checked"] == 3 and a[1]["description"] == "a bright red t-shirt"
+    assert (
+        a[1]["suggestions"] == "make it red" and a[1]["checked"] == 3 and a[1]["description"] == "a bright red t-shirt"
+    )
     assert a[2]["stopped"] is True and a[2]["suggestions"] is None and a[2]["verdict"] == "Good retrieval"
     text = format_loop(a, "autocir")
     assert "round 1" in text and "suggestions: “make it red”" in text and "stopped: good retrieval" in text
@@ -293,8 +337,12 @@ def test_api_and_cli_show_the_loop_of_autocir(gallery, tmp_path, capsys, monkeyp
 
     folder, gdir, root, facts = gallery
     s = Searcher(compose([f"run.root={root}", "run.progress=false", "method=autocir"]), gdir)
-    c = TestClient(create_app(s, uploads=tmp_path / "up", thumbs=tmp_path / "th",
-                              config=ServeConfig(warm_up=False, prepare=False)), base_url="http://127.0.0.1")
+    c = TestClient(
+        create_app(
+            s, uploads=tmp_path / "up", thumbs=tmp_path / "th", config=ServeConfig(warm_up=False, prepare=False)
+        ),
+        base_url="http://127.0.0.1",
+    )
     row = s.gallery.index_of(facts["products"][2])
     r = c.post("/api/search", data={"reference_row": str(row), "text": "in red", "k": "5"})
     assert r.status_code == 200, r.text

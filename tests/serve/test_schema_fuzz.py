@@ -20,15 +20,23 @@ def test_no_request_answers_5xx(searcher, ask_factory, tmp_path):
     assert {op.path for op in ops} >= {"/api/search", "/api/ask", "/api/info", "/api/progress", "/thumb/{row}"}
     seen: dict[str, set[int]] = {}
     for op in ops:
+
         @given(case=op.as_strategy())
-        @settings(max_examples=EXAMPLES, deadline=None, derandomize=True, database=None,
-                  suppress_health_check=list(HealthCheck))
+        @settings(
+            max_examples=EXAMPLES,
+            deadline=None,
+            derandomize=True,
+            database=None,
+            suppress_health_check=list(HealthCheck),
+        )
         def check(case):
             response = case.call()
             seen.setdefault(op.label, set()).add(response.status_code)
             assert response.status_code < 500, (case.method, case.path, response.status_code, response.text[:300])
-            case.validate_response(response, checks=[schemathesis.checks.not_a_server_error,
-                                                     schemathesis.checks.response_schema_conformance])
+            case.validate_response(
+                response,
+                checks=[schemathesis.checks.not_a_server_error, schemathesis.checks.response_schema_conformance],
+            )
 
         check()
     assert len(seen) == len(ops)

@@ -25,15 +25,27 @@ def _png(colour=(10, 20, 30)) -> bytes:
     return out.getvalue()
 
 
-ROUTES = ["/", "/docs", "/openapi.json", "/api/info", "/api/progress", "/image/0", "/thumb/0", "/static/app.js",
-          "/docs-assets/swagger-ui.css", "/upload/0123456789abcdef0123456789abcdef.png/thumb"]
+ROUTES = [
+    "/",
+    "/docs",
+    "/openapi.json",
+    "/api/info",
+    "/api/progress",
+    "/image/0",
+    "/thumb/0",
+    "/static/app.js",
+    "/docs-assets/swagger-ui.css",
+    "/upload/0123456789abcdef0123456789abcdef.png/thumb",
+]
 
 
 def test_a_rebinding_host_is_refused_on_every_route(client):
     for path in ROUTES:
         r = client.get(path, headers={"Host": "attacker.example"})
         assert r.status_code == 400, path
-        assert "Host 'attacker.example' is not served here" in r.json()["detail"] and "--allow-host" in r.json()["detail"]
+        assert (
+            "Host 'attacker.example' is not served here" in r.json()["detail"] and "--allow-host" in r.json()["detail"]
+        )
     r = client.post("/api/search", data={"text": "x"}, headers={"Host": "attacker.example:8000"})
     assert r.status_code == 400
     r = client.post("/api/ask", data={"question": "photos from Rome"}, headers={"Host": "rebind.attacker.example"})
@@ -64,6 +76,7 @@ def test_a_raw_rebinding_request_to_a_running_server(searcher, ask_factory, tmp_
 
     app = create_app(searcher, uploads=tmp_path / "up", thumbs=tmp_path / "t", config=ServeConfig(warm_up=False))
     with running_app(app) as port:
+
         def get(host: str) -> tuple[int, bytes]:
             with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
                 sock.sendall(f"GET /image/0 HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n".encode())
@@ -122,10 +135,13 @@ def test_the_token_is_never_taken_from_the_url(searcher, ask_factory, tmp_path):
     assert c.get("/api/info").status_code == 401
 
 
-@pytest.mark.parametrize("code,status,words", [(errno.ENOSPC, 507, "is full"),
-                                               (errno.EROFS, 500, "cannot be written"),
-                                               (errno.EACCES, 500, "cannot be written")])
-def test_uploads_into_a_folder_that_cannot_be_written(searcher, ask_factory, tmp_path, monkeypatch, code, status, words):
+@pytest.mark.parametrize(
+    "code,status,words",
+    [(errno.ENOSPC, 507, "is full"), (errno.EROFS, 500, "cannot be written"), (errno.EACCES, 500, "cannot be written")],
+)
+def test_uploads_into_a_folder_that_cannot_be_written(
+    searcher, ask_factory, tmp_path, monkeypatch, code, status, words
+):
     from pathlib import Path
 
     c = make_client(searcher, ask_factory, tmp_path)
@@ -141,7 +157,9 @@ def test_uploads_into_a_folder_that_cannot_be_written(searcher, ask_factory, tmp
     assert r.status_code == status, r.text
     detail = r.json()["detail"]
     assert words in detail and f"upload folder '{tmp_path / 'up'}'" in detail and "Traceback" not in r.text
-    assert c.post("/api/search", data={"text": "in red", "k": "3"}).status_code == 200  # searches without upload still work
+    assert (
+        c.post("/api/search", data={"text": "in red", "k": "3"}).status_code == 200
+    )  # searches without upload still work
 
 
 def test_uploads_into_a_real_read_only_or_full_file_system(searcher, ask_factory, tmp_path):
@@ -156,8 +174,10 @@ def test_uploads_into_a_real_read_only_or_full_file_system(searcher, ask_factory
         c = make_client(searcher, ask_factory, tmp_path)
         r = c.post("/api/search", files={"image": ("mine.png", _png(), "image/png")}, data={"text": "in red"})
         assert r.status_code == 500, r.text
-        assert r.json()["detail"] == (f"the upload cannot be stored: the upload folder '{up}' cannot be written (it is on "
-                                      f"a read-only file system): give a writable folder")
+        assert r.json()["detail"] == (
+            f"the upload cannot be stored: the upload folder '{up}' cannot be written (it is on "
+            f"a read-only file system): give a writable folder"
+        )
     finally:
         umount(up)
     assert mount_tmpfs(up, "256k")[0]
@@ -166,8 +186,12 @@ def test_uploads_into_a_real_read_only_or_full_file_system(searcher, ask_factory
         c = make_client(searcher, ask_factory, tmp_path)
         r = c.post("/api/search", files={"image": ("mine.png", _png((1, 2, 3)), "image/png")}, data={"text": "in red"})
         assert r.status_code == 507, r.text
-        assert r.json()["detail"].startswith(f"the upload cannot be stored: the disk holding the upload folder '{up}' is "
-                                             f"full") and "Traceback" not in r.text
+        assert (
+            r.json()["detail"].startswith(
+                f"the upload cannot be stored: the disk holding the upload folder '{up}' is full"
+            )
+            and "Traceback" not in r.text
+        )
         assert not [p for p in up.iterdir() if p.name != ".filler"]  # no torn or temporary file left
     finally:
         umount(up)
@@ -199,8 +223,26 @@ def test_the_serve_command_passes_its_host_and_allowed_names(gallery, monkeypatc
     apps = []
     monkeypatch.setattr(uvicorn, "run", lambda app, **kw: apps.append(app))
     monkeypatch.delenv("AGENTCIR_ALLOW_HOSTS", raising=False)
-    assert main(["serve", "--gallery", str(gdir), "--host", "10.1.2.3", "--allow-host", "nas.local", "--token", "t",
-                 "--allow-host", "photos.lan", f"run.root={root}", "--no-questions"]) == 0
+    assert (
+        main(
+            [
+                "serve",
+                "--gallery",
+                str(gdir),
+                "--host",
+                "10.1.2.3",
+                "--allow-host",
+                "nas.local",
+                "--token",
+                "t",
+                "--allow-host",
+                "photos.lan",
+                f"run.root={root}",
+                "--no-questions",
+            ]
+        )
+        == 0
+    )
     c = TestClient(apps[-1], base_url="http://nas.local")
     auth = {"Authorization": "Bearer t"}
     for host in ("nas.local", "photos.lan:8000", "10.1.2.3:8000", "localhost"):

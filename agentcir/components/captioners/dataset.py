@@ -83,8 +83,10 @@ class DatasetCaptioner(Captioner):
             rows = self._rows(p)
             c = self.cfg
             if rows and c.caption_field not in rows[0]:
-                raise InputError(f"{self.where}: captions file '{p}' has no column '{c.caption_field}' "
-                                 f"(field 'caption_field'); its columns: {', '.join(map(str, rows[0]))}")
+                raise InputError(
+                    f"{self.where}: captions file '{p}' has no column '{c.caption_field}' "
+                    f"(field 'caption_field'); its columns: {', '.join(map(str, rows[0]))}"
+                )
             by_path: dict[str, str] = {}
             by_id: dict[str, str] = {}
             root = p.parent.resolve()
@@ -122,6 +124,8 @@ class DatasetCaptioner(Captioner):
     def caption(self, image: Path) -> str:
         cap = self.lookup(image)
         if cap is None:
-            raise InputError(f"{self.where}: no caption for image '{image}' in '{self.cfg.path}' "
-                             f"(looked up by path and by id '{Path(str(image)).stem}')")
+            raise InputError(
+                f"{self.where}: no caption for image '{image}' in '{self.cfg.path}' "
+                f"(looked up by path and by id '{Path(str(image)).stem}')"
+            )
         return cap

@@ -13,7 +13,19 @@ from ...framework.hashing import stable_hash
 from ...registry import Choice
 
 #: weight/config files of a saved model folder, hashed by content for the identity
-_MODEL_SUFFIXES = {".json", ".txt", ".model", ".safetensors", ".bin", ".pt", ".pth", ".ckpt", ".msgpack", ".h5", ".onnx"}
+_MODEL_SUFFIXES = {
+    ".json",
+    ".txt",
+    ".model",
+    ".safetensors",
+    ".bin",
+    ".pt",
+    ".pth",
+    ".ckpt",
+    ".msgpack",
+    ".h5",
+    ".onnx",
+}
 
 
 def model_fingerprint(model: str, revision: str = "") -> str:
@@ -28,7 +40,9 @@ def model_fingerprint(model: str, revision: str = "") -> str:
     return f"hub:{model}@{revision or 'main'}"
 
 
-def load_pretrained(loader: Callable[..., Any], model: str, *, where: str, local_files_only: bool, **kwargs: Any) -> Any:
+def load_pretrained(
+    loader: Callable[..., Any], model: str, *, where: str, local_files_only: bool, **kwargs: Any
+) -> Any:
     """``loader(model, ...)`` (a ``from_pretrained``), turning a missing or broken model into
     an :class:`InputError` that names the component, the model and what to do."""
     if not model:
@@ -39,8 +53,10 @@ def load_pretrained(loader: Callable[..., Any], model: str, *, where: str, local
         return loader(path, local_files_only=local_files_only or local.exists(), **kwargs)
     except (OSError, ValueError) as e:
         first = " ".join(str(e).split())[:300]
-        raise InputError(f"{where}: cannot load model '{model}' ({type(e).__name__}: {first}); give a folder saved "
-                         f"with save_pretrained, or a hub id whose files are in the local hub cache") from e
+        raise InputError(
+            f"{where}: cannot load model '{model}' ({type(e).__name__}: {first}); give a folder saved "
+            f"with save_pretrained, or a hub id whose files are in the local hub cache"
+        ) from e
 
 
 def torch_device(device: str) -> str:

@@ -67,11 +67,21 @@ class TransformersCaptioner(Captioner):
                 quiet_transformers()
                 where = f"captioner '{self.registry_key or 'transformers'}'"
                 kw = {"revision": self.cfg.revision} if self.cfg.revision else {}
-                processor = load_pretrained(transformers.AutoProcessor.from_pretrained, self.cfg.model, where=where,
-                                            local_files_only=self.cfg.local_files_only, **kw)
-                model = load_pretrained(transformers.AutoModelForImageTextToText.from_pretrained, self.cfg.model,
-                                        where=where, local_files_only=self.cfg.local_files_only,
-                                        dtype=torch_dtype(self.cfg.dtype, where), **kw)
+                processor = load_pretrained(
+                    transformers.AutoProcessor.from_pretrained,
+                    self.cfg.model,
+                    where=where,
+                    local_files_only=self.cfg.local_files_only,
+                    **kw,
+                )
+                model = load_pretrained(
+                    transformers.AutoModelForImageTextToText.from_pretrained,
+                    self.cfg.model,
+                    where=where,
+                    local_files_only=self.cfg.local_files_only,
+                    dtype=torch_dtype(self.cfg.dtype, where),
+                    **kw,
+                )
                 device = torch_device(self.cfg.device)
                 self._loaded = (processor, model.to(device).eval(), device)
             return self._loaded
@@ -84,7 +94,7 @@ class TransformersCaptioner(Captioner):
         b = int(batch_size or self.cfg.batch_size)
         out: list[str] = []
         for start in range(0, len(images), b):
-            pil = [load_rgb(p) for p in images[start:start + b]]
+            pil = [load_rgb(p) for p in images[start : start + b]]
             kw: dict[str, Any] = {"images": pil, "return_tensors": "pt"}
             if self.cfg.text:
                 kw["text"] = [self.cfg.text] * len(pil)
@@ -96,7 +106,7 @@ class TransformersCaptioner(Captioner):
             for text in processor.batch_decode(ids, skip_special_tokens=True):
                 text = " ".join(text.split())
                 if self.cfg.strip_text and self.cfg.text and text.lower().startswith(self.cfg.text.lower()):
-                    text = text[len(self.cfg.text):].strip()
+                    text = text[len(self.cfg.text) :].strip()
                 out.append(text)
         return out
 

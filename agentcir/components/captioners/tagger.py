@@ -76,8 +76,15 @@ class TaggerCaptioner(Captioner):
         vocabularies: list[str] = field(default_factory=lambda: ["colours", "patterns", "articles"])
         template: str = "a photo of a {colours} {patterns} {articles}"
         prompts: dict[str, str] = field(default_factory=dict)
-        forms: dict[str, str] = field(default_factory=lambda: {"men": "men's", "women": "women's", "boys": "boys'",
-                                                               "girls": "girls'", "solid": ""})
+        forms: dict[str, str] = field(
+            default_factory=lambda: {
+                "men": "men's",
+                "women": "women's",
+                "boys": "boys'",
+                "girls": "girls'",
+                "solid": "",
+            }
+        )
         fallback: dict[str, str] = field(default_factory=lambda: {"articles": "item"})
         min_prob: dict[str, float] = field(default_factory=lambda: {"patterns": 0.5})
         default_min_prob: float = 0.4
@@ -97,21 +104,33 @@ class TaggerCaptioner(Captioner):
         slots = _SLOT.findall(c.template)
         unknown = sorted(set(slots) - set(c.vocabularies))
         if unknown:
-            raise InputError(f"{where}: field 'template' has slot(s) {', '.join('{' + s + '}' for s in unknown)} "
-                             f"that are not in 'vocabularies' ({', '.join(c.vocabularies)})")
+            raise InputError(
+                f"{where}: field 'template' has slot(s) {', '.join('{' + s + '}' for s in unknown)} "
+                f"that are not in 'vocabularies' ({', '.join(c.vocabularies)})"
+            )
         unused = [v for v in c.vocabularies if v not in slots]
         if unused:
-            raise InputError(f"{where}: vocabular{'ies' if len(unused) > 1 else 'y'} {', '.join(unused)} "
-                             f"tagged but not in field 'template' {c.template!r}")
-        self.zs = ZeroShot(self.encoder, vocab_dir=c.vocab_dir, prompts=c.prompts, temperature=c.temperature,
-                           synonyms=c.synonyms, where=where)
+            raise InputError(
+                f"{where}: vocabular{'ies' if len(unused) > 1 else 'y'} {', '.join(unused)} "
+                f"tagged but not in field 'template' {c.template!r}"
+            )
+        self.zs = ZeroShot(
+            self.encoder,
+            vocab_dir=c.vocab_dir,
+            prompts=c.prompts,
+            temperature=c.temperature,
+            synonyms=c.synonyms,
+            where=where,
+        )
         # per-vocabulary settings may name any vocabulary file (defaults cover untagged ones); a typo fails
         known = {*c.vocabularies, *DEFAULT_PROMPTS, *(p.stem for p in Path(self.zs.vocab_dir).glob("*.txt"))}
         for name in ("min_prob", "min_margin", "max_values", "prompts", "fallback"):
             extra = sorted(set(getattr(c, name)) - known)
             if extra:
-                raise InputError(f"{where}: field '{name}' names {', '.join(extra)}, which is no vocabulary "
-                                 f"(tagged: {', '.join(c.vocabularies)})")
+                raise InputError(
+                    f"{where}: field '{name}' names {', '.join(extra)}, which is no vocabulary "
+                    f"(tagged: {', '.join(c.vocabularies)})"
+                )
         for v in c.vocabularies:
             self.zs.vocabulary(v)  # a missing vocabulary file fails at build time
 
@@ -173,8 +192,10 @@ class TaggerCaptioner(Captioner):
         skipped: list[Skipped] = []
         emb = self.encoder.encode_images(list(images), batch_size, skipped=skipped)
         if skipped:
-            raise ImageDecodeError(f"image '{skipped[0].path}': {skipped[0].reason} "
-                                   f"({len(skipped)} of {len(images)} image(s) could not be captioned)")
+            raise ImageDecodeError(
+                f"image '{skipped[0].path}': {skipped[0].reason} "
+                f"({len(skipped)} of {len(images)} image(s) could not be captioned)"
+            )
         return self.caption_embeddings(emb)
 
     def caption_embeddings(self, emb: np.ndarray) -> list[str]:

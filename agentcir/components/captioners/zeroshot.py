@@ -78,8 +78,10 @@ def templates(prompt: str) -> list[str]:
 def check_prompt(prompt: str, where: str) -> str:
     """``prompt`` if every template of it has exactly one ``{}``, else an error naming it."""
     if not templates(prompt) or any(t.count("{}") != 1 for t in templates(prompt)):
-        raise InputError(f"{where}: a zero-shot prompt needs exactly one '{{}}' where the term goes "
-                         f"(in each '|'-separated template), got {prompt!r}")
+        raise InputError(
+            f"{where}: a zero-shot prompt needs exactly one '{{}}' where the term goes "
+            f"(in each '|'-separated template), got {prompt!r}"
+        )
     return prompt
 
 
@@ -105,8 +107,16 @@ class ZeroShot:
         where: names the owning component in error messages.
     """
 
-    def __init__(self, encoder: Any, *, vocab_dir: str = "", prompts: Mapping[str, str] | None = None,
-                 temperature: float = 0.01, synonyms: bool = False, where: str = "zero-shot tagger"):
+    def __init__(
+        self,
+        encoder: Any,
+        *,
+        vocab_dir: str = "",
+        prompts: Mapping[str, str] | None = None,
+        temperature: float = 0.01,
+        synonyms: bool = False,
+        where: str = "zero-shot tagger",
+    ):
         if temperature <= 0:
             raise InputError(f"{where}: temperature must be positive, got {temperature}")
         self.encoder = encoder
@@ -179,5 +189,6 @@ class ZeroShot:
         from pathlib import Path
 
         files = sorted(Path(self.vocab_dir).glob("*.txt"))
-        return stable_hash([(p.name, p) for p in files], {v: self.prompt_for(v) for v in DEFAULT_PROMPTS},
-                           self.prompts, n=16)
+        return stable_hash(
+            [(p.name, p) for p in files], {v: self.prompt_for(v) for v in DEFAULT_PROMPTS}, self.prompts, n=16
+        )

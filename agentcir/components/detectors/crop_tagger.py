@@ -101,7 +101,9 @@ class CropTaggerDetector(Detector):
             raise InputError(f"{where}: field 'area_power' must be >= 0, got {c.area_power}")
         if not 0.0 <= c.overlap < 1.0:
             raise InputError(f"{where}: field 'overlap' must be in [0, 1), got {c.overlap}")
-        self.zs = ZeroShot(self.encoder, vocab_dir=c.vocab_dir, prompts=c.prompts, temperature=c.temperature, where=where)
+        self.zs = ZeroShot(
+            self.encoder, vocab_dir=c.vocab_dir, prompts=c.prompts, temperature=c.temperature, where=where
+        )
         for v in c.vocabularies:
             self.zs.vocabulary(v)
 
@@ -115,9 +117,9 @@ class CropTaggerDetector(Detector):
         emb = self.zs.embed_images([im.crop(b) for b in boxes])
         ls, p = self.zs.probs(emb, *c.vocabularies)
         area = np.array([(b[2] - b[0]) * (b[3] - b[1]) for b in boxes], np.float64) / float(im.width * im.height)
-        weight = area ** c.area_power
+        weight = area**c.area_power
         best: dict[str, tuple[float, tuple[int, int, int, int]]] = {}
-        top = np.argsort(-p, axis=1, kind="stable")[:, :max(1, c.per_crop)]
+        top = np.argsort(-p, axis=1, kind="stable")[:, : max(1, c.per_crop)]
         for i, row in enumerate(top):
             for j in row:
                 prob = float(p[i, j])
@@ -127,5 +129,5 @@ class CropTaggerDetector(Detector):
                 if label not in best or score > best[label][0]:
                     best[label] = (score, boxes[i])
         ranked = sorted(((lb, v) for lb, v in best.items() if v[0] >= c.min_score), key=lambda kv: -kv[1][0])
-        ranked = ranked[:max(0, c.max_objects) or None]
+        ranked = ranked[: max(0, c.max_objects) or None]
         return [{"label": lb, "score": round(s, 6), "box": list(b)} for lb, (s, b) in ranked]

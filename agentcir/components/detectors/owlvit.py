@@ -87,10 +87,20 @@ class OwlViTDetector(Detector):
                 quiet_transformers()
                 kw = {"revision": self.cfg.revision} if self.cfg.revision else {}
                 where = "detector 'owlvit'"
-                processor = load_pretrained(transformers.AutoProcessor.from_pretrained, self.cfg.model, where=where,
-                                            local_files_only=self.cfg.local_files_only, **kw)
-                model = load_pretrained(transformers.AutoModelForZeroShotObjectDetection.from_pretrained, self.cfg.model,
-                                        where=where, local_files_only=self.cfg.local_files_only, **kw)
+                processor = load_pretrained(
+                    transformers.AutoProcessor.from_pretrained,
+                    self.cfg.model,
+                    where=where,
+                    local_files_only=self.cfg.local_files_only,
+                    **kw,
+                )
+                model = load_pretrained(
+                    transformers.AutoModelForZeroShotObjectDetection.from_pretrained,
+                    self.cfg.model,
+                    where=where,
+                    local_files_only=self.cfg.local_files_only,
+                    **kw,
+                )
                 device = torch_device(self.cfg.device)
                 self._loaded = (processor, model.to(device).eval(), device)
             return self._loaded
@@ -101,18 +111,26 @@ class OwlViTDetector(Detector):
         processor, model, device = self._load()
         im = load_rgb(image)
         queries = [[self.cfg.query_prompt.replace("{}", lb) for lb in self.labels]]
-        inputs = processor(text=queries, images=im, return_tensors="pt", padding="max_length", truncation=True).to(device)
+        inputs = processor(text=queries, images=im, return_tensors="pt", padding="max_length", truncation=True).to(
+            device
+        )
         with torch.inference_mode():
             outputs = model(**inputs)
-        res = processor.post_process_grounded_object_detection(outputs, threshold=self.cfg.threshold,
-                                                               target_sizes=[(im.height, im.width)])[0]
+        res = processor.post_process_grounded_object_detection(
+            outputs, threshold=self.cfg.threshold, target_sizes=[(im.height, im.width)]
+        )[0]
         dets = []
         for score, label, box in zip(res["scores"].tolist(), res["labels"].tolist(), res["boxes"].tolist()):
             x0, y0, x1, y1 = (min(max(v, 0.0), lim) for v, lim in zip(box, (im.width, im.height, im.width, im.height)))
-            dets.append({"label": self.labels[int(label)], "score": round(float(score), 6),
-                         "box": [round(x0, 2), round(y0, 2), round(x1, 2), round(y1, 2)]})
+            dets.append(
+                {
+                    "label": self.labels[int(label)],
+                    "score": round(float(score), 6),
+                    "box": [round(x0, 2), round(y0, 2), round(x1, 2), round(y1, 2)],
+                }
+            )
         dets.sort(key=lambda d: -d["score"])
         if self.cfg.best_per_label:
             seen: set[str] = set()
             dets = [d for d in dets if not (d["label"] in seen or seen.add(d["label"]))]
-        return dets[:self.cfg.max_objects] if self.cfg.max_objects > 0 else dets
+        return dets[: self.cfg.max_objects] if self.cfg.max_objects > 0 else dets

@@ -50,16 +50,18 @@ class VLMDetector(Detector):
         max_objects: int = 0
 
     def detect(self, image: Path) -> list[dict]:
-        return self._objects(self.llm.run_task("list_objects", {}, images=[Path(image)], prompt=self.cfg.prompt,
-                                               json_mode=True))
+        return self._objects(
+            self.llm.run_task("list_objects", {}, images=[Path(image)], prompt=self.cfg.prompt, json_mode=True)
+        )
 
     async def adetect(self, image: Path) -> list[dict]:
         """:meth:`detect` awaiting the LLM (no thread held while the endpoint answers)."""
-        return self._objects(await self.llm.arun_task("list_objects", {}, images=[Path(image)], prompt=self.cfg.prompt,
-                                                      json_mode=True))
+        return self._objects(
+            await self.llm.arun_task("list_objects", {}, images=[Path(image)], prompt=self.cfg.prompt, json_mode=True)
+        )
 
     def _objects(self, reply: str) -> list[dict]:
         labels = normalize_labels(parse_task_reply("list_objects", reply)["objects"])
         if self.cfg.max_objects > 0:
-            labels = labels[:self.cfg.max_objects]
+            labels = labels[: self.cfg.max_objects]
         return [{"label": lb, "score": 1.0, "box": None} for lb in labels]

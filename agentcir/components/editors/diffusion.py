@@ -23,7 +23,14 @@ from ...framework.images import load_rgb
 from ...framework.interfaces import Editor
 from ...registry import EDITORS
 from ...registry.config import bounded
-from ..captioners.hf import TorchDType, load_pretrained, model_fingerprint, quiet_transformers, torch_device, torch_dtype
+from ..captioners.hf import (
+    TorchDType,
+    load_pretrained,
+    model_fingerprint,
+    quiet_transformers,
+    torch_device,
+    torch_dtype,
+)
 from ..generators.diffusion import _dtype_keyword
 from ..generators.files import save_content_addressed
 
@@ -71,8 +78,10 @@ class DiffusersEditor(Editor):
     def __init__(self, cfg=None, **deps):
         super().__init__(cfg, **deps)
         if bool(self.cfg.height) != bool(self.cfg.width):
-            raise InputError(f"editor 'diffusers': set both 'height' and 'width' or neither, got "
-                             f"height={self.cfg.height}, width={self.cfg.width}")
+            raise InputError(
+                f"editor 'diffusers': set both 'height' and 'width' or neither, got "
+                f"height={self.cfg.height}, width={self.cfg.width}"
+            )
         self._pipe: Any = None
         self._lock = threading.Lock()
 
@@ -88,13 +97,20 @@ class DiffusersEditor(Editor):
                 where = "editor 'diffusers'"
                 kw = {"revision": self.cfg.revision} if self.cfg.revision else {}
                 kw[_dtype_keyword()] = torch_dtype(self.cfg.dtype, where)
-                pipe = load_pretrained(diffusers.DiffusionPipeline.from_pretrained, self.cfg.model,
-                                       where=where, local_files_only=self.cfg.local_files_only, **kw)
+                pipe = load_pretrained(
+                    diffusers.DiffusionPipeline.from_pretrained,
+                    self.cfg.model,
+                    where=where,
+                    local_files_only=self.cfg.local_files_only,
+                    **kw,
+                )
                 takes = inspect.signature(pipe.__call__).parameters
                 if "image" not in takes:
-                    raise InputError(f"editor 'diffusers': model '{self.cfg.model}' is a {type(pipe).__name__}, "
-                                     f"which takes no input image; give an image editing pipeline "
-                                     f"(InstructPix2Pix, an *EditPipeline, ...)")
+                    raise InputError(
+                        f"editor 'diffusers': model '{self.cfg.model}' is a {type(pipe).__name__}, "
+                        f"which takes no input image; give an image editing pipeline "
+                        f"(InstructPix2Pix, an *EditPipeline, ...)"
+                    )
                 pipe = pipe.to(torch_device(self.cfg.device))
                 pipe.set_progress_bar_config(disable=True)
                 self._pipe = pipe
@@ -114,8 +130,12 @@ class DiffusersEditor(Editor):
         ref = load_rgb(image)
         if c.height and c.width:
             ref = ref.resize((c.width, c.height))
-        kw: dict[str, Any] = {"image": ref, "num_inference_steps": c.steps, "guidance_scale": c.guidance_scale,
-                              "generator": torch.Generator(device="cpu").manual_seed(c.seed)}
+        kw: dict[str, Any] = {
+            "image": ref,
+            "num_inference_steps": c.steps,
+            "guidance_scale": c.guidance_scale,
+            "generator": torch.Generator(device="cpu").manual_seed(c.seed),
+        }
         if c.image_guidance_scale and "image_guidance_scale" in takes:
             kw["image_guidance_scale"] = c.image_guidance_scale
         if c.true_cfg_scale and "true_cfg_scale" in takes:

@@ -72,7 +72,9 @@ class OpenAIEditsEditor(ImagesAPI, Editor):
     def __init__(self, cfg=None, **deps):
         super().__init__(cfg, **deps)
         if not isinstance(self.cfg.extra, dict):
-            raise InputError(f"editor 'openai_edits': field 'extra' must be a mapping of form fields, got {self.cfg.extra!r}")
+            raise InputError(
+                f"editor 'openai_edits': field 'extra' must be a mapping of form fields, got {self.cfg.extra!r}"
+            )
         self._setup_api()
 
     def edit(self, image: Path, instruction: str) -> Path:
@@ -85,5 +87,6 @@ class OpenAIEditsEditor(ImagesAPI, Editor):
                 fields[name] = getattr(self.cfg, name)
         fields.update({str(k): v for k, v in self.cfg.extra.items()})
         resp = self.post_edit(Path(image), fields)
-        return save_content_addressed(self._image_bytes(resp), self.cfg.output_dir,
-                                      what=f"editor 'openai_edits' ({self.cfg.model})")
+        return save_content_addressed(
+            self._image_bytes(resp), self.cfg.output_dir, what=f"editor 'openai_edits' ({self.cfg.model})"
+        )

@@ -81,8 +81,13 @@ def embed_texts_minilm(texts: Sequence[str], device: str = "cpu", batch_size: in
     """MiniLM sentence embeddings ``float32 [n, 384]`` (mean-pooled, L2-normalised)."""
     model = load_text_tower(device)
     with _LOCK:
-        return model.encode(list(texts), batch_size=batch_size, convert_to_numpy=True, show_progress_bar=False,
-                            normalize_embeddings=True).astype(np.float32)
+        return model.encode(
+            list(texts),
+            batch_size=batch_size,
+            convert_to_numpy=True,
+            show_progress_bar=False,
+            normalize_embeddings=True,
+        ).astype(np.float32)
 
 
 # -- checkpoints ------------------------------------------------------------------------------------
@@ -98,8 +103,10 @@ def load_checkpoint(path: str | Path) -> dict[str, Any]:
     except Exception as e:
         raise InputError(f"catalog encoder checkpoint '{p}' cannot be read ({type(e).__name__}: {e})") from None
     if not isinstance(ck, dict) or ck.get("format") != CHECKPOINT_FORMAT or "state_dict" not in ck:
-        raise InputError(f"'{p}' is not a catalog encoder checkpoint (format {CHECKPOINT_FORMAT}); "
-                         f"make one with `agentcir train-encoder` (its out folder holds catalog.pt)")
+        raise InputError(
+            f"'{p}' is not a catalog encoder checkpoint (format {CHECKPOINT_FORMAT}); "
+            f"make one with `agentcir train-encoder` (its out folder holds catalog.pt)"
+        )
     return ck
 
 
@@ -124,11 +131,11 @@ class CatalogEncoder(Encoder):
     @dataclass
     class Config:
         """Attributes:
-            checkpoint: image-tower checkpoint written by ``agentcir train-encoder``
-                (``<out>/catalog.pt``); empty = the one bundled with agentcir.
-            batch_size: images or texts per forward pass.
-            device: torch device (``cpu``, ``cuda``, ``cuda:1``).
-            num_threads: torch CPU threads (0 = torch's default).
+        checkpoint: image-tower checkpoint written by ``agentcir train-encoder``
+            (``<out>/catalog.pt``); empty = the one bundled with agentcir.
+        batch_size: images or texts per forward pass.
+        device: torch device (``cpu``, ``cuda``, ``cuda:1``).
+        num_threads: torch CPU threads (0 = torch's default).
         """
 
         checkpoint: str = ""
@@ -142,8 +149,10 @@ class CatalogEncoder(Encoder):
         super().__init__(cfg, **deps)
         self.checkpoint_path = Path(self.cfg.checkpoint).expanduser() if self.cfg.checkpoint else BUNDLED_CHECKPOINT
         if not self.checkpoint_path.is_file():
-            raise InputError(f"encoder 'catalog': checkpoint '{self.checkpoint_path}' not found"
-                             + ("" if self.cfg.checkpoint else " (the bundled checkpoint is missing: reinstall agentcir)"))
+            raise InputError(
+                f"encoder 'catalog': checkpoint '{self.checkpoint_path}' not found"
+                + ("" if self.cfg.checkpoint else " (the bundled checkpoint is missing: reinstall agentcir)")
+            )
         self._ck: dict[str, Any] | None = None
         self._model = None
 
@@ -169,8 +178,13 @@ class CatalogEncoder(Encoder):
     def preprocess_spec(self) -> dict[str, Any]:
         """How images are turned into the tower's input (see :mod:`.common`), as in training."""
         ck = self.checkpoint
-        return {"mode": "square", "size": int(ck["image_size"]), "resample": "bilinear",
-                "mean": list(ck["mean"]), "std": list(ck["std"])}
+        return {
+            "mode": "square",
+            "size": int(ck["image_size"]),
+            "resample": "bilinear",
+            "mean": list(ck["mean"]),
+            "std": list(ck["std"]),
+        }
 
     def image_model(self):
         """The torch image tower (fp32, eval mode) on the configured device."""
@@ -204,10 +218,18 @@ class CatalogEncoder(Encoder):
         tok = st.tokenizer
         size = self.preprocess_spec["size"]
         return OnnxTowers(
-            image=build_image_model(self.checkpoint), image_shape=(3, size, size),
-            text=mean_pooled(st[0].auto_model), text_inputs=["input_ids", "attention_mask", "token_type_ids"],
+            image=build_image_model(self.checkpoint),
+            image_shape=(3, size, size),
+            text=mean_pooled(st[0].auto_model),
+            text_inputs=["input_ids", "attention_mask", "token_type_ids"],
             tokenizer_file=text_tower_dir() / "tokenizer.json",
-            tokenizer={"max_length": int(st.max_seq_length), "padding": "longest", "pad_id": int(tok.pad_token_id),
-                       "pad_token": str(tok.pad_token)},
-            preprocess=self.preprocess_spec, dim=self.dim,
-            notes={"text_tower": text_tower_identity(), "image_tower": str(self.checkpoint_path.name)})
+            tokenizer={
+                "max_length": int(st.max_seq_length),
+                "padding": "longest",
+                "pad_id": int(tok.pad_token_id),
+                "pad_token": str(tok.pad_token),
+            },
+            preprocess=self.preprocess_spec,
+            dim=self.dim,
+            notes={"text_tower": text_tower_identity(), "image_tower": str(self.checkpoint_path.name)},
+        )

@@ -41,8 +41,13 @@ class ImageTower(nn.Module):
         stem: channels of the stride-2 stem convolution.
     """
 
-    def __init__(self, widths: Sequence[int] = (32, 64, 128, 256), blocks: Sequence[int] = (1, 1, 1, 1),
-                 dim: int = 384, stem: int = 32):
+    def __init__(
+        self,
+        widths: Sequence[int] = (32, 64, 128, 256),
+        blocks: Sequence[int] = (1, 1, 1, 1),
+        dim: int = 384,
+        stem: int = 32,
+    ):
         super().__init__()
         layers: list[nn.Module] = [_conv_bn(3, stem, 2), nn.ReLU(inplace=True)]
         cin = stem

@@ -147,8 +147,16 @@ def _words(p: Product) -> dict[str, str]:
     col = p.colour.lower()
     g = _GENDER.get(p.gender.lower(), (p.gender.lower(), p.gender.lower())) if p.gender else ("", "")
     thing = f"{col} {art}".strip()
-    return {"art": art, "a_art": with_article(art), "col": col, "thing": thing, "a_thing": with_article(thing),
-            "g": g[0], "gp": g[1], "use": p.usage.lower()}
+    return {
+        "art": art,
+        "a_art": with_article(art),
+        "col": col,
+        "thing": thing,
+        "a_thing": with_article(thing),
+        "g": g[0],
+        "gp": g[1],
+        "use": p.usage.lower(),
+    }
 
 
 def descriptions(p: Product) -> list[str]:
@@ -200,8 +208,10 @@ def read_products(cfg: TrainConfig) -> tuple[list[Product], dict[str, Path]]:
     """Products of the CSV whose photo exists, and their photo paths."""
     data = Path(cfg.data)
     if not cfg.data or not data.is_dir():
-        raise InputError(f"train-encoder: data folder '{cfg.data}' not found (set data=FOLDER holding "
-                         f"'{cfg.csv}' and '{cfg.images}/')")
+        raise InputError(
+            f"train-encoder: data folder '{cfg.data}' not found (set data=FOLDER holding "
+            f"'{cfg.csv}' and '{cfg.images}/')"
+        )
     csv_path, img_dir = data / cfg.csv, data / cfg.images
     if not csv_path.is_file():
         raise InputError(f"train-encoder: attributes CSV '{csv_path}' not found")
@@ -210,12 +220,21 @@ def read_products(cfg: TrainConfig) -> tuple[list[Product], dict[str, Path]]:
     with open(csv_path, newline="", encoding="utf-8", errors="replace") as f:
         reader = csv.DictReader(f)
         cols = reader.fieldnames or []
-        named = [cfg.id_column, cfg.name_column, cfg.type_column, cfg.colour_column, cfg.gender_column,
-                 cfg.usage_column, *cfg.extra_columns]
+        named = [
+            cfg.id_column,
+            cfg.name_column,
+            cfg.type_column,
+            cfg.colour_column,
+            cfg.gender_column,
+            cfg.usage_column,
+            *cfg.extra_columns,
+        ]
         missing = [c for c in named if c and c not in cols]
         if missing:
-            raise InputError(f"train-encoder: CSV '{csv_path}' lacks column(s) {', '.join(missing)} "
-                             f"(has: {', '.join(cols)}); set the *_column fields to the catalog's names or ''")
+            raise InputError(
+                f"train-encoder: CSV '{csv_path}' lacks column(s) {', '.join(missing)} "
+                f"(has: {', '.join(cols)}); set the *_column fields to the catalog's names or ''"
+            )
         rows = list(reader)
     get = lambda r, c: _clean(r.get(c)) if c else ""  # noqa: E731
     products, paths, absent = [], {}, 0
@@ -227,9 +246,17 @@ def read_products(cfg: TrainConfig) -> tuple[list[Product], dict[str, Path]]:
         if not path.is_file():
             absent += 1
             continue
-        products.append(Product(pid, get(r, cfg.name_column), get(r, cfg.type_column), get(r, cfg.colour_column),
-                                get(r, cfg.gender_column), get(r, cfg.usage_column),
-                                tuple(x for x in (get(r, c) for c in cfg.extra_columns) if x)))
+        products.append(
+            Product(
+                pid,
+                get(r, cfg.name_column),
+                get(r, cfg.type_column),
+                get(r, cfg.colour_column),
+                get(r, cfg.gender_column),
+                get(r, cfg.usage_column),
+                tuple(x for x in (get(r, c) for c in cfg.extra_columns) if x),
+            )
+        )
         paths[pid] = path
     if absent:
         log.warning("train-encoder: %d CSV row(s) have no photo in '%s' (skipped)", absent, img_dir)
@@ -245,8 +272,9 @@ def _atomic_save(path: Path, array: np.ndarray) -> None:
     tmp.replace(path)
 
 
-def cached_pixels(products: list[Product], paths: dict[str, Path], size: int, cache: Path,
-                  progress: bool) -> tuple[np.ndarray, np.ndarray]:
+def cached_pixels(
+    products: list[Product], paths: dict[str, Path], size: int, cache: Path, progress: bool
+) -> tuple[np.ndarray, np.ndarray]:
     """``uint8 [n, S, S, 3]`` of every decodable photo and the mask of decodable products,
     decoded once and cached under ``cache``."""
     from tqdm.auto import tqdm
@@ -258,7 +286,9 @@ def cached_pixels(products: list[Product], paths: dict[str, Path], size: int, ca
     out = np.zeros((len(products), size, size, 3), np.uint8)
     ok = np.zeros(len(products), bool)
     bad: list[Skipped] = []
-    for i, p in enumerate(tqdm(products, desc=f"decoding photos ({size}px)", unit="img", disable=not progress, leave=False)):
+    for i, p in enumerate(
+        tqdm(products, desc=f"decoding photos ({size}px)", unit="img", disable=not progress, leave=False)
+    ):
         try:
             out[i] = square_pixels(load_rgb(paths[p.id]), size)
             ok[i] = True
@@ -283,12 +313,17 @@ def cached_text_embeddings(texts: list[str], cache: Path, progress: bool, chunk:
     part_dir = cache / f"text-{key}.parts"
     part_dir.mkdir(parents=True, exist_ok=True)
     parts = []
-    with tqdm(total=len(texts), desc="embedding descriptions (locked text tower)", unit="text",
-              disable=not progress, leave=False) as bar:
+    with tqdm(
+        total=len(texts),
+        desc="embedding descriptions (locked text tower)",
+        unit="text",
+        disable=not progress,
+        leave=False,
+    ) as bar:
         for c, start in enumerate(range(0, len(texts), chunk)):
             pf = part_dir / f"{c:05d}.npy"
             if not pf.is_file():
-                _atomic_save(pf, C.embed_texts_minilm(texts[start:start + chunk]).astype(np.float16))
+                _atomic_save(pf, C.embed_texts_minilm(texts[start : start + chunk]).astype(np.float16))
             parts.append(np.load(pf))
             bar.update(min(chunk, len(texts) - start))
     emb = np.concatenate(parts) if parts else np.zeros((0, C.TEXT_DIM), np.float16)
@@ -300,8 +335,9 @@ def cached_text_embeddings(texts: list[str], cache: Path, progress: bool, chunk:
 
 
 # -- evaluation (any encoder) ------------------------------------------------------------------------
-def retrieval_metrics(image_emb: np.ndarray, products: Sequence[Product],
-                      encode_texts: Callable[[list[str]], np.ndarray]) -> dict[str, float]:
+def retrieval_metrics(
+    image_emb: np.ndarray, products: Sequence[Product], encode_texts: Callable[[list[str]], np.ndarray]
+) -> dict[str, float]:
     """Text->image Recall@1/5/10 (each product's full description must find its own photo)
     and zero-shot top-1 of article-type and colour prompt ensembles, over ``products``.
 
@@ -401,8 +437,10 @@ def _check_resume(saved: dict[str, Any], cfg: TrainConfig, path: Path) -> None:
     diff = sorted(k for k in now if k not in RESUMABLE_CHANGES and was[k] != now[k])
     if diff:
         shown = ", ".join(f"{k}: {was[k]!r} -> {now[k]!r}" for k in diff)
-        raise InputError(f"train-encoder: '{path}' is a run with other settings ({shown}); "
-                         f"rerun with the same settings to resume it, or use fresh=true or another out=")
+        raise InputError(
+            f"train-encoder: '{path}' is a run with other settings ({shown}); "
+            f"rerun with the same settings to resume it, or use fresh=true or another out="
+        )
 
 
 def train(cfg: TrainConfig, *, on_epoch: Callable[[int], None] | None = None) -> dict[str, Any]:
@@ -419,8 +457,10 @@ def train(cfg: TrainConfig, *, on_epoch: Callable[[int], None] | None = None) ->
     from .catalog_net import build_tower, n_params
 
     if cfg.epochs < 1 or cfg.batch_size < 2 or cfg.image_size < 16:
-        raise InputError(f"train-encoder: need epochs >= 1, batch_size >= 2 and image_size >= 16 "
-                         f"(got {cfg.epochs}, {cfg.batch_size}, {cfg.image_size})")
+        raise InputError(
+            f"train-encoder: need epochs >= 1, batch_size >= 2 and image_size >= 16 "
+            f"(got {cfg.epochs}, {cfg.batch_size}, {cfg.image_size})"
+        )
     if cfg.members < 1:
         raise InputError(f"train-encoder: members must be >= 1, got {cfg.members}")
     if cfg.full_weight < 0:
@@ -451,9 +491,16 @@ def train(cfg: TrainConfig, *, on_epoch: Callable[[int], None] | None = None) ->
     full_ids = torch.tensor([tid[full_description(products[i])] for i in train_idx])
     text_emb = torch.from_numpy(cached_text_embeddings(texts, cache, cfg.progress).astype(np.float32))
     val_products = [products[i] for i in val_idx]
-    val_texts = sorted({full_description(p) for p in val_products}
-                       | {t for p in val_products for kind, v in (("type", p.type), ("colour", p.colour)) if v
-                          for t in class_prompts(kind, v)})
+    val_texts = sorted(
+        {full_description(p) for p in val_products}
+        | {
+            t
+            for p in val_products
+            for kind, v in (("type", p.type), ("colour", p.colour))
+            if v
+            for t in class_prompts(kind, v)
+        }
+    )
     val_emb = cached_text_embeddings(val_texts, cache, cfg.progress).astype(np.float32) if val_texts else None
     val_lookup = {t: j for j, t in enumerate(val_texts)}
 
@@ -466,7 +513,13 @@ def train(cfg: TrainConfig, *, on_epoch: Callable[[int], None] | None = None) ->
     steps = len(train_idx) // batch
     total = steps * cfg.epochs
     warmup = max(1, int(cfg.warmup_epochs * steps))
-    arch = {"name": "resnet", "widths": list(cfg.widths), "blocks": list(cfg.blocks), "stem": cfg.stem, "dim": C.TEXT_DIM}
+    arch = {
+        "name": "resnet",
+        "widths": list(cfg.widths),
+        "blocks": list(cfg.blocks),
+        "stem": cfg.stem,
+        "dim": C.TEXT_DIM,
+    }
     tower_params = n_params(build_tower(arch))
 
     def images(idx: np.ndarray) -> "torch.Tensor":
@@ -480,8 +533,10 @@ def train(cfg: TrainConfig, *, on_epoch: Callable[[int], None] | None = None) ->
         logit_scale = torch.nn.Parameter(torch.tensor(math.log(1 / mcfg.temperature)))
         decay = [p for n, p in model.named_parameters() if p.ndim > 1]
         no_decay = [p for n, p in model.named_parameters() if p.ndim <= 1] + [logit_scale]
-        opt = torch.optim.AdamW([{"params": decay, "weight_decay": mcfg.weight_decay},
-                                 {"params": no_decay, "weight_decay": 0.0}], lr=mcfg.lr)
+        opt = torch.optim.AdamW(
+            [{"params": decay, "weight_decay": mcfg.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
+            lr=mcfg.lr,
+        )
         model = model.to(memory_format=fmt)
         start_epoch, history, train_s, seen = 0, [], 0.0, 0
         last = mdir / "last.pt"
@@ -500,8 +555,12 @@ def train(cfg: TrainConfig, *, on_epoch: Callable[[int], None] | None = None) ->
                 return {}
             model.eval()
             with torch.inference_mode():
-                emb = np.concatenate([model(images(val_idx[s:s + 512]).contiguous(memory_format=fmt)).float().numpy()
-                                      for s in range(0, len(val_idx), 512)])
+                emb = np.concatenate(
+                    [
+                        model(images(val_idx[s : s + 512]).contiguous(memory_format=fmt)).float().numpy()
+                        for s in range(0, len(val_idx), 512)
+                    ]
+                )
             model.train()
             return retrieval_metrics(emb, val_products, encode_val_texts)
 
@@ -512,7 +571,7 @@ def train(cfg: TrainConfig, *, on_epoch: Callable[[int], None] | None = None) ->
             t0 = time.perf_counter()
             losses = []
             for s in range(steps):
-                rows = order[s * batch:(s + 1) * batch]
+                rows = order[s * batch : (s + 1) * batch]
                 x = augment(images(train_idx[rows]), gen, mcfg.min_scale).contiguous(memory_format=fmt)
                 choice = torch.randint(0, k, (len(rows),), generator=gen).numpy()
                 tids = torch.from_numpy(table[rows, choice])
@@ -531,29 +590,64 @@ def train(cfg: TrainConfig, *, on_epoch: Callable[[int], None] | None = None) ->
                 opt.step()
                 losses.append(loss.item())
                 bar.update(1)
-                bar.set_postfix(epoch=epoch + 1, loss=f"{losses[-1]:.3f}", T=f"{1 / logit_scale.detach().exp().item():.3f}")
+                bar.set_postfix(
+                    epoch=epoch + 1, loss=f"{losses[-1]:.3f}", T=f"{1 / logit_scale.detach().exp().item():.3f}"
+                )
             dt = time.perf_counter() - t0
             train_s += dt
             seen += steps * batch
-            rec: dict[str, Any] = {"epoch": epoch + 1, "loss": float(np.mean(losses)), "images_per_s": steps * batch / dt}
+            rec: dict[str, Any] = {
+                "epoch": epoch + 1,
+                "loss": float(np.mean(losses)),
+                "images_per_s": steps * batch / dt,
+            }
             if mcfg.eval_every and (epoch + 1) % mcfg.eval_every == 0 and epoch + 1 < mcfg.epochs:
                 rec.update(evaluate())
-                bar.set_postfix(epoch=epoch + 1, loss=f"{rec['loss']:.3f}", type=f"{rec.get('type_top1', 0):.3f}",
-                                colour=f"{rec.get('colour_top1', 0):.3f}", R10=f"{rec.get('R@10', 0):.3f}")
+                bar.set_postfix(
+                    epoch=epoch + 1,
+                    loss=f"{rec['loss']:.3f}",
+                    type=f"{rec.get('type_top1', 0):.3f}",
+                    colour=f"{rec.get('colour_top1', 0):.3f}",
+                    R10=f"{rec.get('R@10', 0):.3f}",
+                )
             history.append(rec)
             tmp = mdir / "last.pt.tmp"
-            torch.save({"config": _config_dict(mcfg), "epoch": epoch + 1, "model": model.state_dict(),
-                        "logit_scale": logit_scale.detach().clone(), "opt": opt.state_dict(),
-                        "history": json.dumps(history), "train_s": train_s, "seen": seen}, tmp)
+            torch.save(
+                {
+                    "config": _config_dict(mcfg),
+                    "epoch": epoch + 1,
+                    "model": model.state_dict(),
+                    "logit_scale": logit_scale.detach().clone(),
+                    "opt": opt.state_dict(),
+                    "history": json.dumps(history),
+                    "train_s": train_s,
+                    "seen": seen,
+                },
+                tmp,
+            )
             tmp.replace(last)
             if on_epoch is not None:
                 on_epoch(epoch + 1)
-        return {"state": model.state_dict(), "temperature": 1 / logit_scale.detach().exp().item(),
-                "history": history, "train_s": train_s, "seen": seen}
+        return {
+            "state": model.state_dict(),
+            "temperature": 1 / logit_scale.detach().exp().item(),
+            "history": history,
+            "train_s": train_s,
+            "seen": seen,
+        }
 
-    log.info("train-encoder: %d train / %d val photos, %d phrasings (%d unique texts), %d tower(s) of %d "
-             "parameters, %d steps of %d each", len(train_idx), len(val_idx), k, len(texts), cfg.members,
-             tower_params, total, batch)
+    log.info(
+        "train-encoder: %d train / %d val photos, %d phrasings (%d unique texts), %d tower(s) of %d "
+        "parameters, %d steps of %d each",
+        len(train_idx),
+        len(val_idx),
+        k,
+        len(texts),
+        cfg.members,
+        tower_params,
+        total,
+        batch,
+    )
     bar = tqdm(total=total * cfg.members, desc="train-encoder", unit="step", disable=not cfg.progress)
     towers = []
     for m in range(cfg.members):
@@ -567,20 +661,41 @@ def train(cfg: TrainConfig, *, on_epoch: Callable[[int], None] | None = None) ->
     # loading exactly that file (its own decoding, preprocessing and fp32 text embeddings).
     if cfg.members > 1:
         arch = {"name": "ensemble", "members": [arch] * cfg.members}
-    state = towers[0]["state"] if cfg.members == 1 else \
-        {f"members.{m}.{n}": v for m, t in enumerate(towers) for n, v in t["state"].items()}
+    state = (
+        towers[0]["state"]
+        if cfg.members == 1
+        else {f"members.{m}.{n}": v for m, t in enumerate(towers) for n, v in t["state"].items()}
+    )
     half = {n: v.detach().to(torch.float16) if v.is_floating_point() else v.detach().clone() for n, v in state.items()}
     train_s, seen = sum(t["train_s"] for t in towers), sum(t["seen"] for t in towers)
-    history = towers[0]["history"] if cfg.members == 1 else \
-        [{"member": m, **h} for m, t in enumerate(towers) for h in t["history"]]
-    metrics = {"val": {}, "train_images": int(len(train_idx)), "val_images": int(len(val_idx)),
-               "params": tower_params * cfg.members, "epochs": cfg.epochs, "members": cfg.members, "train_s": train_s,
-               "images_per_s": seen / train_s if train_s else 0.0,
-               "temperature": float(np.mean([t["temperature"] for t in towers])),
-               "torch_threads": torch.get_num_threads(), "history": history}
-    ck = {"format": C.CHECKPOINT_FORMAT, "arch": arch, "image_size": cfg.image_size, "mean": list(MEAN),
-          "std": list(STD), "text_tower": C.text_tower_identity(), "state_dict": half,
-          "train_config": json.dumps(_config_dict(cfg))}
+    history = (
+        towers[0]["history"]
+        if cfg.members == 1
+        else [{"member": m, **h} for m, t in enumerate(towers) for h in t["history"]]
+    )
+    metrics = {
+        "val": {},
+        "train_images": int(len(train_idx)),
+        "val_images": int(len(val_idx)),
+        "params": tower_params * cfg.members,
+        "epochs": cfg.epochs,
+        "members": cfg.members,
+        "train_s": train_s,
+        "images_per_s": seen / train_s if train_s else 0.0,
+        "temperature": float(np.mean([t["temperature"] for t in towers])),
+        "torch_threads": torch.get_num_threads(),
+        "history": history,
+    }
+    ck = {
+        "format": C.CHECKPOINT_FORMAT,
+        "arch": arch,
+        "image_size": cfg.image_size,
+        "mean": list(MEAN),
+        "std": list(STD),
+        "text_tower": C.text_tower_identity(),
+        "state_dict": half,
+        "train_config": json.dumps(_config_dict(cfg)),
+    }
 
     def write() -> None:
         ck["metrics"] = json.dumps({k: v for k, v in metrics.items() if k != "history"})
@@ -612,34 +727,40 @@ def model_card(cfg: TrainConfig, m: dict[str, Any]) -> str:
             return "[" + ",".join(str(x) for x in val) + "]"
         return str(val).lower() if isinstance(val, bool) else str(val)
 
-    recipe = " ".join(f"{k}={show(val)}" for k, val in _config_dict(cfg).items()
-                      if k not in ("progress", "fresh", "out", "data") and val != default[k])
+    recipe = " ".join(
+        f"{k}={show(val)}"
+        for k, val in _config_dict(cfg).items()
+        if k not in ("progress", "fresh", "out", "data") and val != default[k]
+    )
     members = m.get("members", 1)
-    tower = (f"ResNet-style CNN, widths {cfg.widths}, blocks {cfg.blocks}, {m['params']:,} parameters" if members == 1
-             else f"an ensemble of {members} ResNet-style CNNs (seeds {cfg.seed}..{cfg.seed + members - 1}; each widths "
-                  f"{cfg.widths}, blocks {cfg.blocks}), {m['params']:,} parameters in all; the embedding is the "
-                  f"mean of the members' unit-length embeddings")
+    tower = (
+        f"ResNet-style CNN, widths {cfg.widths}, blocks {cfg.blocks}, {m['params']:,} parameters"
+        if members == 1
+        else f"an ensemble of {members} ResNet-style CNNs (seeds {cfg.seed}..{cfg.seed + members - 1}; each widths "
+        f"{cfg.widths}, blocks {cfg.blocks}), {m['params']:,} parameters in all; the embedding is the "
+        f"mean of the members' unit-length embeddings"
+    )
     return f"""# catalog encoder checkpoint
 
 - image tower: {tower},
   {cfg.image_size} px input, fp16 weights; text tower: MiniLM (`{C.text_tower_identity()}`), locked
-- data: `{cfg.data}`, {m['train_images']} training photos (ids with `split_of(id) == "train"`),
-  {m['val_images']} validation photos (`"val"`: never trained on)
-- training: {f"{members} x " if members > 1 else ""}{m['epochs']} epochs in {m['train_s'] / 60:.1f} min ({m['images_per_s']:.0f} images/s,
-  {m['torch_threads']} torch thread(s)), final temperature {m['temperature']:.4f}
+- data: `{cfg.data}`, {m["train_images"]} training photos (ids with `split_of(id) == "train"`),
+  {m["val_images"]} validation photos (`"val"`: never trained on)
+- training: {f"{members} x " if members > 1 else ""}{m["epochs"]} epochs in {m["train_s"] / 60:.1f} min ({m["images_per_s"]:.0f} images/s,
+  {m["torch_threads"]} torch thread(s)), final temperature {m["temperature"]:.4f}
 
 ## Figures on the validation photos
 
 | metric | value |
 |---|---|
-| zero-shot article type top-1 ({int(v.get('type_classes', 0))} classes) | {pct('type_top1')} |
-| zero-shot base colour top-1 ({int(v.get('colour_classes', 0))} classes) | {pct('colour_top1')} |
-| text->image Recall@1 | {num('R@1')} |
-| text->image Recall@5 | {num('R@5')} |
-| text->image Recall@10 | {num('R@10')} |
+| zero-shot article type top-1 ({int(v.get("type_classes", 0))} classes) | {pct("type_top1")} |
+| zero-shot base colour top-1 ({int(v.get("colour_classes", 0))} classes) | {pct("colour_top1")} |
+| text->image Recall@1 | {num("R@1")} |
+| text->image Recall@5 | {num("R@5")} |
+| text->image Recall@10 | {num("R@10")} |
 
 Recall@k: each validation product's description (`full_description`: name + colour, type, usage,
-gender) must retrieve its own photo among all {m['val_images']} validation photos. Zero-shot: the
+gender) must retrieve its own photo among all {m["val_images"]} validation photos. Zero-shot: the
 photo is assigned the class whose prompt ensemble (`TYPE_PROMPTS` / `COLOUR_PROMPTS` in
 `catalog_train.py`) is nearest; classes are the values present among the validation products.
 
@@ -654,8 +775,9 @@ agentcir train-encoder data={cfg.data} {recipe}
 
 
 # -- recipe ------------------------------------------------------------------------------------------
-def compose_train_config(overrides: Sequence[str] = (), config_name: str = "train/catalog",
-                         extra_dirs: Sequence[str] = ()) -> TrainConfig:
+def compose_train_config(
+    overrides: Sequence[str] = (), config_name: str = "train/catalog", extra_dirs: Sequence[str] = ()
+) -> TrainConfig:
     """``recipes/train/catalog.yaml`` with ``key=value`` overrides, type-checked."""
     from omegaconf import OmegaConf
 
@@ -665,4 +787,3 @@ def compose_train_config(overrides: Sequence[str] = (), config_name: str = "trai
     raw = OmegaConf.to_container(_hydra_compose(list(overrides), config_name, RECIPES_DIR, extra_dirs), resolve=True)
     raw.pop("hydra", None)
     return make_config(TrainConfig, raw, where="train-encoder")
-

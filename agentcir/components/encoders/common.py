@@ -80,12 +80,21 @@ def preprocess(images: Sequence, spec: dict[str, Any]) -> np.ndarray:
     if mode == "square":
         pix = [square_pixels(im, int(spec["size"]), spec.get("resample", "bilinear")) for im in images]
     elif mode == "shortest":
-        pix = [shortest_side_pixels(im, int(spec["size"]), int(spec.get("crop", spec["size"])),
-                                    spec.get("resample", "bicubic")) for im in images]
+        pix = [
+            shortest_side_pixels(
+                im, int(spec["size"]), int(spec.get("crop", spec["size"])), spec.get("resample", "bicubic")
+            )
+            for im in images
+        ]
     elif mode == "stretch":
         size = int(spec["size"])
-        pix = [np.asarray(im.resize((size, size), _resample(spec.get("resample", "bicubic"))) if im.size != (size, size)
-                          else im, dtype=np.uint8) for im in images]
+        pix = [
+            np.asarray(
+                im.resize((size, size), _resample(spec.get("resample", "bicubic"))) if im.size != (size, size) else im,
+                dtype=np.uint8,
+            )
+            for im in images
+        ]
     else:
         raise InputError(f"preprocessing: mode must be 'square', 'shortest' or 'stretch', got '{mode}'")
     return normalize_pixels(np.stack(pix), spec["mean"], spec["std"])

@@ -61,8 +61,10 @@ class FeaturesEncoder(Encoder):
     def __init__(self, cfg=None, **deps):
         super().__init__(cfg, **deps)
         if self.cfg.text and not isinstance(self.cfg.text.get("name"), str):
-            raise InputError("encoder 'features': field 'text' must name an encoder (text.name=open_clip ...), got "
-                             f"{dict(self.cfg.text)}")
+            raise InputError(
+                "encoder 'features': field 'text' must name an encoder (text.name=open_clip ...), got "
+                f"{dict(self.cfg.text)}"
+            )
         if self.cfg.text.get("name") == "features":
             raise InputError("encoder 'features': field 'text' must name an encoder with a text tower, not 'features'")
 
@@ -70,8 +72,9 @@ class FeaturesEncoder(Encoder):
     @functools.cached_property
     def tables(self) -> dict[str, FeatureTable]:
         if not self.cfg.path:
-            raise InputError("encoder 'features': field 'path' is empty (a feature file or folder, e.g. "
-                             "encoder.path=ROOT/preload)")
+            raise InputError(
+                "encoder 'features': field 'path' is empty (a feature file or folder, e.g. encoder.path=ROOT/preload)"
+            )
         return load_tables(self.cfg.path, self.cfg.arch)
 
     @functools.cached_property
@@ -96,8 +99,10 @@ class FeaturesEncoder(Encoder):
         if not t and len(self.tables) == 1:
             t = next(iter(self.tables))
         if t not in self.tables:
-            raise InputError(f"encoder 'features': image_table '{t or '(unset)'}' is not one of the tables "
-                             f"{', '.join(self.tables)} under '{self.cfg.path}'; set encoder.image_table")
+            raise InputError(
+                f"encoder 'features': image_table '{t or '(unset)'}' is not one of the tables "
+                f"{', '.join(self.tables)} under '{self.cfg.path}'; set encoder.image_table"
+            )
         return t
 
     def _lookup(self, image) -> tuple[FeatureTable, int] | str:
@@ -111,18 +116,28 @@ class FeaturesEncoder(Encoder):
         elif isinstance(image, (str, Path)):
             table = self.tables[self._image_table()]
             parts = Path(image).with_suffix("").parts  # the id is the file stem, or its tail with folders ("112/10162")
-            key = next((k for k in ("/".join(parts[-n:]) for n in range(1, len(parts) + 1)) if table.row(k) >= 0),
-                       Path(image).stem)
+            key = next(
+                (k for k in ("/".join(parts[-n:]) for n in range(1, len(parts) + 1)) if table.row(k) >= 0),
+                Path(image).stem,
+            )
         else:
-            raise InputError(f"encoder 'features' looks images up by id; it cannot embed a {type(image).__name__} "
-                             f"(pixels): use an encoder with an image tower")
+            raise InputError(
+                f"encoder 'features' looks images up by id; it cannot embed a {type(image).__name__} "
+                f"(pixels): use an encoder with an image tower"
+            )
         row = table.row(key)
         return (table, row) if row >= 0 else f"no precomputed feature for id '{key}' in '{table.source}'"
 
     # -- encoder ----------------------------------------------------------------------------
-    def encode_images(self, images: Sequence, batch_size: int | None = None, *,
-                      progress: bool | None = None, skipped: list[Skipped] | None = None,
-                      normalize: bool = True) -> np.ndarray:
+    def encode_images(
+        self,
+        images: Sequence,
+        batch_size: int | None = None,
+        *,
+        progress: bool | None = None,
+        skipped: list[Skipped] | None = None,
+        normalize: bool = True,
+    ) -> np.ndarray:
         rows, bad = [], []
         for i, im in enumerate(images):
             hit = self._lookup(im)
@@ -140,13 +155,17 @@ class FeaturesEncoder(Encoder):
     def _embed_texts(self, texts: list[str]) -> np.ndarray:
         enc = self.text_encoder
         if enc is None:
-            raise InputError("encoder 'features' serves precomputed image features only: it has no text tower. "
-                             "Name the text encoder the features were made with, e.g. "
-                             "encoder.text.name=open_clip encoder.text.model=ViT-L-14 encoder.text.pretrained=FILE")
+            raise InputError(
+                "encoder 'features' serves precomputed image features only: it has no text tower. "
+                "Name the text encoder the features were made with, e.g. "
+                "encoder.text.name=open_clip encoder.text.model=ViT-L-14 encoder.text.pretrained=FILE"
+            )
         out = enc.encode_texts(texts, normalize=False)  # normalised by encode_texts unless asked otherwise
         if out.shape[1] != self.dim:
-            raise InputError(f"encoder 'features': the text encoder '{enc.registry_key}' gives {out.shape[1]}-d "
-                             f"embeddings, the features under '{self.cfg.path}' are {self.dim}-d")
+            raise InputError(
+                f"encoder 'features': the text encoder '{enc.registry_key}' gives {out.shape[1]}-d "
+                f"embeddings, the features under '{self.cfg.path}' are {self.dim}-d"
+            )
         return out
 
     def close(self) -> None:

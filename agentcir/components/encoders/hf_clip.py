@@ -33,7 +33,11 @@ _PIL_RESAMPLE = {2: "bilinear", 3: "bicubic"}
 
 def model_files(root: Path) -> list[Path]:
     """Every file of a model folder (sorted), the hidden ones excepted."""
-    return sorted(p for p in root.rglob("*") if p.is_file() and not any(part.startswith(".") for part in p.relative_to(root).parts))
+    return sorted(
+        p
+        for p in root.rglob("*")
+        if p.is_file() and not any(part.startswith(".") for part in p.relative_to(root).parts)
+    )
 
 
 def preprocess_spec(root: Path, config) -> dict[str, Any]:
@@ -53,10 +57,18 @@ def preprocess_spec(root: Path, config) -> dict[str, Any]:
         crop = crop if isinstance(crop, int) else int(crop["height"])
         if not pc.get("do_center_crop", True):
             crop = int(size["shortest_edge"])
-        return {"mode": "shortest", "size": int(size["shortest_edge"]), "crop": crop, "resample": resample,
-                "mean": list(mean), "std": list(std)}
+        return {
+            "mode": "shortest",
+            "size": int(size["shortest_edge"]),
+            "crop": crop,
+            "resample": resample,
+            "mean": list(mean),
+            "std": list(std),
+        }
     if int(size["height"]) != int(size["width"]):
-        raise InputError(f"encoder 'hf_clip': '{f}' asks for a non-square input {size}; only square inputs are supported")
+        raise InputError(
+            f"encoder 'hf_clip': '{f}' asks for a non-square input {size}; only square inputs are supported"
+        )
     return {"mode": "stretch", "size": int(size["height"]), "resample": resample, "mean": list(mean), "std": list(std)}
 
 
@@ -72,11 +84,11 @@ class HFClipEncoder(Encoder):
     @dataclass
     class Config:
         """Attributes:
-            path: local model folder (``save_pretrained`` output or a hub snapshot); required to encode.
-            batch_size: images or texts per forward pass.
-            device: torch device (``cpu``, ``cuda``).
-            dtype: ``float32``, ``float16`` or ``bfloat16`` weights.
-            num_threads: torch CPU threads (0 = torch's default).
+        path: local model folder (``save_pretrained`` output or a hub snapshot); required to encode.
+        batch_size: images or texts per forward pass.
+        device: torch device (``cpu``, ``cuda``).
+        dtype: ``float32``, ``float16`` or ``bfloat16`` weights.
+        num_threads: torch CPU threads (0 = torch's default).
         """
 
         path: str = ""
@@ -95,8 +107,10 @@ class HFClipEncoder(Encoder):
 
     def _require_root(self) -> Path:
         if self.root is None:
-            raise InputError("encoder 'hf_clip': set encoder.path to a local CLIP/SigLIP model folder "
-                             "(save_pretrained output or a downloaded snapshot)")
+            raise InputError(
+                "encoder 'hf_clip': set encoder.path to a local CLIP/SigLIP model folder "
+                "(save_pretrained output or a downloaded snapshot)"
+            )
         if not (self.root / "config.json").is_file():
             raise InputError(f"encoder 'hf_clip': '{self.root}' is not a transformers model folder (no config.json)")
         return self.root
@@ -104,7 +118,9 @@ class HFClipEncoder(Encoder):
     def model_identity(self) -> str:
         if self.root is None or not self.root.is_dir():
             return f"hf_clip (no model folder) {self.cfg.path}"
-        return "hf_clip " + stable_hash([[str(p.relative_to(self.root)), file_digest(p)] for p in model_files(self.root)], n=24)
+        return "hf_clip " + stable_hash(
+            [[str(p.relative_to(self.root)), file_digest(p)] for p in model_files(self.root)], n=24
+        )
 
     @property
     def config(self):
@@ -112,16 +128,21 @@ class HFClipEncoder(Encoder):
             tr = _transformers()
             cfg = tr.AutoConfig.from_pretrained(str(self._require_root()), local_files_only=True)
             if cfg.model_type not in SUPPORTED:
-                raise InputError(f"encoder 'hf_clip': '{self.root}' holds a '{cfg.model_type}' model; "
-                                 f"supported: {', '.join(SUPPORTED)}")
+                raise InputError(
+                    f"encoder 'hf_clip': '{self.root}' holds a '{cfg.model_type}' model; "
+                    f"supported: {', '.join(SUPPORTED)}"
+                )
             self._config = cfg
         return self._config
 
     @property
     def dim(self) -> int:  # type: ignore[override]
         c = self.config
-        return int(getattr(c, "projection_dim", None) or c.text_config.hidden_size) if c.model_type == "clip" \
+        return (
+            int(getattr(c, "projection_dim", None) or c.text_config.hidden_size)
+            if c.model_type == "clip"
             else int(c.text_config.hidden_size)
+        )
 
     @property
     def preprocess_spec(self) -> dict[str, Any]:
@@ -143,7 +164,9 @@ class HFClipEncoder(Encoder):
                 torch.set_num_threads(self.cfg.num_threads)
             self.config  # noqa: B018 - checks the model type
             key = "dtype" if int(tr.__version__.split(".")[0]) >= 5 else "torch_dtype"  # renamed in transformers 5
-            m = tr.AutoModel.from_pretrained(str(self.root), local_files_only=True, **{key: getattr(torch, self.cfg.dtype)})
+            m = tr.AutoModel.from_pretrained(
+                str(self.root), local_files_only=True, **{key: getattr(torch, self.cfg.dtype)}
+            )
             self._model = m.to(self.cfg.device).eval()
         return self._model
 
@@ -169,7 +192,9 @@ class HFClipEncoder(Encoder):
         import torch
 
         model = self.model()
-        enc = self.tokenizer()(texts, padding=self.padding, truncation=True, max_length=self.max_length, return_tensors="pt")
+        enc = self.tokenizer()(
+            texts, padding=self.padding, truncation=True, max_length=self.max_length, return_tensors="pt"
+        )
         enc = {k: v.to(self.cfg.device) for k, v in enc.items() if k in ("input_ids", "attention_mask")}
         if self.config.model_type == "siglip":
             enc.pop("attention_mask", None)  # SigLIP was trained on max_length padding without a mask
@@ -206,8 +231,10 @@ class HFClipEncoder(Encoder):
 
         tok = self.tokenizer()
         if not getattr(tok, "is_fast", False) or not hasattr(tok, "backend_tokenizer"):
-            raise InputError(f"encoder 'hf_clip': the tokenizer of '{self.root}' has no tokenizers-library form, "
-                             f"so it cannot be served by the onnx encoder")
+            raise InputError(
+                f"encoder 'hf_clip': the tokenizer of '{self.root}' has no tokenizers-library form, "
+                f"so it cannot be served by the onnx encoder"
+            )
         import tempfile
 
         tmp = Path(tempfile.mkdtemp(prefix="agentcir-tok-")) / "tokenizer.json"
@@ -215,9 +242,19 @@ class HFClipEncoder(Encoder):
         spec = self.preprocess_spec
         side = int(spec.get("crop", spec["size"]))
         pad_id = tok.pad_token_id if tok.pad_token_id is not None else 0
-        return OnnxTowers(image=Image(), image_shape=(3, side, side), text=Text(),
-                          text_inputs=["input_ids"] if siglip else ["input_ids", "attention_mask"],
-                          tokenizer_file=tmp,
-                          tokenizer={"max_length": self.max_length, "padding": self.padding, "pad_id": int(pad_id),
-                                     "pad_token": str(tok.pad_token or tok.convert_ids_to_tokens(pad_id))},
-                          preprocess=spec, dim=self.dim, notes={"model_type": self.config.model_type})
+        return OnnxTowers(
+            image=Image(),
+            image_shape=(3, side, side),
+            text=Text(),
+            text_inputs=["input_ids"] if siglip else ["input_ids", "attention_mask"],
+            tokenizer_file=tmp,
+            tokenizer={
+                "max_length": self.max_length,
+                "padding": self.padding,
+                "pad_id": int(pad_id),
+                "pad_token": str(tok.pad_token or tok.convert_ids_to_tokens(pad_id)),
+            },
+            preprocess=spec,
+            dim=self.dim,
+            notes={"model_type": self.config.model_type},
+        )

@@ -89,35 +89,64 @@ def export_onnx(encoder: Encoder, out: str | Path, *, opset: int = 17) -> Path:
     towers_fn = getattr(encoder, "onnx_towers", None)
     if towers_fn is None:
         exportable = ", ".join(k for k in ("catalog", "hf_clip") if k in ENCODERS)
-        raise InputError(f"encoder '{encoder.registry_key or type(encoder).__name__}' cannot be exported to ONNX "
-                         f"(exportable encoders: {exportable})")
+        raise InputError(
+            f"encoder '{encoder.registry_key or type(encoder).__name__}' cannot be exported to ONNX "
+            f"(exportable encoders: {exportable})"
+        )
     t: OnnxTowers = towers_fn()
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     image, text = t.image.float().eval(), t.text.float().eval()
     pixels = torch.zeros((2, *t.image_shape), dtype=torch.float32)
     ids = torch.ones((2, 8), dtype=torch.int64)
-    text_args = tuple(ids if n == "input_ids" else (torch.ones_like(ids) if n == "attention_mask" else torch.zeros_like(ids))
-                      for n in t.text_inputs)
+    text_args = tuple(
+        ids if n == "input_ids" else (torch.ones_like(ids) if n == "attention_mask" else torch.zeros_like(ids))
+        for n in t.text_inputs
+    )
     import warnings
 
     with torch.no_grad(), warnings.catch_warnings():
         warnings.simplefilter("ignore")  # the TorchScript-based exporter's deprecation and tracer notices
-        torch.onnx.export(image, (pixels,), str(out / "image.onnx.tmp"), input_names=["pixels"],
-                          output_names=["embedding"], dynamic_axes={"pixels": {0: "n"}, "embedding": {0: "n"}},
-                          opset_version=opset, do_constant_folding=True, dynamo=False)
-        torch.onnx.export(text, text_args, str(out / "text.onnx.tmp"), input_names=list(t.text_inputs),
-                          output_names=["embedding"],
-                          dynamic_axes={**{n: {0: "n", 1: "length"} for n in t.text_inputs}, "embedding": {0: "n"}},
-                          opset_version=opset, do_constant_folding=True, dynamo=False)
+        torch.onnx.export(
+            image,
+            (pixels,),
+            str(out / "image.onnx.tmp"),
+            input_names=["pixels"],
+            output_names=["embedding"],
+            dynamic_axes={"pixels": {0: "n"}, "embedding": {0: "n"}},
+            opset_version=opset,
+            do_constant_folding=True,
+            dynamo=False,
+        )
+        torch.onnx.export(
+            text,
+            text_args,
+            str(out / "text.onnx.tmp"),
+            input_names=list(t.text_inputs),
+            output_names=["embedding"],
+            dynamic_axes={**{n: {0: "n", 1: "length"} for n in t.text_inputs}, "embedding": {0: "n"}},
+            opset_version=opset,
+            do_constant_folding=True,
+            dynamo=False,
+        )
     for name in ("image.onnx", "text.onnx"):
         (out / f"{name}.tmp").replace(out / name)
     shutil.copyfile(t.tokenizer_file, out / "tokenizer.json")
-    meta = {"format": FORMAT, "dim": int(t.dim), "image_shape": list(t.image_shape), "preprocess": t.preprocess,
-            "text_inputs": list(t.text_inputs), "tokenizer": t.tokenizer,
-            "source": {"key": encoder.registry_key, "identity": encoder.identity,
-                       "model_identity": encoder.model_identity()},
-            "opset": opset, "notes": t.notes}
+    meta = {
+        "format": FORMAT,
+        "dim": int(t.dim),
+        "image_shape": list(t.image_shape),
+        "preprocess": t.preprocess,
+        "text_inputs": list(t.text_inputs),
+        "tokenizer": t.tokenizer,
+        "source": {
+            "key": encoder.registry_key,
+            "identity": encoder.identity,
+            "model_identity": encoder.model_identity(),
+        },
+        "opset": opset,
+        "notes": t.notes,
+    }
     (out / "encoder.json").write_text(json.dumps(meta, indent=1))
     return out
 
@@ -130,8 +159,10 @@ def _providers(choice: str) -> list[str]:
     wanted = [p.strip() for p in choice.split(",") if p.strip()]
     missing = [p for p in wanted if p not in avail]
     if missing:
-        raise InputError(f"encoder 'onnx': provider(s) {', '.join(missing)} not available in this onnxruntime "
-                         f"(available: {', '.join(avail)})")
+        raise InputError(
+            f"encoder 'onnx': provider(s) {', '.join(missing)} not available in this onnxruntime "
+            f"(available: {', '.join(avail)})"
+        )
     return wanted
 
 
@@ -142,11 +173,11 @@ class OnnxEncoder(Encoder):
     @dataclass
     class Config:
         """Attributes:
-            path: folder written by ``agentcir export-onnx`` (image.onnx, text.onnx, tokenizer.json, encoder.json).
-            providers: ``auto`` (CUDA when onnxruntime offers it, else CPU) or a comma-separated
-                list of onnxruntime execution providers.
-            batch_size: images or texts per run.
-            num_threads: intra-op CPU threads (0 = onnxruntime's default).
+        path: folder written by ``agentcir export-onnx`` (image.onnx, text.onnx, tokenizer.json, encoder.json).
+        providers: ``auto`` (CUDA when onnxruntime offers it, else CPU) or a comma-separated
+            list of onnxruntime execution providers.
+        batch_size: images or texts per run.
+        num_threads: intra-op CPU threads (0 = onnxruntime's default).
         """
 
         path: str = "runs/onnx/catalog"
@@ -176,12 +207,16 @@ class OnnxEncoder(Encoder):
         if self._meta is None:
             missing = self._missing()
             if missing:
-                raise InputError(f"encoder 'onnx': '{self.root}' lacks {', '.join(missing)}; export an encoder "
-                                 f"there first: agentcir export-onnx encoder=catalog --out {self.root}")
+                raise InputError(
+                    f"encoder 'onnx': '{self.root}' lacks {', '.join(missing)}; export an encoder "
+                    f"there first: agentcir export-onnx encoder=catalog --out {self.root}"
+                )
             meta = json.loads((self.root / "encoder.json").read_text())
             if meta.get("format") != FORMAT:
-                raise InputError(f"encoder 'onnx': '{self.root}/encoder.json' has format {meta.get('format')}, "
-                                 f"this agentcir reads format {FORMAT}: export again")
+                raise InputError(
+                    f"encoder 'onnx': '{self.root}/encoder.json' has format {meta.get('format')}, "
+                    f"this agentcir reads format {FORMAT}: export again"
+                )
             self._meta = meta
         return self._meta
 
@@ -202,7 +237,9 @@ class OnnxEncoder(Encoder):
             opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
             if self.cfg.num_threads > 0:
                 opts.intra_op_num_threads = self.cfg.num_threads
-            self._sessions[tower] = ort.InferenceSession(str(self.root / f"{tower}.onnx"), opts, providers=self.providers)
+            self._sessions[tower] = ort.InferenceSession(
+                str(self.root / f"{tower}.onnx"), opts, providers=self.providers
+            )
         return self._sessions[tower]
 
     def tokenizer(self):
@@ -212,7 +249,9 @@ class OnnxEncoder(Encoder):
             tok = tk.Tokenizer.from_file(str(self.root / "tokenizer.json"))
             tok.enable_truncation(max_length=int(spec["max_length"]))
             if spec.get("padding") == "max_length":
-                tok.enable_padding(pad_id=int(spec["pad_id"]), pad_token=spec["pad_token"], length=int(spec["max_length"]))
+                tok.enable_padding(
+                    pad_id=int(spec["pad_id"]), pad_token=spec["pad_token"], length=int(spec["max_length"])
+                )
             else:
                 tok.enable_padding(pad_id=int(spec["pad_id"]), pad_token=spec["pad_token"])
             self._tokenizer = tok
@@ -224,9 +263,11 @@ class OnnxEncoder(Encoder):
 
     def _embed_texts(self, texts: list[str]) -> np.ndarray:
         enc = self.tokenizer().encode_batch(texts)
-        arrays = {"input_ids": np.array([e.ids for e in enc], np.int64),
-                  "attention_mask": np.array([e.attention_mask for e in enc], np.int64),
-                  "token_type_ids": np.array([e.type_ids for e in enc], np.int64)}
+        arrays = {
+            "input_ids": np.array([e.ids for e in enc], np.int64),
+            "attention_mask": np.array([e.attention_mask for e in enc], np.int64),
+            "token_type_ids": np.array([e.type_ids for e in enc], np.int64),
+        }
         return self.session("text").run(["embedding"], {n: arrays[n] for n in self.meta["text_inputs"]})[0]
 
     def close(self) -> None:

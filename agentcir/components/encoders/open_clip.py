@@ -31,8 +31,10 @@ from .common import import_torchvision
 def import_open_clip():
     """open_clip, with torchvision made importable first (see :func:`.common.import_torchvision`)."""
     if importlib.util.find_spec("torchvision") is None:
-        raise MissingExtraError("the open_clip encoder needs torchvision (a build matching your torch); "
-                                "install it with: pip install 'agentcir[clip]'")
+        raise MissingExtraError(
+            "the open_clip encoder needs torchvision (a build matching your torch); "
+            "install it with: pip install 'agentcir[clip]'"
+        )
     import_torchvision()
     return require("open_clip", "clip", feature="the open_clip encoder")
 
@@ -44,13 +46,13 @@ class OpenClipEncoder(Encoder):
     @dataclass
     class Config:
         """Attributes:
-            model: architecture name (``open_clip.list_models()``) or the stem of ``model_config``.
-            pretrained: local checkpoint file, or an open_clip pretrained tag (downloads; needs internet).
-            model_config: optional JSON file of a custom architecture (registered under its stem).
-            batch_size: images or texts per forward pass.
-            device: torch device (``cpu``, ``cuda``).
-            precision: open_clip precision (``fp32``, ``fp16``, ``bf16``, ``amp``).
-            num_threads: torch CPU threads (0 = torch's default).
+        model: architecture name (``open_clip.list_models()``) or the stem of ``model_config``.
+        pretrained: local checkpoint file, or an open_clip pretrained tag (downloads; needs internet).
+        model_config: optional JSON file of a custom architecture (registered under its stem).
+        batch_size: images or texts per forward pass.
+        device: torch device (``cpu``, ``cuda``).
+        precision: open_clip precision (``fp32``, ``fp16``, ``bf16``, ``amp``).
+        num_threads: torch CPU threads (0 = torch's default).
         """
 
         model: str = "ViT-B-32"
@@ -71,8 +73,10 @@ class OpenClipEncoder(Encoder):
     def _weights(self) -> str:
         p = self.cfg.pretrained
         if not p:
-            raise InputError("encoder 'open_clip': set encoder.pretrained to a local checkpoint file or an "
-                             "open_clip pretrained tag (e.g. laion2b_s34b_b79k; tags download, so they need internet)")
+            raise InputError(
+                "encoder 'open_clip': set encoder.pretrained to a local checkpoint file or an "
+                "open_clip pretrained tag (e.g. laion2b_s34b_b79k; tags download, so they need internet)"
+            )
         path = Path(p).expanduser()
         if any(s in p for s in ("/", "\\")) or path.suffix in (".pt", ".bin", ".safetensors", ".pth"):
             if not path.is_file():
@@ -104,13 +108,18 @@ class OpenClipEncoder(Encoder):
                     raise InputError(f"encoder 'open_clip': model_config '{cf}' not found")
                 oc.add_model_config(str(cf))
                 if self.cfg.model != cf.stem:
-                    raise InputError(f"encoder 'open_clip': model_config '{cf}' registers the architecture "
-                                     f"'{cf.stem}', but model='{self.cfg.model}'")
+                    raise InputError(
+                        f"encoder 'open_clip': model_config '{cf}' registers the architecture "
+                        f"'{cf.stem}', but model='{self.cfg.model}'"
+                    )
             if self.cfg.model not in oc.list_models():
-                raise InputError(f"encoder 'open_clip': unknown architecture '{self.cfg.model}' "
-                                 f"(see open_clip.list_models(), or pass model_config=FILE.json)")
-            model, _, preprocess = oc.create_model_and_transforms(self.cfg.model, pretrained=weights,
-                                                                  device=self.cfg.device, precision=self.cfg.precision)
+                raise InputError(
+                    f"encoder 'open_clip': unknown architecture '{self.cfg.model}' "
+                    f"(see open_clip.list_models(), or pass model_config=FILE.json)"
+                )
+            model, _, preprocess = oc.create_model_and_transforms(
+                self.cfg.model, pretrained=weights, device=self.cfg.device, precision=self.cfg.precision
+            )
             self._model, self._preprocess = model.eval(), preprocess
             self._tokenizer = oc.get_tokenizer(self.cfg.model)
         return self._model

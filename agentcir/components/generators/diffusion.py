@@ -20,7 +20,14 @@ from ...framework.images import load_rgb
 from ...framework.interfaces import Generator
 from ...registry import GENERATORS
 from ...registry.config import bounded
-from ..captioners.hf import TorchDType, load_pretrained, model_fingerprint, quiet_transformers, torch_device, torch_dtype
+from ..captioners.hf import (
+    TorchDType,
+    load_pretrained,
+    model_fingerprint,
+    quiet_transformers,
+    torch_device,
+    torch_dtype,
+)
 from .files import save_content_addressed
 
 
@@ -93,8 +100,13 @@ class DiffusersGenerator(Generator):
                 where = "generator 'diffusers'"
                 kw = {"revision": self.cfg.revision} if self.cfg.revision else {}
                 kw[_dtype_keyword()] = torch_dtype(self.cfg.dtype, where)
-                pipe = load_pretrained(diffusers.AutoPipelineForText2Image.from_pretrained, self.cfg.model,
-                                       where=where, local_files_only=self.cfg.local_files_only, **kw)
+                pipe = load_pretrained(
+                    diffusers.AutoPipelineForText2Image.from_pretrained,
+                    self.cfg.model,
+                    where=where,
+                    local_files_only=self.cfg.local_files_only,
+                    **kw,
+                )
                 pipe = pipe.to(torch_device(self.cfg.device))
                 pipe.set_progress_bar_config(disable=True)
                 self._pipes["text2img"] = pipe
@@ -115,8 +127,11 @@ class DiffusersGenerator(Generator):
         c = self.cfg
         img2img = c.use_reference and reference is not None
         pipe = self.pipeline("img2img" if img2img else "text2img")
-        kw: dict[str, Any] = {"num_inference_steps": c.steps, "guidance_scale": c.guidance_scale,
-                              "generator": torch.Generator(device="cpu").manual_seed(c.seed)}
+        kw: dict[str, Any] = {
+            "num_inference_steps": c.steps,
+            "guidance_scale": c.guidance_scale,
+            "generator": torch.Generator(device="cpu").manual_seed(c.seed),
+        }
         if c.negative_prompt:
             kw["negative_prompt"] = c.negative_prompt
         if img2img:

@@ -69,8 +69,13 @@ class ImagesAPI:
     """
 
     #: fields that cannot change the images: not in the identity
-    api_volatile_fields: ClassVar[tuple[str, ...]] = ("backoff", "api_key_env", "base_url", "max_image_mb",
-                                                       "fetch_timeout")
+    api_volatile_fields: ClassVar[tuple[str, ...]] = (
+        "backoff",
+        "api_key_env",
+        "base_url",
+        "max_image_mb",
+        "fetch_timeout",
+    )
 
     #: the registry key, for messages before the registry sets ``registry_key``
     api_name: ClassVar[str] = ""
@@ -101,8 +106,13 @@ class ImagesAPI:
         from ...framework.preflight import EndpointInfo
 
         key = self.cfg.api_key or os.environ.get(self.cfg.api_key_env, "") or None
-        return EndpointInfo(f"{self.where()} (model {self.cfg.model})", self.cfg.base_url.rstrip("/"),
-                            self.cfg.model, key, self.cfg.api_key_env)
+        return EndpointInfo(
+            f"{self.where()} (model {self.cfg.model})",
+            self.cfg.base_url.rstrip("/"),
+            self.cfg.model,
+            key,
+            self.cfg.api_key_env,
+        )
 
     # -- HTTP ---------------------------------------------------------------------------
     def client(self) -> Any:
@@ -111,8 +121,9 @@ class ImagesAPI:
                 httpx = require("httpx", "llm", feature=self.where())
                 key = self.cfg.api_key or os.environ.get(self.cfg.api_key_env, "")
                 headers = {"Authorization": f"Bearer {key}"} if key else {}
-                self._client = httpx.Client(base_url=self.cfg.base_url.rstrip("/") + "/", headers=headers,
-                                            timeout=self.cfg.timeout)
+                self._client = httpx.Client(
+                    base_url=self.cfg.base_url.rstrip("/") + "/", headers=headers, timeout=self.cfg.timeout
+                )
             return self._client
 
     def fetcher(self) -> Any:
@@ -162,11 +173,14 @@ class ImagesAPI:
         for attempt in range(self.cfg.retries + 1):
             if attempt:
                 time.sleep(delay)
-            delay = self.cfg.backoff * (2 ** attempt)
+            delay = self.cfg.backoff * (2**attempt)
             self.requests_sent += 1
             try:
-                resp = client.request(method, url, **kwargs) if max_bytes is None else \
-                    self._capped(client, method, url, max_bytes)
+                resp = (
+                    client.request(method, url, **kwargs)
+                    if max_bytes is None
+                    else self._capped(client, method, url, max_bytes)
+                )
             except httpx.TimeoutException:
                 last = f"timed out after {timeout:g} s"
                 log.warning("%s: %s %s %s (attempt %d)", self.where(), method, url, last, attempt + 1)
@@ -182,19 +196,23 @@ class ImagesAPI:
                 log.warning("%s: %s %s -> %s (attempt %d)", self.where(), method, url, last, attempt + 1)
                 continue
             if resp.status_code >= 400:
-                raise ImagesAPIError(f"{self.where()}: {method} {resp.request.url} failed with HTTP "
-                                     f"{resp.status_code}: {_server_message(resp)}")
+                raise ImagesAPIError(
+                    f"{self.where()}: {method} {resp.request.url} failed with HTTP "
+                    f"{resp.status_code}: {_server_message(resp)}"
+                )
             return resp
         where = url if "://" in url else f"{self.cfg.base_url.rstrip('/')}/{url}"
-        raise ImagesAPIError(f"{self.where()}: {method} {where} failed "
-                             f"after {self.cfg.retries + 1} attempt(s); last: {last}")
+        raise ImagesAPIError(
+            f"{self.where()}: {method} {where} failed after {self.cfg.retries + 1} attempt(s); last: {last}"
+        )
 
     def _image_bytes(self, resp: Any) -> bytes:
         try:
             body = resp.json()
         except ValueError:
-            raise ImagesAPIError(f"{self.where()}: the reply is not JSON: "
-                                 f"{' '.join(resp.text.split())[:200]!r}") from None
+            raise ImagesAPIError(
+                f"{self.where()}: the reply is not JSON: {' '.join(resp.text.split())[:200]!r}"
+            ) from None
         data = body.get("data") if isinstance(body, dict) else None
         if not isinstance(data, list) or not data or not isinstance(data[0], dict):
             raise ImagesAPIError(f"{self.where()}: the reply has no 'data' list of images: {str(body)[:200]}")
@@ -217,8 +235,12 @@ class ImagesAPI:
         if not ref.is_file():
             raise InputError(f"{self.where()}: reference image '{reference}' does not exist")
         image = png_bytes(ref.read_bytes(), what=f"reference image '{reference}'")
-        return self._send("POST", "images/edits", data={k: str(v) for k, v in fields.items()},
-                          files={"image": (ref.stem + ".png", image, "image/png")})
+        return self._send(
+            "POST",
+            "images/edits",
+            data={k: str(v) for k, v in fields.items()},
+            files={"image": (ref.stem + ".png", image, "image/png")},
+        )
 
     def _fetch_image(self, url: str) -> bytes:
         """The image a reply names by ``url``: fetched without credentials, capped and timed out."""
@@ -226,11 +248,8 @@ class ImagesAPI:
 
         absolute = urljoin(self.cfg.base_url.rstrip("/") + "/", url)  # a relative URL is the endpoint's own
         if urlsplit(absolute).scheme not in ("http", "https"):
-            raise ImagesAPIError(f"{self.where()}: the reply names an image URL that is not http(s): "
-                                 f"{url[:200]!r}")
-        return self._send("GET", absolute, client=self.fetcher(),
-                          max_bytes=int(self.cfg.max_image_mb * 2**20)).content
-
+            raise ImagesAPIError(f"{self.where()}: the reply names an image URL that is not http(s): {url[:200]!r}")
+        return self._send("GET", absolute, client=self.fetcher(), max_bytes=int(self.cfg.max_image_mb * 2**20)).content
 
 
 @GENERATORS.register("openai_images")
@@ -289,7 +308,9 @@ class OpenAIImagesGenerator(ImagesAPI, Generator):
     def generate(self, description: str, *, reference: Path | None = None) -> Path:
         """Draw ``description`` (editing ``reference`` when ``use_reference``) -> PNG path."""
         if not isinstance(description, str) or not description.strip():
-            raise InputError(f"generator 'openai_images': the description must be a non-empty text, got {description!r}")
+            raise InputError(
+                f"generator 'openai_images': the description must be a non-empty text, got {description!r}"
+            )
         fields: dict[str, Any] = {"model": self.cfg.model, "prompt": description, "n": 1, "size": self.cfg.size}
         if self.cfg.quality:
             fields["quality"] = self.cfg.quality
@@ -299,5 +320,6 @@ class OpenAIImagesGenerator(ImagesAPI, Generator):
             resp = self.post_edit(Path(reference), fields)
         else:
             resp = self._send("POST", "images/generations", json=fields)
-        return save_content_addressed(self._image_bytes(resp), self.cfg.output_dir,
-                                      what=f"generator 'openai_images' ({self.cfg.model})")
+        return save_content_addressed(
+            self._image_bytes(resp), self.cfg.output_dir, what=f"generator 'openai_images' ({self.cfg.model})"
+        )

@@ -47,9 +47,11 @@ class RetrievalGenerator(Generator):
         :class:`~agentcir.framework.gallery.Gallery` indexed by the same encoder)."""
         enc = self.encoder.identity
         if getattr(gallery, "encoder_identity", enc) != enc:
-            raise InputError(f"generator 'retrieval': gallery '{getattr(gallery, 'root', '?')}' was indexed by another "
-                             f"encoder (identity {gallery.encoder_identity}) than the generator's ({enc}); give both "
-                             f"the same encoder")
+            raise InputError(
+                f"generator 'retrieval': gallery '{getattr(gallery, 'root', '?')}' was indexed by another "
+                f"encoder (identity {gallery.encoder_identity}) than the generator's ({enc}); give both "
+                f"the same encoder"
+            )
         bound = copy.copy(self)
         bound.__dict__.pop("identity", None)  # recomputed with the gallery in it
         bound.gallery = gallery
@@ -73,8 +75,10 @@ class RetrievalGenerator(Generator):
     def nearest(self, description: str, *, reference: Path | None = None) -> tuple[int, float]:
         """Gallery row nearest to ``description`` and its cosine similarity."""
         if self.gallery is None:
-            raise InputError("generator 'retrieval' needs the gallery: call generator.bind(gallery) first "
-                             "(methods do this once per run)")
+            raise InputError(
+                "generator 'retrieval' needs the gallery: call generator.bind(gallery) first "
+                "(methods do this once per run)"
+            )
         if not isinstance(description, str) or not description.strip():
             raise InputError(f"generator 'retrieval': the description must be a non-empty text, got {description!r}")
         q = self.encoder.encode_texts([description], progress=False)[0]

@@ -33,42 +33,85 @@ from typing import Sequence
 
 from ...framework.vocab import Vocabulary, load_vocab
 
-SLOT_VOCAB = {"article": "articles", "colour": "colours", "gender": "genders", "usage": "usages",
-              "object": "objects", "pattern": "patterns"}
+SLOT_VOCAB = {
+    "article": "articles",
+    "colour": "colours",
+    "gender": "genders",
+    "usage": "usages",
+    "object": "objects",
+    "pattern": "patterns",
+}
 #: ties between vocabularies (same span length): the earlier slot wins
 PRIORITY = ("article", "colour", "gender", "usage", "object", "pattern")
 #: single-valued attributes of an item, in the order they precede its noun in English
 CHAIN_ORDER = {"colour": 0, "pattern": 1, "gender": 2, "usage": 3}
 ATTRIBUTES = ("colour", "pattern", "gender", "usage", "article")
 
-GENDER_FORMS = {"men": ("men's", "men"), "women": ("women's", "women"), "boys": ("boys'", "boys"),
-                "girls": ("girls'", "girls"), "unisex": ("unisex", "everyone")}
+GENDER_FORMS = {
+    "men": ("men's", "men"),
+    "women": ("women's", "women"),
+    "boys": ("boys'", "boys"),
+    "girls": ("girls'", "girls"),
+    "unisex": ("unisex", "everyone"),
+}
 USAGE_ADJ = {"sports": "sporty"}
 PATTERN_ADJ = {"solid": "plain", "polka dot": "polka-dot"}
 MASS_NOUNS = {"text", "lettering", "writing", "words"}
 #: removing these from a garment makes it plain
 PRINT_OBJECTS = {"text", "logo"}
 PRINT_PATTERNS = {"graphic", "printed"}
-PAIR_NOUNS = ("jeans", "shorts", "trousers", "heels", "flats", "sandals", "flip flops", "socks", "shoes", "sunglasses",
-              "briefs", "pants", "capris", "leggings", "tights", "stockings", "gloves", "cufflinks")
-_PHOTO_PREFIX = re.compile(r"^\s*(?:a|an)\s+(?:photo|picture|image|photograph|product photo|close-up photo)\s+of\s+", re.I)
+PAIR_NOUNS = (
+    "jeans",
+    "shorts",
+    "trousers",
+    "heels",
+    "flats",
+    "sandals",
+    "flip flops",
+    "socks",
+    "shoes",
+    "sunglasses",
+    "briefs",
+    "pants",
+    "capris",
+    "leggings",
+    "tights",
+    "stockings",
+    "gloves",
+    "cufflinks",
+)
+_PHOTO_PREFIX = re.compile(
+    r"^\s*(?:a|an)\s+(?:photo|picture|image|photograph|product photo|close-up photo)\s+of\s+", re.I
+)
 
 # modification cues ----------------------------------------------------------------------
 _BOUNDARY = re.compile(r",|;|\.(?!\d)|!|\?|\bbut\b|\band\b|\bto\b|\bfor\b|\binto\b|\bwith\b|\bthen\b|\bplease\b|->|→")
-_STRONG_NEG = re.compile(r"\b(?:not|no longer|no more|instead of|rather than|less|without|no|remove|removing|delete|minus|"
-                         r"except|other than|isn't|aren't|isnt|arent|don't want|do not want|dont want|never|lose|drop|"
-                         r"get rid of|take away|take off|take out)\b")
-_WEAK_NEG = re.compile(r"\b(?:from|change|changing|turn|turning|swap|swapping|replace|replacing|switch|switching|convert|converting)\b")
+_STRONG_NEG = re.compile(
+    r"\b(?:not|no longer|no more|instead of|rather than|less|without|no|remove|removing|delete|minus|"
+    r"except|other than|isn't|aren't|isnt|arent|don't want|do not want|dont want|never|lose|drop|"
+    r"get rid of|take away|take off|take out)\b"
+)
+_WEAK_NEG = re.compile(
+    r"\b(?:from|change|changing|turn|turning|swap|swapping|replace|replacing|switch|switching|convert|converting)\b"
+)
 _ADD_VERBS = r"add|adding|added|put|putting|include|including|insert|with|plus|featuring|has|have|having|show|showing"
-_REMOVE_VERBS = (r"remove|removing|removed|delete|deleting|without|no|minus|drop|dropping|erase|erasing|exclude|excluding|"
-                 r"take away|take out|take off|get rid of|free of|lose|w/o")
+_REMOVE_VERBS = (
+    r"remove|removing|removed|delete|deleting|without|no|minus|drop|dropping|erase|erasing|exclude|excluding|"
+    r"take away|take out|take off|get rid of|free of|lose|w/o"
+)
 _DETS = r"(?:(?:a|an|the|some|any|all|its|his|her|their|more|other|of|one|two|three|several|many)\s+)*"
-_PREPOSITIONS = r"on|in|at|under|near|by|beside|behind|above|below|next to|in front of|on top of|inside|holding|wearing|carrying"
-_EXTRA_PHRASE = re.compile(r"\b(with|without|featuring)\s+([a-z][a-z' -]*?)\s*(?=,|;|\.|!|\?|\band\b|\bbut\b|\bplease\b|$)")
-_STOP = set("a an the it its this that one ones some of in on at for to and or but with please make made i i'd id want "
-            "would like need show me same kind type version thing something more less is be should can could just "
-            "instead rather than change turn into not no also prefer preferred colour color shade style same as "
-            "version like looking look get give have has pair".split())
+_PREPOSITIONS = (
+    r"on|in|at|under|near|by|beside|behind|above|below|next to|in front of|on top of|inside|holding|wearing|carrying"
+)
+_EXTRA_PHRASE = re.compile(
+    r"\b(with|without|featuring)\s+([a-z][a-z' -]*?)\s*(?=,|;|\.|!|\?|\band\b|\bbut\b|\bplease\b|$)"
+)
+_STOP = set(
+    "a an the it its this that one ones some of in on at for to and or but with please make made i i'd id want "
+    "would like need show me same kind type version thing something more less is be should can could just "
+    "instead rather than change turn into not no also prefer preferred colour color shade style same as "
+    "version like looking look get give have has pair".split()
+)
 
 
 @dataclass(frozen=True)
@@ -105,8 +148,13 @@ class Edit:
             verb = "add" if self.op == "add" else "remove"
             return f"{verb} {' and '.join(object_phrase(v, definite=self.op == 'remove') for v in self.values)}"
         if self.op == "remove":
-            what = {"colour": "the colour", "pattern": "the pattern", "usage": "the style", "gender": "the gender",
-                    "article": "the item type"}[self.slot]
+            what = {
+                "colour": "the colour",
+                "pattern": "the pattern",
+                "usage": "the style",
+                "gender": "the gender",
+                "article": "the item type",
+            }[self.slot]
             return f"remove {what} {new}" if self.slot != "article" else f"not {with_article(new)}"
         old = " and ".join(self.old)
         if self.slot == "colour":
@@ -202,6 +250,7 @@ def object_phrase(value: str, *, definite: bool = False) -> str:
 
 def fix_articles(text: str) -> str:
     """Re-choose every ``a``/``an`` for the word after it."""
+
     def sub(m: re.Match) -> str:
         art = _an(m.group(3))
         return (art.capitalize() if m.group(1)[0].isupper() else art) + m.group(2) + m.group(3)
@@ -256,6 +305,7 @@ class Lexicon:
     def synonyms(self, slot: str, value: str) -> list[str]:
         """Natural alternative names of ``value`` (plural forms of singular terms left out)."""
         terms = self.vocabs[slot].terms.get(value, (value,))
+
         def plural(t: str) -> bool:
             return (t.endswith("s") and t[:-1] in terms) or (t.endswith("es") and t[:-2] in terms)
 
@@ -263,7 +313,9 @@ class Lexicon:
         return [t for t in out if t != value]
 
     # -- finding mentions --------------------------------------------------------------------
-    def mentions(self, text: str, slots: tuple[str, ...] = PRIORITY, taken: list[tuple[int, int]] | None = None) -> list[Mention]:
+    def mentions(
+        self, text: str, slots: tuple[str, ...] = PRIORITY, taken: list[tuple[int, int]] | None = None
+    ) -> list[Mention]:
         """Non-overlapping vocabulary mentions in ``text`` (longest first, then slot priority)."""
         low = text.lower()
         cands = []
@@ -271,7 +323,7 @@ class Lexicon:
             for m in self._regex[slot].finditer(low):
                 value = self.canonical(slot, m.group(0))
                 if value is not None:
-                    cands.append(Mention(m.start(), m.end(), slot, value, text[m.start():m.end()]))
+                    cands.append(Mention(m.start(), m.end(), slot, value, text[m.start() : m.end()]))
         cands.sort(key=lambda c: (-(c.end - c.start), PRIORITY.index(c.slot), c.start))
         used = [False] * len(low)
         for a, b in taken or ():
@@ -279,7 +331,7 @@ class Lexicon:
                 used[i] = True
         out = []
         for c in cands:
-            if not any(used[c.start:c.end]):
+            if not any(used[c.start : c.end]):
                 out.append(c)
                 for i in range(c.start, c.end):
                     used[i] = True
@@ -304,7 +356,7 @@ class Lexicon:
         low = caption.lower()
         for m in out:
             if m.slot in ("object", "article") and m is not head:
-                before = low[max(0, m.start - 24):m.start]
+                before = low[max(0, m.start - 24) : m.start]
                 if re.search(r"\b(?:without|no|free of|not|minus)\s+(?:\w+\s+)?$", before):
                     absent.add(m.value)
         return ParsedCaption(caption, out, head, absent)
@@ -314,10 +366,10 @@ class Lexicon:
         t = m.text.lower()
         if t.endswith(("'s", "'", "’s")) or t in ("mens", "womens", "unisex"):
             return True
-        if re.search(r"\bfor\s+(?:the\s+)?$", text[max(0, m.start - 10):m.start].lower()):
+        if re.search(r"\bfor\s+(?:the\s+)?$", text[max(0, m.start - 10) : m.start].lower()):
             return True
         nxt = found[i + 1] if i + 1 < len(found) else None
-        return nxt is not None and nxt.slot in ("article", "usage", "pattern") and not text[m.end:nxt.start].strip()
+        return nxt is not None and nxt.slot in ("article", "usage", "pattern") and not text[m.end : nxt.start].strip()
 
     # -- modifications -------------------------------------------------------------------------
     def parse_modification(self, text: str) -> Modification:
@@ -332,7 +384,11 @@ class Lexicon:
                 if any(a < m.end() and m.start() < b for a, b in taken):
                     continue
                 obj = m.group("obj")
-                value = self.canonical("object", obj) if bucket is removes else (self.canonical("object", obj) or self.canonical("article", obj))
+                value = (
+                    self.canonical("object", obj)
+                    if bucket is removes
+                    else (self.canonical("object", obj) or self.canonical("article", obj))
+                )
                 if value is None:
                     continue
                 bucket.append(value)
@@ -379,7 +435,7 @@ class Lexicon:
         start = 0
         for b in _BOUNDARY.finditer(low, 0, m.start):
             start = b.end()
-        prefix = low[start:m.start]
+        prefix = low[start : m.start]
         if _STRONG_NEG.search(prefix):
             return "neg"
         if _WEAK_NEG.search(prefix):
@@ -413,7 +469,7 @@ def _gender_form(text: str, m: Mention) -> str:
     t = m.text.lower()
     if t.endswith(("'s", "'", "’s")) or t in ("mens", "womens"):
         return "pre"
-    if re.search(r"\bfor\s+(?:the\s+)?$", text[max(0, m.start - 10):m.start].lower()):
+    if re.search(r"\bfor\s+(?:the\s+)?$", text[max(0, m.start - 10) : m.start].lower()):
         return "post"
     return "pre"
 
@@ -442,7 +498,7 @@ class _Editor:
         idx = p.mentions.index(p.head)
         pos = p.head.start
         for m in reversed(p.mentions[:idx]):
-            gap = self.text[m.end:pos].strip().lower()
+            gap = self.text[m.end : pos].strip().lower()
             if m.slot in CHAIN_ORDER and gap in ("", ",", "and", "&", "/", "-"):
                 chain.insert(0, m)
                 pos = m.start
@@ -482,7 +538,11 @@ class _Editor:
         new_pre = " and ".join(_render(e.slot, v) for v in e.values)
         if have:
             target = next((m for m in have if m.value in e.old), have[0])
-            if all(v in [m.value for m in have] for v in e.values) and len(have) == len(e.values) and not (set(e.old) & {m.value for m in have}):
+            if (
+                all(v in [m.value for m in have] for v in e.values)
+                and len(have) == len(e.values)
+                and not (set(e.old) & {m.value for m in have})
+            ):
                 return  # already so
             # drop the other values of the slot (e.g. the "white" of "black and white")
             for m in sorted((m for m in have if m is not target), key=lambda m: -m.start):
@@ -511,7 +571,7 @@ class _Editor:
             return
         self._splice(target.start, target.end, new)
         # "a pair of X" <-> "a X"
-        before = self.text[:target.start]
+        before = self.text[: target.start]
         m = re.search(r"\b(a|an)\s+pair\s+of\s+((?:[\w'-]+\s+){0,4})$", before, re.I)
         if m and not is_pair(new):
             self._splice(m.start(), m.end(), f"a {m.group(2)}")
@@ -531,11 +591,17 @@ class _Editor:
 
     def _remove_object(self, value: str) -> bool:
         p = self.parsed()
-        for m in sorted((m for m in p.mentions if m.value == value and m is not p.head and m.slot in ("object", "article", "pattern")),
-                        key=lambda m: -m.start):
+        for m in sorted(
+            (
+                m
+                for m in p.mentions
+                if m.value == value and m is not p.head and m.slot in ("object", "article", "pattern")
+            ),
+            key=lambda m: -m.start,
+        ):
             if value in p.absent:
                 continue
-            before = self.text[:m.start]
+            before = self.text[: m.start]
             conn = re.search(rf"(?:,\s*|\s+)(?:with|and|&|,|featuring|plus|{_PREPOSITIONS})\s+{_DETS}$", before, re.I)
             if conn:
                 self._splice(conn.start(), m.end, "")
@@ -560,7 +626,7 @@ class _Editor:
         p = self.parsed()
         if value in p.absent:
             neg = next(m for m in p.mentions if m.value == value)
-            before = self.text[:neg.start]
+            before = self.text[: neg.start]
             cue = re.search(rf"(?:,\s*|\s+)(?:without|no|free of|minus)\s+{_DETS}$", before, re.I)
             self._splice(cue.start() if cue else neg.start, neg.end, "")
         elif any(m.value == value for m in p.mentions if m is not p.head):

@@ -106,8 +106,18 @@ class Endpoint:
 #: Endpoint fields that cannot change a model's outputs (never part of an identity): an endpoint's
 #: identity is the model it serves (its name and the user-declared ``revision``), not the URL it is
 #: reached at, so moving a server to another host or port keeps the call cache
-ENDPOINT_VOLATILE = ("base_url", "api_key", "api_key_env", "timeout", "retries", "backoff", "backoff_max",
-                     "retry_after_max", "concurrency", "headers")
+ENDPOINT_VOLATILE = (
+    "base_url",
+    "api_key",
+    "api_key_env",
+    "timeout",
+    "retries",
+    "backoff",
+    "backoff_max",
+    "retry_after_max",
+    "concurrency",
+    "headers",
+)
 
 
 def public_url(url: str) -> str:
@@ -142,7 +152,7 @@ def retry_after_seconds(headers: Any) -> float | None:
 
 def backoff_delay(attempt: int, base: float, cap: float, rng: random.Random | None = None) -> float:
     """Exponential backoff with "equal jitter": ``d = min(cap, base·2^attempt)``, uniform in ``[d/2, d]``."""
-    d = min(cap, base * (2 ** attempt))
+    d = min(cap, base * (2**attempt))
     return d / 2 + (rng or random).random() * d / 2
 
 
@@ -302,14 +312,20 @@ class HttpClient:
             if key:
                 headers["Authorization"] = f"Bearer {key}"
             n = self.concurrency
-            self._client = ShardedPool(n, lambda size: httpx.AsyncClient(
-                headers=headers, timeout=httpx.Timeout(self.endpoint.timeout),
-                limits=httpx.Limits(max_connections=size, max_keepalive_connections=size)))
+            self._client = ShardedPool(
+                n,
+                lambda size: httpx.AsyncClient(
+                    headers=headers,
+                    timeout=httpx.Timeout(self.endpoint.timeout),
+                    limits=httpx.Limits(max_connections=size, max_keepalive_connections=size),
+                ),
+            )
             self._sem = asyncio.Semaphore(n)
         return self._client
 
-    async def _send(self, method: str, path: str, payload: Any = None,
-                    decode: Callable[[Any], Any] | None = None) -> Any:
+    async def _send(
+        self, method: str, path: str, payload: Any = None, decode: Callable[[Any], Any] | None = None
+    ) -> Any:
         """The response (or ``decode(response)``), retrying timeouts, connection failures, the
         statuses of :data:`RETRY_STATUSES` and 2xx replies ``decode`` rejects with :class:`BadReply`."""
         httpx = require("httpx", "llm", feature="the OpenAI-compatible client")
@@ -342,28 +358,50 @@ class HttpClient:
                     if status >= 400:
                         last = f"HTTP {status}: {_error_detail(resp)}"
                     if status >= 400 and status not in RETRY_STATUSES and status < 500:
-                        hint = " (check the API key: set api_key or the variable named by api_key_env)" if status in (401, 403) else ""
-                        raise EndpointError(f"{self.who}: {method} {shown} failed with {last}{hint}", status=status, attempts=attempt + 1)
+                        hint = (
+                            " (check the API key: set api_key or the variable named by api_key_env)"
+                            if status in (401, 403)
+                            else ""
+                        )
+                        raise EndpointError(
+                            f"{self.who}: {method} {shown} failed with {last}{hint}",
+                            status=status,
+                            attempts=attempt + 1,
+                        )
                     retry_after = retry_after_seconds(resp.headers)
             if attempt + 1 >= attempts:
                 break
             if retry_after is not None and retry_after > ep.retry_after_max:
-                raise EndpointError(f"{self.who}: {method} {shown} failed with {last}; the server asks to retry after "
-                                    f"{retry_after:g} s (more than retry_after_max={ep.retry_after_max:g} s)",
-                                    status=status, attempts=attempt + 1)
-            delay = retry_after if retry_after is not None else backoff_delay(attempt, ep.backoff, ep.backoff_max, self._rng)
-            log.info("%s: %s %s: %s; retry %d/%d in %.2f s", self.who, method, shown, last, attempt + 1, ep.retries, delay)
+                raise EndpointError(
+                    f"{self.who}: {method} {shown} failed with {last}; the server asks to retry after "
+                    f"{retry_after:g} s (more than retry_after_max={ep.retry_after_max:g} s)",
+                    status=status,
+                    attempts=attempt + 1,
+                )
+            delay = (
+                retry_after
+                if retry_after is not None
+                else backoff_delay(attempt, ep.backoff, ep.backoff_max, self._rng)
+            )
+            log.info(
+                "%s: %s %s: %s; retry %d/%d in %.2f s", self.who, method, shown, last, attempt + 1, ep.retries, delay
+            )
             await asyncio.sleep(delay)
-        raise EndpointError(f"{self.who}: {method} {shown} failed after {attempts} attempt(s): {last}", status=status, attempts=attempts)
+        raise EndpointError(
+            f"{self.who}: {method} {shown} failed after {attempts} attempt(s): {last}", status=status, attempts=attempts
+        )
 
-    async def _json(self, method: str, path: str, payload: Any = None,
-                    check: Callable[[Any], Any] | None = None) -> Any:
+    async def _json(
+        self, method: str, path: str, payload: Any = None, check: Callable[[Any], Any] | None = None
+    ) -> Any:
         def decode(resp: Any) -> Any:
             try:
                 data = resp.json()
             except ValueError:
-                raise BadReply(f"not JSON (content-type {resp.headers.get('content-type', '?')}, "
-                               f"{len(resp.content)} bytes): {' '.join(resp.text.split())[:200]!r}") from None
+                raise BadReply(
+                    f"not JSON (content-type {resp.headers.get('content-type', '?')}, "
+                    f"{len(resp.content)} bytes): {' '.join(resp.text.split())[:200]!r}"
+                ) from None
             return data if check is None else check(data)
 
         return await self._send(method, path, payload, decode)

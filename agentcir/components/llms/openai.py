@@ -69,8 +69,9 @@ class OpenAILLM(PromptedLLM):
         extra_body: more request fields (e.g. ``{"top_p": 0.9}`` or vLLM's ``guided_json``).
     """
 
-    volatile_fields: ClassVar[tuple[str, ...]] = tuple(dict.fromkeys(
-        (*Component.volatile_fields, *ENDPOINT_VOLATILE, "parse_retries")))
+    volatile_fields: ClassVar[tuple[str, ...]] = tuple(
+        dict.fromkeys((*Component.volatile_fields, *ENDPOINT_VOLATILE, "parse_retries"))
+    )
 
     @dataclass
     class Config(Endpoint):
@@ -105,8 +106,14 @@ class OpenAILLM(PromptedLLM):
         from ...framework.preflight import EndpointInfo
 
         ep = self.cfg
-        return EndpointInfo(f"llm 'openai' (model {ep.model})", self.http.base_url, ep.model,
-                            ep.resolved_api_key(), ep.api_key_env, dict(ep.headers))
+        return EndpointInfo(
+            f"llm 'openai' (model {ep.model})",
+            self.http.base_url,
+            ep.model,
+            ep.resolved_api_key(),
+            ep.api_key_env,
+            dict(ep.headers),
+        )
 
     # -- requests ------------------------------------------------------------------------
     def _part(self, part: Any) -> dict:
@@ -132,8 +139,11 @@ class OpenAILLM(PromptedLLM):
         if "function" in tc:
             return tc
         args = tc.get("arguments", {})
-        return {"id": tc.get("id") or f"call_{i}", "type": "function",
-                "function": {"name": tc["name"], "arguments": args if isinstance(args, str) else json.dumps(args)}}
+        return {
+            "id": tc.get("id") or f"call_{i}",
+            "type": "function",
+            "function": {"name": tc["name"], "arguments": args if isinstance(args, str) else json.dumps(args)},
+        }
 
     def _wire_messages(self, messages: list[dict]) -> list[dict]:
         if not messages:
@@ -172,14 +182,20 @@ class OpenAILLM(PromptedLLM):
                     fn["description"] = t["description"]
                 out.append({"type": "function", "function": fn})
             else:
-                raise InputError(f"tool {i} is not a function spec (need 'name' and 'parameters', or "
-                                 f"{{'type': 'function', 'function': {{...}}}}): {t!r}")
+                raise InputError(
+                    f"tool {i} is not a function spec (need 'name' and 'parameters', or "
+                    f"{{'type': 'function', 'function': {{...}}}}): {t!r}"
+                )
         return out
 
     def payload(self, messages: list[dict], *, tools: list[dict] | None = None, json_mode: bool = False) -> dict:
         """The request body for these messages (images encoded; API key never included)."""
         c = self.cfg
-        body: dict[str, Any] = {"model": c.model, "messages": self._wire_messages(messages), "temperature": c.temperature}
+        body: dict[str, Any] = {
+            "model": c.model,
+            "messages": self._wire_messages(messages),
+            "temperature": c.temperature,
+        }
         if c.max_tokens is not None:
             body["max_tokens"] = c.max_tokens
         if c.seed is not None:
@@ -214,11 +230,15 @@ class OpenAILLM(PromptedLLM):
             fn = tc.get("function") or {}
             name = fn.get("name")
             if not name:
-                raise EndpointError(f"{self.describe()}: tool call {i} of the reply has no function name: {json.dumps(tc)[:200]}")
+                raise EndpointError(
+                    f"{self.describe()}: tool call {i} of the reply has no function name: {json.dumps(tc)[:200]}"
+                )
             args = fn.get("arguments")
             if isinstance(args, str):
                 try:
-                    args = extract_json(args, expect=dict, what=f"arguments of tool call '{name}'") if args.strip() else {}
+                    args = (
+                        extract_json(args, expect=dict, what=f"arguments of tool call '{name}'") if args.strip() else {}
+                    )
                 except ReplyParseError as e:
                     raise ReplyParseError(f"{self.describe()}: {e}") from None
             elif args is None:
@@ -236,11 +256,16 @@ class OpenAILLM(PromptedLLM):
         """One chat completion (blocking; safe whether or not this thread runs an event loop)."""
         return self.http.run(self._complete(self.payload(messages, tools=tools, json_mode=json_mode)))
 
-    async def achat(self, messages: list[dict], *, tools: list[dict] | None = None, json_mode: bool = False) -> ChatReply:
+    async def achat(
+        self, messages: list[dict], *, tools: list[dict] | None = None, json_mode: bool = False
+    ) -> ChatReply:
         """One chat completion (async; at most ``concurrency`` requests in flight per client)."""
         has_images = any(isinstance(m.get("content"), list) for m in messages if isinstance(m, dict))
-        body = (await asyncio.to_thread(self.payload, messages, tools=tools, json_mode=json_mode) if has_images
-                else self.payload(messages, tools=tools, json_mode=json_mode))
+        body = (
+            await asyncio.to_thread(self.payload, messages, tools=tools, json_mode=json_mode)
+            if has_images
+            else self.payload(messages, tools=tools, json_mode=json_mode)
+        )
         return await self._complete(body)
 
     def _run(self, coro: Coroutine) -> Any:

@@ -33,8 +33,22 @@ from ...framework.hashing import file_digest, stable_hash
 from ...framework.interfaces import LLM, ChatReply
 from ...framework.vocab import VOCAB_DIR
 from ...registry import LLMS, Choice
-from .edits import (ATTRIBUTES, GENDER_FORMS, MASS_NOUNS, PATTERN_ADJ, SLOT_VOCAB, USAGE_ADJ, Lexicon, Modification,
-                    ParsedCaption, apply_edits, object_phrase, strip_photo_prefix, tidy, with_article)
+from .edits import (
+    ATTRIBUTES,
+    GENDER_FORMS,
+    MASS_NOUNS,
+    PATTERN_ADJ,
+    SLOT_VOCAB,
+    USAGE_ADJ,
+    Lexicon,
+    Modification,
+    ParsedCaption,
+    apply_edits,
+    object_phrase,
+    strip_photo_prefix,
+    tidy,
+    with_article,
+)
 from ...framework.tasks import TASKS, check_variables, find_task, offline_reply
 
 #: bump when the rules change what they output (part of the identity, so caches refresh)
@@ -94,25 +108,40 @@ class RulesLLM(LLM):
         return Lexicon(self._vocab_dir)
 
     def model_identity(self) -> str:
-        files = {name: file_digest(self._vocab_dir / f"{name}.txt") for name in SLOT_VOCAB.values()
-                 if (self._vocab_dir / f"{name}.txt").is_file()}
+        files = {
+            name: file_digest(self._vocab_dir / f"{name}.txt")
+            for name in SLOT_VOCAB.values()
+            if (self._vocab_dir / f"{name}.txt").is_file()
+        }
         plugins = plugin_repliers_identity()
         # no plugin replier: the identity rules runs have always had
-        return stable_hash("rules", RULES_VERSION, files, n=24) if not plugins else \
-            stable_hash("rules", RULES_VERSION, files, plugins, n=24)
+        return (
+            stable_hash("rules", RULES_VERSION, files, n=24)
+            if not plugins
+            else stable_hash("rules", RULES_VERSION, files, plugins, n=24)
+        )
 
     def call_prompts(self, op: str, inputs: dict[str, Any]) -> list[str]:
         return []  # the rules read no prompt file: prompt edits do not invalidate their cache
 
     # -- the LLM interface ---------------------------------------------------------------
     def chat(self, messages: list[dict], *, tools: list[dict] | None = None, json_mode: bool = False) -> ChatReply:
-        raise InputError("llm 'rules' has no free-form chat (it is a rule-based offline editor); it only runs the "
-                         f"tasks {', '.join(t for t in TASKS if t not in VISION_TASKS)} (and plugin tasks that "
-                         "register an offline replier) through run_task. "
-                         "Use llm=openai or llm=transformers for chat and tool calling")
+        raise InputError(
+            "llm 'rules' has no free-form chat (it is a rule-based offline editor); it only runs the "
+            f"tasks {', '.join(t for t in TASKS if t not in VISION_TASKS)} (and plugin tasks that "
+            "register an offline replier) through run_task. "
+            "Use llm=openai or llm=transformers for chat and tool calling"
+        )
 
-    def run_task(self, task: str, variables: dict[str, Any], *, prompt: str | None = None,
-                 images: Sequence[Path | str] = (), json_mode: bool = False) -> str:
+    def run_task(
+        self,
+        task: str,
+        variables: dict[str, Any],
+        *,
+        prompt: str | None = None,
+        images: Sequence[Path | str] = (),
+        json_mode: bool = False,
+    ) -> str:
         """The reply to ``task`` (JSON text, ``yes``/``no`` or ``true``/``false``); ``prompt`` is ignored.
         A plugin task is answered by its registered offline replier."""
         if task not in TASKS and find_task(task) is not None:
@@ -122,11 +151,12 @@ class RulesLLM(LLM):
             raise NeedsVisionError(
                 f"llm 'rules' cannot run task '{task}': it needs to see images and the rules backend is text-only. "
                 f"Use a vision-language backend (llm=openai with a VLM) or the offline vision components "
-                f"(the encoder-based captioner, detector and verifier)")
+                f"(the encoder-based captioner, detector and verifier)"
+            )
         out = getattr(self, f"_task_{task}")(values)
         if isinstance(out, bool):
             return "true" if out else "false"
-        if isinstance(out, str):   # a free-text task (AutoCIR, ImageScope): the reply as written
+        if isinstance(out, str):  # a free-text task (AutoCIR, ImageScope): the reply as written
             return out
         return json.dumps(out, ensure_ascii=False)
 
@@ -134,8 +164,10 @@ class RulesLLM(LLM):
     def _modification(self, text: Any) -> Modification:
         mod = self.lexicon.parse_modification(str(text))
         if not mod.understood and self.cfg.fallback == "error":
-            raise InputError(f"llm 'rules' does not understand the modification {str(text)!r} "
-                             "(no colour, article, gender, usage, pattern or object edit found)")
+            raise InputError(
+                f"llm 'rules' does not understand the modification {str(text)!r} "
+                "(no colour, article, gender, usage, pattern or object edit found)"
+            )
         return mod
 
     def _edit(self, caption: str, mod: Modification) -> str:
@@ -151,8 +183,9 @@ class RulesLLM(LLM):
         if not mod.understood:
             return [mod.text.strip()] if mod.text.strip() else []
         base = apply_edits(self.lexicon, caption, Modification(mod.text))
-        out = [e.describe() for e in mod.edits
-               if apply_edits(self.lexicon, caption, Modification(mod.text, [e])) != base]
+        out = [
+            e.describe() for e in mod.edits if apply_edits(self.lexicon, caption, Modification(mod.text, [e])) != base
+        ]
         return out + list(mod.extras)
 
     # -- tasks ---------------------------------------------------------------------------
@@ -227,7 +260,8 @@ class RulesLLM(LLM):
         for label in objects:
             found = self.lexicon.mentions(label)
             bad = any(m.value in gone and m.value not in target.values(m.slot) for m in found) or any(
-                m.slot in new and m.slot not in ("object", "article") and m.value not in new[m.slot] for m in found)
+                m.slot in new and m.slot not in ("object", "article") and m.value not in new[m.slot] for m in found
+            )
             (remove if bad else keep).append(label)
         return {"keep": keep, "remove": remove}
 
@@ -253,14 +287,16 @@ class RulesLLM(LLM):
                 olds = list(e.old) or ([x for x in ref.values(e.slot) if x not in e.values] if e.op == "set" else [])
                 falses += [(_statement(e.slot, o, head), False) for o in olds]
             else:
-                falses += [(_statement("object" if e.slot == "article" else e.slot, val, head), False) for val in e.values]
+                falses += [
+                    (_statement("object" if e.slot == "article" else e.slot, val, head), False) for val in e.values
+                ]
         for s, a in falses:
             add(s, a)
         for slot in ("article", "colour", "gender", "usage", "pattern"):
             if slot not in changed:
                 for val in tgt.values(slot)[:1]:
                     add(_statement(slot, val, head), True)
-        return {"questions": qs[:v["n"]]}
+        return {"questions": qs[: v["n"]]}
 
     def _task_entail(self, v: dict) -> bool:
         return entails(self.lexicon, str(v["caption"]), str(v["statement"]))
@@ -268,8 +304,12 @@ class RulesLLM(LLM):
     def _task_compress_context(self, v: dict) -> dict:
         from ..memory.context import offline_summary
 
-        return offline_summary(str(v["goal"]), _as_list(v["findings"]), str(v["session_memory"] or ""),
-                               str(v["history"] or "").splitlines())
+        return offline_summary(
+            str(v["goal"]),
+            _as_list(v["findings"]),
+            str(v["session_memory"] or ""),
+            str(v["history"] or "").splitlines(),
+        )
 
     # -- AutoCIR: planner, corrector, re-planner (free text in the released reply format) ----------
     def _task_autocir_plan(self, v: dict) -> str:
@@ -282,11 +322,15 @@ class RulesLLM(LLM):
         out = []
         for e in mod.edits:
             if e.op in ("set", "add"):
-                ok = all(entails(self.lexicon, caption, _statement(e.slot if e.op == "set" else "object", val, head))
-                         for val in e.values)
+                ok = all(
+                    entails(self.lexicon, caption, _statement(e.slot if e.op == "set" else "object", val, head))
+                    for val in e.values
+                )
             else:
-                ok = not any(entails(self.lexicon, caption, _statement("object" if e.slot == "article" else e.slot,
-                                                                       val, head)) for val in e.values)
+                ok = not any(
+                    entails(self.lexicon, caption, _statement("object" if e.slot == "article" else e.slot, val, head))
+                    for val in e.values
+                )
             if not ok:
                 out.append(e.describe())
         return out
@@ -299,14 +343,18 @@ class RulesLLM(LLM):
         caps = _as_caption_list(v["top_captions"])
         top = caps[0] if caps else ""
         if not mod.edits:
-            return (f"Step 1: the request could not be split into attribute edits.\n"
-                    f"Suggestions: {str(v['modification']).strip()}")
+            return (
+                f"Step 1: the request could not be split into attribute edits.\n"
+                f"Suggestions: {str(v['modification']).strip()}"
+            )
         unmet = self._unmet(top, mod)
         phrases = "; ".join(e.describe() for e in mod.edits)
         if not unmet:
             return f"Step 1: {phrases}.\nStep 2: the top retrieved image states every edit.\nGood retrieval, no more loops needed."
-        return (f"Step 1: {phrases}.\nStep 2: the top retrieved image does not state: {'; '.join(unmet)}.\n"
-                f"Suggestions: {' and '.join(unmet)}")
+        return (
+            f"Step 1: {phrases}.\nStep 2: the top retrieved image does not state: {'; '.join(unmet)}.\n"
+            f"Suggestions: {' and '.join(unmet)}"
+        )
 
     def _task_autocir_replan(self, v: dict) -> str:
         """The suggested edits applied to the last description (unchanged when none is understood)."""
@@ -319,18 +367,23 @@ class RulesLLM(LLM):
         mod = self._modification(v["instruction"])
         ref = str(v["ref_image_desc"])
         kinds = {"add": "Addition", "remove": "Removal", "set": "Modification"}
-        step1 = [[kinds.get(e.op, "Modification"), e.describe()] for e in mod.edits] + \
-            [["Addition", x] for x in mod.extras] or [["Modification", str(v["instruction"]).strip()]]
+        step1 = [[kinds.get(e.op, "Modification"), e.describe()] for e in mod.edits] + [
+            ["Addition", x] for x in mod.extras
+        ] or [["Modification", str(v["instruction"]).strip()]]
         target = self._edit(ref, mod)
         step2 = _take(self._variants(target, "descriptions"), 3)
         return "```json\n" + json.dumps({"step1": step1, "step2": step2}, ensure_ascii=False) + "\n```"
 
     def _task_imagescope_propositions(self, v: dict) -> str:
-        qs = self._task_questions({"reference_caption": "", "modification": v["instruction"], "target_caption": "",
-                                   "n": 8})["questions"]
+        qs = self._task_questions(
+            {"reference_caption": "", "modification": v["instruction"], "target_caption": "", "n": 8}
+        )["questions"]
         step2 = [[q["statement"], "True" if q["answer"] else "False"] for q in qs]
-        return "```json\n" + json.dumps({"step1": [q["statement"] for q in qs], "step2": step2},
-                                         ensure_ascii=False) + "\n```"
+        return (
+            "```json\n"
+            + json.dumps({"step1": [q["statement"] for q in qs], "step2": step2}, ensure_ascii=False)
+            + "\n```"
+        )
 
     # -- variants (proxies, descriptions, divergent captions) -----------------------------
     def _variants(self, caption: str, purpose: str) -> list[str]:
@@ -341,16 +394,42 @@ class RulesLLM(LLM):
         post = _postnominal_variant(core, p)
         short = _short_np(p)
         if purpose == "proxies":
-            forms = [caption, f"a photo of {core}", f"a photo of {syn1}", f"a photo of {post}", f"an image of {core}",
-                     f"a picture of {syn2}", f"a product photo of {core}", core, f"an image of {post}",
-                     f"a close-up photo of {core}", f"a photo of {short}", f"a picture of {syn1}", syn1, post]
+            forms = [
+                caption,
+                f"a photo of {core}",
+                f"a photo of {syn1}",
+                f"a photo of {post}",
+                f"an image of {core}",
+                f"a picture of {syn2}",
+                f"a product photo of {core}",
+                core,
+                f"an image of {post}",
+                f"a close-up photo of {core}",
+                f"a photo of {short}",
+                f"a picture of {syn1}",
+                syn1,
+                post,
+            ]
         elif purpose == "descriptions":
-            forms = [_sentence(f"a photo of {core}"), _sentence(f"{post}, photographed on its own"),
-                     _sentence(f"a product shot of {syn1}"), _sentence(f"an image showing {core}"),
-                     _sentence(f"{short}"), _sentence(f"a picture of {syn2}")]
+            forms = [
+                _sentence(f"a photo of {core}"),
+                _sentence(f"{post}, photographed on its own"),
+                _sentence(f"a product shot of {syn1}"),
+                _sentence(f"an image showing {core}"),
+                _sentence(f"{short}"),
+                _sentence(f"a picture of {syn2}"),
+            ]
         else:  # divergent captions: different wording and level of detail
-            forms = [core, f"a photo of {post}", short, f"a picture of {syn1}", f"an image of {syn2}",
-                     f"a product photo of {core}", f"{post}", f"a close-up of {short}"]
+            forms = [
+                core,
+                f"a photo of {post}",
+                short,
+                f"a picture of {syn1}",
+                f"an image of {syn2}",
+                f"a product photo of {core}",
+                f"{post}",
+                f"a close-up of {short}",
+            ]
         return list(dict.fromkeys(tidy(f) for f in forms if f and f.strip()))
 
 
@@ -373,8 +452,16 @@ def plugin_repliers_identity() -> dict[str, str]:
         except (TypeError, OSError):
             code = ""
         fn = getattr(spec.replier, "__qualname__", type(spec.replier).__qualname__)
-        out[name] = stable_hash(spec.variables, spec.reply, spec.fields, spec.count, spec.optional,
-                                f"{getattr(spec.replier, '__module__', '')}.{fn}", code, n=16)
+        out[name] = stable_hash(
+            spec.variables,
+            spec.reply,
+            spec.fields,
+            spec.count,
+            spec.optional,
+            f"{getattr(spec.replier, '__module__', '')}.{fn}",
+            code,
+            n=16,
+        )
     return out
 
 
@@ -425,7 +512,7 @@ def _synonym_variant(lex: Lexicon, text: str, p: ParsedCaption, which: int) -> s
         if m.slot in ("article", "colour", "usage", "object"):
             syns = lex.synonyms(m.slot, m.value)
             if syns:
-                out = out[:m.start] + syns[which % len(syns)] + out[m.end:]
+                out = out[: m.start] + syns[which % len(syns)] + out[m.end :]
     return tidy(out)
 
 
@@ -446,7 +533,7 @@ def _postnominal_variant(text: str, p: ParsedCaption) -> str:
     end = p.head.end
     out = out[:end] + tail + out[end:]
     for m in sorted(colours + genders, key=lambda m: -m.start):
-        out = out[:m.start] + out[m.end:]
+        out = out[: m.start] + out[m.end :]
     return tidy(out)
 
 
@@ -469,15 +556,30 @@ def _statement(slot: str, value: str, head: str) -> str:
     if slot == "usage":
         return f"The {thing} is {USAGE_ADJ.get(value, value)}."
     if slot == "pattern":
-        return f"The {thing} is {PATTERN_ADJ.get(value, value)}." if value in ("solid", "printed", "striped", "checked",
-                                                                               "embroidered", "textured", "colourblocked") \
+        return (
+            f"The {thing} is {PATTERN_ADJ.get(value, value)}."
+            if value in ("solid", "printed", "striped", "checked", "embroidered", "textured", "colourblocked")
             else f"The {thing} has a {value} pattern."
+        )
     if value in MASS_NOUNS:
         return f"The image contains {value}."
     return f"The image contains {object_phrase(value)}."
 
 
-_NEGATION = ("not", "no", "isn't", "isnt", "aren't", "without", "never", "doesn't", "does not", "don't", "do not", "none")
+_NEGATION = (
+    "not",
+    "no",
+    "isn't",
+    "isnt",
+    "aren't",
+    "without",
+    "never",
+    "doesn't",
+    "does not",
+    "don't",
+    "do not",
+    "none",
+)
 
 
 def entails(lex: Lexicon, caption: str, statement: str) -> bool:

@@ -130,8 +130,12 @@ class TransformersLLM(PromptedLLM):
             transformers = require("transformers", "hf", feature="llm 'transformers'")
             c = self.cfg
             try:
-                conf = transformers.AutoConfig.from_pretrained(c.model, revision=c.revision, local_files_only=c.local_files_only,
-                                                               trust_remote_code=c.trust_remote_code)
+                conf = transformers.AutoConfig.from_pretrained(
+                    c.model,
+                    revision=c.revision,
+                    local_files_only=c.local_files_only,
+                    trust_remote_code=c.trust_remote_code,
+                )
                 self._vision = getattr(conf, "vision_config", None) is not None
             except (OSError, ValueError):
                 self._vision = False
@@ -166,7 +170,11 @@ class TransformersLLM(PromptedLLM):
             torch = require("torch", "hf", feature="llm 'transformers'")
             transformers = require("transformers", "hf", feature="llm 'transformers'")
             c = self.cfg
-            kw = {"revision": c.revision, "local_files_only": c.local_files_only, "trust_remote_code": c.trust_remote_code}
+            kw = {
+                "revision": c.revision,
+                "local_files_only": c.local_files_only,
+                "trust_remote_code": c.trust_remote_code,
+            }
             try:
                 dtype = "auto" if c.dtype == "auto" else getattr(torch, c.dtype)
                 if self.vision:
@@ -177,8 +185,10 @@ class TransformersLLM(PromptedLLM):
                     tok = transformers.AutoTokenizer.from_pretrained(c.model, **kw)
                     model = transformers.AutoModelForCausalLM.from_pretrained(c.model, dtype=dtype, **kw)
             except OSError as e:
-                raise InputError(f"llm 'transformers': cannot load model '{c.model}' ({_first_line(e)}); point llm.model "
-                                 "at a folder holding the weights and tokenizer (nothing is downloaded at run time)") from None
+                raise InputError(
+                    f"llm 'transformers': cannot load model '{c.model}' ({_first_line(e)}); point llm.model "
+                    "at a folder holding the weights and tokenizer (nothing is downloaded at run time)"
+                ) from None
             model.to(c.device).eval()
             if c.chat_template:
                 (self._processor or tok).chat_template = c.chat_template
@@ -209,9 +219,16 @@ class TransformersLLM(PromptedLLM):
                     content = "\n".join(str(p.get("text", "")) for p in content)
             msg = {"role": m.get("role", "user"), "content": content or ""}
             if m.get("tool_calls"):
-                msg["tool_calls"] = [{"type": "function", "function": {"name": tc.get("name") or tc["function"]["name"],
-                                                                       "arguments": tc.get("arguments") or tc["function"]["arguments"]}}
-                                     for tc in m["tool_calls"]]
+                msg["tool_calls"] = [
+                    {
+                        "type": "function",
+                        "function": {
+                            "name": tc.get("name") or tc["function"]["name"],
+                            "arguments": tc.get("arguments") or tc["function"]["arguments"],
+                        },
+                    }
+                    for tc in m["tool_calls"]
+                ]
             out.append(msg)
         return out, images
 
@@ -228,14 +245,18 @@ class TransformersLLM(PromptedLLM):
             kw = {"tools": tools} if tools else {}
             return templater.apply_chat_template(msgs, tokenize=False, add_generation_prompt=True, **kw), images
         if images:
-            raise InputError(f"llm 'transformers': model '{self.cfg.model}' has no chat template to place its "
-                             f"{len(images)} image(s); set llm.chat_template")
+            raise InputError(
+                f"llm 'transformers': model '{self.cfg.model}' has no chat template to place its "
+                f"{len(images)} image(s); set llm.chat_template"
+            )
         if len(msgs) == 1 and msgs[0]["role"] == "user" and not tools:
             return msgs[0]["content"], images
         lines = []
         if tools:
-            lines.append("System: You can call these tools by replying <tool_call>{\"name\": ..., \"arguments\": {...}}</tool_call>:\n"
-                         + json.dumps(tools, ensure_ascii=False))
+            lines.append(
+                'System: You can call these tools by replying <tool_call>{"name": ..., "arguments": {...}}</tool_call>:\n'
+                + json.dumps(tools, ensure_ascii=False)
+            )
         lines += [f"{m['role'].capitalize()}: {m['content']}" for m in msgs]
         return "\n".join(lines) + "\nAssistant:", images
 
@@ -248,7 +269,9 @@ class TransformersLLM(PromptedLLM):
         if images:
             from ...framework.images import load_rgb
 
-            enc = self._processor(text=prompt, images=[load_rgb(p) for p in images], return_tensors="pt").to(model.device)
+            enc = self._processor(text=prompt, images=[load_rgb(p) for p in images], return_tensors="pt").to(
+                model.device
+            )
             enc["pixel_values"] = enc["pixel_values"].to(model.dtype)
         else:
             has_template = bool(getattr(self._processor or tok, "chat_template", None))
@@ -262,7 +285,7 @@ class TransformersLLM(PromptedLLM):
             kw.update(do_sample=False)
         with self._lock, torch.inference_mode():
             out = model.generate(**enc, **kw)
-        return tok.decode(out[0, enc["input_ids"].shape[1]:], skip_special_tokens=True).strip()
+        return tok.decode(out[0, enc["input_ids"].shape[1] :], skip_special_tokens=True).strip()
 
     @staticmethod
     def _tool_calls(text: str) -> tuple[str, list[ToolCall]]:

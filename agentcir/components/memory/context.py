@@ -33,7 +33,9 @@ log = logging.getLogger(__name__)
 MESSAGE_OVERHEAD = 4
 MEMORY_HEADER = "[Context memory: earlier steps of this session were compressed]"
 _LINE_CHARS = 240
-_SUBSET_ARG = re.compile(r"""["']?(?:save_as|subset_name|search_within|filter_within)["']?\s*[:=]\s*["']([^"',\]]+)["']""")
+_SUBSET_ARG = re.compile(
+    r"""["']?(?:save_as|subset_name|search_within|filter_within)["']?\s*[:=]\s*["']([^"',\]]+)["']"""
+)
 
 #: history lines starting with this carry the previous working memory to the summariser
 PREVIOUS = "previous working memory: "
@@ -65,8 +67,10 @@ class TokenCounter:
             try:
                 self._tok = transformers.AutoTokenizer.from_pretrained(self.method, local_files_only=True)
             except OSError as e:
-                raise InputError(f"token_counter '{self.method}': no local tokenizer there ({e}); "
-                                 "use 'approx', 'words' or a folder holding a tokenizer") from None
+                raise InputError(
+                    f"token_counter '{self.method}': no local tokenizer there ({e}); "
+                    "use 'approx', 'words' or a folder holding a tokenizer"
+                ) from None
         return len(self._tok.encode(text, add_special_tokens=False))
 
 
@@ -112,7 +116,9 @@ def history_lines(messages: Sequence[dict]) -> list[str]:
             fn = tc.get("function", tc)
             args = fn.get("arguments", "")
             names[str(tc.get("id"))] = fn.get("name", "tool")
-            calls.append(f"{fn.get('name', '')}({args if isinstance(args, str) else json.dumps(args, ensure_ascii=False)})")
+            calls.append(
+                f"{fn.get('name', '')}({args if isinstance(args, str) else json.dumps(args, ensure_ascii=False)})"
+            )
         line = f"{role}: {_short(text)}" if text.strip() else f"{role}:"
         if calls:
             line += " -> calls " + "; ".join(_short(c, 160) for c in calls)
@@ -120,8 +126,9 @@ def history_lines(messages: Sequence[dict]) -> list[str]:
     return lines
 
 
-def offline_summary(goal: str, findings: Sequence[str], session_memory: str, history: Sequence[str],
-                    *, max_chars: int = 4000) -> dict[str, str]:
+def offline_summary(
+    goal: str, findings: Sequence[str], session_memory: str, history: Sequence[str], *, max_chars: int = 4000
+) -> dict[str, str]:
     """Extractive compression: the session memory gains one short line per compressed
     message (oldest lines dropped past ``max_chars``, with a count); the working memory
     names the subsets saved or used, and the last step and its result."""
@@ -131,14 +138,16 @@ def offline_summary(goal: str, findings: Sequence[str], session_memory: str, his
         m = re.match(r"\((\d+)", old[0])
         omitted = int(m.group(1)) if m else 0
         old = old[1:]
-    prev = [str(h)[len(PREVIOUS):].strip() for h in history if str(h).startswith(PREVIOUS)]
+    prev = [str(h)[len(PREVIOUS) :].strip() for h in history if str(h).startswith(PREVIOUS)]
     history = [h for h in history if not str(h).startswith(PREVIOUS)]
     lines = old + [_short(h) for h in history if str(h).strip()]
     while lines and sum(len(x) + 1 for x in lines) > max_chars:
         lines.pop(0)
         omitted += 1
     session = ([f"({omitted} earlier step(s) omitted)"] if omitted else []) + lines
-    earlier = [n.strip() for p in prev if p.startswith(_SUBSETS_LINE) for n in p[len(_SUBSETS_LINE):].split(",") if n.strip()]
+    earlier = [
+        n.strip() for p in prev if p.startswith(_SUBSETS_LINE) for n in p[len(_SUBSETS_LINE) :].split(",") if n.strip()
+    ]
     subsets = list(dict.fromkeys([*earlier, *(m for h in [*old, *history] for m in _SUBSET_ARG.findall(str(h)))]))
     working = []
     if subsets:
@@ -175,8 +184,16 @@ class CompressedContext:
         system: pinned leading messages (the agent's instructions), never compressed.
     """
 
-    def __init__(self, goal: str, *, budget: int = 16000, keep_last: int = 6, summarizer: Summarizer | None = None,
-                 counter: TokenCounter | None = None, system: Sequence[dict] = ()):
+    def __init__(
+        self,
+        goal: str,
+        *,
+        budget: int = 16000,
+        keep_last: int = 6,
+        summarizer: Summarizer | None = None,
+        counter: TokenCounter | None = None,
+        system: Sequence[dict] = (),
+    ):
         if budget < 1:
             raise InputError(f"context budget must be a positive number of tokens, got {budget}")
         if keep_last < 0:
@@ -268,7 +285,9 @@ class CompressedContext:
             out = out[: int(len(out) * 0.8)]
         if dropped and newest:
             m = re.match(r"\((\d+) earlier step", lines[0]) if lines else None
-            out = f"({dropped + (int(m.group(1)) if m else 0)} earlier step(s) omitted)\n" + (out if not m else out.split("\n", 1)[-1])
+            out = f"({dropped + (int(m.group(1)) if m else 0)} earlier step(s) omitted)\n" + (
+                out if not m else out.split("\n", 1)[-1]
+            )
         return out
 
     def compress(self) -> Compression | None:
@@ -285,9 +304,13 @@ class CompressedContext:
                 prev = [PREVIOUS + ln for ln in self.working_memory.splitlines() if ln.strip()]
                 out = self.summarizer(self.goal, list(self.findings), self.session_memory, prev + history_lines(old))
                 if not isinstance(out, dict) or "session_memory" not in out:
-                    raise InputError(f"the context summariser must return {{'session_memory', 'working_memory'}}, got {out!r}")
+                    raise InputError(
+                        f"the context summariser must return {{'session_memory', 'working_memory'}}, got {out!r}"
+                    )
                 self.session_memory = self._fit(str(out.get("session_memory") or "").strip(), max(40, self.budget // 3))
-                self.working_memory = self._fit(str(out.get("working_memory") or "").strip(), max(30, self.budget // 6), newest=False)
+                self.working_memory = self._fit(
+                    str(out.get("working_memory") or "").strip(), max(30, self.budget // 6), newest=False
+                )
                 done += len(old)
             if self.tokens() <= self.budget or keep <= 1:
                 break
@@ -297,15 +320,24 @@ class CompressedContext:
         c = Compression(done, before, self.tokens())
         self.compressions.append(c)
         if c.tokens_after > self.budget:
-            log.warning("context still takes %d tokens after compression (budget %d): the latest messages alone exceed it",
-                        c.tokens_after, self.budget)
+            log.warning(
+                "context still takes %d tokens after compression (budget %d): the latest messages alone exceed it",
+                c.tokens_after,
+                self.budget,
+            )
         return c
 
     # -- persistence ----------------------------------------------------------------------------
     def to_json(self) -> dict[str, Any]:
-        return {"goal": self.goal, "findings": self.findings, "session_memory": self.session_memory,
-                "working_memory": self.working_memory, "recent": self.recent, "system": self.system,
-                "compressions": [vars(c) for c in self.compressions]}
+        return {
+            "goal": self.goal,
+            "findings": self.findings,
+            "session_memory": self.session_memory,
+            "working_memory": self.working_memory,
+            "recent": self.recent,
+            "system": self.system,
+            "compressions": [vars(c) for c in self.compressions],
+        }
 
     def load_json(self, data: dict[str, Any]) -> "CompressedContext":
         self.goal = data.get("goal", self.goal)
@@ -355,10 +387,14 @@ class ContextMemory(Memory):
         super().__init__(cfg, **deps)
         c = self.cfg
         if c.summarizer == "llm" and self.llm is None:
-            raise InputError("memory 'context': summarizer=llm needs an llm in the recipe (llm=openai, transformers or rules)")
+            raise InputError(
+                "memory 'context': summarizer=llm needs an llm in the recipe (llm=openai, transformers or rules)"
+            )
         if c.budget < 1 or c.keep_last < 0 or c.summary_chars < 100:
-            raise InputError(f"memory 'context': budget must be >= 1, keep_last >= 0 and summary_chars >= 100 "
-                             f"(got {c.budget}, {c.keep_last}, {c.summary_chars})")
+            raise InputError(
+                f"memory 'context': budget must be >= 1, keep_last >= 0 and summary_chars >= 100 "
+                f"(got {c.budget}, {c.keep_last}, {c.summary_chars})"
+            )
         self.counter = TokenCounter(c.token_counter)
 
     def summarize(self, goal: str, findings: list[str], session_memory: str, history: list[str]) -> dict[str, str]:
@@ -367,12 +403,22 @@ class ContextMemory(Memory):
             return offline_summary(goal, findings, session_memory, history, max_chars=self.cfg.summary_chars)
         from ...framework.parsing import parse_task_reply
 
-        variables = {"goal": goal, "findings": findings or ["(none yet)"], "session_memory": session_memory or "(empty)",
-                     "history": "\n".join(history)}
+        variables = {
+            "goal": goal,
+            "findings": findings or ["(none yet)"],
+            "session_memory": session_memory or "(empty)",
+            "history": "\n".join(history),
+        }
         reply = self.llm.run_task("compress_context", variables, prompt=self.cfg.prompt)
         return parse_task_reply("compress_context", reply)
 
     def new(self, goal: str, *, system: Sequence[dict] = ()) -> CompressedContext:
         """A fresh context for one agent session."""
-        return CompressedContext(goal, budget=self.cfg.budget, keep_last=self.cfg.keep_last, summarizer=self.summarize,
-                                 counter=self.counter, system=system)
+        return CompressedContext(
+            goal,
+            budget=self.cfg.budget,
+            keep_last=self.cfg.keep_last,
+            summarizer=self.summarize,
+            counter=self.counter,
+            system=system,
+        )

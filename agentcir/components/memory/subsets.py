@@ -93,12 +93,21 @@ class NamedSubsets:
         try:
             data = json.loads(self.path.read_text(encoding="utf-8"))
             items = data["subsets"]
-            self._subsets = {s["name"]: Subset(s["name"], [str(i) for i in s["ids"]], s.get("source", ""),
-                                               list(s.get("parents", [])), float(s.get("created", 0.0)))
-                             for s in items}
+            self._subsets = {
+                s["name"]: Subset(
+                    s["name"],
+                    [str(i) for i in s["ids"]],
+                    s.get("source", ""),
+                    list(s.get("parents", [])),
+                    float(s.get("created", 0.0)),
+                )
+                for s in items
+            }
         except (OSError, ValueError, KeyError, TypeError) as e:
-            raise SubsetError(f"subsets file '{self.path}' is not a valid subsets file ({type(e).__name__}: {e}); "
-                              "delete it to start with no subsets") from None
+            raise SubsetError(
+                f"subsets file '{self.path}' is not a valid subsets file ({type(e).__name__}: {e}); "
+                "delete it to start with no subsets"
+            ) from None
 
     def _save(self) -> None:
         if self.path is None:
@@ -125,7 +134,9 @@ class NamedSubsets:
 
     def _unknown(self, name: str) -> SubsetError:
         have = ", ".join(f"{s.name} ({len(s)})" for s in self._subsets.values())
-        return SubsetError(f"unknown subset '{name}'; " + (f"saved subsets: {have}" if have else "no subset has been saved yet"))
+        return SubsetError(
+            f"unknown subset '{name}'; " + (f"saved subsets: {have}" if have else "no subset has been saved yet")
+        )
 
     def get(self, name: str) -> Subset:
         """The subset ``name``; an unknown name raises :class:`SubsetError` listing the saved ones."""

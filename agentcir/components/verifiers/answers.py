@@ -20,6 +20,7 @@ from ...registry import Choice
 
 log = logging.getLogger(__name__)
 
+
 class Unclear(Choice):
     """What a verifier does with an unclear reply (config field ``unclear``): count it as
     ``no`` or ``yes``, or raise (``error``)."""

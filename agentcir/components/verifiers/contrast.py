@@ -53,8 +53,23 @@ from ..captioners.zeroshot import ZeroShot, embed_texts_once
 from ..llms.edits import PRIORITY, SLOT_VOCAB, Edit, Lexicon
 
 #: words that negate the mention after them (plus any word ending in "n't")
-NEGATIONS = frozenset({"not", "no", "without", "non", "never", "nor", "remove", "removed", "removing", "minus",
-                       "lacks", "lacking", "free"})
+NEGATIONS = frozenset(
+    {
+        "not",
+        "no",
+        "without",
+        "non",
+        "never",
+        "nor",
+        "remove",
+        "removed",
+        "removing",
+        "minus",
+        "lacks",
+        "lacking",
+        "free",
+    }
+)
 #: words that end a negation's reach ("not red but blue": blue is not negated)
 _CLAUSE_BREAKS = frozenset({"but", "and", "or", "with", "instead", "rather", "than"})
 _WORD = re.compile(r"[A-Za-z]+(?:'[A-Za-z]+)?")
@@ -76,8 +91,10 @@ def find_mentions(text: str, lexicon: Lexicon, vocabs: Iterable[str]) -> list[Me
     of the negation word that governs it, if any."""
     wanted = set(vocabs)
     slots = tuple(s for s in PRIORITY if SLOT_VOCAB[s] in wanted)
-    return [Mention(m.start, m.end, m.value, SLOT_VOCAB[m.slot], _negation(text, m.start))
-            for m in lexicon.mentions(text, slots)]
+    return [
+        Mention(m.start, m.end, m.value, SLOT_VOCAB[m.slot], _negation(text, m.start))
+        for m in lexicon.mentions(text, slots)
+    ]
 
 
 def _negation(text: str, start: int) -> tuple[int, int] | None:
@@ -96,7 +113,7 @@ def _negation(text: str, start: int) -> tuple[int, int] | None:
 def positive_form(text: str, span: tuple[int, int]) -> str:
     """``text`` with the negation word at ``span`` turned positive ("without" -> "with",
     "isn't" -> "is", "not"/"no"/"remove" -> dropped)."""
-    word = text[span[0]:span[1]]
+    word = text[span[0] : span[1]]
     low = word.lower()
     if low in _POSITIVE:
         repl = _POSITIVE[low]
@@ -104,7 +121,7 @@ def positive_form(text: str, span: tuple[int, int]) -> str:
         repl = word[:-3]
     else:
         repl = ""
-    return " ".join((text[:span[0]] + repl + text[span[1]:]).split())
+    return " ".join((text[: span[0]] + repl + text[span[1] :]).split())
 
 
 @VERIFIERS.register("contrast")
@@ -123,8 +140,9 @@ class ContrastVerifier(Verifier):
 
     @dataclass
     class Config:
-        vocabularies: list[str] = field(default_factory=lambda: ["colours", "patterns", "articles", "genders",
-                                                                 "usages", "objects"])
+        vocabularies: list[str] = field(
+            default_factory=lambda: ["colours", "patterns", "articles", "genders", "usages", "objects"]
+        )
         top_k: int = 1
         object_top_k: int = bounded(3, 1)
         negation: str = "it is not true that {}"
@@ -138,12 +156,16 @@ class ContrastVerifier(Verifier):
             if getattr(c, name) < 1:
                 raise InputError(f"{where}: field '{name}' must be at least 1, got {getattr(c, name)}")
         if c.negation.count("{}") != 1:
-            raise InputError(f"{where}: field 'negation' needs exactly one '{{}}' for the statement, got {c.negation!r}")
+            raise InputError(
+                f"{where}: field 'negation' needs exactly one '{{}}' for the statement, got {c.negation!r}"
+            )
         self.zs = ZeroShot(self.encoder, vocab_dir=c.vocab_dir, where=where)
         unknown = sorted(set(c.vocabularies) - set(SLOT_VOCAB.values()))
         if unknown:
-            raise InputError(f"{where}: field 'vocabularies' names {', '.join(unknown)}; the verifier judges "
-                             f"{', '.join(SLOT_VOCAB.values())}")
+            raise InputError(
+                f"{where}: field 'vocabularies' names {', '.join(unknown)}; the verifier judges "
+                f"{', '.join(SLOT_VOCAB.values())}"
+            )
         self._by_name = {v: self.zs.vocabulary(v) for v in c.vocabularies}
         self._lexicon: Lexicon | None = None
         self._images: OrderedDict[tuple, np.ndarray] = OrderedDict()
@@ -154,7 +176,9 @@ class ContrastVerifier(Verifier):
 
     # -- embeddings ---------------------------------------------------------------------
     def _image_embedding(self, candidate: Path) -> np.ndarray:
-        key = (str(Path(candidate).resolve()), file_digest(candidate)) if Path(candidate).is_file() else (str(candidate),)
+        key = (
+            (str(Path(candidate).resolve()), file_digest(candidate)) if Path(candidate).is_file() else (str(candidate),)
+        )
         with self._lock:
             hit = self._images.get(key)
         if hit is None:
@@ -175,7 +199,7 @@ class ContrastVerifier(Verifier):
     # -- the rule -----------------------------------------------------------------------
     def _mention_holds(self, text: str, m: Mention, target: np.ndarray) -> bool:
         values = self._by_name[m.vocab].canonical
-        texts = [" ".join((text[:m.start] + v + text[m.end:]).split()) for v in values]
+        texts = [" ".join((text[: m.start] + v + text[m.end :]).split()) for v in values]
         sims = embed_texts_once(self.encoder, texts) @ target
         own = sims[values.index(m.term)]
         rank = int(np.sum(sims >= own)) - 1  # other values at least as similar (ties count against)
@@ -192,8 +216,14 @@ class ContrastVerifier(Verifier):
             else:
                 # judge the positive statement (offsets move with the removed word: find the term again)
                 pos = positive_form(text, m.negation)
-                again = next((x for x in find_mentions(pos, self.lexicon, self._by_name)
-                              if x.term == m.term and x.vocab == m.vocab), None)
+                again = next(
+                    (
+                        x
+                        for x in find_mentions(pos, self.lexicon, self._by_name)
+                        if x.term == m.term and x.vocab == m.vocab
+                    ),
+                    None,
+                )
                 ok = not (self._mention_holds(pos, again, target) if again else self._mention_holds(text, m, target))
             if not ok:
                 return False
@@ -239,8 +269,15 @@ class ContrastVerifier(Verifier):
         verdict = self._judge(statement, target)
         return self._negation_contrast(statement, target) if verdict is None else verdict
 
-    def verify(self, candidate: Path, instruction: str, *, reference: Path | None = None,
-               caption: str | None = None, reference_caption: str | None = None) -> bool:
+    def verify(
+        self,
+        candidate: Path,
+        instruction: str,
+        *,
+        reference: Path | None = None,
+        caption: str | None = None,
+        reference_caption: str | None = None,
+    ) -> bool:
         """Does the candidate satisfy ``instruction``? (its edits judged on the candidate;
         without edits, the candidate must be closer to the instruction than the reference)."""
         if not isinstance(instruction, str) or not instruction.strip():

@@ -42,12 +42,24 @@ class EntailmentVerifier(Verifier):
     def check(self, statement: str, *, candidate: Path | None = None, caption: str | None = None) -> bool:
         """Does ``caption`` (the candidate's) entail ``statement``?"""
         if not caption:
-            raise InputError(f"verifier 'entailment' needs the candidate's caption (caption=) to judge "
-                             f"{statement!r}{f' for {candidate}' if candidate else ''}")
-        return ask(lambda: self.llm.run_task("entail", {"statement": statement, "caption": caption}, prompt=self.cfg.prompt),
-                   self.cfg.unclear, what="true/false answer of verifier 'entailment'")
+            raise InputError(
+                f"verifier 'entailment' needs the candidate's caption (caption=) to judge "
+                f"{statement!r}{f' for {candidate}' if candidate else ''}"
+            )
+        return ask(
+            lambda: self.llm.run_task("entail", {"statement": statement, "caption": caption}, prompt=self.cfg.prompt),
+            self.cfg.unclear,
+            what="true/false answer of verifier 'entailment'",
+        )
 
-    def verify(self, candidate: Path, instruction: str, *, reference: Path | None = None,
-               caption: str | None = None, reference_caption: str | None = None) -> bool:
+    def verify(
+        self,
+        candidate: Path,
+        instruction: str,
+        *,
+        reference: Path | None = None,
+        caption: str | None = None,
+        reference_caption: str | None = None,
+    ) -> bool:
         """Does the candidate's ``caption`` entail ``instruction`` (a target description)?"""
         return self.check(instruction, candidate=candidate, caption=caption)

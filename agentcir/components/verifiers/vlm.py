@@ -57,35 +57,60 @@ class VLMVerifier(Verifier):
         unclear: Unclear = Unclear.no
         reading: Reading = Reading.strict
 
-    def _verify_request(self, candidate: Path, instruction: str, reference: Path | None,
-                        reference_caption: str | None) -> tuple[dict, list[Path], str]:
+    def _verify_request(
+        self, candidate: Path, instruction: str, reference: Path | None, reference_caption: str | None
+    ) -> tuple[dict, list[Path], str]:
         variables = {"modification": instruction, "reference_caption": reference_caption or "unknown"}
         if reference is not None:
             return variables, [Path(reference), Path(candidate)], self.cfg.verify_prompt
         if reference_caption:
             return variables, [Path(candidate)], self.cfg.verify_caption_prompt
-        raise InputError("verifier 'vlm': verify needs the reference image or the reference's caption "
-                         "(reference= or reference_caption=)")
+        raise InputError(
+            "verifier 'vlm': verify needs the reference image or the reference's caption "
+            "(reference= or reference_caption=)"
+        )
 
-    def verify(self, candidate: Path, instruction: str, *, reference: Path | None = None,
-               caption: str | None = None, reference_caption: str | None = None) -> bool:
+    def verify(
+        self,
+        candidate: Path,
+        instruction: str,
+        *,
+        reference: Path | None = None,
+        caption: str | None = None,
+        reference_caption: str | None = None,
+    ) -> bool:
         """Does ``candidate`` show the reference changed by ``instruction``? (``caption``, the
         candidate's caption, is not used: the VLM looks at the image.)"""
         variables, images, prompt = self._verify_request(candidate, instruction, reference, reference_caption)
-        return ask(lambda: self.llm.run_task("verify", variables, images=images, prompt=prompt), self.cfg.unclear,
-                   what=f"yes/no answer of verifier 'vlm' for '{candidate}'")
+        return ask(
+            lambda: self.llm.run_task("verify", variables, images=images, prompt=prompt),
+            self.cfg.unclear,
+            what=f"yes/no answer of verifier 'vlm' for '{candidate}'",
+        )
 
-    async def averify(self, candidate: Path, instruction: str, *, reference: Path | None = None,
-                      caption: str | None = None, reference_caption: str | None = None) -> bool:
+    async def averify(
+        self,
+        candidate: Path,
+        instruction: str,
+        *,
+        reference: Path | None = None,
+        caption: str | None = None,
+        reference_caption: str | None = None,
+    ) -> bool:
         """:meth:`verify` awaiting the LLM (no thread held while the endpoint answers)."""
         variables, images, prompt = self._verify_request(candidate, instruction, reference, reference_caption)
-        return await aask(lambda: self.llm.arun_task("verify", variables, images=images, prompt=prompt),
-                          self.cfg.unclear, what=f"yes/no answer of verifier 'vlm' for '{candidate}'")
+        return await aask(
+            lambda: self.llm.arun_task("verify", variables, images=images, prompt=prompt),
+            self.cfg.unclear,
+            what=f"yes/no answer of verifier 'vlm' for '{candidate}'",
+        )
 
     def _check_request(self, statement: str, candidate: Path | None) -> tuple[str, dict, list[Path]]:
         if candidate is None:
-            raise InputError("verifier 'vlm': check needs the candidate image (candidate=); "
-                             "to judge a caption use verifier=entailment")
+            raise InputError(
+                "verifier 'vlm': check needs the candidate image (candidate=); "
+                "to judge a caption use verifier=entailment"
+            )
         # reading=released: an unchecked task name, the reply is read as XR released it (_released_yes)
         task = "xr_answer_released" if self.cfg.reading == "released" else "answer"
         return task, {"statement": statement}, [Path(candidate)]

@@ -110,14 +110,18 @@ class Dataset(Component):
     def check_depth(self, candidates: "Candidates", need: int, why: str) -> None:
         """Note in the subset line when rankings are shallower than a metric needs."""
         if candidates.k < need:
-            self.subset.note(f"Rankings hold {candidates.k} items but {why} needs {need}: raise the method's top_k "
-                             f"(items beyond the ranking count as misses).")
+            self.subset.note(
+                f"Rankings hold {candidates.k} items but {why} needs {need}: raise the method's top_k "
+                f"(items beyond the ranking count as misses)."
+            )
 
     def check_targets_indexed(self, targets: Iterable[str], gallery: "Gallery", what: str = "target") -> None:
         """Note ground-truth items that the indexer had to skip (unreadable images)."""
         missing = {t for t in targets if gallery.index_of(t) < 0}
         if missing:
-            self.subset.note(f"{len(missing)} {what} image(s) are not in the indexed gallery (unreadable) and cannot be retrieved.")
+            self.subset.note(
+                f"{len(missing)} {what} image(s) are not in the indexed gallery (unreadable) and cannot be retrieved."
+            )
 
 
 def resolve_root(root: str, what: str, hint: str) -> Path:
@@ -223,15 +227,18 @@ class Record:
         return rid
 
     def fail(self, key: str, expected: str, value: Any, *, got: str | None = None) -> InputError:
-        return InputError(f"{self.what}: '{self.path}' {self.where}: field '{key}': expected {expected}, "
-                          f"got {got or _shown(value)}")
+        return InputError(
+            f"{self.what}: '{self.path}' {self.where}: field '{key}': expected {expected}, got {got or _shown(value)}"
+        )
 
     def _get(self, key: str, optional: bool) -> Any:
         if key not in self.row:
             if optional:
                 return None
-            raise InputError(f"{self.what}: '{self.path}' {self.where}: missing field '{key}' "
-                             f"(has: {', '.join(sorted(map(str, self.row))) or 'none'})")
+            raise InputError(
+                f"{self.what}: '{self.path}' {self.where}: missing field '{key}' "
+                f"(has: {', '.join(sorted(map(str, self.row))) or 'none'})"
+            )
         return self.row[key]
 
     def text(self, key: str, *, optional: bool = False, default: str | None = None, empty: bool = True) -> str | None:

@@ -43,11 +43,44 @@ def split_of(item_id: str, val_percent: int = VAL_PERCENT) -> str:
 
 
 # -- how attribute values read in English -------------------------------------------------
-_KEEP_PLURAL = ("jeans", "shorts", "trousers", "heels", "flats", "sandals", "flip flops", "socks", "shoes",
-                "sunglasses", "briefs", "pants", "capris", "leggings", "boxers", "trunks", "tights", "stockings",
-                "slippers", "jeggings", "track pants", "lounge pants", "sports shoes", "formal shoes", "casual shoes")
-_ARTICLE_NAMES = {"tshirts": "t-shirt", "kurtas": "kurta", "kurtis": "kurti", "dresses": "dress", "watches": "watch",
-                  "tops": "top", "sarees": "saree", "innerwear vests": "innerwear vest", "dupatta": "dupatta"}
+_KEEP_PLURAL = (
+    "jeans",
+    "shorts",
+    "trousers",
+    "heels",
+    "flats",
+    "sandals",
+    "flip flops",
+    "socks",
+    "shoes",
+    "sunglasses",
+    "briefs",
+    "pants",
+    "capris",
+    "leggings",
+    "boxers",
+    "trunks",
+    "tights",
+    "stockings",
+    "slippers",
+    "jeggings",
+    "track pants",
+    "lounge pants",
+    "sports shoes",
+    "formal shoes",
+    "casual shoes",
+)
+_ARTICLE_NAMES = {
+    "tshirts": "t-shirt",
+    "kurtas": "kurta",
+    "kurtis": "kurti",
+    "dresses": "dress",
+    "watches": "watch",
+    "tops": "top",
+    "sarees": "saree",
+    "innerwear vests": "innerwear vest",
+    "dupatta": "dupatta",
+}
 
 
 def article_phrase(value: str) -> str:
@@ -67,30 +100,84 @@ def with_article(noun: str) -> str:
     return ("an " if noun[:1] in "aeiou" else "a ") + noun
 
 
-_GENDER = {"men": ("men", "men's"), "women": ("women", "women's"), "boys": ("boys", "boys'"), "girls": ("girls", "girls'"),
-           "unisex": ("everyone", "unisex")}
-_USAGE = {"casual": ("casual", "everyday wear"), "formal": ("formal", "the office"), "sports": ("sporty", "the gym"),
-          "ethnic": ("ethnic", "a traditional occasion"), "smart casual": ("smart casual", "a smart-casual day"),
-          "travel": ("travel-friendly", "travelling"), "party": ("party", "a party")}
+_GENDER = {
+    "men": ("men", "men's"),
+    "women": ("women", "women's"),
+    "boys": ("boys", "boys'"),
+    "girls": ("girls", "girls'"),
+    "unisex": ("everyone", "unisex"),
+}
+_USAGE = {
+    "casual": ("casual", "everyday wear"),
+    "formal": ("formal", "the office"),
+    "sports": ("sporty", "the gym"),
+    "ethnic": ("ethnic", "a traditional occasion"),
+    "smart casual": ("smart casual", "a smart-casual day"),
+    "travel": ("travel-friendly", "travelling"),
+    "party": ("party", "a party"),
+}
 
 TEMPLATES: dict[str, list[str]] = {
-    "colour": ["make it {new}", "change the colour to {new}", "I want it in {new} instead of {old}",
-               "same {article} but {new}", "is {new} rather than {old}", "in {new} please", "{a_new_article} instead",
-               "prefer the {new} colour", "{new} instead", "the same thing in {new}", "swap the {old} for {new}",
-               "do you have this in {new}?", "show me {this_article} in {new}", "{new}, not {old}",
-               "same style, {new} colour", "could it be {new}?"],
-    "article": ["make it {a_new} instead", "I want {a_new} rather than {a_old}", "change the {old} to {a_new}",
-                "same colour but as {a_new}", "turn it into {a_new}", "show me {a_new} in this colour",
-                "{a_new} instead of {a_old}", "not {a_old}, {a_new}", "I'd like {a_new} in the same colour",
-                "swap the {old} for {a_new}", "what about {a_new} instead?", "same shade, but {a_new}"],
-    "gender": ["make it for {new}", "the {new_poss} version", "I need the {new_poss} one", "same but for {new}",
-               "change it from {old_poss} to {new_poss}", "a {new_poss} {article} like this",
-               "is there a {new_poss} version?", "for {new} instead of {old}", "the same {article}, {new_poss}"],
-    "usage": ["make it more {new}", "a {new} version", "something {new} instead of {old}", "I want {a_new_article}",
-              "same kind of {article} but {new}", "more {new}, less {old}", "I need one for {context}",
-              "something suitable for {context}", "a {new} {article} instead"],
-    "other": ["change the {kind} to {new}", "make the {kind} {new} instead of {old}", "same but with {kind} {new}",
-              "I want {kind} {new}, not {old}"],
+    "colour": [
+        "make it {new}",
+        "change the colour to {new}",
+        "I want it in {new} instead of {old}",
+        "same {article} but {new}",
+        "is {new} rather than {old}",
+        "in {new} please",
+        "{a_new_article} instead",
+        "prefer the {new} colour",
+        "{new} instead",
+        "the same thing in {new}",
+        "swap the {old} for {new}",
+        "do you have this in {new}?",
+        "show me {this_article} in {new}",
+        "{new}, not {old}",
+        "same style, {new} colour",
+        "could it be {new}?",
+    ],
+    "article": [
+        "make it {a_new} instead",
+        "I want {a_new} rather than {a_old}",
+        "change the {old} to {a_new}",
+        "same colour but as {a_new}",
+        "turn it into {a_new}",
+        "show me {a_new} in this colour",
+        "{a_new} instead of {a_old}",
+        "not {a_old}, {a_new}",
+        "I'd like {a_new} in the same colour",
+        "swap the {old} for {a_new}",
+        "what about {a_new} instead?",
+        "same shade, but {a_new}",
+    ],
+    "gender": [
+        "make it for {new}",
+        "the {new_poss} version",
+        "I need the {new_poss} one",
+        "same but for {new}",
+        "change it from {old_poss} to {new_poss}",
+        "a {new_poss} {article} like this",
+        "is there a {new_poss} version?",
+        "for {new} instead of {old}",
+        "the same {article}, {new_poss}",
+    ],
+    "usage": [
+        "make it more {new}",
+        "a {new} version",
+        "something {new} instead of {old}",
+        "I want {a_new_article}",
+        "same kind of {article} but {new}",
+        "more {new}, less {old}",
+        "I need one for {context}",
+        "something suitable for {context}",
+        "a {new} {article} instead",
+    ],
+    "other": [
+        "change the {kind} to {new}",
+        "make the {kind} {new} instead of {old}",
+        "same but with {kind} {new}",
+        "I want {kind} {new}, not {old}",
+    ],
 }
 
 #: edit kind -> (column, columns a target must share with the reference)
@@ -109,8 +196,11 @@ def phrase_edit(kind: str, old: str, new: str, article_value: str, rng: random.R
     on an item whose article type reads ``article_value`` (``""`` = unknown: "item")."""
     article = article_phrase(article_value) if article_value else "item"
     plural = any(article.endswith(p) for p in _KEEP_PLURAL)
-    vals: dict[str, str] = {"article": article, "this_article": f"{'these' if plural else 'this'} {article}",
-                            "kind": kind.replace("_", " ")}
+    vals: dict[str, str] = {
+        "article": article,
+        "this_article": f"{'these' if plural else 'this'} {article}",
+        "kind": kind.replace("_", " "),
+    }
     if kind == "colour":
         o, n = old.lower(), new.lower()
         vals.update(old=o, new=n, a_new_article=with_article(f"{n} {article}"))
@@ -203,7 +293,9 @@ def parse_edit(text: str) -> tuple[str, tuple[str, tuple[str, ...]]]:
     col, _, keep = rest.partition(":")
     kind, col = kind.strip(), col.strip()
     if not eq or not kind or not col:
-        raise InputError(f"edit '{text}' should read KIND=COLUMN[:KEEP1,KEEP2,...], e.g. colour=baseColour:gender,articleType")
+        raise InputError(
+            f"edit '{text}' should read KIND=COLUMN[:KEEP1,KEEP2,...], e.g. colour=baseColour:gender,articleType"
+        )
     return kind, (col, tuple(k.strip() for k in keep.split(",") if k.strip()))
 
 
@@ -222,13 +314,17 @@ def _read_rows(spec: BenchmarkSpec) -> list[dict[str, str]]:
         need = {spec.id_column, *spec.columns()}
         missing = sorted(need - set(cols))
         if missing:
-            raise InputError(f"attributes CSV '{path}' lacks column(s) {', '.join(missing)} (has: {', '.join(cols)}); "
-                             f"map your columns with --id-column and --edit KIND=COLUMN:KEEP,...")
+            raise InputError(
+                f"attributes CSV '{path}' lacks column(s) {', '.join(missing)} (has: {', '.join(cols)}); "
+                f"map your columns with --id-column and --edit KIND=COLUMN:KEEP,..."
+            )
         rows = []
         for n, r in enumerate(reader, 2):
             if None in r:
-                raise InputError(f"attributes CSV '{path}' line {n}: more fields than the header has columns "
-                                 f"(quote values that contain commas)")
+                raise InputError(
+                    f"attributes CSV '{path}' line {n}: more fields than the header has columns "
+                    f"(quote values that contain commas)"
+                )
             rows.append({k: (v or "").strip() for k, v in r.items()})
     if not rows:
         raise InputError(f"attributes CSV '{path}' has a header but no rows")
@@ -247,7 +343,9 @@ def _image_path(images: Path, spec: BenchmarkSpec, row: dict[str, str]) -> Path:
     try:
         return images / spec.image_pattern.format(**{**row, "id": row[spec.id_column]})
     except (KeyError, IndexError, ValueError) as e:
-        raise InputError(f"image pattern '{spec.image_pattern}' does not fit the CSV columns ({type(e).__name__}: {e})") from None
+        raise InputError(
+            f"image pattern '{spec.image_pattern}' does not fit the CSV columns ({type(e).__name__}: {e})"
+        ) from None
 
 
 def build_benchmark(spec: BenchmarkSpec) -> dict:
@@ -276,8 +374,10 @@ def build_benchmark(spec: BenchmarkSpec) -> dict:
         skipped["over gallery_size"] += len(rows) - spec.gallery_size
         rows = _dense_subset(rows, spec, rng)
     if len(rows) < 2:
-        raise InputError(f"only {len(rows)} usable photo(s) in '{images}' for split '{spec.split}' "
-                         f"(skipped: {dict(skipped) or 'none'}; photo names come from --image-pattern '{spec.image_pattern}')")
+        raise InputError(
+            f"only {len(rows)} usable photo(s) in '{images}' for split '{spec.split}' "
+            f"(skipped: {dict(skipped) or 'none'}; photo names come from --image-pattern '{spec.image_pattern}')"
+        )
 
     idc = spec.id_column
     by_id = {r[idc]: r for r in rows}
@@ -302,8 +402,10 @@ def build_benchmark(spec: BenchmarkSpec) -> dict:
                 if tg and (not spec.max_targets or len(tg) <= spec.max_targets):
                     candidates.append((kind, r[idc], new))
     if not candidates:
-        raise InputError("no attribute edit has a matching target in this gallery; use a larger gallery, other edits "
-                         "or a higher --max-targets")
+        raise InputError(
+            "no attribute edit has a matching target in this gallery; use a larger gallery, other edits "
+            "or a higher --max-targets"
+        )
     picked = _pick(candidates, spec.num_queries, rng)
 
     out = Path(spec.out)
@@ -337,16 +439,44 @@ def build_benchmark(spec: BenchmarkSpec) -> dict:
             text = phrase_edit(kind, r[col], new, r.get(article_col, ""), rng)
             counts[kind] += 1
             n_targets.append(len(targets))
-            f.write(json.dumps({"id": f"q{n:05d}", "reference_id": ref, "text": text, "targets": targets,
-                                "edit": {"kind": kind, "attribute": col, "from": r[col], "to": new,
-                                         "keep": {k: r[k] for k in keep}}}, ensure_ascii=False) + "\n")
-    summary = {"queries": len(picked), "gallery": len(rows), "per_edit": dict(sorted(counts.items())), "seed": spec.seed,
-               "split": spec.split, "targets_per_query": {"mean": round(sum(n_targets) / len(n_targets), 2),
-                                                          "max": max(n_targets), "min": min(n_targets)},
-               "skipped_rows": dict(skipped), "source_csv": str(spec.csv_path)}
+            f.write(
+                json.dumps(
+                    {
+                        "id": f"q{n:05d}",
+                        "reference_id": ref,
+                        "text": text,
+                        "targets": targets,
+                        "edit": {
+                            "kind": kind,
+                            "attribute": col,
+                            "from": r[col],
+                            "to": new,
+                            "keep": {k: r[k] for k in keep},
+                        },
+                    },
+                    ensure_ascii=False,
+                )
+                + "\n"
+            )
+    summary = {
+        "queries": len(picked),
+        "gallery": len(rows),
+        "per_edit": dict(sorted(counts.items())),
+        "seed": spec.seed,
+        "split": spec.split,
+        "targets_per_query": {
+            "mean": round(sum(n_targets) / len(n_targets), 2),
+            "max": max(n_targets),
+            "min": min(n_targets),
+        },
+        "skipped_rows": dict(skipped),
+        "source_csv": str(spec.csv_path),
+    }
     if len(picked) < spec.num_queries:
-        summary["note"] = (f"only {len(picked)} of {spec.num_queries} queries: each reference is used once and "
-                           f"the gallery allows no more")
+        summary["note"] = (
+            f"only {len(picked)} of {spec.num_queries} queries: each reference is used once and "
+            f"the gallery allows no more"
+        )
     (out / "README.md").write_text(_readme(spec, summary))
     return summary
 
@@ -375,18 +505,22 @@ def _pick(candidates: list[tuple[str, str, str]], num: int, rng: random.Random) 
 
 
 def _readme(spec: BenchmarkSpec, s: dict) -> str:
-    edits = "\n".join(f"  - {k}: changes `{col}`, a target keeps `{', '.join(keep) or '(nothing)'}`"
-                      for k, (col, keep) in spec.edits.items())
-    return ("# Composed-retrieval benchmark (built by `agentcir build-benchmark`)\n\n"
-            f"- queries: {s['queries']} ({', '.join(f'{k}: {v}' for k, v in s['per_edit'].items())})\n"
-            f"- gallery: {s['gallery']} photos (split '{spec.split}' of the id hash split, seed {spec.seed})\n"
-            f"- targets per query: mean {s['targets_per_query']['mean']}, min {s['targets_per_query']['min']}, "
-            f"max {s['targets_per_query']['max']}\n"
-            "- a query = reference photo + an attribute edit in natural language; its targets are every gallery photo with\n"
-            "  the edited attribute value that keeps the reference's other identifying attributes:\n"
-            f"{edits}\n"
-            "- scored CIRCO-style (mAP@k over all targets) and Recall@k; the reference is excluded from rankings\n"
-            + (f"\n## Source and licence\n\n{spec.attribution}\n" if spec.attribution else ""))
+    edits = "\n".join(
+        f"  - {k}: changes `{col}`, a target keeps `{', '.join(keep) or '(nothing)'}`"
+        for k, (col, keep) in spec.edits.items()
+    )
+    return (
+        "# Composed-retrieval benchmark (built by `agentcir build-benchmark`)\n\n"
+        f"- queries: {s['queries']} ({', '.join(f'{k}: {v}' for k, v in s['per_edit'].items())})\n"
+        f"- gallery: {s['gallery']} photos (split '{spec.split}' of the id hash split, seed {spec.seed})\n"
+        f"- targets per query: mean {s['targets_per_query']['mean']}, min {s['targets_per_query']['min']}, "
+        f"max {s['targets_per_query']['max']}\n"
+        "- a query = reference photo + an attribute edit in natural language; its targets are every gallery photo with\n"
+        "  the edited attribute value that keeps the reference's other identifying attributes:\n"
+        f"{edits}\n"
+        "- scored CIRCO-style (mAP@k over all targets) and Recall@k; the reference is excluded from rankings\n"
+        + (f"\n## Source and licence\n\n{spec.attribution}\n" if spec.attribution else "")
+    )
 
 
 def _dense_subset(rows: list[dict], spec: BenchmarkSpec, rng: random.Random) -> list[dict]:

@@ -35,8 +35,17 @@ from .base import Dataset, Record, check_unique, find_annotation, read_json, rea
 
 KS = (5, 10, 25, 50)
 HINT = "the CIRCO folder with annotations/ and COCO2017_unlabeled/"
-SEMANTIC_ASPECTS = ("cardinality", "addition", "negation", "direct_addressing", "compare_change",
-                    "comparative_statement", "statement_with_conjunction", "spatial_relations_background", "viewpoint")
+SEMANTIC_ASPECTS = (
+    "cardinality",
+    "addition",
+    "negation",
+    "direct_addressing",
+    "compare_change",
+    "comparative_statement",
+    "statement_with_conjunction",
+    "spatial_relations_background",
+    "viewpoint",
+)
 
 
 class CircoSplit(Choice):
@@ -86,7 +95,9 @@ class CIRCO(Dataset):
     def gallery_items(self) -> list[GalleryItem]:
         if self._items is None:
             root = self._root()
-            info_path = find_annotation(root, "COCO2017_unlabeled/annotations/image_info_unlabeled2017.json", "dataset 'circo'")
+            info_path = find_annotation(
+                root, "COCO2017_unlabeled/annotations/image_info_unlabeled2017.json", "dataset 'circo'"
+            )
             info = read_json(info_path, "dataset 'circo'")
             images = info.get("images") if isinstance(info, dict) else None
             if not isinstance(images, list):
@@ -129,8 +140,10 @@ class CIRCO(Dataset):
             ref = r.id("reference_img_id")
             text = r.text("relative_caption")
             gts = r.ids("gt_img_ids", optional=True)
-            meta = {"shared_concept": r.text("shared_concept", optional=True, default=""),
-                    "semantic_aspects": r.texts("semantic_aspects", optional=True)}
+            meta = {
+                "shared_concept": r.text("shared_concept", optional=True, default=""),
+                "semantic_aspects": r.texts("semantic_aspects", optional=True),
+            }
             target = r.id("target_img_id", optional=True)
             if target is not None:
                 meta["target_img_id"] = target
@@ -143,13 +156,20 @@ class CIRCO(Dataset):
 
     def evaluate(self, candidates: Candidates, queries: list[Query], gallery) -> dict[str, float]:
         if not queries or not all(q.targets for q in queries):
-            self.subset.note("No ground truth in this split: nothing scored (write a submission with `agentcir eval RUN --submit DIR`).")
+            self.subset.note(
+                "No ground truth in this split: nothing scored (write a submission with `agentcir eval RUN --submit DIR`)."
+            )
             return {}
         self.check_depth(candidates, max(KS), "mAP@50")
         self.check_targets_indexed([t for q in queries for t in q.targets], gallery, "ground-truth")
         rankings = self.rankings(candidates, queries, gallery)
-        out = circo_metrics(rankings, [q.targets for q in queries], [q.meta["target_img_id"] for q in queries], KS,
-                           query_ids=[q.id for q in queries])
+        out = circo_metrics(
+            rankings,
+            [q.targets for q in queries],
+            [q.meta["target_img_id"] for q in queries],
+            KS,
+            query_ids=[q.id for q in queries],
+        )
         per_aspect: dict[str, list[float]] = defaultdict(list)
         for r, q in zip(rankings, queries):
             ap = average_precision_at_k(r, q.targets, 10)
@@ -165,4 +185,8 @@ class CIRCO(Dataset):
         """``circo_{split}_submission.json`` for the CIRCO server, validated first."""
         if self._all_ids is None:
             self.queries()
-        return [write_json(circo_submission(rankings, self._all_ids), Path(out_dir) / f"circo_{self.cfg.split}_submission.json")]
+        return [
+            write_json(
+                circo_submission(rankings, self._all_ids), Path(out_dir) / f"circo_{self.cfg.split}_submission.json"
+            )
+        ]

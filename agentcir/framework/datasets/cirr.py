@@ -73,7 +73,11 @@ class CIRR(Dataset):
 
     def _file(self, kind: str) -> Path:
         root = resolve_root(self.cfg.root, "dataset 'cirr'", HINT)
-        rel = f"captions/cap.rc2.{self.cfg.split}.json" if kind == "captions" else f"image_splits/split.rc2.{self.cfg.split}.json"
+        rel = (
+            f"captions/cap.rc2.{self.cfg.split}.json"
+            if kind == "captions"
+            else f"image_splits/split.rc2.{self.cfg.split}.json"
+        )
         return find_annotation(root, rel, "dataset 'cirr'", also=("cirr",))
 
     def model_identity(self) -> str:
@@ -91,8 +95,10 @@ class CIRR(Dataset):
             items, missing = [], []
             for name, rel in split.items():
                 if not isinstance(rel, str) or not rel.strip():
-                    raise InputError(f"dataset 'cirr': '{self._file('split')}' image '{name}': expected a relative "
-                                     f"path (a string), got {_shown(rel)}")
+                    raise InputError(
+                        f"dataset 'cirr': '{self._file('split')}' image '{name}': expected a relative "
+                        f"path (a string), got {_shown(rel)}"
+                    )
                 p = base / rel
                 if os.path.isfile(p):
                     items.append(GalleryItem(str(name), str(p.resolve()), None, {}))
@@ -130,27 +136,41 @@ class CIRR(Dataset):
             if target is not None and target not in self._paths:
                 self.subset.skip_query("target image missing")
                 continue
-            out.append(Query(id=pairid, text=caption, reference=[self._paths[ref]], reference_id=ref,
-                             targets=[target] if target is not None else [],
-                             meta={"members": members, "target_soft": target_soft,
-                                   "img_set_id": img_set.row.get("id")}))
+            out.append(
+                Query(
+                    id=pairid,
+                    text=caption,
+                    reference=[self._paths[ref]],
+                    reference_id=ref,
+                    targets=[target] if target is not None else [],
+                    meta={"members": members, "target_soft": target_soft, "img_set_id": img_set.row.get("id")},
+                )
+            )
         check_unique(seen, path, where, "pairid")
         return self._finish_queries(out, self.cfg.limit)
 
     def evaluate(self, candidates: Candidates, queries: list[Query], gallery) -> dict[str, float]:
         if not queries or not all(q.targets for q in queries):
-            self.subset.note("No ground truth in this split: nothing scored (write a submission with `agentcir eval RUN --submit DIR`).")
+            self.subset.note(
+                "No ground truth in this split: nothing scored (write a submission with `agentcir eval RUN --submit DIR`)."
+            )
             return {}
         self.check_depth(candidates, 51, "R@50 after removing the reference")
         self.check_targets_indexed([q.targets[0] for q in queries], gallery)
         rankings = self.rankings(candidates, queries, gallery)
         short = sum(1 for r, q in zip(rankings, queries) if subset_ranking(r, q.meta["members"], q.reference_id)[1])
         if short:
-            self.subset.note(f"{short} queries had subset members beyond the ranking depth (placed after the ranked "
-                             f"ones): raise the method's top_k to the gallery size for exact R_subset.")
+            self.subset.note(
+                f"{short} queries had subset members beyond the ranking depth (placed after the ranked "
+                f"ones): raise the method's top_k to the gallery size for exact R_subset."
+            )
         self.subset.note("Reference removed from rankings (official CIRR protocol).")
-        return cirr_metrics(rankings, [q.reference_id for q in queries], [q.targets[0] for q in queries],
-                            [q.meta["members"] for q in queries])
+        return cirr_metrics(
+            rankings,
+            [q.reference_id for q in queries],
+            [q.targets[0] for q in queries],
+            [q.meta["members"] for q in queries],
+        )
 
     def write_submission(self, rankings: dict[str, list[str]], out_dir: str | os.PathLike) -> list[Path]:
         """``recall`` and ``recall_subset`` files for the CIRR test server, validated first."""
@@ -160,5 +180,7 @@ class CIRR(Dataset):
         members = {k: v[1] for k, v in self._annotations.items()}
         recall, subset = cirr_submission(rankings, refs, members)
         out = Path(out_dir)
-        return [write_json(recall, out / f"cirr_{self.cfg.split}_recall.json"),
-                write_json(subset, out / f"cirr_{self.cfg.split}_recall_subset.json")]
+        return [
+            write_json(recall, out / f"cirr_{self.cfg.split}_recall.json"),
+            write_json(subset, out / f"cirr_{self.cfg.split}_recall_subset.json"),
+        ]

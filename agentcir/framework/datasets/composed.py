@@ -80,7 +80,9 @@ class ComposedFolder(Dataset):
                 reader = csv.DictReader(f)
                 for col in ("id", "image"):
                     if col not in (reader.fieldnames or []):
-                        raise InputError(f"'{self.root / 'gallery.csv'}' needs a column '{col}' (has: {reader.fieldnames})")
+                        raise InputError(
+                            f"'{self.root / 'gallery.csv'}' needs a column '{col}' (has: {reader.fieldnames})"
+                        )
                 seen = []
                 for n, row in enumerate(reader, 2):
                     for col in ("id", "image"):
@@ -95,7 +97,12 @@ class ComposedFolder(Dataset):
                     items.append(GalleryItem(row["id"], str(path), row.get("caption") or None, meta))
             check_unique(seen, self.root / "gallery.csv", f"dataset '{self.root}'", "gallery id")
             if missing:
-                log.warning("dataset '%s': %d gallery image(s) missing on disk, skipped (e.g. %s)", self.root, len(missing), missing[0])
+                log.warning(
+                    "dataset '%s': %d gallery image(s) missing on disk, skipped (e.g. %s)",
+                    self.root,
+                    len(missing),
+                    missing[0],
+                )
             self.subset.gallery_listed = len(items) + len(missing)
             self.subset.gallery_missing = missing
             self._items = items
@@ -121,8 +128,13 @@ class ComposedFolder(Dataset):
                 r = Record(d, path, f"line {n}", what=where)
                 qid = r.keyed("id", seen)
                 ref = r.id("reference_id")
-                q = Query(id=qid, text=r.text("text"), reference_id=ref, targets=r.ids("targets"),
-                          meta={k: v for k, v in d.items() if k not in ("id", "text", "reference_id", "targets")})
+                q = Query(
+                    id=qid,
+                    text=r.text("text"),
+                    reference_id=ref,
+                    targets=r.ids("targets"),
+                    meta={k: v for k, v in d.items() if k not in ("id", "text", "reference_id", "targets")},
+                )
                 if ref not in have:
                     self.subset.skip_query("reference image missing")
                     continue
@@ -138,10 +150,14 @@ class ComposedFolder(Dataset):
     def evaluate(self, candidates: Candidates, queries: list[Query], gallery) -> dict[str, float]:
         self.check_depth(candidates, max(MAP_KS) + 1, "mAP@50 after excluding the reference")
         self.check_targets_indexed([t for q in queries for t in q.targets], gallery)
-        rankings = [remove_ids(r, [q.reference_id]) for r, q in zip(self.rankings(candidates, queries, gallery), queries)]
+        rankings = [
+            remove_ids(r, [q.reference_id]) for r, q in zip(self.rankings(candidates, queries, gallery), queries)
+        ]
         gts = [q.targets for q in queries]
-        self.subset.note("Reference excluded from rankings; mAP@k over all correct targets (CIRCO protocol), "
-                         "R@k = any correct target in the top k.")
+        self.subset.note(
+            "Reference excluded from rankings; mAP@k over all correct targets (CIRCO protocol), "
+            "R@k = any correct target in the top k."
+        )
         return {**map_at_k(rankings, gts, MAP_KS), **recall_at_k(rankings, gts, KS)}
 
 
@@ -179,5 +195,7 @@ class FashionCIR(ComposedFolder):
 
     def missing_hint(self) -> str:
         src = self.cfg.source.rstrip("/")
-        return (f"build it first: agentcir build-benchmark --csv {src}/products.csv --images {src}/images "
-                f"--out {self.cfg.root}")
+        return (
+            f"build it first: agentcir build-benchmark --csv {src}/products.csv --images {src}/images "
+            f"--out {self.cfg.root}"
+        )

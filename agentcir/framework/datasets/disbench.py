@@ -61,7 +61,9 @@ class DISBench(Dataset):
     def __init__(self, cfg=None, **deps):
         super().__init__(cfg, **deps)
         if self.cfg.answer_k < 0:
-            raise InputError(f"dataset 'disbench': field 'answer_k' must be 0 (whole list) or positive, got {self.cfg.answer_k}")
+            raise InputError(
+                f"dataset 'disbench': field 'answer_k' must be 0 (whole list) or positive, got {self.cfg.answer_k}"
+            )
         self._rows: list[dict] | None = None
         self._items: list[GalleryItem] | None = None
         self._user_of: dict[str, str] = {}
@@ -85,8 +87,10 @@ class DISBench(Dataset):
                 for k in ("query_id", "user_id", "query", "answer", "event_type"):
                     require_field(r, k, f"dataset 'disbench': queries.jsonl line {n}")
                 if str(r["event_type"]) not in EVENT_TYPES:
-                    raise InputError(f"dataset 'disbench': queries.jsonl line {n}: event_type must be "
-                                     f"{' or '.join(EVENT_TYPES)}, got '{r['event_type']}'")
+                    raise InputError(
+                        f"dataset 'disbench': queries.jsonl line {n}: event_type must be "
+                        f"{' or '.join(EVENT_TYPES)}, got '{r['event_type']}'"
+                    )
             self._rows = rows
         return self._rows
 
@@ -109,13 +113,17 @@ class DISBench(Dataset):
                     pid = str(require_field(rec, "photo_id", f"dataset 'disbench': {meta_path.name} line {n}"))
                     listed += 1
                     if pid in self._user_of:
-                        raise InputError(f"dataset 'disbench': photo id '{pid}' appears for users '{self._user_of[pid]}' and '{user}'")
+                        raise InputError(
+                            f"dataset 'disbench': photo id '{pid}' appears for users '{self._user_of[pid]}' and '{user}'"
+                        )
                     self._user_of[pid] = user
                     p = on_disk.get(pid)
                     if p is None:
                         missing.append(pid)
                         continue
-                    items.append(GalleryItem(pid, str(p.resolve()), None, {"user": user, **(rec.get("metadata") or {})}))
+                    items.append(
+                        GalleryItem(pid, str(p.resolve()), None, {"user": user, **(rec.get("metadata") or {})})
+                    )
             self.subset.gallery_listed = listed
             self.subset.gallery_missing = missing
             self._items = items
@@ -132,8 +140,15 @@ class DISBench(Dataset):
             if str(r["user_id"]) not in users:
                 self.subset.skip_query("of users not selected (dataset.users)")
                 continue
-            out.append(Query(id=str(r["query_id"]), text=str(r["query"]), user=str(r["user_id"]),
-                             targets=[str(a) for a in r["answer"]], meta={"event_type": str(r["event_type"])}))
+            out.append(
+                Query(
+                    id=str(r["query_id"]),
+                    text=str(r["query"]),
+                    user=str(r["user_id"]),
+                    targets=[str(a) for a in r["answer"]],
+                    meta={"event_type": str(r["event_type"])},
+                )
+            )
         return self._finish_queries(out, self.cfg.limit)
 
     # -- evaluation -------------------------------------------------------------------
@@ -150,8 +165,10 @@ class DISBench(Dataset):
         rankings = self.rankings(candidates, queries, gallery)
         answers = self.answers(rankings, queries)
         self.check_targets_indexed([t for q in queries for t in q.targets], gallery, "answer")
-        self.subset.note("Rankings restricted to the query user's photos; answer set = "
-                         + (f"top {self.cfg.answer_k}." if self.cfg.answer_k else "the whole candidate list."))
+        self.subset.note(
+            "Rankings restricted to the query user's photos; answer set = "
+            + (f"top {self.cfg.answer_k}." if self.cfg.answer_k else "the whole candidate list.")
+        )
         gts, types = [q.targets for q in queries], [q.meta["event_type"] for q in queries]
         own = [[x for x in r if self._user_of.get(x) == q.user] for r, q in zip(rankings, queries)]
         return {**disbench_metrics(answers, gts, types), **ranked_set_recall(own, gts, RECALL_KS)}
@@ -162,6 +179,8 @@ class DISBench(Dataset):
         for i, r in enumerate(runs):
             missing = [q.id for q in queries if q.id not in r]
             if missing:
-                raise InputError(f"run {i + 1} of {len(runs)} has no answer for query '{missing[0]}' ({len(missing)} missing)")
+                raise InputError(
+                    f"run {i + 1} of {len(runs)} has no answer for query '{missing[0]}' ({len(missing)} missing)"
+                )
         answer_runs = [self.answers([r[q.id] for q in queries], queries) for r in runs]
         return best_at_k(answer_runs, [q.targets for q in queries], [q.meta["event_type"] for q in queries])

@@ -141,11 +141,16 @@ class FashionIQ(Dataset):
             if target is not None and str(target) not in self._paths:
                 self.subset.skip_query("target image missing")
                 continue
-            out.append(Query(id=f"{self.cfg.category}-{self.cfg.split}-{n:05d}", text=fashioniq_text(caps),
-                             reference=[str(self._paths[ref])], reference_id=ref,
-                             targets=[str(target)] if target is not None else [],
-                             meta={"category": self.cfg.category, "captions": caps,
-                                   "text_reversed": fashioniq_text(caps[::-1])}))
+            out.append(
+                Query(
+                    id=f"{self.cfg.category}-{self.cfg.split}-{n:05d}",
+                    text=fashioniq_text(caps),
+                    reference=[str(self._paths[ref])],
+                    reference_id=ref,
+                    targets=[str(target)] if target is not None else [],
+                    meta={"category": self.cfg.category, "captions": caps, "text_reversed": fashioniq_text(caps[::-1])},
+                )
+            )
         return self._finish_queries(out, self.cfg.limit)
 
     def evaluate(self, candidates: Candidates, queries: list[Query], gallery) -> dict[str, float]:

@@ -49,25 +49,45 @@ from ..errors import InputError
 from ..hashing import stable_hash
 
 #: city (gazetteer name), country, and how users may write it
-CITIES = [("New York City", "United States", ["New York", "NYC"]), ("Rome", "Italy", ["Rome", "Roma"]),
-          ("Paris", "France", ["Paris"]), ("London", "United Kingdom", ["London"]),
-          ("Florence", "Italy", ["Florence", "Firenze"]), ("Barcelona", "Spain", ["Barcelona"]),
-          ("Lisbon", "Portugal", ["Lisbon", "Lisboa"]), ("Berlin", "Germany", ["Berlin"]),
-          ("Munich", "Germany", ["Munich", "Muenchen"]), ("Vienna", "Austria", ["Vienna", "Wien"]),
-          ("Prague", "Czechia", ["Prague", "Praha"]), ("Amsterdam", "The Netherlands", ["Amsterdam"]),
-          ("Tokyo", "Japan", ["Tokyo"]), ("San Francisco", "United States", ["San Francisco", "SF"]),
-          ("Los Angeles", "United States", ["Los Angeles", "LA"]), ("Istanbul", "Turkey", ["Istanbul"])]
+CITIES = [
+    ("New York City", "United States", ["New York", "NYC"]),
+    ("Rome", "Italy", ["Rome", "Roma"]),
+    ("Paris", "France", ["Paris"]),
+    ("London", "United Kingdom", ["London"]),
+    ("Florence", "Italy", ["Florence", "Firenze"]),
+    ("Barcelona", "Spain", ["Barcelona"]),
+    ("Lisbon", "Portugal", ["Lisbon", "Lisboa"]),
+    ("Berlin", "Germany", ["Berlin"]),
+    ("Munich", "Germany", ["Munich", "Muenchen"]),
+    ("Vienna", "Austria", ["Vienna", "Wien"]),
+    ("Prague", "Czechia", ["Prague", "Praha"]),
+    ("Amsterdam", "The Netherlands", ["Amsterdam"]),
+    ("Tokyo", "Japan", ["Tokyo"]),
+    ("San Francisco", "United States", ["San Francisco", "SF"]),
+    ("Los Angeles", "United States", ["Los Angeles", "LA"]),
+    ("Istanbul", "Turkey", ["Istanbul"]),
+]
 #: labels of the clothing set as a person would say them (others: lower-cased)
-NOUNS = {"T-Shirt": "t-shirt", "Longsleeve": "long-sleeve top", "Outwear": "jacket", "Body": "bodysuit",
-         "Polo": "polo shirt", "Undershirt": "undershirt"}
+NOUNS = {
+    "T-Shirt": "t-shirt",
+    "Longsleeve": "long-sleeve top",
+    "Outwear": "jacket",
+    "Body": "bodysuit",
+    "Polo": "polo shirt",
+    "Undershirt": "undershirt",
+}
 PLURAL = {"pants", "shoes", "shorts", "jeans", "trousers", "sneakers", "sandals", "boots", "socks", "glasses"}
 EXCLUDE = ("Not sure", "Other", "Skip")
-INTRA = ["the {t} photos from the day I photographed {c} in {p}",
-         "photos of the {t} from the day in {p} when I also photographed {c}",
-         "{T} pictures taken on the day I took a photo of {c} in {p}"]
-INTER = ["the {t} photos from the days I also photographed {c}",
-         "all {t} pictures from every day on which I photographed {c}",
-         "photos of the {t} taken on the days when I also took a photo of {c}"]
+INTRA = [
+    "the {t} photos from the day I photographed {c} in {p}",
+    "photos of the {t} from the day in {p} when I also photographed {c}",
+    "{T} pictures taken on the day I took a photo of {c} in {p}",
+]
+INTER = [
+    "the {t} photos from the days I also photographed {c}",
+    "all {t} pictures from every day on which I photographed {c}",
+    "photos of the {t} taken on the days when I also took a photo of {c}",
+]
 
 
 @dataclass
@@ -87,7 +107,7 @@ class HistorySpec:
     photos_per_event: int = 6
     queries_per_user: int = 6
     seed: int = 0
-    link: str = "symlink"          # symlink | copy
+    link: str = "symlink"  # symlink | copy
     attribution: str = ""
 
 
@@ -130,11 +150,15 @@ def _photos_from_csv(spec: HistorySpec) -> list[_Photo]:
         if not p.is_file():
             missing += 1
             continue
-        photos.append(_Photo(str(r[spec.user_column]), str(r[spec.id_column]), str(p.resolve()), str(r[spec.label_column])))
+        photos.append(
+            _Photo(str(r[spec.user_column]), str(r[spec.id_column]), str(p.resolve()), str(r[spec.label_column]))
+        )
     if missing:
         import logging
 
-        logging.getLogger(__name__).warning("build-disbench: %d photo(s) of the CSV are missing in '%s' (skipped)", missing, images)
+        logging.getLogger(__name__).warning(
+            "build-disbench: %d photo(s) of the CSV are missing in '%s' (skipped)", missing, images
+        )
     return photos
 
 
@@ -145,7 +169,10 @@ def _synthesise_events(photos: list[_Photo], spec: HistorySpec) -> list[dict]:
     gaz = load_gazetteer()
     centre = {}
     for name, country, _ in CITIES:
-        c = max((c for c in gaz.cities if c.name == name and gaz.countries.get(c.country) == country), key=lambda c: c.population)
+        c = max(
+            (c for c in gaz.cities if c.name == name and gaz.countries.get(c.country) == country),
+            key=lambda c: c.population,
+        )
         centre[name] = c
     by_user: dict[str, list[_Photo]] = defaultdict(list)
     for p in photos:
@@ -161,7 +188,9 @@ def _synthesise_events(photos: list[_Photo], spec: HistorySpec) -> list[dict]:
         cuts = sorted(rng.sample(range(1, len(ps)), k=min(n_events - 1, len(ps) - 1)))
         groups = [ps[a:b] for a, b in zip([0, *cuts], [*cuts, len(ps)])]
         day0 = datetime(2018, 1, 1) + timedelta(days=rng.randrange(0, 365))
-        camera = rng.choice(["Apple iPhone 12", "Google Pixel 6", "Samsung SM-G991B", "Canon EOS 250D", "SONY ILCE-6400"])
+        camera = rng.choice(
+            ["Apple iPhone 12", "Google Pixel 6", "Samsung SM-G991B", "Canon EOS 250D", "SONY ILCE-6400"]
+        )
         day = day0
         for n, group in enumerate(groups):
             day = day + timedelta(days=rng.randrange(20, 160))
@@ -172,11 +201,25 @@ def _synthesise_events(photos: list[_Photo], spec: HistorySpec) -> list[dict]:
             for p in group:
                 t = t + timedelta(minutes=rng.randrange(5, 90))
                 lat, lon = c.lat + rng.uniform(-0.01, 0.01), c.lon + rng.uniform(-0.01, 0.01)
-                p.meta = {"taken_time": t.strftime("%Y-%m-%d %H:%M:%S"), "latitude": round(lat, 6), "longitude": round(lon, 6),
-                          "accuracy": 16, "address": f"{city_name}, {country}", "capturedevice": camera}
+                p.meta = {
+                    "taken_time": t.strftime("%Y-%m-%d %H:%M:%S"),
+                    "latitude": round(lat, 6),
+                    "longitude": round(lon, 6),
+                    "accuracy": 16,
+                    "address": f"{city_name}, {country}",
+                    "capturedevice": camera,
+                }
                 p.event = ev
-            events.append({"event": ev, "user": user, "date": day.strftime("%Y-%m-%d"), "city": city_name,
-                           "photos": [p.id for p in group], "labels": sorted({p.label for p in group})})
+            events.append(
+                {
+                    "event": ev,
+                    "user": user,
+                    "date": day.strftime("%Y-%m-%d"),
+                    "city": city_name,
+                    "photos": [p.id for p in group],
+                    "labels": sorted({p.label for p in group}),
+                }
+            )
     return events
 
 
@@ -202,8 +245,17 @@ def _photos_from_folder(spec: HistorySpec) -> tuple[list[_Photo], list[dict]]:
     for p in photos:
         key = f"{p.user}/{p.meta['taken_time'][:10]}/{fold(p.meta.get('address', '').split(',')[0])}"
         p.event = key
-        e = events.setdefault(key, {"event": key, "user": p.user, "date": p.meta["taken_time"][:10],
-                                    "city": p.meta.get("address", "").split(",")[0], "photos": [], "labels": []})
+        e = events.setdefault(
+            key,
+            {
+                "event": key,
+                "user": p.user,
+                "date": p.meta["taken_time"][:10],
+                "city": p.meta.get("address", "").split(",")[0],
+                "photos": [],
+                "labels": [],
+            },
+        )
         e["photos"].append(p.id)
         e["labels"] = sorted({*e["labels"], p.label})
     return photos, list(events.values())
@@ -220,7 +272,9 @@ def _queries(photos: list[_Photo], events: list[dict], spec: HistorySpec) -> lis
     for user in sorted(by_user):
         rng = random.Random(stable_hash(spec.seed, user, "queries"))
         evs = by_user[user]
-        labels_of = {e["event"]: Counter(by_id[i].label for i in e["photos"] if by_id[i].label not in excluded) for e in evs}
+        labels_of = {
+            e["event"]: Counter(by_id[i].label for i in e["photos"] if by_id[i].label not in excluded) for e in evs
+        }
         events_with = defaultdict(set)
         for e in evs:
             for lab in labels_of[e["event"]]:
@@ -254,14 +308,20 @@ def _queries(photos: list[_Photo], events: list[dict], spec: HistorySpec) -> lis
         for _hard, kind, clue, target, evlist in cands:
             if len(taken) >= spec.queries_per_user:
                 break
-            if (kind == "intra-event" and n_intra >= half and n_inter < half) or \
-               (kind == "inter-event" and n_inter >= half and n_intra < half):
+            if (kind == "intra-event" and n_intra >= half and n_inter < half) or (
+                kind == "inter-event" and n_inter >= half and n_intra < half
+            ):
                 continue
             key = (kind, clue, target, tuple(evlist))
             if key in taken:
                 continue
             taken.add(key)
-            answer = [i for ev in evlist for i in next(e for e in evs if e["event"] == ev)["photos"] if by_id[i].label == target]
+            answer = [
+                i
+                for ev in evlist
+                for i in next(e for e in evs if e["event"] == ev)["photos"]
+                if by_id[i].label == target
+            ]
             t, c = _noun(target), _with_article(_noun(clue))
             if kind == "intra-event":
                 n_intra += 1
@@ -271,8 +331,18 @@ def _queries(photos: list[_Photo], events: list[dict], spec: HistorySpec) -> lis
             else:
                 n_inter += 1
                 text = rng.choice(INTER).format(t=t, c=c)
-            out.append({"query_id": "", "user_id": user, "query": text, "answer": answer, "event_type": kind,
-                        "clue": clue, "target": target, "events": evlist})
+            out.append(
+                {
+                    "query_id": "",
+                    "user_id": user,
+                    "query": text,
+                    "answer": answer,
+                    "event_type": kind,
+                    "clue": clue,
+                    "target": target,
+                    "events": evlist,
+                }
+            )
     for n, q in enumerate(out, 1):
         q["query_id"] = f"q{n:04d}"
     return out
@@ -297,8 +367,10 @@ def build_history_benchmark(spec: HistorySpec) -> dict[str, Any]:
             raise InputError(f"build-disbench: no photo under '{spec.folder}' has both a date and an XMP keyword")
     queries = _queries(photos, events, spec)
     if not queries:
-        raise InputError("build-disbench: no multi-hop question could be formed (users need several events that "
-                         "share labels); use more photos per user or fewer photos per event")
+        raise InputError(
+            "build-disbench: no multi-hop question could be formed (users need several events that "
+            "share labels); use more photos per user or fewer photos per event"
+        )
     out = Path(spec.out)
     if (out / "queries.jsonl").exists():
         for sub in ("metadata", "images"):
@@ -314,7 +386,10 @@ def build_history_benchmark(spec: HistorySpec) -> dict[str, Any]:
         with open(out / "metadata" / f"{user}.jsonl", "w", encoding="utf-8") as f:
             for p in sorted(by_user[user], key=lambda p: (p.meta.get("taken_time", ""), p.id)):
                 f.write(json.dumps({"photo_id": p.id, "metadata": p.meta}, ensure_ascii=False) + "\n")
-                dst = img_dir / f"{p.id}{Path(p.path).suffix.lower() if Path(p.path).suffix.lower() in ('.jpg', '.jpeg', '.png') else '.jpg'}"
+                dst = (
+                    img_dir
+                    / f"{p.id}{Path(p.path).suffix.lower() if Path(p.path).suffix.lower() in ('.jpg', '.jpeg', '.png') else '.jpg'}"
+                )
                 if dst.exists() or dst.is_symlink():
                     dst.unlink()
                 if spec.link == "copy" or Path(p.path).suffix.lower() not in (".jpg", ".jpeg", ".png"):
@@ -333,17 +408,29 @@ def build_history_benchmark(spec: HistorySpec) -> dict[str, Any]:
         for e in events:
             f.write(json.dumps(e, ensure_ascii=False) + "\n")
     kinds = Counter(q["event_type"] for q in queries)
-    summary = {"users": len(users), "photos": len(photos), "events": len(events), "queries": len(queries),
-               "intra-event": kinds["intra-event"], "inter-event": kinds["inter-event"],
-               "mean_answer": round(sum(len(q["answer"]) for q in queries) / len(queries), 2), "seed": spec.seed}
+    summary = {
+        "users": len(users),
+        "photos": len(photos),
+        "events": len(events),
+        "queries": len(queries),
+        "intra-event": kinds["intra-event"],
+        "inter-event": kinds["inter-event"],
+        "mean_answer": round(sum(len(q["answer"]) for q in queries) / len(queries), 2),
+        "seed": spec.seed,
+    }
     source = f"--csv {spec.csv_path} --images {spec.images_dir}" if spec.csv_path else f"--folder {spec.folder}"
     (out / "README.md").write_text(
         "# A DISBench-format photo-history benchmark\n\n"
         f"Built by `agentcir build-disbench {source} --out {spec.out} --seed {spec.seed} "
         f"--queries-per-user {spec.queries_per_user} --photos-per-event {spec.photos_per_event} --min-photos {spec.min_photos}`.\n\n"
-        + ("Events (dates, cities, GPS) are synthetic, dealt from the seed; the photos and their labels are real.\n\n"
-           if spec.csv_path else "Events are the photos' own days and cities (EXIF/XMP); labels are their XMP keywords.\n\n")
+        + (
+            "Events (dates, cities, GPS) are synthetic, dealt from the seed; the photos and their labels are real.\n\n"
+            if spec.csv_path
+            else "Events are the photos' own days and cities (EXIF/XMP); labels are their XMP keywords.\n\n"
+        )
         + f"Summary: {json.dumps(summary)}\n\n"
         + (f"Source and licence: {spec.attribution}\n" if spec.attribution else "")
-        + "Place names: GeoNames (https://www.geonames.org/, CC BY 4.0).\n", encoding="utf-8")
+        + "Place names: GeoNames (https://www.geonames.org/, CC BY 4.0).\n",
+        encoding="utf-8",
+    )
     return summary

@@ -54,7 +54,9 @@ def find_video(video_id: str, frames_dir: Path | None, videos_dir: Path | None) 
 
 def frame_files(folder: Path) -> list[Path]:
     """The image files of a pre-extracted frames folder, in name order."""
-    return sorted(p for p in folder.iterdir() if p.is_file() and p.suffix.lower() in IMAGE_SUFFIXES and not p.name.startswith("."))
+    return sorted(
+        p for p in folder.iterdir() if p.is_file() and p.suffix.lower() in IMAGE_SUFFIXES and not p.name.startswith(".")
+    )
 
 
 def keyframes(source: str | os.PathLike, n: int, cache_dir: str | os.PathLike) -> list[str]:
@@ -88,7 +90,11 @@ def keyframes(source: str | os.PathLike, n: int, cache_dir: str | os.PathLike) -
 
 
 def _decode(src: Path, n: int, out: Path) -> list[str]:
-    av = require("av", "video", feature=f"decoding video '{src}' into keyframes (or give a folder of pre-extracted frames instead)")
+    av = require(
+        "av",
+        "video",
+        feature=f"decoding video '{src}' into keyframes (or give a folder of pre-extracted frames instead)",
+    )
     out.mkdir(parents=True, exist_ok=True)
     try:
         with av.open(str(src)) as c:

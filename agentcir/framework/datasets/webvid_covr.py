@@ -127,8 +127,10 @@ class WebVidCoVR(Dataset):
                 cols = reader.fieldnames or []
                 missing = [c for c in REQUIRED if c not in cols]
                 if missing:
-                    raise InputError(f"dataset 'webvid_covr': '{path}' lacks column(s) {', '.join(missing)} "
-                                     f"(has: {', '.join(cols)}; expected {', '.join(COLUMNS)})")
+                    raise InputError(
+                        f"dataset 'webvid_covr': '{path}' lacks column(s) {', '.join(missing)} "
+                        f"(has: {', '.join(cols)}; expected {', '.join(COLUMNS)})"
+                    )
                 self._rows = [r for r in reader if any((v or "").strip() for v in r.values())]
             if not self._rows:
                 raise InputError(f"dataset 'webvid_covr': '{path}' has no rows")
@@ -136,7 +138,9 @@ class WebVidCoVR(Dataset):
 
     def _source(self, vid: str) -> Path | None:
         if vid not in self._sources:
-            self._sources[vid] = find_video(vid, self._dir(self.cfg.frames, "frames"), self._dir(self.cfg.videos, "videos"))
+            self._sources[vid] = find_video(
+                vid, self._dir(self.cfg.frames, "frames"), self._dir(self.cfg.videos, "videos")
+            )
         return self._sources[vid]
 
     def _cache(self) -> Path:
@@ -157,10 +161,16 @@ class WebVidCoVR(Dataset):
                 tables = load_tables(pre, arch)
                 need = [t for t in ("img_features", "ref_img_features") if t not in tables]
                 if need:
-                    raise InputError(f"dataset 'webvid_covr': the release folder '{pre}' lacks "
-                                     f"{', '.join(f'{t}/{arch}_*.pkl' for t in need)} (and there are no videos/ nor frames/)")
-                self._release = {"arch": arch, "folder": str(pre), "gallery": tables["img_features"].ids,
-                                 "references": set(tables["ref_img_features"].ids)}
+                    raise InputError(
+                        f"dataset 'webvid_covr': the release folder '{pre}' lacks "
+                        f"{', '.join(f'{t}/{arch}_*.pkl' for t in need)} (and there are no videos/ nor frames/)"
+                    )
+                self._release = {
+                    "arch": arch,
+                    "folder": str(pre),
+                    "gallery": tables["img_features"].ids,
+                    "references": set(tables["ref_img_features"].ids),
+                }
         return self._release or None
 
     # -- dataset ----------------------------------------------------------------------
@@ -170,13 +180,18 @@ class WebVidCoVR(Dataset):
             caption = {r["pth2"].strip(): (r.get("txt2") or "").strip() or None for r in self.rows()}
             listed = list(caption)  # the CSV's targets, in order
             held = set(rel["gallery"])
-            self._items = [GalleryItem(v, feature_ref("img_features", v), caption.get(v), {"release": rel["folder"]})
-                           for v in dict.fromkeys(rel["gallery"]) if v in caption]
+            self._items = [
+                GalleryItem(v, feature_ref("img_features", v), caption.get(v), {"release": rel["folder"]})
+                for v in dict.fromkeys(rel["gallery"])
+                if v in caption
+            ]
             self.subset.gallery_listed = len(listed)
             self.subset.gallery_missing = [v for v in listed if v not in held]
-            self.subset.note(f"Images are the release's precomputed features ({rel['folder']}): the gallery and the "
-                             f"queries are the items its {rel['arch']} tables list (every arch lists the same), in the "
-                             f"release's order, reference masked; the features scored are the encoder's (see Components).")
+            self.subset.note(
+                f"Images are the release's precomputed features ({rel['folder']}): the gallery and the "
+                f"queries are the items its {rel['arch']} tables list (every arch lists the same), in the "
+                f"release's order, reference masked; the features scored are the encoder's (see Components)."
+            )
         if self._items is None:
             from tqdm.auto import tqdm
 
@@ -213,11 +228,21 @@ class WebVidCoVR(Dataset):
                     continue
                 meta = {k: r[k] for k in ("txt1", "txt2", "sim_txt", "scores") if k in r}
                 meta["release_row"] = len(out)
-                out.append(Query(id=str(n), text=r["edit"].strip(), reference=[feature_ref("ref_img_features", ref)],
-                                 reference_id=ref, targets=[tgt], meta=meta))
+                out.append(
+                    Query(
+                        id=str(n),
+                        text=r["edit"].strip(),
+                        reference=[feature_ref("ref_img_features", ref)],
+                        reference_id=ref,
+                        targets=[tgt],
+                        meta=meta,
+                    )
+                )
             return self._finish_queries(out, self.cfg.limit)
         out = []
-        for n, r in enumerate(tqdm(rows, desc="reference keyframes", unit="video", disable=len(rows) < 200, leave=False)):
+        for n, r in enumerate(
+            tqdm(rows, desc="reference keyframes", unit="video", disable=len(rows) < 200, leave=False)
+        ):
             ref, tgt = r["pth1"].strip(), r["pth2"].strip()
             src = self._source(ref)
             if src is None:
@@ -228,18 +253,32 @@ class WebVidCoVR(Dataset):
                 continue
             meta = {k: r[k] for k in ("txt1", "txt2", "sim_txt", "scores") if k in r}
             meta["num_frames"] = self.cfg.num_frames
-            out.append(Query(id=str(n), text=r["edit"].strip(), reference=keyframes(src, self.cfg.num_frames, self._cache()),
-                             reference_id=ref, targets=[tgt], meta=meta))
+            out.append(
+                Query(
+                    id=str(n),
+                    text=r["edit"].strip(),
+                    reference=keyframes(src, self.cfg.num_frames, self._cache()),
+                    reference_id=ref,
+                    targets=[tgt],
+                    meta=meta,
+                )
+            )
         return self._finish_queries(out, self.cfg.limit)
 
     def evaluate(self, candidates: Candidates, queries: list[Query], gallery) -> dict[str, float]:
         self.check_depth(candidates, 51, "R@50 after masking the reference")
         self.check_targets_indexed([q.targets[0] for q in queries], gallery)
         if self.release() is None:
-            self.subset.note("Gallery videos are their middle keyframe (CoVR emb_pool=middle); reference video masked "
-                             f"in rankings; references are {self.cfg.num_frames} keyframe(s).")
-        return covr_metrics(self.rankings(candidates, queries, gallery), [q.reference_id for q in queries],
-                            [q.targets[0] for q in queries], KS)
+            self.subset.note(
+                "Gallery videos are their middle keyframe (CoVR emb_pool=middle); reference video masked "
+                f"in rankings; references are {self.cfg.num_frames} keyframe(s)."
+            )
+        return covr_metrics(
+            self.rankings(candidates, queries, gallery),
+            [q.reference_id for q in queries],
+            [q.targets[0] for q in queries],
+            KS,
+        )
 
 
 def _first_arch(preload: Path) -> str:
@@ -247,6 +286,8 @@ def _first_arch(preload: Path) -> str:
     folder = preload / "img_features"
     hits = sorted(folder.glob("*/*_*.pkl")) if folder.is_dir() else []
     if not hits:
-        raise InputError(f"dataset 'webvid_covr': no img_features/<arch>_*.pkl under the release folder '{preload}' "
-                         f"(and there are no videos/ nor frames/)")
+        raise InputError(
+            f"dataset 'webvid_covr': no img_features/<arch>_*.pkl under the release folder '{preload}' "
+            f"(and there are no videos/ nor frames/)"
+        )
     return f"{hits[0].parent.name}/{hits[0].name.split('_', 1)[0]}"

@@ -51,7 +51,9 @@ def _check_lengths(rankings: Sequence, *others: Sequence, fn: str) -> int:
 
 
 # -- recall --------------------------------------------------------------------------------
-def recall_at_k(rankings: Sequence[Sequence[str]], targets: Sequence[Sequence[str] | str], ks: Sequence[int]) -> dict[str, float]:
+def recall_at_k(
+    rankings: Sequence[Sequence[str]], targets: Sequence[Sequence[str] | str], ks: Sequence[int]
+) -> dict[str, float]:
     """``R@k``: percentage of queries with at least one target in the top k.
 
     With one target per query this is the FashionIQ / CIRR / CoVR recall (the official
@@ -71,15 +73,22 @@ def fashioniq_average(per_category: Mapping[str, Mapping[str, float]]) -> dict[s
     (not weighted by query counts). Needs exactly dress, shirt and toptee."""
     cats = sorted(per_category)
     if cats != sorted(FASHIONIQ_CATEGORIES):
-        raise InputError(f"fashioniq_average needs the categories {', '.join(FASHIONIQ_CATEGORIES)}, got {', '.join(cats) or 'none'}")
+        raise InputError(
+            f"fashioniq_average needs the categories {', '.join(FASHIONIQ_CATEGORIES)}, got {', '.join(cats) or 'none'}"
+        )
     keys = [k for k in per_category["dress"] if all(isinstance(per_category[c].get(k), (int, float)) for c in cats)]
     return {k: float(np.mean([per_category[c][k] for c in FASHIONIQ_CATEGORIES])) for k in keys}
 
 
 # -- CIRR ----------------------------------------------------------------------------------
-def cirr_metrics(rankings: Sequence[Sequence[str]], references: Sequence[str], targets: Sequence[str],
-                 members: Sequence[Sequence[str]], ks: Sequence[int] = (1, 5, 10, 50),
-                 subset_ks: Sequence[int] = (1, 2, 3)) -> dict[str, float]:
+def cirr_metrics(
+    rankings: Sequence[Sequence[str]],
+    references: Sequence[str],
+    targets: Sequence[str],
+    members: Sequence[Sequence[str]],
+    ks: Sequence[int] = (1, 5, 10, 50),
+    subset_ks: Sequence[int] = (1, 2, 3),
+) -> dict[str, float]:
     """CIRR: ``R@k`` after removing the reference from each ranking, ``R_subset@k`` over the
     ranking restricted to ``img_set.members`` minus the reference (5 images), and ``Avg`` =
     (R@5 + R_subset@1) / 2 as CIRR papers report it.
@@ -127,11 +136,18 @@ def average_precision_at_k(ranking: Sequence[str], gts: Sequence[str], k: int) -
 def map_at_k(rankings: Sequence[Sequence[str]], gts: Sequence[Sequence[str]], ks: Sequence[int]) -> dict[str, float]:
     """Mean AP@k in percent (CIRCO protocol)."""
     _check_lengths(rankings, gts, fn="map_at_k")
-    return {f"mAP@{k}": 100.0 * float(np.mean([average_precision_at_k(r, g, k) for r, g in zip(rankings, gts)])) for k in ks}
+    return {
+        f"mAP@{k}": 100.0 * float(np.mean([average_precision_at_k(r, g, k) for r, g in zip(rankings, gts)])) for k in ks
+    }
 
 
-def circo_metrics(rankings: Sequence[Sequence[str]], gts: Sequence[Sequence[str]], target_ids: Sequence[str],
-                  ks: Sequence[int] = (5, 10, 25, 50), query_ids: Sequence[str] | None = None) -> dict[str, float]:
+def circo_metrics(
+    rankings: Sequence[Sequence[str]],
+    gts: Sequence[Sequence[str]],
+    target_ids: Sequence[str],
+    ks: Sequence[int] = (5, 10, 25, 50),
+    query_ids: Sequence[str] | None = None,
+) -> dict[str, float]:
     """CIRCO: ``mAP@k`` over all ground truths and ``R@k`` of ``target_img_id`` alone (the
     official evaluation; no reference removal). As the official evaluator, a duplicate
     anywhere in a query's prediction list is an error (naming the query), not only in the
@@ -143,8 +159,12 @@ def circo_metrics(rankings: Sequence[Sequence[str]], gts: Sequence[Sequence[str]
 
 
 # -- WebVid-CoVR ---------------------------------------------------------------------------
-def covr_metrics(rankings: Sequence[Sequence[str]], references: Sequence[str], targets: Sequence[str],
-                 ks: Sequence[int] = (1, 5, 10, 50)) -> dict[str, float]:
+def covr_metrics(
+    rankings: Sequence[Sequence[str]],
+    references: Sequence[str],
+    targets: Sequence[str],
+    ks: Sequence[int] = (1, 5, 10, 50),
+) -> dict[str, float]:
     """WebVid-CoVR: gallery items equal to the query's reference video are masked (the
     official code sets their score to -10, i.e. ranks them last; removing them is the
     same), then ``R@1/5/10/50``, ``meanR3`` = mean(R@1,R@5,R@10), ``meanR4`` = mean of all four."""
@@ -173,7 +193,9 @@ def set_scores(pred: Iterable[str], gt: Iterable[str]) -> dict[str, float]:
     return {"P": prec, "R": rec, "F1": f1, "EM": float(p == g)}
 
 
-def disbench_metrics(preds: Sequence[Iterable[str]], gts: Sequence[Iterable[str]], event_types: Sequence[str]) -> dict[str, float]:
+def disbench_metrics(
+    preds: Sequence[Iterable[str]], gts: Sequence[Iterable[str]], event_types: Sequence[str]
+) -> dict[str, float]:
     """DISBench: per-query set P/R/F1/EM, macro-averaged (mean over queries) overall and per
     event type (``intra-event`` -> ``*_intra``, ``inter-event`` -> ``*_inter``), in percent."""
     _check_lengths(preds, gts, event_types, fn="disbench_metrics")
@@ -205,7 +227,9 @@ def _event_kind(t: str) -> str:
     raise InputError(f"unknown DISBench event_type '{t}' (expected 'intra-event' or 'inter-event')")
 
 
-def best_at_k(runs: Sequence[Sequence[Iterable[str]]], gts: Sequence[Iterable[str]], event_types: Sequence[str]) -> dict[str, float]:
+def best_at_k(
+    runs: Sequence[Sequence[Iterable[str]]], gts: Sequence[Iterable[str]], event_types: Sequence[str]
+) -> dict[str, float]:
     """DISBench ``Best@k``: for each query the best F1 over ``k = len(runs)`` independent runs
     (with that run's EM), macro-averaged like :func:`disbench_metrics`; keys end in ``@k``."""
     if not runs:
@@ -220,10 +244,14 @@ def best_at_k(runs: Sequence[Sequence[Iterable[str]]], gts: Sequence[Iterable[st
         cand = [pr[qi] for pr in per_run]
         best.append(max(cand, key=lambda s: (s["F1"], s["EM"])))
     k = len(runs)
-    return {f"{m}@{k}": v for m, v in _disbench_average([{"F1": b["F1"], "EM": b["EM"]} for b in best], event_types).items()}
+    return {
+        f"{m}@{k}": v for m, v in _disbench_average([{"F1": b["F1"], "EM": b["EM"]} for b in best], event_types).items()
+    }
 
 
-def ranked_set_recall(rankings: Sequence[Sequence[str]], gts: Sequence[Iterable[str]], ks: Sequence[int]) -> dict[str, float]:
+def ranked_set_recall(
+    rankings: Sequence[Sequence[str]], gts: Sequence[Iterable[str]], ks: Sequence[int]
+) -> dict[str, float]:
     """``Recall@k`` for set answers from a ranking: mean over queries of |top-k ∩ answer| / |answer|."""
     _check_lengths(rankings, gts, fn="ranked_set_recall")
     out = {}

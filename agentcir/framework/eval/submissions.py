@@ -27,8 +27,9 @@ CIRR_SUBSET_TOP = 3
 CIRCO_TOP = 50
 
 
-def cirr_submission(rankings: Mapping[str, Sequence[str]], references: Mapping[str, str],
-                    members: Mapping[str, Sequence[str]]) -> tuple[dict[str, Any], dict[str, Any]]:
+def cirr_submission(
+    rankings: Mapping[str, Sequence[str]], references: Mapping[str, str], members: Mapping[str, Sequence[str]]
+) -> tuple[dict[str, Any], dict[str, Any]]:
     """The CIRR ``recall`` and ``recall_subset`` objects from full rankings per pairid."""
     recall: dict[str, Any] = {"version": "rc2", "metric": "recall"}
     subset: dict[str, Any] = {"version": "rc2", "metric": "recall_subset"}
@@ -39,15 +40,19 @@ def cirr_submission(rankings: Mapping[str, Sequence[str]], references: Mapping[s
         recall[pid] = r[:CIRR_TOP]
         sub, unranked = subset_ranking(r, members[pid], ref)
         if unranked:
-            raise InputError(f"CIRR pairid {pid}: {unranked} of its subset members are not in the ranking, so the "
-                             f"recall_subset top {CIRR_SUBSET_TOP} is undefined; rank the whole gallery (raise top_k)")
+            raise InputError(
+                f"CIRR pairid {pid}: {unranked} of its subset members are not in the ranking, so the "
+                f"recall_subset top {CIRR_SUBSET_TOP} is undefined; rank the whole gallery (raise top_k)"
+            )
         subset[pid] = sub[:CIRR_SUBSET_TOP]
     validate_cirr(recall, references, members)
     validate_cirr(subset, references, members)
     return recall, subset
 
 
-def validate_cirr(sub: Mapping[str, Any], references: Mapping[str, str], members: Mapping[str, Sequence[str]] | None = None) -> None:
+def validate_cirr(
+    sub: Mapping[str, Any], references: Mapping[str, str], members: Mapping[str, Sequence[str]] | None = None
+) -> None:
     """Check a CIRR submission object (either metric) against the split's pairids."""
     if sub.get("version") != "rc2":
         raise InputError(f"CIRR submission: 'version' must be 'rc2', got {sub.get('version')!r}")
@@ -102,7 +107,9 @@ def _same_ids(got: Mapping[str, Any], want: Mapping[str, Any], what: str) -> Non
     g, w = set(map(str, got)), set(map(str, want))
     missing, extra = sorted(w - g), sorted(g - w)
     if missing:
-        raise InputError(f"{what}: {len(missing)} query id(s) missing (e.g. {missing[0]}); a submission must cover every query")
+        raise InputError(
+            f"{what}: {len(missing)} query id(s) missing (e.g. {missing[0]}); a submission must cover every query"
+        )
     if extra:
         raise InputError(f"{what}: {len(extra)} unknown query id(s) (e.g. {extra[0]})")
 

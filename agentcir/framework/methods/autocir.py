@@ -64,8 +64,11 @@ from .common import embed_texts, gallery_captions, reference_caption, reference_
 
 STOP_PHRASE = "Good retrieval, no more loops needed"
 #: the prompt files ``prompts=DIR`` reads, per config field
-PROMPT_FILES = {"planner_prompt": "planner.txt", "corrector_prompt": "corrector.txt",
-                "replanner_prompt": "replanner.txt"}
+PROMPT_FILES = {
+    "planner_prompt": "planner.txt",
+    "corrector_prompt": "corrector.txt",
+    "replanner_prompt": "replanner.txt",
+}
 
 
 def edited_description(reply: str, fallback: str, *, upstream_compat: bool = False) -> str:
@@ -84,7 +87,7 @@ def edited_description(reply: str, fallback: str, *, upstream_compat: bool = Fal
         s = line.strip().lstrip("#*->• \t")
         head, sep, rest = s.partition(":")
         if sep and head.strip(" *_").lower() == "edited description":
-            text = rest.strip().strip("*_ ").strip().strip('"“”\'').strip()
+            text = rest.strip().strip("*_ ").strip().strip("\"“”'").strip()
             return text if text else fallback
     return fallback
 
@@ -123,8 +126,9 @@ def resolve_prompt_folder(method: Method, folder: str, files: dict[str, str], wh
     """Point the method's prompt fields at the files of ``folder`` (``method.prompts=DIR``)."""
     d = Path(folder).expanduser()
     if not d.is_dir():
-        raise InputError(f"{where}: field 'prompts' must be a folder holding {', '.join(files.values())}; "
-                         f"'{folder}' is not a folder")
+        raise InputError(
+            f"{where}: field 'prompts' must be a folder holding {', '.join(files.values())}; '{folder}' is not a folder"
+        )
     missing = [f for f in files.values() if not (d / f).is_file()]
     if missing:
         raise InputError(f"{where}: the prompts folder '{folder}' lacks {', '.join(missing)}")
@@ -192,8 +196,9 @@ class AutoCIR(Method):
     async def _retrieve(self, ctx: RunContext, state: RunState, descriptions: list[str]) -> None:
         emb = l2_normalize(np.asarray(await embed_texts(ctx, self.encoder, descriptions), np.float32))
         exclude = reference_rows(state) if self.cfg.exclude_reference else None
-        top = cosine_topk(emb, state.gallery.image_emb, min(len(state.gallery), self.depth), exclude=exclude,
-                          backend=ctx.kernels)
+        top = cosine_topk(
+            emb, state.gallery.image_emb, min(len(state.gallery), self.depth), exclude=exclude, backend=ctx.kernels
+        )
         state.candidates = to_candidates(top)
 
     # -- round 0: the planner ---------------------------------------------------------------------
@@ -202,11 +207,19 @@ class AutoCIR(Method):
 
         async def one(q):
             ref, _ = await reference_caption(ctx, state, q, self.captioner, self.llm, c.num_keyframes)
-            reply = await ctx.call(self.llm, "run_task", task="autocir_plan", prompt=c.planner_prompt,
-                                   variables={"reference_caption": ref, "modification": q.text})
-            return {"reference_caption": ref, "reply": reply,
-                    "description": edited_description(reply, q.text, upstream_compat=c.upstream_compat),
-                    "active": True}
+            reply = await ctx.call(
+                self.llm,
+                "run_task",
+                task="autocir_plan",
+                prompt=c.planner_prompt,
+                variables={"reference_caption": ref, "modification": q.text},
+            )
+            return {
+                "reference_caption": ref,
+                "reply": reply,
+                "description": edited_description(reply, q.text, upstream_compat=c.upstream_compat),
+                "active": True,
+            }
 
         await ctx.map(state, one)
         await self._retrieve(ctx, state, [state.record(q, "plan")["description"] for q in state.queries])
@@ -215,6 +228,7 @@ class AutoCIR(Method):
     def _round_fn(self, r: int):
         async def run(ctx: RunContext, state: RunState) -> None:
             await self._round(ctx, state, r)
+
         return run
 
     async def _round(self, ctx: RunContext, state: RunState, r: int) -> None:
@@ -228,27 +242,71 @@ class AutoCIR(Method):
             last = state.record(q, prev)
             ref = state.record(q, "plan")["reference_caption"]
             if not last["active"]:
-                return {"round": r, "asked": False, "stopped": True, "description": last["description"], "active": False}
-            top = [int(x) for x in cands.ids[index[q.id]] if x >= 0][:c.check_top]
+                return {
+                    "round": r,
+                    "asked": False,
+                    "stopped": True,
+                    "description": last["description"],
+                    "active": False,
+                }
+            top = [int(x) for x in cands.ids[index[q.id]] if x >= 0][: c.check_top]
             top_caps = [caps[x] for x in top]
-            check = await ctx.call(self.llm, "run_task", task="autocir_check", prompt=c.corrector_prompt,
-                                   variables={"reference_caption": ref, "modification": q.text,
-                                              "top_captions": released_list(top_caps), "n": len(top_caps)})
-            rec: dict[str, Any] = {"round": r, "asked": True, "checked_ids": [state.gallery.ids[x] for x in top],
-                                   "verdict": check}
+            check = await ctx.call(
+                self.llm,
+                "run_task",
+                task="autocir_check",
+                prompt=c.corrector_prompt,
+                variables={
+                    "reference_caption": ref,
+                    "modification": q.text,
+                    "top_captions": released_list(top_caps),
+                    "n": len(top_caps),
+                },
+            )
+            rec: dict[str, Any] = {
+                "round": r,
+                "asked": True,
+                "checked_ids": [state.gallery.ids[x] for x in top],
+                "verdict": check,
+            }
             if says_stop(check, upstream_compat=c.upstream_compat):
-                return {**rec, "stopped": True, "suggestions": STOP_PHRASE, "description": last["description"],
-                        "active": False}
+                return {
+                    **rec,
+                    "stopped": True,
+                    "suggestions": STOP_PHRASE,
+                    "description": last["description"],
+                    "active": False,
+                }
             suggestions = extract_suggestions(check, upstream_compat=c.upstream_compat) or check
-            reply = await ctx.call(self.llm, "run_task", task="autocir_replan", prompt=c.replanner_prompt,
-                                   variables={"reference_caption": ref, "modification": q.text,
-                                              "last_description": last["description"], "suggestions": suggestions})
+            reply = await ctx.call(
+                self.llm,
+                "run_task",
+                task="autocir_replan",
+                prompt=c.replanner_prompt,
+                variables={
+                    "reference_caption": ref,
+                    "modification": q.text,
+                    "last_description": last["description"],
+                    "suggestions": suggestions,
+                },
+            )
             if c.upstream_compat and "Error" in reply:
-                return {**rec, "stopped": False, "suggestions": suggestions, "reply": reply,
-                        "description": last["description"], "active": True}
-            return {**rec, "stopped": False, "suggestions": suggestions, "reply": reply,
-                    "description": edited_description(reply, last["description"], upstream_compat=c.upstream_compat),
-                    "active": True}
+                return {
+                    **rec,
+                    "stopped": False,
+                    "suggestions": suggestions,
+                    "reply": reply,
+                    "description": last["description"],
+                    "active": True,
+                }
+            return {
+                **rec,
+                "stopped": False,
+                "suggestions": suggestions,
+                "reply": reply,
+                "description": edited_description(reply, last["description"], upstream_compat=c.upstream_compat),
+                "active": True,
+            }
 
         await ctx.map(state, one)
         await self._retrieve(ctx, state, [state.record(q, f"round{r}")["description"] for q in state.queries])

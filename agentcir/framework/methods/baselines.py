@@ -27,16 +27,20 @@ from ..errors import InputError
 from ..interfaces import l2_normalize
 from ..method import Method, RunState, Stage
 from ..runner import RunContext
-from .common import (embed_texts, reference_caption, reference_embeddings, reference_rows, task,
-                     to_candidates)
+from .common import embed_texts, reference_caption, reference_embeddings, reference_rows, task, to_candidates
 
 __all__ = ["ImageOnly", "TextOnly", "ImageTextSum", "CIReVL", "LDRE", "reference_embeddings", "reference_rows"]
 
 
 def _retrieve(ctx: RunContext, state: RunState, queries: np.ndarray, k: int) -> None:
     """Rank the gallery images by inner product with ``queries`` (reference removed)."""
-    top = cosine_topk(np.ascontiguousarray(queries, np.float32), state.gallery.image_emb, k,
-                      exclude=reference_rows(state), backend=ctx.kernels)
+    top = cosine_topk(
+        np.ascontiguousarray(queries, np.float32),
+        state.gallery.image_emb,
+        k,
+        exclude=reference_rows(state),
+        backend=ctx.kernels,
+    )
     state.candidates = to_candidates(top)
 
 
@@ -124,8 +128,11 @@ class CIReVL(_Captioned):
         async def one(q):
             ref = await self._caption(ctx, state, q)
             out = await task(ctx, self.llm, "target_caption", reference_caption=ref, modification=q.text)
-            return {"reference_caption": ref, "target_caption": out["target_caption"],
-                    "modifications": out["modifications"]}
+            return {
+                "reference_caption": ref,
+                "target_caption": out["target_caption"],
+                "modifications": out["modifications"],
+            }
 
         await ctx.map(state, one)
 
@@ -173,7 +180,6 @@ class LDRE(_Captioned):
         num_keyframes: keyframes captioned for a video reference.
     """
 
-
     needs: ClassVar[dict[str, tuple[str, ...]]] = {"llm": ("task:divergent_captions", "task:summarize_captions")}
 
     @dataclass
@@ -189,8 +195,10 @@ class LDRE(_Captioned):
         super().__init__(cfg, **deps)
         c = self.cfg
         if c.num_captions < 1 or c.adaptive_topk < 1 or not c.temperature > 0:
-            raise InputError(f"method 'ldre': num_captions and adaptive_topk must be >= 1 and temperature > 0, got "
-                             f"{c.num_captions}, {c.adaptive_topk}, {c.temperature}")
+            raise InputError(
+                f"method 'ldre': num_captions and adaptive_topk must be >= 1 and temperature > 0, got "
+                f"{c.num_captions}, {c.adaptive_topk}, {c.temperature}"
+            )
 
     def stages(self) -> list[Stage]:
         return [Stage("reason", self._reason), Stage("ensemble", self._ensemble)]
@@ -198,11 +206,19 @@ class LDRE(_Captioned):
     async def _reason(self, ctx: RunContext, state: RunState) -> None:
         async def one(q):
             ref = await self._caption(ctx, state, q)
-            caps = (await task(ctx, self.llm, "divergent_captions", reference_caption=ref, modification=q.text,
-                               n=self.cfg.num_captions))["captions"]
+            caps = (
+                await task(
+                    ctx,
+                    self.llm,
+                    "divergent_captions",
+                    reference_caption=ref,
+                    modification=q.text,
+                    n=self.cfg.num_captions,
+                )
+            )["captions"]
             if not caps:
                 raise InputError(f"query '{q.id}': the LLM gave no divergent captions")
-            caps = (caps + [caps[-1]] * self.cfg.num_captions)[:self.cfg.num_captions]  # pad by repeating the last
+            caps = (caps + [caps[-1]] * self.cfg.num_captions)[: self.cfg.num_captions]  # pad by repeating the last
             return {"reference_caption": ref, "captions": caps}
 
         await ctx.map(state, one)
@@ -210,12 +226,22 @@ class LDRE(_Captioned):
     async def _ensemble(self, ctx: RunContext, state: RunState) -> None:
         Q, n = len(state.queries), self.cfg.num_captions
         recs = [state.record(q, "reason") for q in state.queries]
-        emb = await embed_texts(ctx, self.encoder, [r["reference_caption"] for r in recs] +
-                                [c for r in recs for c in r["captions"]])
+        emb = await embed_texts(
+            ctx, self.encoder, [r["reference_caption"] for r in recs] + [c for r in recs for c in r["captions"]]
+        )
         before, edited = emb[:Q], emb[Q:].reshape(Q, n, -1)
         if self.cfg.ensemble == "adaptive":
-            w = np.asarray(ldre_weights(before, edited, state.gallery.image_emb, topk=self.cfg.adaptive_topk,
-                                        tau=self.cfg.temperature, backend=ctx.kernels), np.float32)
+            w = np.asarray(
+                ldre_weights(
+                    before,
+                    edited,
+                    state.gallery.image_emb,
+                    topk=self.cfg.adaptive_topk,
+                    tau=self.cfg.temperature,
+                    backend=ctx.kernels,
+                ),
+                np.float32,
+            )
         else:
             w = np.full((Q, n), 1.0 / n, np.float32)
         state.arrays["ldre_weights"] = w

@@ -25,6 +25,7 @@ from ..method import RunState
 from ..runner import RunContext
 from ..types import Candidates, Query
 
+
 class VerifyInstruction(Choice):
     """How the instruction given to ``verifier.verify`` is chosen (``method.verify_instruction``):
     the query's ``modification`` text, or the ``target`` description the method composed."""
@@ -62,8 +63,9 @@ def middle(paths: Sequence[Path]) -> Path:
 def check_reference(q: Query) -> None:
     """Raise an :class:`InputError` naming ``q`` when it has no reference image."""
     if not q.reference:
-        raise InputError(f"query '{q.id}' has no reference image: composed retrieval needs one (an image, or a "
-                         f"video's keyframes)")
+        raise InputError(
+            f"query '{q.id}' has no reference image: composed retrieval needs one (an image, or a video's keyframes)"
+        )
 
 
 _PATH_ROWS: "weakref.WeakKeyDictionary[Any, dict[str, int]]" = weakref.WeakKeyDictionary()
@@ -93,15 +95,21 @@ async def image_embeddings(ctx: RunContext, state: RunState, encoder, groups: Se
     if todo:
         emb = await ctx.call(encoder, "encode_images", images=todo)
         if len(emb) != len(todo):
-            raise InputError(f"{len(todo) - len(emb)} image(s) could not be decoded (first of them: "
-                             f"'{todo[0]}'); see the log for which")
+            raise InputError(
+                f"{len(todo) - len(emb)} image(s) could not be decoded (first of them: "
+                f"'{todo[0]}'); see the log for which"
+            )
         enc = dict(zip(todo, emb))
     img = g.image_emb
     for i, grp in enumerate(groups):
         if not grp:
             continue
-        vecs = [np.asarray(img[rows[str(Path(p).resolve())]], np.float32) if str(Path(p).resolve()) in rows
-                else enc[Path(p)] for p in grp]
+        vecs = [
+            np.asarray(img[rows[str(Path(p).resolve())]], np.float32)
+            if str(Path(p).resolve()) in rows
+            else enc[Path(p)]
+            for p in grp
+        ]
         out[i] = l2_normalize(np.mean(vecs, axis=0))
     return out
 
@@ -136,8 +144,9 @@ async def task(ctx: RunContext, llm, name: str, **variables: Any) -> Any:
     return parse_task_reply(name, reply, variables)
 
 
-async def reference_caption(ctx: RunContext, state: RunState, q: Query, captioner, llm,
-                            num_keyframes: int) -> tuple[str, list[str]]:
+async def reference_caption(
+    ctx: RunContext, state: RunState, q: Query, captioner, llm, num_keyframes: int
+) -> tuple[str, list[str]]:
     """The reference's caption and the keyframe captions it was made from.
 
     A reference that is a gallery image takes the gallery's caption when the run has
@@ -180,9 +189,18 @@ def to_candidates(topk) -> Candidates:
     return Candidates(ids, np.where(ids >= 0, scores, -np.inf).astype(np.float32))
 
 
-async def first_accepted(ctx: RunContext, verifier, state: RunState, row_ids: Sequence[int], alpha: int, *,
-                         instruction: str, reference: Path | None, reference_caption: str | None,
-                         skip: int = -1) -> list[bool]:
+async def first_accepted(
+    ctx: RunContext,
+    verifier,
+    state: RunState,
+    row_ids: Sequence[int],
+    alpha: int,
+    *,
+    instruction: str,
+    reference: Path | None,
+    reference_caption: str | None,
+    skip: int = -1,
+) -> list[bool]:
     """Judge the first ``alpha`` candidates of ``row_ids`` in rank order with ``verifier.verify``,
     stopping at the first accepted one. Returns one verdict per rank judged (the last is the
     only True, if any); the gallery row ``skip`` (the reference item) is never accepted nor asked about."""
@@ -193,9 +211,15 @@ async def first_accepted(ctx: RunContext, verifier, state: RunState, row_ids: Se
         if row == skip:
             verdicts.append(False)
             continue
-        ok = await ctx.call(verifier, "verify", candidate=g.path_of(row), instruction=instruction,
-                            reference=reference, caption=None if caps is None else caps[row],
-                            reference_caption=reference_caption)
+        ok = await ctx.call(
+            verifier,
+            "verify",
+            candidate=g.path_of(row),
+            instruction=instruction,
+            reference=reference,
+            caption=None if caps is None else caps[row],
+            reference_caption=reference_caption,
+        )
         verdicts.append(bool(ok))
         if ok:
             break
@@ -206,8 +230,8 @@ def accepted_matrix(verdicts: Sequence[Sequence[bool]], width: int) -> np.ndarra
     """``bool [Q, width]`` of per-query verdict lists (judged in rank order; missing = not accepted)."""
     out = np.zeros((len(verdicts), max(1, width)), bool)
     for i, v in enumerate(verdicts):
-        v = list(v)[:out.shape[1]]
-        out[i, :len(v)] = v
+        v = list(v)[: out.shape[1]]
+        out[i, : len(v)] = v
     return out
 
 

@@ -76,8 +76,19 @@ from ..parsing import ReplyParseError, _repair, extract_json, parse_true_false
 from ..runner import RunContext
 from ..types import Candidates
 from .autocir import resolve_prompt_folder
-from .common import (VerifyInstruction, accepted_matrix, caption_embeddings, embed_texts, first_accepted, gather_limited,
-                     middle, reference_caption, reference_rows, sample_keyframes, to_candidates)
+from .common import (
+    VerifyInstruction,
+    accepted_matrix,
+    caption_embeddings,
+    embed_texts,
+    first_accepted,
+    gather_limited,
+    middle,
+    reference_caption,
+    reference_rows,
+    sample_keyframes,
+    to_candidates,
+)
 from .xr import upstream_image_match
 
 STAGE_SETS = ("s1", "s2", "s3")
@@ -113,8 +124,9 @@ def _correct_json(reply: str) -> Any:
         return None
 
 
-def parse_reason(reply: str, instruction: str, reference_description: str, *,
-                 upstream_compat: bool = False) -> dict[str, Any]:
+def parse_reason(
+    reply: str, instruction: str, reference_description: str, *, upstream_compat: bool = False
+) -> dict[str, Any]:
     """Stage-1 reply -> ``{"step1": [[type, content], ...], "step2": [description, ...], "parsed": bool}``."""
     data = _released_json(reply, braces=True) if upstream_compat else _correct_json(reply)
     if not isinstance(data, dict):
@@ -128,8 +140,11 @@ def parse_reason(reply: str, instruction: str, reference_description: str, *,
     step1 = data.get("step1")
     if not isinstance(step1, list):
         step1 = [["Modification", instruction]]
-    step2 = [str(x).strip() for x in data.get("step2") or [] if isinstance(x, str) and x.strip()] \
-        if isinstance(data.get("step2"), list) else []
+    step2 = (
+        [str(x).strip() for x in data.get("step2") or [] if isinstance(x, str) and x.strip()]
+        if isinstance(data.get("step2"), list)
+        else []
+    )
     return {"step1": step1, "step2": step2 or [reference_description], "parsed": True}
 
 
@@ -160,7 +175,9 @@ def parse_propositions(reply: str, *, upstream_compat: bool = False) -> list[dic
     for x in pairs:
         if isinstance(x, list) and len(x) == 2:
             q, raw = x
-            ans = raw if isinstance(raw, bool) else parse_true_false(raw, default=None) if isinstance(raw, str) else None
+            ans = (
+                raw if isinstance(raw, bool) else parse_true_false(raw, default=None) if isinstance(raw, str) else None
+            )
             if upstream_compat or (isinstance(q, str) and q.strip() and ans is not None):
                 out.append({"question": str(q), "raw": raw, "answer": ans})
     return out
@@ -252,12 +269,14 @@ class ImageScope(Method):
         c = self.cfg
         out = [Stage("reason", self._reason), Stage("retrieve", self._retrieve)]
         if ("s2" in c.stages or "s3" in c.stages) and self.verifier is None:
-            raise InputError("method 'imagescope': stages s2 and s3 ask about the candidate images and need a "
-                             "verifier (e.g. verifier=vlm), or set method.stages=[s1]")
+            raise InputError(
+                "method 'imagescope': stages s2 and s3 ask about the candidate images and need a "
+                "verifier (e.g. verifier=vlm), or set method.stages=[s1]"
+            )
         if "s2" in c.stages:
             out += [Stage("propositions", self._propositions), Stage("rerank", self._rerank)]
         if "s3" in c.stages:
-            out.append(Stage("verify", self._evaluate))   # the released stage-3 evaluator; "verify" like every
+            out.append(Stage("verify", self._evaluate))  # the released stage-3 evaluator; "verify" like every
             #                                                 yes/no stage here (search marks the accepted hit)
         return out
 
@@ -267,8 +286,13 @@ class ImageScope(Method):
 
         async def one(q):
             ref, _ = await reference_caption(ctx, state, q, self.captioner, self.llm, c.num_keyframes)
-            reply = await ctx.call(self.llm, "run_task", task="imagescope_reason", prompt=c.reason_prompt,
-                                   variables={"instruction": q.text, "ref_image_desc": ref.strip()})
+            reply = await ctx.call(
+                self.llm,
+                "run_task",
+                task="imagescope_reason",
+                prompt=c.reason_prompt,
+                variables={"instruction": q.text, "ref_image_desc": ref.strip()},
+            )
             parsed = parse_reason(reply, q.text, ref, upstream_compat=c.upstream_compat)
             return {"reference_caption": ref, "reply": reply, **parsed}
 
@@ -281,17 +305,20 @@ class ImageScope(Method):
         emb = await embed_texts(ctx, self.encoder, [t for per_q in texts for t in per_q])
         means, pos = [], 0
         for per_q in texts:
-            means.append(emb[pos:pos + len(per_q)].mean(axis=0))
+            means.append(emb[pos : pos + len(per_q)].mean(axis=0))
             pos += len(per_q)
         t = np.stack(means).astype(np.float32)
         if c.tau > 0:
-            gallery = np.concatenate([np.asarray(g.image_emb), np.asarray(caption_embeddings(state, self.encoder))], axis=1)
+            gallery = np.concatenate(
+                [np.asarray(g.image_emb), np.asarray(caption_embeddings(state, self.encoder))], axis=1
+            )
             qv = np.concatenate([(1 - c.tau) * t, c.tau * t], axis=1)
         else:
             gallery, qv = g.image_emb, t
         exclude = reference_rows(state) if c.exclude_reference else None
-        state.candidates = to_candidates(cosine_topk(qv, gallery, min(len(g), self.depth), exclude=exclude,
-                                                     backend=ctx.kernels))
+        state.candidates = to_candidates(
+            cosine_topk(qv, gallery, min(len(g), self.depth), exclude=exclude, backend=ctx.kernels)
+        )
 
     # -- stage 2 ------------------------------------------------------------------------------
     async def _propositions(self, ctx: RunContext, state: RunState) -> None:
@@ -299,8 +326,13 @@ class ImageScope(Method):
 
         async def one(q):
             step1 = state.record(q, "reason")["step1"]
-            reply = await ctx.call(self.llm, "run_task", task="imagescope_propositions", prompt=c.propositions_prompt,
-                                   variables={"instruction": q.text, "atomic_inst": atomic_text(step1)})
+            reply = await ctx.call(
+                self.llm,
+                "run_task",
+                task="imagescope_propositions",
+                prompt=c.propositions_prompt,
+                variables={"instruction": q.text, "atomic_inst": atomic_text(step1)},
+            )
             return {"reply": reply, "questions": parse_propositions(reply, upstream_compat=c.upstream_compat)}
 
         await ctx.map(state, one)
@@ -315,13 +347,18 @@ class ImageScope(Method):
             qs = state.record(q, "propositions")["questions"]
             if qs is None:
                 return {"values": [], "answers": [], "skipped": "no questions"}
-            head = [int(r) for r in cands.ids[index[q.id], :c.k] if r >= 0]
-            said_all = await gather_limited([ctx.call(self.verifier, "check", statement=x["question"],
-                                                      candidate=g.path_of(row)) for row in head for x in qs],
-                                            ctx.concurrency)
+            head = [int(r) for r in cands.ids[index[q.id], : c.k] if r >= 0]
+            said_all = await gather_limited(
+                [
+                    ctx.call(self.verifier, "check", statement=x["question"], candidate=g.path_of(row))
+                    for row in head
+                    for x in qs
+                ],
+                ctx.concurrency,
+            )
             values, answers = [], []
             for j in range(len(head)):
-                said = [bool(v) for v in said_all[j * len(qs):(j + 1) * len(qs)]]
+                said = [bool(v) for v in said_all[j * len(qs) : (j + 1) * len(qs)]]
                 if c.upstream_compat:
                     ok = [upstream_image_match(v, x["raw"]) for v, x in zip(said, qs)]
                 else:
@@ -344,13 +381,23 @@ class ImageScope(Method):
             rec = state.record(q, "reason")
             instruction = q.text.strip(" .").lower() if c.verify_instruction == "modification" else rec["step2"][0]
             verdicts = await first_accepted(
-                ctx, self.verifier, state, cands.ids[index[q.id]], c.alpha, instruction=instruction,
+                ctx,
+                self.verifier,
+                state,
+                cands.ids[index[q.id]],
+                c.alpha,
+                instruction=instruction,
                 reference=middle(sample_keyframes(q.reference, c.num_keyframes)),
-                reference_caption=rec["reference_caption"])
+                reference_caption=rec["reference_caption"],
+            )
             return {"verdicts": verdicts, "accepted": (len(verdicts) - 1) if verdicts and verdicts[-1] else None}
 
         await ctx.map(state, one)
         verdicts = [state.record(q, "verify")["verdicts"] for q in state.queries]
-        top = promote_first_accepted(cands.ids, np.where(cands.ids >= 0, cands.scores, 0.0).astype(np.float32),
-                                     accepted_matrix(verdicts, min(c.alpha, cands.k)), backend=ctx.kernels)
+        top = promote_first_accepted(
+            cands.ids,
+            np.where(cands.ids >= 0, cands.scores, 0.0).astype(np.float32),
+            accepted_matrix(verdicts, min(c.alpha, cands.k)),
+            backend=ctx.kernels,
+        )
         state.candidates = to_candidates(top)

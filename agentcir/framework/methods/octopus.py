@@ -62,9 +62,21 @@ from ...registry.config import bounded
 from ..errors import InputError
 from ..method import Method, RunState, Stage
 from ..runner import RunContext
-from .common import (VerifyInstruction, accepted_matrix, caption_embeddings, embed_texts, first_accepted,
-                     image_embeddings, middle, reference_caption, reference_embeddings, reference_rows,
-                     sample_keyframes, task, to_candidates)
+from .common import (
+    VerifyInstruction,
+    accepted_matrix,
+    caption_embeddings,
+    embed_texts,
+    first_accepted,
+    image_embeddings,
+    middle,
+    reference_caption,
+    reference_embeddings,
+    reference_rows,
+    sample_keyframes,
+    task,
+    to_candidates,
+)
 
 
 class CrossModal(Choice):
@@ -185,8 +197,10 @@ class Octopus(Method):
         out = [Stage("perceive", self._perceive), Stage("create", self._create), Stage("retrieve", self._retrieve)]
         if self.cfg.verification:
             if self.verifier is None:
-                raise InputError("method 'octopus': verification=true needs a verifier (select one, e.g. "
-                                 "verifier=vlm, or set method.verification=false)")
+                raise InputError(
+                    "method 'octopus': verification=true needs a verifier (select one, e.g. "
+                    "verifier=vlm, or set method.verification=false)"
+                )
             out.append(Stage("verify", self._verify))
         return out
 
@@ -204,16 +218,31 @@ class Octopus(Method):
                 rec["initial_target"], rec["modifications"] = f"{ref.rstrip(' .')}, {q.text.strip()}", []
             rec["target_caption"] = rec["initial_target"]
             if c.refinement:
-                rec["target_caption"] = (await task(ctx, self.llm, "refine", reference_caption=ref, modification=q.text,
-                                                    target_caption=rec["initial_target"]))["target_caption"]
+                rec["target_caption"] = (
+                    await task(
+                        ctx,
+                        self.llm,
+                        "refine",
+                        reference_caption=ref,
+                        modification=q.text,
+                        target_caption=rec["initial_target"],
+                    )
+                )["target_caption"]
             return rec
 
         await ctx.map(state, one)
         state.arrays["reference"] = await reference_embeddings(ctx, state, self.encoder, c.num_keyframes)
-        state.arrays["target"] = await embed_texts(ctx, self.encoder, [state.record(q, "perceive")["target_caption"]
-                                                                       for q in state.queries])
-        top = cosine_topk(state.arrays["target"], state.gallery.image_emb, c.top_k, exclude=reference_rows(state),
-                          exclude_score=-10.0, backend=ctx.kernels)
+        state.arrays["target"] = await embed_texts(
+            ctx, self.encoder, [state.record(q, "perceive")["target_caption"] for q in state.queries]
+        )
+        top = cosine_topk(
+            state.arrays["target"],
+            state.gallery.image_emb,
+            c.top_k,
+            exclude=reference_rows(state),
+            exclude_score=-10.0,
+            backend=ctx.kernels,
+        )
         state.candidates = to_candidates(top)
 
     # -- 2. Creator ------------------------------------------------------------------------
@@ -235,14 +264,29 @@ class Octopus(Method):
                     labels += [d["label"] for d in await ctx.call(self.detector, "detect", image=im)]
                 rec["objects"] = list(dict.fromkeys(labels))
                 if rec["objects"]:
-                    f = await task(ctx, self.llm, "filter_objects", objects=rec["objects"], modification=q.text,
-                                   target_caption=target)
+                    f = await task(
+                        ctx,
+                        self.llm,
+                        "filter_objects",
+                        objects=rec["objects"],
+                        modification=q.text,
+                        target_caption=target,
+                    )
                     rec["kept_objects"], rec["removed_objects"] = f["keep"], f["remove"]
             if self._proxies:
-                proxies = (await task(ctx, self.llm, "textual_proxies", reference_caption=p["reference_caption"],
-                                      modification=q.text, target_caption=target, k=c.num_proxies,
-                                      objects=rec["kept_objects"]))["proxies"] or [target]
-                rec["proxies"] = (proxies + [proxies[-1]] * c.num_proxies)[:c.num_proxies]
+                proxies = (
+                    await task(
+                        ctx,
+                        self.llm,
+                        "textual_proxies",
+                        reference_caption=p["reference_caption"],
+                        modification=q.text,
+                        target_caption=target,
+                        k=c.num_proxies,
+                        objects=rec["kept_objects"],
+                    )
+                )["proxies"] or [target]
+                rec["proxies"] = (proxies + [proxies[-1]] * c.num_proxies)[: c.num_proxies]
             else:
                 rec["proxies"] = [target]
             return rec
@@ -250,19 +294,31 @@ class Octopus(Method):
         await ctx.map(state, one)
         recs = [state.record(q, "create") for q in state.queries]
         K = len(recs[0]["proxies"]) if recs else 1
-        state.arrays["proxies"] = (await embed_texts(ctx, self.encoder, [t for r in recs for t in r["proxies"]])
-                                   ).reshape(len(recs), K, -1)
+        state.arrays["proxies"] = (
+            await embed_texts(ctx, self.encoder, [t for r in recs for t in r["proxies"]])
+        ).reshape(len(recs), K, -1)
         ref = state.arrays["reference"]
         with_proxy = [i for i, r in enumerate(recs) if r["visual_proxy"]]
         visual = ref.copy()
         if with_proxy:
-            gen_emb = await image_embeddings(ctx, state, self.encoder, [[Path(recs[i]["visual_proxy"])] for i in with_proxy])
+            gen_emb = await image_embeddings(
+                ctx, state, self.encoder, [[Path(recs[i]["visual_proxy"])] for i in with_proxy]
+            )
             visual[with_proxy] = octopus_visual_query(gen_emb, ref[with_proxy])
         state.arrays["visual"] = visual
         state.arrays["has_visual_proxy"] = np.array([bool(r["visual_proxy"]) for r in recs])
-        top = octopus_topk(ref, state.arrays["proxies"], state.arrays["target"], state.gallery.image_emb, c.top_k,
-                           tau=c.tau, entropy_tau=c.entropy_tau, exclude=reference_rows(state), exclude_score=-10.0,
-                           backend=ctx.kernels)
+        top = octopus_topk(
+            ref,
+            state.arrays["proxies"],
+            state.arrays["target"],
+            state.gallery.image_emb,
+            c.top_k,
+            tau=c.tau,
+            entropy_tau=c.entropy_tau,
+            exclude=reference_rows(state),
+            exclude_score=-10.0,
+            backend=ctx.kernels,
+        )
         state.candidates = to_candidates(top)
 
     # -- 3. Retriever ----------------------------------------------------------------------
@@ -273,20 +329,36 @@ class Octopus(Method):
         visual, other = state.arrays["visual"], None
         if c.visual_without_proxy == "none" and not has_proxy.all():
             if has_proxy.any():
-                raise InputError("method 'octopus': visual_without_proxy=none needs a visual proxy for every query or "
-                                 f"for none, but the generator gave one to {int(has_proxy.sum())} of {len(has_proxy)}")
+                raise InputError(
+                    "method 'octopus': visual_without_proxy=none needs a visual proxy for every query or "
+                    f"for none, but the generator gave one to {int(has_proxy.sum())} of {len(has_proxy)}"
+                )
             visual = None
         if visual is not None:
             other = images if c.cross_modal == "v2v" else caption_embeddings(state, self.encoder)
-        top = octopus_topk(state.arrays["reference"], state.arrays["proxies"], state.arrays["target"], images, c.top_k,
-                           visual=visual, captions=other, lam=c.lam, tau=c.tau, entropy_tau=c.entropy_tau,
-                           exclude=reference_rows(state), exclude_score=-10.0, backend=ctx.kernels)
+        top = octopus_topk(
+            state.arrays["reference"],
+            state.arrays["proxies"],
+            state.arrays["target"],
+            images,
+            c.top_k,
+            visual=visual,
+            captions=other,
+            lam=c.lam,
+            tau=c.tau,
+            entropy_tau=c.entropy_tau,
+            exclude=reference_rows(state),
+            exclude_score=-10.0,
+            backend=ctx.kernels,
+        )
         state.arrays["proxy_weights"] = np.asarray(top.weights, np.float32)
         state.arrays["entropy"] = np.asarray(top.entropy, np.float32)
         state.candidates = to_candidates(top)
 
     # -- 4. verification -------------------------------------------------------------------
-    def gate_queries(self, scores: np.ndarray, entropy: np.ndarray, backend: str = "auto") -> tuple[np.ndarray, np.ndarray]:
+    def gate_queries(
+        self, scores: np.ndarray, entropy: np.ndarray, backend: str = "auto"
+    ) -> tuple[np.ndarray, np.ndarray]:
         """The uncertainty of every query and the indices of the queries to verify (most uncertain first)."""
         c = self.cfg
         u = np.asarray(uncertainty(scores, tau=c.entropy_tau, entropy=entropy, backend=backend), np.float32)
@@ -297,7 +369,7 @@ class Octopus(Method):
         chosen = np.flatnonzero(u >= c.gate)
         chosen = chosen[np.argsort(-u[chosen], kind="stable")]
         if c.max_verified:
-            chosen = chosen[:c.max_verified]
+            chosen = chosen[: c.max_verified]
         return u, chosen
 
     async def _verify(self, ctx: RunContext, state: RunState) -> None:
@@ -312,15 +384,30 @@ class Octopus(Method):
             qi = pos[q.id]
             p = state.record(q, "perceive")
             instruction = q.text if c.verify_instruction == "modification" else p["target_caption"]
-            verdicts = await first_accepted(ctx, self.verifier, state, cands.ids[qi], c.alpha, skip=int(refs[qi]),
-                                            instruction=instruction,
-                                            reference=middle(sample_keyframes(q.reference, c.num_keyframes)),
-                                            reference_caption=p["reference_caption"])
-            return {"uncertainty": float(u[qi]), "verdicts": verdicts,
-                    "accepted": (len(verdicts) - 1) if verdicts and verdicts[-1] else None}
+            verdicts = await first_accepted(
+                ctx,
+                self.verifier,
+                state,
+                cands.ids[qi],
+                c.alpha,
+                skip=int(refs[qi]),
+                instruction=instruction,
+                reference=middle(sample_keyframes(q.reference, c.num_keyframes)),
+                reference_caption=p["reference_caption"],
+            )
+            return {
+                "uncertainty": float(u[qi]),
+                "verdicts": verdicts,
+                "accepted": (len(verdicts) - 1) if verdicts and verdicts[-1] else None,
+            }
 
         await ctx.map(state, one, [state.queries[i] for i in chosen])
         verdicts = [state.record(q, "verify").get("verdicts", []) if q.id in pos else [] for q in state.queries]
-        top = promote_first_accepted(cands.ids, cands.scores, accepted_matrix(verdicts, min(c.alpha, cands.k)), bonus=c.bonus,
-                                     backend=ctx.kernels)
+        top = promote_first_accepted(
+            cands.ids,
+            cands.scores,
+            accepted_matrix(verdicts, min(c.alpha, cands.k)),
+            bonus=c.bonus,
+            backend=ctx.kernels,
+        )
         state.candidates = to_candidates(top)

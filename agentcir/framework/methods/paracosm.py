@@ -71,8 +71,12 @@ from ..tasks import register_task
 from .common import check_reference, middle, reference_rows, to_candidates
 
 #: the prompt files ``prompts=DIR`` reads, per config field (``compose.txt`` only when there)
-PROMPT_FILES = {"edit_prompt": "edit.txt", "edit_shared_prompt": "edit_shared.txt",
-                "mental_prompt": "describe_mental.txt", "gallery_prompt": "describe_gallery.txt"}
+PROMPT_FILES = {
+    "edit_prompt": "edit.txt",
+    "edit_shared_prompt": "edit_shared.txt",
+    "mental_prompt": "describe_mental.txt",
+    "gallery_prompt": "describe_gallery.txt",
+}
 OPTIONAL_PROMPT_FILES = {"compose_prompt": "compose.txt"}
 #: bump when the gallery-side index computed from the stored artefacts changes
 INDEX_FORMAT = "paracosm-index-1"
@@ -91,12 +95,31 @@ def _describe_offline(v: dict[str, Any]) -> str:
 
 # ``item`` (the gallery item or the query whose image is described) is not in the prompts: it tells
 # the offline repliers' images apart, so a plan counts one drawing per gallery image as a run makes
-register_task("paracosm_describe_mental", (), reply="text", images="[image]", prompt="paracosm/describe_mental",
-              optional={"item": ""}, replier=_describe_offline)
-register_task("paracosm_describe_gallery", (), reply="text", images="[image]", prompt="paracosm/describe_gallery",
-              optional={"item": ""}, replier=_describe_offline)
-register_task("paracosm_compose", ("modification", "shared_concept"), reply="text", prompt="paracosm/compose",
-              replier=_compose_offline)
+register_task(
+    "paracosm_describe_mental",
+    (),
+    reply="text",
+    images="[image]",
+    prompt="paracosm/describe_mental",
+    optional={"item": ""},
+    replier=_describe_offline,
+)
+register_task(
+    "paracosm_describe_gallery",
+    (),
+    reply="text",
+    images="[image]",
+    prompt="paracosm/describe_gallery",
+    optional={"item": ""},
+    replier=_describe_offline,
+)
+register_task(
+    "paracosm_compose",
+    ("modification", "shared_concept"),
+    reply="text",
+    prompt="paracosm/compose",
+    replier=_compose_offline,
+)
 
 
 class Describer(Choice):
@@ -131,8 +154,10 @@ def resolve_prompt_folder(method: Method, folder: str, where: str) -> None:
     """Point the prompt fields at the files of ``folder`` (``method.prompts=DIR``)."""
     d = Path(folder).expanduser()
     if not d.is_dir():
-        raise InputError(f"{where}: field 'prompts' must be a folder holding {', '.join(PROMPT_FILES.values())}; "
-                         f"'{folder}' is not a folder")
+        raise InputError(
+            f"{where}: field 'prompts' must be a folder holding {', '.join(PROMPT_FILES.values())}; "
+            f"'{folder}' is not a folder"
+        )
     missing = [f for f in PROMPT_FILES.values() if not (d / f).is_file()]
     if missing:
         raise InputError(f"{where}: the prompts folder '{folder}' lacks {', '.join(missing)}")
@@ -168,8 +193,13 @@ class Paracosm(Method):
 
     requires: ClassVar[tuple[str, ...]] = ("encoder", "generator")
     optional: ClassVar[tuple[str, ...]] = ("editor", "llm", "captioner")
-    prompt_fields: ClassVar[tuple[str, ...]] = ("edit_prompt", "edit_shared_prompt", "mental_prompt", "gallery_prompt",
-                                                "compose_prompt")
+    prompt_fields: ClassVar[tuple[str, ...]] = (
+        "edit_prompt",
+        "edit_shared_prompt",
+        "mental_prompt",
+        "gallery_prompt",
+        "compose_prompt",
+    )
 
     @dataclass
     class Config:
@@ -207,8 +237,10 @@ class Paracosm(Method):
         if c.prompts:
             resolve_prompt_folder(self, c.prompts, where)
         if c.describer == Describer.llm and self.llm is None:
-            raise InputError(f"{where}: describer=llm needs an llm that reads images (e.g. llm=openai with a VLM); "
-                             f"offline, set method.describer=captioner")
+            raise InputError(
+                f"{where}: describer=llm needs an llm that reads images (e.g. llm=openai with a VLM); "
+                f"offline, set method.describer=captioner"
+            )
         if c.describer == Describer.captioner and self.captioner is None:
             raise InputError(f"{where}: describer=captioner needs a captioner (e.g. captioner=tagger)")
         if c.query_text == QueryText.composed and self.llm is None:
@@ -222,10 +254,14 @@ class Paracosm(Method):
     async def _describe(self, ctx: RunContext, image: Path, which: str, item: str) -> str:
         if self.cfg.describer == Describer.captioner:
             return str(await ctx.call(self.captioner, "caption", image=Path(image)))
-        task, prompt = (("paracosm_describe_mental", self.cfg.mental_prompt) if which == "mental"
-                        else ("paracosm_describe_gallery", self.cfg.gallery_prompt))
-        reply = await ctx.call(self.llm, "run_task", task=task, prompt=prompt, variables={"item": item},
-                               images=[Path(image)])
+        task, prompt = (
+            ("paracosm_describe_mental", self.cfg.mental_prompt)
+            if which == "mental"
+            else ("paracosm_describe_gallery", self.cfg.gallery_prompt)
+        )
+        reply = await ctx.call(
+            self.llm, "run_task", task=task, prompt=prompt, variables={"item": item}, images=[Path(image)]
+        )
         if not str(reply).strip():
             raise InputError(f"method 'paracosm': the describer gave an empty description of '{image}'")
         return str(reply)
@@ -252,25 +288,33 @@ class Paracosm(Method):
             return
         descriptions = g.captions(desc_key)
         if descriptions is None:
-            descriptions = await self._over_gallery(ctx, len(g), "gallery descriptions",
-                                                    lambda r: self._describe(ctx, g.path_of(r), "gallery", g.ids[r]))
+            descriptions = await self._over_gallery(
+                ctx, len(g), "gallery descriptions", lambda r: self._describe(ctx, g.path_of(r), "gallery", g.ids[r])
+            )
             g.save_captions(desc_key, descriptions)
-        drawn = await self._over_gallery(ctx, len(g), "synthetic counterparts",
-                                         lambda r: ctx.call(gen, "generate", description=descriptions[r]))
+        drawn = await self._over_gallery(
+            ctx, len(g), "synthetic counterparts", lambda r: ctx.call(gen, "generate", description=descriptions[r])
+        )
         for r, p in enumerate(drawn):
             if p is None:
-                raise InputError(f"method 'paracosm': generator '{gen.registry_key}' drew nothing for gallery item "
-                                 f"'{g.ids[r]}' (description {descriptions[r][:80]!r})")
+                raise InputError(
+                    f"method 'paracosm': generator '{gen.registry_key}' drew nothing for gallery item "
+                    f"'{g.ids[r]}' (description {descriptions[r][:80]!r})"
+                )
         b = self.cfg.encode_batch
-        chunks = [[Path(p) for p in drawn[s:s + b]] for s in range(0, len(drawn), b)]
+        chunks = [[Path(p) for p in drawn[s : s + b]] for s in range(0, len(drawn), b)]
         embs = await asyncio.gather(*(ctx.call(self.encoder, "encode_images", images=ch) for ch in chunks))
         synthetic = np.concatenate([np.asarray(e, np.float32) for e in embs]) if embs else np.zeros((0, g.dim))
         if len(synthetic) != len(g):
-            raise InputError(f"method 'paracosm': {len(g) - len(synthetic)} synthetic counterpart(s) could not be "
-                             f"decoded (see the log for which)")
+            raise InputError(
+                f"method 'paracosm': {len(g) - len(synthetic)} synthetic counterpart(s) could not be "
+                f"decoded (see the log for which)"
+            )
         index = np.empty((len(g), g.dim), np.float32)
         for s in range(0, len(g), 8192):
-            index[s:s + 8192] = paracosm_index(np.asarray(g.image_emb[s:s + 8192], np.float32), synthetic[s:s + 8192])
+            index[s : s + 8192] = paracosm_index(
+                np.asarray(g.image_emb[s : s + 8192], np.float32), synthetic[s : s + 8192]
+            )
         g.save_derived_emb("paracosm", key, index)
 
     async def _over_gallery(self, ctx: RunContext, n: int, what: str, fn) -> list[Any]:
@@ -302,16 +346,18 @@ class Paracosm(Method):
         if c.query_text == QueryText.both_orders:
             bad = next((q for q in state.queries if not q.meta.get("text_reversed")), None)
             if bad is not None:
-                raise InputError(f"query '{bad.id}': query_text=both_orders needs the two caption orders of a "
-                                 f"FashionIQ query (meta 'text_reversed'); this dataset's queries have one text")
+                raise InputError(
+                    f"query '{bad.id}': query_text=both_orders needs the two caption orders of a "
+                    f"FashionIQ query (meta 'text_reversed'); this dataset's queries have one text"
+                )
 
         async def one(q):
             check_reference(q)
-            ref = middle(q.reference_paths)   # a video: its middle keyframe
+            ref = middle(q.reference_paths)  # a video: its middle keyframe
             concept = str(q.meta.get("shared_concept") or "").strip()
             prompt = c.edit_shared_prompt if concept else c.edit_prompt
             instruction = load_prompt(prompt).render({"modification": q.text, "shared_concept": concept}).strip()
-            if self.editor is None:   # editor=none: the reference stands in for the mental image
+            if self.editor is None:  # editor=none: the reference stands in for the mental image
                 mental = Path(ref)
             else:
                 mental = await ctx.call(self.editor, "edit", image=Path(ref), instruction=instruction)
@@ -320,8 +366,17 @@ class Paracosm(Method):
             description = await self._describe(ctx, Path(mental), "mental", q.id)
             rec: dict[str, Any] = {"instruction": instruction, "mental_image": str(mental), "description": description}
             if c.query_text == QueryText.composed:
-                rec["text"] = [str(await ctx.call(self.llm, "run_task", task="paracosm_compose", prompt=c.compose_prompt,
-                                                  variables={"modification": q.text, "shared_concept": concept}))]
+                rec["text"] = [
+                    str(
+                        await ctx.call(
+                            self.llm,
+                            "run_task",
+                            task="paracosm_compose",
+                            prompt=c.compose_prompt,
+                            variables={"modification": q.text, "shared_concept": concept},
+                        )
+                    )
+                ]
             elif c.query_text == QueryText.both_orders:
                 rec["text"] = [q.text, str(q.meta["text_reversed"])]
             else:
@@ -338,8 +393,10 @@ class Paracosm(Method):
         images = list(dict.fromkeys(Path(r["mental_image"]) for r in recs))
         img = np.asarray(await ctx.call(self.encoder, "encode_images", images=images, normalize=False), np.float32)
         if len(img) != len(images):
-            raise InputError(f"{len(images) - len(img)} mental image(s) could not be decoded (first of them: "
-                             f"'{images[0]}'); see the log for which")
+            raise InputError(
+                f"{len(images) - len(img)} mental image(s) could not be decoded (first of them: "
+                f"'{images[0]}'); see the log for which"
+            )
         texts = list(dict.fromkeys([r["description"] for r in recs] + [t for r in recs for t in r["text"]]))
         txt = np.asarray(await ctx.call(self.encoder, "encode_texts", texts=texts, normalize=False), np.float32)
         row_img = {p: i for i, p in enumerate(images)}
@@ -348,17 +405,18 @@ class Paracosm(Method):
         D = txt[[row_txt[r["description"]] for r in recs]]
         T = np.stack([np.mean(txt[[row_txt[t] for t in r["text"]]], axis=0) for r in recs]).astype(np.float32)
         query = paracosm_query(M, D, T, c.lam)
-        state.arrays["paracosm_query"] = query   # saved with the stage: the query vectors as scored
+        state.arrays["paracosm_query"] = query  # saved with the stage: the query vectors as scored
         index = g.image_emb
         if c.synthetic_gallery:
             _, key = self.gallery_keys(g)
             index = g.derived_emb("paracosm", key)
-            if index is None:   # removed from the gallery since its stage finished: made again (from the cache)
+            if index is None:  # removed from the gallery since its stage finished: made again (from the cache)
                 await self._synthetic_gallery(ctx, state)
                 index = g.derived_emb("paracosm", key)
         exclude = reference_rows(state) if c.exclude_reference else None
-        state.candidates = to_candidates(cosine_topk(query, index, min(len(g), c.top_k), exclude=exclude,
-                                                     backend=ctx.kernels))
+        state.candidates = to_candidates(
+            cosine_topk(query, index, min(len(g), c.top_k), exclude=exclude, backend=ctx.kernels)
+        )
 
 
 __all__ = ["Paracosm", "paracosm_query", "paracosm_index", "Describer", "QueryText", "PROMPT_FILES"]

@@ -77,9 +77,13 @@ from .common import embed_texts, gallery_captions, image_embeddings, reference_c
 
 STOP_PHRASE = "Good retrieval, no more loops needed"
 #: the prompt files ``prompts=DIR`` reads, per config field
-PROMPT_FILES = {"describe_prompt": "describe.txt", "redescribe_prompt": "redescribe.txt",
-                "check_t2i_prompt": "check_t2i.txt", "check_i2i_prompt": "check_i2i.txt",
-                "verify_prompt": "verify.txt"}
+PROMPT_FILES = {
+    "describe_prompt": "describe.txt",
+    "redescribe_prompt": "redescribe.txt",
+    "check_t2i_prompt": "check_t2i.txt",
+    "check_i2i_prompt": "check_i2i.txt",
+    "verify_prompt": "verify.txt",
+}
 #: what this implementation does differently from the released code, and why (docs/upstream.md)
 DEVIATIONS = (
     "confidence: the released verifier reads P(yes) from the VLM's logits (local Qwen2.5-VL) or from the "
@@ -113,7 +117,7 @@ def extract_suggestions(reply: str, *, upstream_compat: bool = False) -> str:
             low = line.lower()
             at = low.find("suggestion")
             if at >= 0:
-                rest = line[at + len("suggestion"):]
+                rest = line[at + len("suggestion") :]
                 if rest[:1].lower() == "s":
                     rest = rest[1:]
                 if rest.lstrip(" *_").startswith(":"):
@@ -141,7 +145,9 @@ def refine_step(check_reply: str, *, upstream_compat: bool = False) -> tuple[boo
 def combined_instruction(modification: str, suggestion: str) -> str:
     """The released refinement instruction: ``"<modification> and <suggestion>."`` with
     ``'.?, '`` stripped from the modification's ends and ``'.?,"\\' '`` from the suggestion's."""
-    return f"{modification.strip('.?, ')} and {suggestion.strip(chr(46) + chr(63) + chr(44) + chr(34) + chr(39) + ' ')}."
+    return (
+        f"{modification.strip('.?, ')} and {suggestion.strip(chr(46) + chr(63) + chr(44) + chr(34) + chr(39) + ' ')}."
+    )
 
 
 def vqa_confidence(reply: str) -> float:
@@ -168,8 +174,9 @@ def best_candidate(scores: Sequence[float]) -> int:
     return best
 
 
-def fuse_two_paths(names1: Sequence[str], conf1: Sequence[float], names2: Sequence[str],
-                   conf2: Sequence[float]) -> list[tuple[str, float]]:
+def fuse_two_paths(
+    names1: Sequence[str], conf1: Sequence[float], names2: Sequence[str], conf2: Sequence[float]
+) -> list[tuple[str, float]]:
     """The released fusion (``*_fuse2paths``): the union of both paths' candidates by name, each
     scored by the sum of its confidences (0.0 where a path lacks it), ordered by (sum, max, path-1
     confidence) descending, then name ascending. A name listed twice in a path keeps its last
@@ -177,8 +184,10 @@ def fuse_two_paths(names1: Sequence[str], conf1: Sequence[float], names2: Sequen
     m1 = dict(zip(names1, (float(c) for c in conf1)))
     m2 = dict(zip(names2, (float(c) for c in conf2)))
     names = set(m1) | set(m2)
-    key = sorted(names, key=lambda n: (-(m1.get(n, 0.0) + m2.get(n, 0.0)), -max(m1.get(n, 0.0), m2.get(n, 0.0)),
-                                       -m1.get(n, 0.0), n))
+    key = sorted(
+        names,
+        key=lambda n: (-(m1.get(n, 0.0) + m2.get(n, 0.0)), -max(m1.get(n, 0.0), m2.get(n, 0.0)), -m1.get(n, 0.0), n),
+    )
     return [(n, m1.get(n, 0.0) + m2.get(n, 0.0)) for n in key]
 
 
@@ -192,14 +201,21 @@ def _rules():
 
 
 def _reply_describe(v: dict) -> str:
-    return _rules().run_task("autocir_plan", {"reference_caption": v["reference_caption"],
-                                              "modification": v["instruction"]})
+    return _rules().run_task(
+        "autocir_plan", {"reference_caption": v["reference_caption"], "modification": v["instruction"]}
+    )
 
 
 def _reply_check(v: dict) -> str:
-    reply = _rules().run_task("autocir_check", {"reference_caption": v["reference_caption"],
-                                                "modification": v["modification"],
-                                                "top_captions": str([v["retrieved_caption"]]), "n": 1})
+    reply = _rules().run_task(
+        "autocir_check",
+        {
+            "reference_caption": v["reference_caption"],
+            "modification": v["modification"],
+            "top_captions": str([v["retrieved_caption"]]),
+            "n": 1,
+        },
+    )
     return reply.replace("Suggestions:", "Suggestion:")
 
 
@@ -210,13 +226,20 @@ def _reply_verify(v: dict) -> str:
 
 
 for _name, _vars, _images, _replier in (
-        ("wiser_describe", ("reference_caption", "instruction"), "", _reply_describe),
-        ("wiser_redescribe", ("reference_caption", "instruction"), "", _reply_describe),
-        ("wiser_check_t2i", ("reference_caption", "modification", "retrieved_caption"), "", _reply_check),
-        ("wiser_check_i2i", ("reference_caption", "modification", "retrieved_caption"), "", _reply_check),
-        ("wiser_verify", ("modification",), "[reference, candidate]", _reply_verify)):
-    register_task(_name, _vars, reply="text", images=_images, replier=_replier,
-                  optional={"candidate_caption": ""} if _name == "wiser_verify" else None)
+    ("wiser_describe", ("reference_caption", "instruction"), "", _reply_describe),
+    ("wiser_redescribe", ("reference_caption", "instruction"), "", _reply_describe),
+    ("wiser_check_t2i", ("reference_caption", "modification", "retrieved_caption"), "", _reply_check),
+    ("wiser_check_i2i", ("reference_caption", "modification", "retrieved_caption"), "", _reply_check),
+    ("wiser_verify", ("modification",), "[reference, candidate]", _reply_verify),
+):
+    register_task(
+        _name,
+        _vars,
+        reply="text",
+        images=_images,
+        replier=_replier,
+        optional={"candidate_caption": ""} if _name == "wiser_verify" else None,
+    )
 
 
 @METHODS.register("wiser")
@@ -241,9 +264,15 @@ class WISER(Method):
 
     requires: ClassVar[tuple[str, ...]] = ("encoder", "llm", "captioner")
     optional: ClassVar[tuple[str, ...]] = ("editor",)
-    needs: ClassVar[dict[str, tuple[str, ...]]] = {"llm": ("task:wiser_describe", "task:wiser_redescribe",
-                                                           "task:wiser_check_t2i", "task:wiser_check_i2i",
-                                                           "task:wiser_verify")}
+    needs: ClassVar[dict[str, tuple[str, ...]]] = {
+        "llm": (
+            "task:wiser_describe",
+            "task:wiser_redescribe",
+            "task:wiser_check_t2i",
+            "task:wiser_check_i2i",
+            "task:wiser_verify",
+        )
+    }
     needs_captions: ClassVar[bool] = True
     prompt_fields: ClassVar[tuple[str, ...]] = tuple(PROMPT_FILES)
 
@@ -281,27 +310,38 @@ class WISER(Method):
     def _round_fn(self, r: int):
         async def run(ctx: RunContext, state: RunState) -> None:
             await self._round(ctx, state, r)
+
         return run
 
     # -- one path's retrieval and verification ---------------------------------------------------------
-    async def _path(self, ctx: RunContext, state: RunState, q, emb: np.ndarray, caps: list[str],
-                    exclude: int) -> dict[str, Any]:
+    async def _path(
+        self, ctx: RunContext, state: RunState, q, emb: np.ndarray, caps: list[str], exclude: int
+    ) -> dict[str, Any]:
         g = state.gallery
         scores = g.image_emb @ np.asarray(emb, np.float32).reshape(-1)
         if exclude >= 0:
             scores[exclude] = -np.inf
         order = np.lexsort((np.arange(len(scores)), -scores))
-        rows = [int(x) for x in order if np.isfinite(scores[x])][:self.cfg.top_n]
+        rows = [int(x) for x in order if np.isfinite(scores[x])][: self.cfg.top_n]
         ref = q.reference[0] if q.reference else None
         conf = []
         for row in rows:
-            reply = await ctx.call(self.llm, "run_task", task="wiser_verify", prompt=self.cfg.verify_prompt,
-                                   images=[ref, g.paths[row]] if ref else [g.paths[row]],
-                                   variables={"modification": q.text, "candidate_caption": caps[row]})
+            reply = await ctx.call(
+                self.llm,
+                "run_task",
+                task="wiser_verify",
+                prompt=self.cfg.verify_prompt,
+                images=[ref, g.paths[row]] if ref else [g.paths[row]],
+                variables={"modification": q.text, "candidate_caption": caps[row]},
+            )
             conf.append(vqa_confidence(reply))
         best = best_candidate(conf) if conf else -1
-        return {"ids": [g.ids[x] for x in rows], "confidence": conf,
-                "best": g.ids[rows[best]] if rows else None, "best_confidence": conf[best] if rows else 0.0}
+        return {
+            "ids": [g.ids[x] for x in rows],
+            "confidence": conf,
+            "best": g.ids[rows[best]] if rows else None,
+            "best_confidence": conf[best] if rows else 0.0,
+        }
 
     # -- a round -----------------------------------------------------------------------------------------
     async def _round(self, ctx: RunContext, state: RunState, r: int) -> None:
@@ -322,13 +362,23 @@ class WISER(Method):
                 raise InputError(f"query '{q.id}': WISER edits the reference image, but the query has none")
             if r == 0:
                 ref_cap, _ = await reference_caption(ctx, state, q, self.captioner, self.llm, c.num_keyframes)
-                reply = await ctx.call(self.llm, "run_task", task="wiser_describe", prompt=c.describe_prompt,
-                                       variables={"reference_caption": ref_cap, "instruction": q.text})
+                reply = await ctx.call(
+                    self.llm,
+                    "run_task",
+                    task="wiser_describe",
+                    prompt=c.describe_prompt,
+                    variables={"reference_caption": ref_cap, "instruction": q.text},
+                )
                 description = edited_description(reply, q.text, upstream_compat=c.upstream_compat)
                 image = await edit(q.reference[0], q.text)
-                rec: dict[str, Any] = {"round": 0, "reference_caption": ref_cap, "reply": reply,
-                                       "description": description, "edited_image": image,
-                                       "active": {"t2i": True, "i2i": True}}
+                rec: dict[str, Any] = {
+                    "round": 0,
+                    "reference_caption": ref_cap,
+                    "reply": reply,
+                    "description": description,
+                    "edited_image": image,
+                    "active": {"t2i": True, "i2i": True},
+                }
             else:
                 prev = state.record(q, f"round{r - 1}")
                 ref_cap = state.record(q, "round0")["reference_caption"]
@@ -341,10 +391,17 @@ class WISER(Method):
                         rec["stopped"][path] = True
                         continue
                     pseudo = prev[path]["best"]
-                    check = await ctx.call(self.llm, "run_task", task=f"wiser_check_{path}",
-                                           prompt=getattr(c, f"check_{path}_prompt"),
-                                           variables={"reference_caption": ref_cap, "modification": q.text,
-                                                      "retrieved_caption": caps[row_of[pseudo]] if pseudo else ""})
+                    check = await ctx.call(
+                        self.llm,
+                        "run_task",
+                        task=f"wiser_check_{path}",
+                        prompt=getattr(c, f"check_{path}_prompt"),
+                        variables={
+                            "reference_caption": ref_cap,
+                            "modification": q.text,
+                            "retrieved_caption": caps[row_of[pseudo]] if pseudo else "",
+                        },
+                    )
                     need, sugg = refine_step(check, upstream_compat=c.upstream_compat)
                     rec["verdict"][path] = check
                     rec["suggestions"][path] = sugg if need else STOP_PHRASE
@@ -354,9 +411,13 @@ class WISER(Method):
                         continue
                     instruction = combined_instruction(q.text, sugg)
                     if path == "t2i":
-                        reply = await ctx.call(self.llm, "run_task", task="wiser_redescribe",
-                                               prompt=c.redescribe_prompt,
-                                               variables={"reference_caption": ref_cap, "instruction": instruction})
+                        reply = await ctx.call(
+                            self.llm,
+                            "run_task",
+                            task="wiser_redescribe",
+                            prompt=c.redescribe_prompt,
+                            variables={"reference_caption": ref_cap, "instruction": instruction},
+                        )
                         rec["reply"] = reply
                         description = edited_description(reply, description, upstream_compat=c.upstream_compat)
                     else:
@@ -370,8 +431,12 @@ class WISER(Method):
             for path in ("t2i", "i2i"):  # released: a confident path is settled (confidence > threshold)
                 if rec[path]["best_confidence"] > c.threshold:
                     rec["active"][path] = False
-            rec["fused"] = [n for n, _ in fuse_two_paths(rec["t2i"]["ids"], rec["t2i"]["confidence"],
-                                                         rec["i2i"]["ids"], rec["i2i"]["confidence"])]
+            rec["fused"] = [
+                n
+                for n, _ in fuse_two_paths(
+                    rec["t2i"]["ids"], rec["t2i"]["confidence"], rec["i2i"]["ids"], rec["i2i"]["confidence"]
+                )
+            ]
             return rec
 
         await ctx.map(state, one)
@@ -383,8 +448,9 @@ class WISER(Method):
         source = f"round{r - 1}" if c.upstream_compat and r == c.max_check_num and r > 0 else f"round{r}"
         for i, q in enumerate(state.queries):
             rec = state.record(q, source)
-            fused = fuse_two_paths(rec["t2i"]["ids"], rec["t2i"]["confidence"], rec["i2i"]["ids"],
-                                   rec["i2i"]["confidence"])
+            fused = fuse_two_paths(
+                rec["t2i"]["ids"], rec["t2i"]["confidence"], rec["i2i"]["ids"], rec["i2i"]["confidence"]
+            )
             for j, (name, s) in enumerate(fused[:width]):
                 ids[i, j], scores[i, j] = row_of[name], s
         state.candidates = Candidates(ids, scores)

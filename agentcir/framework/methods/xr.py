@@ -68,9 +68,21 @@ from ..errors import InputError
 from ..method import Method, RunState, Stage
 from ..runner import RunContext
 from ..types import Candidates
-from .common import (VerifyInstruction, accepted_matrix, caption_embeddings, embed_texts, first_accepted,
-                     gallery_captions, gather_limited, middle, reference_caption, reference_rows,
-                     sample_keyframes, task, to_candidates)
+from .common import (
+    VerifyInstruction,
+    accepted_matrix,
+    caption_embeddings,
+    embed_texts,
+    first_accepted,
+    gallery_captions,
+    gather_limited,
+    middle,
+    reference_caption,
+    reference_rows,
+    sample_keyframes,
+    task,
+    to_candidates,
+)
 
 VARIANTS = ("v1", "v2", "aug")
 
@@ -122,8 +134,11 @@ def upstream_questions(reply: str) -> list[dict[str, Any]]:
         pairs = [(x[0], x[1]) for x in data["step2"] if isinstance(x, list) and len(x) == 2]
     else:
         items = data.get("questions", []) if isinstance(data, dict) else data
-        pairs = [(q.get("statement"), q.get("answer")) for q in (items if isinstance(items, list) else [])
-                 if isinstance(q, dict)]
+        pairs = [
+            (q.get("statement"), q.get("answer"))
+            for q in (items if isinstance(items, list) else [])
+            if isinstance(q, dict)
+        ]
     out = []
     for statement, raw in pairs:
         if isinstance(statement, str) and statement.strip():
@@ -208,13 +223,19 @@ class XR(Method):
         c, where = self.cfg, "method 'xr'"
         bad = [v for v in c.variants if v not in VARIANTS]
         if not c.variants or bad:
-            raise InputError(f"{where}: field 'variants' must list some of {', '.join(VARIANTS)}, got {list(c.variants)}")
+            raise InputError(
+                f"{where}: field 'variants' must list some of {', '.join(VARIANTS)}, got {list(c.variants)}"
+            )
         if len(set(c.variants)) != len(c.variants):
             raise InputError(f"{where}: field 'variants' repeats a variant: {list(c.variants)}")
         if c.stage2_source == "fused" and len(c.variants) < 2:
-            raise InputError(f"{where}: stage2_source=fused needs at least two variants to fuse, got {list(c.variants)}")
+            raise InputError(
+                f"{where}: stage2_source=fused needs at least two variants to fuse, got {list(c.variants)}"
+            )
         if c.stage2_source in VARIANTS and c.stage2_source not in c.variants:
-            raise InputError(f"{where}: stage2_source={c.stage2_source} is not one of the ranked variants {list(c.variants)}")
+            raise InputError(
+                f"{where}: stage2_source={c.stage2_source} is not one of the ranked variants {list(c.variants)}"
+            )
         for name in ("top_k", "num_keyframes", "num_descriptions", "k_prime", "num_questions", "alpha"):
             if getattr(c, name) < 1:
                 raise InputError(f"{where}: field '{name}' must be at least 1, got {getattr(c, name)}")
@@ -227,8 +248,10 @@ class XR(Method):
         out = [Stage("imagine", self._imagine), Stage("coarse", self._coarse)]
         if self.cfg.s2_mode != "none":
             if self.cfg.s2_mode in ("both", "qa") and self.verifier is None:
-                raise InputError(f"method 'xr': s2_mode={self.cfg.s2_mode} asks questions on the candidate images and "
-                                 f"needs a verifier (e.g. verifier=vlm), or set method.s2_mode=caption")
+                raise InputError(
+                    f"method 'xr': s2_mode={self.cfg.s2_mode} asks questions on the candidate images and "
+                    f"needs a verifier (e.g. verifier=vlm), or set method.s2_mode=caption"
+                )
             out += [Stage("questions", self._questions), Stage("fine", self._fine)]
         if self.cfg.stage3:
             if self.verifier is None:
@@ -250,11 +273,20 @@ class XR(Method):
             ref, _ = await reference_caption(ctx, state, q, self.captioner, self.llm, c.num_keyframes)
             rec: dict[str, Any] = {"reference_caption": ref, "descriptions": [], "rewritten": None}
             if need_v1:
-                rec["descriptions"] = (await task(ctx, self.llm, "target_descriptions", reference_caption=ref,
-                                                  modification=q.text, n=c.num_descriptions))["descriptions"]
+                rec["descriptions"] = (
+                    await task(
+                        ctx,
+                        self.llm,
+                        "target_descriptions",
+                        reference_caption=ref,
+                        modification=q.text,
+                        n=c.num_descriptions,
+                    )
+                )["descriptions"]
             if need_v2:
-                rec["rewritten"] = (await task(ctx, self.llm, "rewrite_caption", reference_caption=ref,
-                                               modification=q.text))["caption"]
+                rec["rewritten"] = (
+                    await task(ctx, self.llm, "rewrite_caption", reference_caption=ref, modification=q.text)
+                )["caption"]
             return rec
 
         await ctx.map(state, one)
@@ -275,12 +307,15 @@ class XR(Method):
         c = self.cfg
         g = state.gallery
         N = len(g)
-        texts = {v: [self.variant_texts(state.record(q, "imagine"), v, q.text) for q in state.queries]
-                 for v in c.variants}
+        texts = {
+            v: [self.variant_texts(state.record(q, "imagine"), v, q.text) for q in state.queries] for v in c.variants
+        }
         flat = [t for v in c.variants for per_q in texts[v] for t in per_q]
         emb = await embed_texts(ctx, self.encoder, flat)
         if c.tau > 0:
-            gallery = np.concatenate([np.asarray(g.image_emb), np.asarray(caption_embeddings(state, self.encoder))], axis=1)
+            gallery = np.concatenate(
+                [np.asarray(g.image_emb), np.asarray(caption_embeddings(state, self.encoder))], axis=1
+            )
         else:
             gallery = g.image_emb
         depth = N if c.rrf_depth == 0 else min(N, max(c.rrf_depth, self.depth))
@@ -290,19 +325,20 @@ class XR(Method):
         for v in c.variants:
             means = []
             for per_q in texts[v]:
-                means.append(emb[pos:pos + len(per_q)].mean(axis=0))
+                means.append(emb[pos : pos + len(per_q)].mean(axis=0))
                 pos += len(per_q)
             t = np.stack(means).astype(np.float32)
             q = np.concatenate([(1 - c.tau) * t, c.tau * t], axis=1) if c.tau > 0 else t
             lists[v] = to_candidates(cosine_topk(q, gallery, depth, exclude=exclude, backend=ctx.kernels))
         if len(c.variants) > 1:
-            lists["fused"] = to_candidates(rrf(np.stack([lists[v].ids for v in c.variants]), depth, z=c.rrf_z,
-                                               backend=ctx.kernels))
+            lists["fused"] = to_candidates(
+                rrf(np.stack([lists[v].ids for v in c.variants]), depth, z=c.rrf_z, backend=ctx.kernels)
+            )
         source = c.stage2_source if c.stage2_source in lists else c.variants[0]
         for name, cand in lists.items():
-            state.arrays[f"stage1_{name}_ids"] = cand.ids[:, :self.depth]
+            state.arrays[f"stage1_{name}_ids"] = cand.ids[:, : self.depth]
         chosen = lists[source]
-        state.candidates = Candidates(chosen.ids[:, :self.depth], chosen.scores[:, :self.depth])
+        state.candidates = Candidates(chosen.ids[:, : self.depth], chosen.scores[:, : self.depth])
 
     # -- 3. questions -----------------------------------------------------------------------
     async def _questions(self, ctx: RunContext, state: RunState) -> None:
@@ -311,16 +347,27 @@ class XR(Method):
         async def one(q):
             rec = state.record(q, "imagine")
             target = rec["rewritten"] or (rec["descriptions"] or [rec["reference_caption"]])[0]
-            variables = {"reference_caption": rec["reference_caption"], "modification": q.text,
-                         "target_caption": target, "n": c.num_questions}
-            if c.upstream_compat:   # an unchecked task name: the reply is read as released
-                reply = await ctx.call(self.llm, "run_task", task="xr_statements_released", variables=variables,
-                                       prompt=c.compat_questions_prompt)
+            variables = {
+                "reference_caption": rec["reference_caption"],
+                "modification": q.text,
+                "target_caption": target,
+                "n": c.num_questions,
+            }
+            if c.upstream_compat:  # an unchecked task name: the reply is read as released
+                reply = await ctx.call(
+                    self.llm,
+                    "run_task",
+                    task="xr_statements_released",
+                    variables=variables,
+                    prompt=c.compat_questions_prompt,
+                )
                 qs = upstream_questions(reply)
             else:
                 reply = await ctx.call(self.llm, "run_task", task="questions", variables=variables)
-                qs = [{**x, "caption_answer": x["answer"]}
-                      for x in parse_task_reply("questions", reply, variables)["questions"][:c.num_questions]]
+                qs = [
+                    {**x, "caption_answer": x["answer"]}
+                    for x in parse_task_reply("questions", reply, variables)["questions"][: c.num_questions]
+                ]
             return {"target_caption": target, "questions": qs}
 
         await ctx.map(state, one)
@@ -329,8 +376,13 @@ class XR(Method):
     async def _entails(self, ctx: RunContext, statement: str, caption: str) -> bool:
         variables = {"statement": statement, "caption": caption}
         if self.cfg.upstream_compat:
-            reply = await ctx.call(self.llm, "run_task", task="xr_entail_released", variables=variables,
-                                   prompt=self.cfg.compat_entail_prompt)
+            reply = await ctx.call(
+                self.llm,
+                "run_task",
+                task="xr_entail_released",
+                variables=variables,
+                prompt=self.cfg.compat_entail_prompt,
+            )
             return upstream_is_yes(reply)
         reply = await ctx.call(self.llm, "run_task", task="entail", variables=variables)
         return parse_true_false(reply)
@@ -351,9 +403,12 @@ class XR(Method):
             async def judge(row: int, st: dict) -> tuple[int, int]:
                 img = cap = 0
                 if on_image:
-                    verdict = bool(await ctx.call(self.verifier, "check", statement=st["statement"],
-                                                  candidate=g.path_of(row)))
-                    img = int(upstream_image_match(verdict, st["raw"]) if c.upstream_compat else verdict == st["answer"])
+                    verdict = bool(
+                        await ctx.call(self.verifier, "check", statement=st["statement"], candidate=g.path_of(row))
+                    )
+                    img = int(
+                        upstream_image_match(verdict, st["raw"]) if c.upstream_compat else verdict == st["answer"]
+                    )
                 if on_caption:
                     cap = int((await self._entails(ctx, st["statement"], caps[row])) == st["caption_answer"])
                 return img, cap
@@ -362,17 +417,24 @@ class XR(Method):
             n = max(1, len(qs))
             img = [sum(res[j * len(qs) + t][0] for t in range(len(qs))) for j in range(len(head))]
             cap = [sum(res[j * len(qs) + t][1] for t in range(len(qs))) for j in range(len(head))]
-            return {"num_questions": len(qs), "image_correct": img, "caption_correct": cap,
-                    "qa": [x / n for x in img], "cap": [x / n for x in cap]}
+            return {
+                "num_questions": len(qs),
+                "image_correct": img,
+                "caption_correct": cap,
+                "qa": [x / n for x in img],
+                "cap": [x / n for x in cap],
+            }
 
         await ctx.map(state, one)
         qa = np.zeros((len(state.queries), H), np.float32)
         cp = np.zeros_like(qa)
         for i, q in enumerate(state.queries):
             r = state.record(q, "fine")
-            qa[i, :len(r["qa"])], cp[i, :len(r["cap"])] = r["qa"], r["cap"]
+            qa[i, : len(r["qa"])], cp[i, : len(r["cap"])] = r["qa"], r["cap"]
         w = c.qa_weight if c.s2_mode == "both" else (1.0 if c.s2_mode == "qa" else 0.0)
-        top = xr_rerank(cands.ids, np.where(cands.ids >= 0, cands.scores, 0.0), qa, cp, qa_weight=w, backend=ctx.kernels)
+        top = xr_rerank(
+            cands.ids, np.where(cands.ids >= 0, cands.scores, 0.0), qa, cp, qa_weight=w, backend=ctx.kernels
+        )
         state.candidates = to_candidates(top)
 
     # -- 5. stage 3 ------------------------------------------------------------------------------
@@ -385,14 +447,20 @@ class XR(Method):
             rec = state.record(q, "imagine")
             target = rec["rewritten"] or (rec["descriptions"] or [rec["reference_caption"]])[0]
             verdicts = await first_accepted(
-                ctx, self.verifier, state, cands.ids[index[q.id]], c.alpha,
+                ctx,
+                self.verifier,
+                state,
+                cands.ids[index[q.id]],
+                c.alpha,
                 instruction=q.text if c.verify_instruction == "modification" else target,
                 reference=middle(sample_keyframes(q.reference, c.num_keyframes)),
-                reference_caption=rec["reference_caption"])
+                reference_caption=rec["reference_caption"],
+            )
             return {"verdicts": verdicts, "accepted": (len(verdicts) - 1) if verdicts and verdicts[-1] else None}
 
         await ctx.map(state, one)
         verdicts = [state.record(q, "verify")["verdicts"] for q in state.queries]
-        top = promote_first_accepted(cands.ids, cands.scores, accepted_matrix(verdicts, min(c.alpha, cands.k)),
-                                     backend=ctx.kernels)
+        top = promote_first_accepted(
+            cands.ids, cands.scores, accepted_matrix(verdicts, min(c.alpha, cands.k)), backend=ctx.kernels
+        )
         state.candidates = to_candidates(top)

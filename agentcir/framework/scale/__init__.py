@@ -23,6 +23,7 @@ from ...registry import Choice, ConfigError, make_config
 from ...registry.config import bounded, config_dict
 from ..errors import InputError, require
 
+
 class Engine(Choice):
     """Where shards are built and searched (``scale.engine``)."""
 
@@ -105,8 +106,16 @@ class ScaleConfig:
 def scale_settings(raw: dict[str, Any] | None, *, where: str = "scale") -> dict[str, Any]:
     """A validated ``scale`` section with every default filled."""
     cfg = config_dict(make_config(ScaleConfig, dict(raw or {}), where=where))
-    for f in ("shards", "nlist", "refine", "concurrency", "shard_threads", "restarts", "num_cpus_total",
-              "object_store_mb"):
+    for f in (
+        "shards",
+        "nlist",
+        "refine",
+        "concurrency",
+        "shard_threads",
+        "restarts",
+        "num_cpus_total",
+        "object_store_mb",
+    ):
         if cfg[f] < 0:
             raise ConfigError(f"{where}: field '{f}': must be >= 0, got {cfg[f]}")
     for f in ("pq_m", "hnsw_m", "nprobe", "ef_search"):
@@ -132,17 +141,22 @@ def init_ray(scale: dict[str, Any]):
         try:
             ray.init(address=address, include_dashboard=False, log_to_driver=False)
         except (ConnectionError, ray.exceptions.RayError) as e:
-            hint = ("; a cluster started by `ray start` with token authentication (the default of recent Ray) "
-                    "also needs RAY_AUTH_MODE=token (and its token in ~/.ray/auth_token or $RAY_AUTH_TOKEN) "
-                    "in this command's environment" if os.environ.get("RAY_AUTH_MODE", "") != "token" else "")
-            raise InputError(f"cannot join the Ray cluster at '{address}' (scale.address / --address / "
-                             f"$RAY_ADDRESS): {e}{hint}") from None
+            hint = (
+                "; a cluster started by `ray start` with token authentication (the default of recent Ray) "
+                "also needs RAY_AUTH_MODE=token (and its token in ~/.ray/auth_token or $RAY_AUTH_TOKEN) "
+                "in this command's environment"
+                if os.environ.get("RAY_AUTH_MODE", "") != "token"
+                else ""
+            )
+            raise InputError(
+                f"cannot join the Ray cluster at '{address}' (scale.address / --address / $RAY_ADDRESS): {e}{hint}"
+            ) from None
     else:
         kw: dict[str, Any] = {}
         if scale.get("num_cpus_total"):
             kw["num_cpus"] = scale["num_cpus_total"]
         if scale.get("object_store_mb"):
-            kw["object_store_memory"] = scale["object_store_mb"] * 2 ** 20
+            kw["object_store_memory"] = scale["object_store_mb"] * 2**20
         # a local cluster on loopback: nothing of it listens on the machine's network addresses.
         # address="local": a new one, as documented; without it Ray joins the cluster named in
         # /tmp/ray/ray_current_cluster, which a killed `ray start` leaves pointing at nothing
@@ -170,7 +184,9 @@ def ann_paths(gallery, scale: dict[str, Any]) -> list[Path]:
     if missing:
         kind = scale["search"]
         flags = "".join(f" --{p.replace('_', '-')} {scale[p]}" for p in BUILD_PARAMS[kind])
-        raise InputError(f"sharded gallery '{gallery.root}' has no {kind} index for shard "
-                         f"'{missing[0].stem}' (looked in '{d}'); build it with: agentcir build-index "
-                         f"{gallery.root} --kind {kind}{flags}")
+        raise InputError(
+            f"sharded gallery '{gallery.root}' has no {kind} index for shard "
+            f"'{missing[0].stem}' (looked in '{d}'); build it with: agentcir build-index "
+            f"{gallery.root} --kind {kind}{flags}"
+        )
     return paths

@@ -55,9 +55,10 @@ def make_index(kind: str, d: int, n: int, scale: dict):
     if kind == "ivf_flat":
         return faiss.IndexIVFFlat(quantizer, d, nl, faiss.METRIC_INNER_PRODUCT)
     if kind == "ivf_sq":
-        index = faiss.IndexIVFScalarQuantizer(quantizer, d, nl, getattr(faiss.ScalarQuantizer, SQ_TYPES[scale["sq"]]),
-                                              faiss.METRIC_INNER_PRODUCT)
-        index.by_residual = scale["sq"] != "fp16"   # fp16 codes are the rows themselves, not residuals
+        index = faiss.IndexIVFScalarQuantizer(
+            quantizer, d, nl, getattr(faiss.ScalarQuantizer, SQ_TYPES[scale["sq"]]), faiss.METRIC_INNER_PRODUCT
+        )
+        index.by_residual = scale["sq"] != "fp16"  # fp16 codes are the rows themselves, not residuals
         return index
     if kind == "ivf_pq":
         if d % scale["pq_m"]:
@@ -74,11 +75,11 @@ def build_index(emb: np.ndarray, kind: str, scale: dict, out: Path, *, seed: int
     index = make_index(kind, d, n, scale)
     if not index.is_trained:
         rng = np.random.default_rng(seed)
-        want = max(40 * getattr(index, "nlist", 1), 10000)   # faiss asks 39 points per IVF list, 9984 per PQ codebook
+        want = max(40 * getattr(index, "nlist", 1), 10000)  # faiss asks 39 points per IVF list, 9984 per PQ codebook
         sample = np.sort(rng.choice(n, size=min(n, TRAIN_MAX, want), replace=False))
         index.train(np.ascontiguousarray(emb[sample], np.float32))
     for start in range(0, n, ADD_ROWS):
-        index.add(np.ascontiguousarray(emb[start:start + ADD_ROWS], np.float32))
+        index.add(np.ascontiguousarray(emb[start : start + ADD_ROWS], np.float32))
     out.parent.mkdir(parents=True, exist_ok=True)
     with atomic_path(out) as tmp:
         faiss.write_index(index, str(tmp))
@@ -95,7 +96,7 @@ def check_index(path: str | Path) -> dict:
     if not meta.is_file():
         raise Damaged(meta, "is missing")
     info = unseal(meta, meta.read_bytes())
-    if "file" in info:   # (an index built before checksums records none)
+    if "file" in info:  # (an index built before checksums records none)
         check_record(path, info["file"])
     return info
 
@@ -110,12 +111,16 @@ def load_index(path: str | Path, nprobe: int, ef_search: int):
     except Damaged as e:
         gallery = path.parent.parent.parent
         kind = path.parent.name.split("-")[0]
-        raise IntegrityError(f"approximate index {e}; delete it and rebuild with: agentcir build-index '{gallery}' "
-                             f"--kind {kind} (with the same settings)") from None
+        raise IntegrityError(
+            f"approximate index {e}; delete it and rebuild with: agentcir build-index '{gallery}' "
+            f"--kind {kind} (with the same settings)"
+        ) from None
     index = faiss.read_index(str(path), faiss.IO_FLAG_MMAP | faiss.IO_FLAG_READ_ONLY)
     if int(info.get("n", index.ntotal)) != index.ntotal:
-        raise IntegrityError(f"approximate index '{path}' holds {index.ntotal} rows, {info['n']} were built; "
-                             f"delete it and rebuild it with agentcir build-index")
+        raise IntegrityError(
+            f"approximate index '{path}' holds {index.ntotal} rows, {info['n']} were built; "
+            f"delete it and rebuild it with agentcir build-index"
+        )
     if hasattr(index, "nprobe"):
         index.nprobe = nprobe
     if hasattr(index, "hnsw"):
@@ -123,8 +128,16 @@ def load_index(path: str | Path, nprobe: int, ef_search: int):
     return index
 
 
-def search_index(index, queries: np.ndarray, k: int, exclude: np.ndarray | None, exclude_score: float | None,
-                 *, refine: int = 0, rows: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+def search_index(
+    index,
+    queries: np.ndarray,
+    k: int,
+    exclude: np.ndarray | None,
+    exclude_score: float | None,
+    *,
+    refine: int = 0,
+    rows: np.ndarray | None = None,
+) -> tuple[np.ndarray, np.ndarray]:
     """Top-k of ``queries`` from ``index`` (local row ids), ``exclude`` as in ``cosine_topk``.
 
     With ``refine`` = R > 0 the index proposes ``R * k`` candidates whose scores are recomputed
@@ -139,7 +152,7 @@ def search_index(index, queries: np.ndarray, k: int, exclude: np.ndarray | None,
         x = np.asarray(rows[np.where(i >= 0, i, 0).ravel()], np.float32).reshape(*i.shape, -1)
         s = np.einsum("qd,qkd->qk", q, x)
     s = np.where(i >= 0, s, -np.inf).astype(np.float32)
-    if exclude is not None:   # [Q, kk, m] comparison, all queries at once (-1 padding never hits: i >= 0)
+    if exclude is not None:  # [Q, kk, m] comparison, all queries at once (-1 padding never hits: i >= 0)
         hit = (i[:, :, None] == exclude[:, None, :]).any(axis=-1) & (i >= 0)
         if exclude_score is None:
             i[hit] = -1
@@ -165,7 +178,7 @@ def build_indexes(gallery, scale: dict, *, progress: bool = True) -> list[dict]:
                 info.pop("file", None)
                 out.append({**info, "reused": True})
                 continue
-            except Damaged as e:   # rebuilt below
+            except Damaged as e:  # rebuilt below
                 recompute_warning(e, "the index is rebuilt")
         info = build_index(np.load(gallery.shard_dir(s) / "image_emb.npy", mmap_mode="r"), scale["search"], scale, f)
         out.append(info)

@@ -36,8 +36,13 @@ log = logging.getLogger(__name__)
 
 
 def _plan(items: Sequence[GalleryItem], encoder, dtype: str, shards: int) -> dict:
-    return {"items": stable_hash([[it.id, it.path] for it in items]), "encoder": encoder.identity, "dtype": dtype,
-            "shards": shards, "decode": DECODE_VERSION}
+    return {
+        "items": stable_hash([[it.id, it.path] for it in items]),
+        "encoder": encoder.identity,
+        "dtype": dtype,
+        "shards": shards,
+        "decode": DECODE_VERSION,
+    }
 
 
 def _shard_done(d: Path) -> bool:
@@ -56,9 +61,18 @@ def _shard_done(d: Path) -> bool:
         return False
 
 
-def build_sharded(root: str | Path, items: Sequence[GalleryItem], encoder, scale: dict[str, Any], *,
-                  dtype: str = "float32", recipe: dict[str, Any] | None = None, progress: bool = True,
-                  source: str = "", domain_check: bool = False):
+def build_sharded(
+    root: str | Path,
+    items: Sequence[GalleryItem],
+    encoder,
+    scale: dict[str, Any],
+    *,
+    dtype: str = "float32",
+    recipe: dict[str, Any] | None = None,
+    progress: bool = True,
+    source: str = "",
+    domain_check: bool = False,
+):
     """Embed ``items`` into a sharded gallery at ``root`` (resuming), open it with ``scale``.
 
     ``recipe`` (its ``encoder`` section) is how the Ray encoder actors build the encoder;
@@ -99,25 +113,35 @@ def build_sharded(root: str | Path, items: Sequence[GalleryItem], encoder, scale
             try:
                 return open_sharded(root, info, scale)
             except IntegrityError as e:
-                warn_once(f"rebuild:{root}", "%s; the damaged shard is rebuilt now",
-                          str(e).split("; rebuild")[0].split("; rerun")[0])
+                warn_once(
+                    f"rebuild:{root}",
+                    "%s; the damaged shard is rebuilt now",
+                    str(e).split("; rebuild")[0].split("; rerun")[0],
+                )
                 remove_with_sidecar(meta)
                 info = None
         if info is not None and info.get("plan") != plan and stale_decode(info.get("plan"), plan):
-            log.warning("gallery '%s' was embedded by an older image decoder (%s); re-embedding it",
-                        root, decode_note(info.get("plan")))
+            log.warning(
+                "gallery '%s' was embedded by an older image decoder (%s); re-embedding it",
+                root,
+                decode_note(info.get("plan")),
+            )
             remove_with_sidecar(meta)
             (root / "plan.json").unlink(missing_ok=True)
             for s in range(S):  # the same shard count: the plans differ only in the decoder
                 clear_built(root / SHARD_DIR.format(s))
     if meta.is_file():
-        raise InputError(f"gallery folder '{root}' already holds a different gallery (encoder, items or shard "
-                         f"count differ); choose another output folder or delete it")
+        raise InputError(
+            f"gallery folder '{root}' already holds a different gallery (encoder, items or shard "
+            f"count differ); choose another output folder or delete it"
+        )
     root.mkdir(parents=True, exist_ok=True)
     marker = root / "plan.json"
     if marker.is_file() and json.loads(marker.read_text()) != plan:
-        raise InputError(f"gallery folder '{root}' holds an unfinished build of a different gallery; "
-                         f"choose another output folder or delete it")
+        raise InputError(
+            f"gallery folder '{root}' holds an unfinished build of a different gallery; "
+            f"choose another output folder or delete it"
+        )
     atomic_write_text(marker, json.dumps(plan))
     dirs = [root / SHARD_DIR.format(s) for s in range(S)]
     todo = [s for s in range(S) if not _shard_done(dirs[s])]
@@ -139,7 +163,9 @@ def build_sharded(root: str | Path, items: Sequence[GalleryItem], encoder, scale
     marker.unlink(missing_ok=True)
     skipped = len(info["skipped"])
     if skipped:
-        log.warning("gallery '%s': %d item(s) indexed in %d shards, %d skipped (unreadable)", root, info["n"], S, skipped)
+        log.warning(
+            "gallery '%s': %d item(s) indexed in %d shards, %d skipped (unreadable)", root, info["n"], S, skipped
+        )
     return open_sharded(root, info, scale)
 
 
@@ -153,8 +179,10 @@ class EncodeBatch:
 
         self.encoder = ComponentPool({"encoder": encoder_node}).get("encoder")
         if self.encoder.identity != identity:
-            raise InputError(f"the encoder actor built encoder identity {self.encoder.identity}, the driver "
-                             f"{identity}: the nodes run different agentcir or weights")
+            raise InputError(
+                f"the encoder actor built encoder identity {self.encoder.identity}, the driver "
+                f"{identity}: the nodes run different agentcir or weights"
+            )
 
     def __call__(self, batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         rows, embs, reasons = [], [], []
@@ -192,7 +220,9 @@ class _Precomputed:
         self.row = {p: i for i, p in enumerate(paths)}
         self.emb, self.reasons = emb, reasons
 
-    def __call__(self, paths: Sequence[str], progress: bool = False, skipped: list[Skipped] | None = None) -> np.ndarray:
+    def __call__(
+        self, paths: Sequence[str], progress: bool = False, skipped: list[Skipped] | None = None
+    ) -> np.ndarray:
         rows = [self.row[str(p)] for p in paths]
         keep = []
         for i, r in enumerate(rows):
@@ -212,8 +242,10 @@ def encoder_actors(scale: dict[str, Any], resources: dict[str, float], batches: 
         kind, each = ("GPU", scale["num_gpus"]) if scale["num_gpus"] else ("CPU", scale["num_cpus"])
         n = int(resources.get(kind, 0) // each) if each else 1
         if n < 1:
-            raise InputError(f"the Ray cluster has {resources.get(kind, 0):g} {kind}(s), less than one encoder actor's "
-                             f"scale.num_{kind.lower()}s={each:g}")
+            raise InputError(
+                f"the Ray cluster has {resources.get(kind, 0):g} {kind}(s), less than one encoder actor's "
+                f"scale.num_{kind.lower()}s={each:g}"
+            )
     return max(1, min(n, batches))
 
 
@@ -247,14 +279,20 @@ def embedding_job(ray, items, ranges, todo, encoder, recipe, scale, udf=EncodeBa
     are embedded too, as rows ``len(items) + i``."""
     b = encoder._batch(None) if hasattr(encoder, "_batch") else 64
     rows = [{"start": a, "paths": [items[i].path for i in range(a, z)]} for a, z in encoder_batches(ranges, todo, b)]
-    rows += [{"start": len(items) + i, "paths": [str(p) for p in extra[i:i + b]]} for i in range(0, len(extra), b)]
+    rows += [{"start": len(items) + i, "paths": [str(p) for p in extra[i : i + b]]} for i in range(0, len(extra), b)]
     actors = encoder_actors(scale, ray.cluster_resources(), len(rows))
     log.info("Ray Data job: %d encoder batch(es) on %d encoder actor(s)", len(rows), actors)
     ds = ray.data.from_items(rows, override_num_blocks=job_blocks(len(rows), actors))
     node = actor_encoder_node(recipe["encoder"], scale)
-    ds = ds.map_batches(udf, fn_constructor_kwargs={"encoder_node": node, "identity": encoder.identity},
-                        batch_size=1, compute=ray.data.ActorPoolStrategy(size=actors), num_gpus=scale["num_gpus"] or None,
-                        num_cpus=scale["num_cpus"], batch_format="numpy")
+    ds = ds.map_batches(
+        udf,
+        fn_constructor_kwargs={"encoder_node": node, "identity": encoder.identity},
+        batch_size=1,
+        compute=ray.data.ActorPoolStrategy(size=actors),
+        num_gpus=scale["num_gpus"] or None,
+        num_cpus=scale["num_cpus"],
+        batch_format="numpy",
+    )
     return ds, actors
 
 
@@ -283,7 +321,9 @@ def _embed_ray(dirs, ranges, todo, items, encoder, recipe, scale, dtype, progres
             embed = _Precomputed([items[i].path for i in range(a, b)], emb, [got[i][1] for i in range(a, b)])
             Gallery.build(dirs[s], items[a:b], encoder, dtype=dtype, progress=False, embed=embed)
             if progress:
-                print(f"  {dirs[s].name}: {b - a} image(s) embedded ({done_rows / (time.perf_counter() - t0):.1f} img/s)")
+                print(
+                    f"  {dirs[s].name}: {b - a} image(s) embedded ({done_rows / (time.perf_counter() - t0):.1f} img/s)"
+                )
     if pending:
         raise InputError(f"the Ray embedding job ended with shard(s) {sorted(pending)} incomplete")
     kept = [others[i][0] for i in sorted(others) if not others[i][1]]

@@ -45,10 +45,16 @@ class RayShards:
 
         actor = ray.remote(ShardWorker)
         placement = shard_placement(ray, len(specs), scale.get("shard_threads", 0))
-        self.actors = [actor.options(max_restarts=scale["restarts"], max_task_retries=scale["restarts"], num_cpus=0,
-                                     scheduling_strategy=NodeAffinitySchedulingStrategy(node, soft=False),
-                                     runtime_env={"env_vars": {"NUMBA_NUM_THREADS": str(threads)}}).remote(**s)
-                       for s, (node, threads) in zip(specs, placement)]
+        self.actors = [
+            actor.options(
+                max_restarts=scale["restarts"],
+                max_task_retries=scale["restarts"],
+                num_cpus=0,
+                scheduling_strategy=NodeAffinitySchedulingStrategy(node, soft=False),
+                runtime_env={"env_vars": {"NUMBA_NUM_THREADS": str(threads)}},
+            ).remote(**s)
+            for s, (node, threads) in zip(specs, placement)
+        ]
 
     def run(self, method: str, *args) -> list:
         """Call ``method`` on every shard actor at once; results in shard order."""
@@ -59,8 +65,10 @@ class RayShards:
             try:
                 out.append(ray.get(ref))
             except (ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError) as e:
-                raise ShardError(f"shard '{name}': its Ray actor died and was not restarted "
-                                 f"(scale.restarts exhausted): {type(e).__name__}") from None
+                raise ShardError(
+                    f"shard '{name}': its Ray actor died and was not restarted "
+                    f"(scale.restarts exhausted): {type(e).__name__}"
+                ) from None
         return out
 
     def close(self) -> None:

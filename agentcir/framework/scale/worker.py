@@ -22,7 +22,7 @@ def source_rows(root: Path, shard: dict, source: str) -> np.ndarray:
     if source == "image":
         return np.load(root / shard["dir"] / "image_emb.npy", mmap_mode="r")
     a = np.load(source, mmap_mode="r")
-    return a[shard["offset"]:shard["offset"] + shard["n"]]
+    return a[shard["offset"] : shard["offset"] + shard["n"]]
 
 
 class ShardWorker:
@@ -31,8 +31,16 @@ class ShardWorker:
     Every method takes and returns numpy arrays; ids in results are global rows.
     """
 
-    def __init__(self, root: str, shard: dict, backend: str = "auto", ann: str | None = None,
-                 nprobe: int = 16, ef_search: int = 64, refine: int = 0):
+    def __init__(
+        self,
+        root: str,
+        shard: dict,
+        backend: str = "auto",
+        ann: str | None = None,
+        nprobe: int = 16,
+        ef_search: int = 64,
+        refine: int = 0,
+    ):
         self.root, self.shard, self.backend = Path(root), dict(shard), backend
         self.offset, self.n = int(shard["offset"]), int(shard["n"])
         self._arrays: dict[str, np.ndarray] = {}
@@ -49,8 +57,11 @@ class ShardWorker:
 
         with open("/proc/self/statm") as f:
             rss = int(f.read().split()[1]) * resource.getpagesize()
-        return {"pid": os.getpid(), "rss_mb": rss / 2 ** 20,
-                "peak_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
+        return {
+            "pid": os.getpid(),
+            "rss_mb": rss / 2**20,
+            "peak_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        }
 
     def array(self, source: str) -> np.ndarray:
         if source not in self._arrays:
@@ -82,38 +93,76 @@ class ShardWorker:
         """``sum_j relu(ref.x_j - p.x_j)`` over this shard's rows (OCTOPUS proxy weights), by the kernels."""
         from ... import kernels
 
-        return np.asarray(kernels.octopus_gap_sums(reference, proxies, self.array("image"),
-                                                   backend=backend or self.backend), np.float64)
+        return np.asarray(
+            kernels.octopus_gap_sums(reference, proxies, self.array("image"), backend=backend or self.backend),
+            np.float64,
+        )
 
     def drops(self, before: np.ndarray, proxies: np.ndarray, m: int, backend: str | None = None) -> np.ndarray:
         """Per query and proxy the ``m`` largest ``relu(b.x - p.x)`` over this shard's rows (LDRE weights)."""
         from ... import kernels
 
-        return np.asarray(kernels.ldre_top_drops(before, proxies, self.array("image"), topk=m,
-                                                 backend=backend or self.backend), np.float32)
+        return np.asarray(
+            kernels.ldre_top_drops(before, proxies, self.array("image"), topk=m, backend=backend or self.backend),
+            np.float32,
+        )
 
-    def octopus(self, e: np.ndarray, target: np.ndarray, visual: np.ndarray | None, captions: str | None,
-                k: int, lam: float, entropy_tau: float, exclude: np.ndarray | None,
-                exclude_score: float | None, backend: str | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    def octopus(
+        self,
+        e: np.ndarray,
+        target: np.ndarray,
+        visual: np.ndarray | None,
+        captions: str | None,
+        k: int,
+        lam: float,
+        entropy_tau: float,
+        exclude: np.ndarray | None,
+        exclude_score: float | None,
+        backend: str | None = None,
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """OCTOPUS fused top-k of this shard for the global query ``e`` (weights already merged):
         scores, global ids, the shard's softmax entropy and its log partition function."""
         from ... import kernels
 
         ex = self._local_exclude(exclude)
         C = None if captions is None else self.array(captions)
-        out = kernels.octopus_topk(e, e[:, None, :], target, self.array("image"), k, visual=visual, captions=C,
-                                   lam=lam, entropy_tau=entropy_tau, exclude=ex, exclude_score=exclude_score,
-                                   backend=backend or self.backend)
+        out = kernels.octopus_topk(
+            e,
+            e[:, None, :],
+            target,
+            self.array("image"),
+            k,
+            visual=visual,
+            captions=C,
+            lam=lam,
+            entropy_tau=entropy_tau,
+            exclude=ex,
+            exclude_score=exclude_score,
+            backend=backend or self.backend,
+        )
         s, i = self._global(out.scores, out.ids)
         return s, i, np.asarray(out.entropy, np.float64), np.asarray(out.log_partition, np.float64)
 
     # -- approximate search ------------------------------------------------------------------
-    def ann_topk(self, queries: np.ndarray, k: int, exclude: np.ndarray | None, exclude_score: float | None,
-                 source: str = "image") -> tuple[np.ndarray, np.ndarray]:
+    def ann_topk(
+        self,
+        queries: np.ndarray,
+        k: int,
+        exclude: np.ndarray | None,
+        exclude_score: float | None,
+        source: str = "image",
+    ) -> tuple[np.ndarray, np.ndarray]:
         from .ann import load_index, search_index
 
         if self._ann is None:
             self._ann = load_index(self.ann_path, self.nprobe, self.ef_search)
-        s, i = search_index(self._ann, np.ascontiguousarray(queries, np.float32), k, exclude, exclude_score,
-                            refine=self.refine, rows=self.array(source) if self.refine else None)
+        s, i = search_index(
+            self._ann,
+            np.ascontiguousarray(queries, np.float32),
+            k,
+            exclude,
+            exclude_score,
+            refine=self.refine,
+            rows=self.array(source) if self.refine else None,
+        )
         return self._global(s, i)

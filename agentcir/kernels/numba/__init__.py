@@ -25,5 +25,20 @@ from ._blas import measure as _measure  # noqa: E402
 
 _tune._measure = _measure  # the product-path measurement of agentcir.kernels.tune
 
-__all__ = ["NATIVE", "cosine_topk", "fuse_dense", "fuse_lists", "ldre_top_drops", "ldre_weights", "octopus_gap_sums", "octopus_topk", "octopus_weights",
-           "promote_first_accepted", "proxy_scores_topk", "rrf_lists", "rrf_scores", "uncertainty", "xr_rerank"]
+__all__ = [
+    "NATIVE",
+    "cosine_topk",
+    "fuse_dense",
+    "fuse_lists",
+    "ldre_top_drops",
+    "ldre_weights",
+    "octopus_gap_sums",
+    "octopus_topk",
+    "octopus_weights",
+    "promote_first_accepted",
+    "proxy_scores_topk",
+    "rrf_lists",
+    "rrf_scores",
+    "uncertainty",
+    "xr_rerank",
+]

@@ -57,8 +57,9 @@ def widen(G, kind, start, stop, out):
                 dst[j] = bf16_to_f32(src[j])
 
 
-def tiles(gallery: Gallery, mats: Sequence[np.ndarray], tile: int,
-          galleries: Sequence[Gallery] | None = None) -> Iterator[tuple[int, int, list[np.ndarray]]]:
+def tiles(
+    gallery: Gallery, mats: Sequence[np.ndarray], tile: int, galleries: Sequence[Gallery] | None = None
+) -> Iterator[tuple[int, int, list[np.ndarray]]]:
     """Yield ``(start, stop, [mats[m] @ float32(G_m[start:stop]).T])`` (float32 ``[rows_m, stop - start]``),
     like :func:`._tiles.exact_tiles`; buffers are reused: consume each tile before the next."""
     gals = list(galleries) if galleries is not None else [gallery] * len(mats)
@@ -71,7 +72,7 @@ def tiles(gallery: Gallery, mats: Sequence[np.ndarray], tile: int,
         T = stop - start
         outs = []
         for x, g, buf in zip(xs, gals, flat):
-            S = buf[:x.shape[0] * T].reshape(x.shape[0], T)
+            S = buf[: x.shape[0] * T].reshape(x.shape[0], T)
             if g.kind == "float32":
                 np.matmul(x, g.data[start:stop].T, out=S)
             else:

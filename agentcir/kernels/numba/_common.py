@@ -38,8 +38,13 @@ class DualKernel:
     """
 
     def __init__(self, py_func, **options):
-        twin = _pytypes.FunctionType(py_func.__code__, py_func.__globals__, py_func.__name__ + "_serial",
-                                     py_func.__defaults__, py_func.__closure__)
+        twin = _pytypes.FunctionType(
+            py_func.__code__,
+            py_func.__globals__,
+            py_func.__name__ + "_serial",
+            py_func.__defaults__,
+            py_func.__closure__,
+        )
         twin.__qualname__ = py_func.__qualname__ + "_serial"
         twin.__module__ = py_func.__module__
         self.parallel = njit(parallel=True, cache=True, **options)(py_func)
@@ -53,6 +58,8 @@ class DualKernel:
 def dual(**options):
     """Decorator form of :class:`DualKernel`."""
     return lambda py_func: DualKernel(py_func, **options)
+
+
 NEG_INF = np.float32(-np.inf)
 
 
@@ -127,8 +134,11 @@ def finish_heaps(hs, hi, cnt, out_s, out_i):
 
 
 def new_heaps(Q: int, k: int):
-    return (np.full((Q, k), -np.inf, dtype=np.float32), np.full((Q, k), -1, dtype=np.int32),
-            np.zeros(Q, dtype=np.int64))
+    return (
+        np.full((Q, k), -np.inf, dtype=np.float32),
+        np.full((Q, k), -1, dtype=np.int32),
+        np.zeros(Q, dtype=np.int64),
+    )
 
 
 def sorted_from_heaps(hs, hi, cnt):
@@ -166,9 +176,11 @@ def prefetch(typingctx, row, j):
         data = context.make_array(signature.args[0])(context, builder, args[0]).data
         i8p, i32 = _ir.IntType(8).as_pointer(), _ir.IntType(32)
         fn = builder.module.declare_intrinsic(
-            "llvm.prefetch", (), _ir.FunctionType(_ir.VoidType(), [i8p, i32, i32, i32]))
+            "llvm.prefetch", (), _ir.FunctionType(_ir.VoidType(), [i8p, i32, i32, i32])
+        )
         builder.call(fn, [builder.bitcast(builder.gep(data, [args[1]]), i8p), i32(0), i32(3), i32(1)])
         return context.get_dummy_value()
+
     return types.void(row, j), codegen
 
 
@@ -190,8 +202,10 @@ def prefetch_row(G, r):
 @intrinsic
 def _f16_to_f32_hw(typingctx, h):
     """binary16 bits -> float32 by LLVM ``fpext half`` (one vcvtph2ps with F16C)."""
+
     def codegen(context, builder, signature, args):
         return builder.fpext(builder.bitcast(args[0], _ir.HalfType()), _ir.FloatType())
+
     return types.float32(types.uint16), codegen
 
 
@@ -232,8 +246,10 @@ def row_f32(G, r, kind, buf):  # pragma: no cover - replaced by the overload in 
 def _row_f32(G, r, kind, buf):
     """Row ``r`` of a gallery as float32: a view for float32 data, decoded into ``buf`` for half bits."""
     if G.dtype == types.float32:
+
         def impl(G, r, kind, buf):
             return G[r]
+
         return impl
 
     def impl_half(G, r, kind, buf):
@@ -245,6 +261,7 @@ def _row_f32(G, r, kind, buf):
             for j in range(row.shape[0]):
                 buf[j] = bf16_to_f32(row[j])
         return buf
+
     return impl_half
 
 
@@ -287,6 +304,7 @@ def _dot_loop(conv):
         for j in range(x.shape[0]):
             s += x[j] * conv(g[j])
         return s
+
     return njit(fastmath=FASTMATH, cache=True)(loop)
 
 
@@ -314,6 +332,7 @@ def _row_dot(x, G, r, kind):
         if kind == 1:
             return _dot_f16(x, G[r])
         return _dot_bf16(x, G[r])
+
     return impl_half
 
 

@@ -108,6 +108,7 @@ def _block46_loop(conv):
         S[q + 2, c + 3], S[q + 2, c + 4], S[q + 2, c + 5] = s23, s24, s25
         S[q + 3, c], S[q + 3, c + 1], S[q + 3, c + 2] = s30, s31, s32
         S[q + 3, c + 3], S[q + 3, c + 4], S[q + 3, c + 5] = s33, s34, s35
+
     return njit(fastmath=FASTMATH, cache=True)(block)
 
 
@@ -124,6 +125,7 @@ def _block41_loop(conv):
             s2 += x2[j] * b
             s3 += x3[j] * b
         S[q, c], S[q + 1, c], S[q + 2, c], S[q + 3, c] = s0, s1, s2, s3
+
     return njit(fastmath=FASTMATH, cache=True)(block)
 
 
@@ -141,6 +143,7 @@ def _sweep(X, G, kind, lo, hi, S):
 
     ``kind`` 0 float32 data, 1 float16 bits, 2 bfloat16 bits (``G`` uint16 for 1 and 2)."""
     if G.dtype == types.float32:
+
         def impl(X, G, kind, lo, hi, S):
             for q in range(0, X.shape[0], 4):
                 r = lo
@@ -150,6 +153,7 @@ def _sweep(X, G, kind, lo, hi, S):
                 while r < hi:
                     _b41_f32(X, G, q, r, S, r - lo)
                     r += 1
+
         return impl
 
     def impl_half(X, G, kind, lo, hi, S):
@@ -167,6 +171,7 @@ def _sweep(X, G, kind, lo, hi, S):
                 else:
                     _b41_bf16(X, G, q, r, S, r - lo)
                 r += 1
+
     return impl_half
 
 
@@ -191,4 +196,4 @@ def product(X, G, kind, start, stop, sub, S):
     for b in prange(n):
         lo = start + b * sub
         hi = min(stop, lo + sub)
-        sweep(X, G, kind, lo, hi, S[:, lo - start:])
+        sweep(X, G, kind, lo, hi, S[:, lo - start :])

@@ -79,8 +79,9 @@ def _t(a: np.ndarray):
         return torch.from_numpy(a)
 
 
-def exact_tiles(gallery: Gallery, mats: Sequence[np.ndarray], tile: int,
-                galleries: Sequence[Gallery] | None = None) -> Iterator[tuple[int, int, list[np.ndarray]]]:
+def exact_tiles(
+    gallery: Gallery, mats: Sequence[np.ndarray], tile: int, galleries: Sequence[Gallery] | None = None
+) -> Iterator[tuple[int, int, list[np.ndarray]]]:
     """Yield ``(start, stop, [mats[m] @ float32(G_m[start:stop]).T])`` (float32 ``[rows_m, stop - start]``).
 
     ``galleries`` (default: ``gallery`` for every block) gives each row block its own
@@ -95,15 +96,16 @@ def exact_tiles(gallery: Gallery, mats: Sequence[np.ndarray], tile: int,
         T = stop - start
         outs = []
         for m, p, g, buf in zip(mats, padded, gals, flat):
-            S = buf[:p.shape[0] * T].reshape(p.shape[0], T)
+            S = buf[: p.shape[0] * T].reshape(p.shape[0], T)
             with balanced():
                 product(p, g.data, KIND_CODES[g.kind], start, stop, sub_rows(d, g.data.itemsize), S)
-            outs.append(S[:m.shape[0]])
+            outs.append(S[: m.shape[0]])
         yield start, stop, outs
 
 
-def product_tiles(gallery: Gallery, mats: Sequence[np.ndarray], tile: int,
-                  galleries: Sequence[Gallery] | None = None) -> tuple[bool, Iterator[tuple[int, int, list[np.ndarray]]]]:
+def product_tiles(
+    gallery: Gallery, mats: Sequence[np.ndarray], tile: int, galleries: Sequence[Gallery] | None = None
+) -> tuple[bool, Iterator[tuple[int, int, list[np.ndarray]]]]:
     """``(blas, tiles)``: the tiles of :func:`exact_tiles` (``tile`` rows) or of :func:`._blas.tiles`
     (its own tile size), whichever :func:`agentcir.kernels.tune.choose` picks for the gallery's dtype
     and the rows of ``mats``; ``blas`` tells the caller to run its pass after each tile serial."""
@@ -152,6 +154,6 @@ def coarse_tiles(gallery: Gallery, X: np.ndarray, tile: int) -> Iterator[tuple[i
             _to_bf16_bits(gallery.data, start, stop, KIND_CODES[gallery.kind], conv)
             bits = conv[:T]
         gb = _t(bits.view(np.int16)).view(torch.bfloat16)
-        o = out[:xb.shape[0] * T].view(xb.shape[0], T)
+        o = out[: xb.shape[0] * T].view(xb.shape[0], T)
         torch.mm(xb, gb.t(), out=o)
         yield start, stop, o.view(torch.int16).numpy().view(np.uint16)

@@ -102,15 +102,18 @@ def _blocked_kernel(X, Q, G, kind, excl, ex_value, n_chunks, sub, hs, hi, cnt):
             t1 = min(end, t0 + sub)
             sweep(X, G, kind, t0, t1, S)
             for q in range(Q):
-                row = S[q, :t1 - t0]
+                row = S[q, : t1 - t0]
                 if excl.shape[1]:
                     patch_excluded(row, q, t0, excl, ex_value)
                 cnt[c, q] = select_row(row, t0, hs[c, q], hi[c, q], cnt[c, q])
 
 
 def _chunk_heaps(n_chunks: int, Q: int, k: int):
-    return (np.full((n_chunks, Q, k), -np.inf, dtype=np.float32), np.full((n_chunks, Q, k), -1, dtype=np.int32),
-            np.zeros((n_chunks, Q), dtype=np.int64))
+    return (
+        np.full((n_chunks, Q, k), -np.inf, dtype=np.float32),
+        np.full((n_chunks, Q, k), -1, dtype=np.int32),
+        np.zeros((n_chunks, Q), dtype=np.int64),
+    )
 
 
 def _merged(hs, hi, cnt):
@@ -138,8 +141,19 @@ def blocked_topk(X: np.ndarray, gallery: Gallery, k: int, excl: np.ndarray, ex_v
     n_chunks = chunk_count(N, sub)
     hs, hi, cnt = _chunk_heaps(n_chunks, Q, k)
     with balanced():
-        _blocked_kernel(pad_rows(X), Q, gallery.data, KIND_CODES[gallery.kind], excl, ex_value, n_chunks,
-                        min(sub, max(1, N)), hs, hi, cnt)
+        _blocked_kernel(
+            pad_rows(X),
+            Q,
+            gallery.data,
+            KIND_CODES[gallery.kind],
+            excl,
+            ex_value,
+            n_chunks,
+            min(sub, max(1, N)),
+            hs,
+            hi,
+            cnt,
+        )
     return _merged(hs, hi, cnt)
 
 
@@ -150,8 +164,7 @@ def loop_topk(X: np.ndarray, gallery: Gallery, k: int, excl: np.ndarray, ex_valu
     return blocked_topk(X, gallery, k, excl, ex_value)
 
 
-def cosine_topk(queries: np.ndarray, gallery: Gallery, k: int, exclude: np.ndarray | None,
-                exclude_score: float | None):
+def cosine_topk(queries: np.ndarray, gallery: Gallery, k: int, exclude: np.ndarray | None, exclude_score: float | None):
     """Top-k inner products; see :func:`agentcir.kernels.cosine_topk`. The product path (numba
     ``loop`` or ``blas`` tiles) is :func:`agentcir.kernels.tune.choose`'s for this dtype and Q."""
     excl = empty_exclude() if exclude is None else exclude

@@ -52,9 +52,20 @@ def _fuse_select(St, Sv, has_visual, lam, start, excl, ex_value, inv_tau, state,
         cnt[q] = select_row(vals, start, hs[q], hi[q], cnt[q])
 
 
-def octopus_topk(reference: np.ndarray, proxies: np.ndarray, target: np.ndarray, visual: np.ndarray | None,
-                 images: Gallery, captions: Gallery | None, k: int, lam: float, tau: float, entropy_tau: float,
-                 exclude: np.ndarray | None, exclude_score: float | None):
+def octopus_topk(
+    reference: np.ndarray,
+    proxies: np.ndarray,
+    target: np.ndarray,
+    visual: np.ndarray | None,
+    images: Gallery,
+    captions: Gallery | None,
+    k: int,
+    lam: float,
+    tau: float,
+    entropy_tau: float,
+    exclude: np.ndarray | None,
+    exclude_score: float | None,
+):
     """See :func:`agentcir.kernels.octopus_topk`."""
     Q, K, d = proxies.shape
     w = octopus_weights(reference, proxies, images, tau)
@@ -70,7 +81,20 @@ def octopus_topk(reference: np.ndarray, proxies: np.ndarray, target: np.ndarray,
     tile = score_tile_rows(len(mats) * Q, images.shape[0])
     blas, it = product_tiles(images, mats, tile, galleries=gals)
     for start, _, outs in it:
-        args = (outs[0], outs[-1], visual is not None, lam, start, excl, ex_value, 1.0 / entropy_tau, state, hs, hi, cnt)
+        args = (
+            outs[0],
+            outs[-1],
+            visual is not None,
+            lam,
+            start,
+            excl,
+            ex_value,
+            1.0 / entropy_tau,
+            state,
+            hs,
+            hi,
+            cnt,
+        )
         if blas:  # serial right after a BLAS call (_blas)
             _fuse_select.serial(*args)
             continue

@@ -66,15 +66,24 @@ def _aggregate_select(S, K, agg, tau, start, excl, ex_value, hs, hi, cnt):
         cnt[q] = select_row(vals, start, hs[q], hi[q], cnt[q])
 
 
-def proxy_scores_topk(proxies: np.ndarray, gallery: Gallery, k: int, agg: str, tau: float,
-                      reference: np.ndarray | None, exclude: np.ndarray | None, exclude_score: float | None):
+def proxy_scores_topk(
+    proxies: np.ndarray,
+    gallery: Gallery,
+    k: int,
+    agg: str,
+    tau: float,
+    reference: np.ndarray | None,
+    exclude: np.ndarray | None,
+    exclude_score: float | None,
+):
     """See :func:`agentcir.kernels.proxy_scores_topk`."""
     if agg == "octopus":
         w = octopus_weights(reference, proxies, gallery, tau)
         return cosine_topk(octopus_query(proxies, w), gallery, k, exclude, exclude_score)
     if agg == "mean":  # linear: mean_i (P_i . g) = (mean_i P_i) . g, one row per query instead of K
-        return cosine_topk(proxies.mean(axis=1, dtype=np.float64).astype(np.float32), gallery, k, exclude,
-                           exclude_score)
+        return cosine_topk(
+            proxies.mean(axis=1, dtype=np.float64).astype(np.float32), gallery, k, exclude, exclude_score
+        )
     Q, K, d = proxies.shape
     X = np.ascontiguousarray(proxies.reshape(Q * K, d))
     excl = empty_exclude() if exclude is None else exclude

@@ -93,7 +93,7 @@ def _rrf_lists(ids, keys, V, L, z, w, k, out_s, out_i):
 def _rank_key(score, i):
     """int64 key sorting ascending as score descending, then id ascending."""
     b = np.float32(score + np.float32(0.0)).view(np.int32)  # -0.0 -> +0.0
-    m = b ^ ((b >> np.int32(31)) & np.int32(0x7FFFFFFF))   # int32 order = float order
+    m = b ^ ((b >> np.int32(31)) & np.int32(0x7FFFFFFF))  # int32 order = float order
     return (np.int64(~m) << np.int64(32)) | np.int64(i)
 
 

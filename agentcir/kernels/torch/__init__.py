@@ -19,5 +19,20 @@ from .score_fusion import fuse_dense, fuse_lists  # noqa: E402
 from .weights import octopus_gap_sums, octopus_weights  # noqa: E402
 from .xr import xr_rerank  # noqa: E402
 
-__all__ = ["NATIVE", "cosine_topk", "fuse_dense", "fuse_lists", "ldre_top_drops", "ldre_weights", "octopus_gap_sums", "octopus_topk", "octopus_weights",
-           "promote_first_accepted", "proxy_scores_topk", "rrf_lists", "rrf_scores", "uncertainty", "xr_rerank"]
+__all__ = [
+    "NATIVE",
+    "cosine_topk",
+    "fuse_dense",
+    "fuse_lists",
+    "ldre_top_drops",
+    "ldre_weights",
+    "octopus_gap_sums",
+    "octopus_topk",
+    "octopus_weights",
+    "promote_first_accepted",
+    "proxy_scores_topk",
+    "rrf_lists",
+    "rrf_scores",
+    "uncertainty",
+    "xr_rerank",
+]

@@ -96,8 +96,9 @@ class RunningEntropy:
 
     def push(self, scores: torch.Tensor) -> None:
         valid = scores != float("-inf")
-        x = torch.where(valid, scores.double() / self.tau, torch.tensor(float("-inf"), dtype=torch.float64,
-                                                                       device=scores.device))
+        x = torch.where(
+            valid, scores.double() / self.tau, torch.tensor(float("-inf"), dtype=torch.float64, device=scores.device)
+        )
         new_m = torch.maximum(self.m, x.max(dim=1).values)
         seen = self.m != float("-inf")
         shift = torch.where(seen, self.m - new_m, torch.zeros_like(self.m))
@@ -139,6 +140,6 @@ def topk_sorted_f64(scores: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.T
     s = torch.full((Q, k), float("-inf"), dtype=torch.float32)
     i = torch.full((Q, k), -1, dtype=torch.int32)
     top = scores.gather(1, order)
-    s[:, :order.shape[1]] = top.float()
-    i[:, :order.shape[1]] = torch.where(top == float("-inf"), -1, order).to(torch.int32)
+    s[:, : order.shape[1]] = top.float()
+    i[:, : order.shape[1]] = torch.where(top == float("-inf"), -1, order).to(torch.int32)
     return s, i

@@ -20,7 +20,7 @@ class ListEntries:
         valid = ids >= 0
         item = ids[valid]
         width = int(item.max()) + 1 if item.numel() else 1
-        key = (((q[valid] * width + item) * V + v[valid]) * L + p[valid])
+        key = ((q[valid] * width + item) * V + v[valid]) * L + p[valid]
         key = torch.sort(key).values
         self.pos = key % L
         self.v = (key // L) % V
@@ -44,7 +44,7 @@ class ListEntries:
         appearance in the lists read in order), padded."""
         o0 = torch.sort(self.pair_first, stable=True).indices if first_appearance else torch.arange(len(totals))
         o1 = o0[torch.sort(totals[o0], descending=True, stable=True).indices]  # ties keep o0's order
-        o2 = o1[torch.sort(self.pair_q[o1], stable=True).indices]              # group by query
+        o2 = o1[torch.sort(self.pair_q[o1], stable=True).indices]  # group by query
         q = self.pair_q[o2]
         starts = torch.searchsorted(q, torch.arange(self.Q))
         rank = torch.arange(len(q)) - starts[q]

@@ -9,8 +9,9 @@ from .._tiling import tile_rows
 from ._common import RunningTopK, as_device, exclusion_value, patch_excluded, tiles
 
 
-def cosine_topk(queries: torch.Tensor, gallery: Gallery, k: int, exclude: torch.Tensor | None,
-                exclude_score: float | None):
+def cosine_topk(
+    queries: torch.Tensor, gallery: Gallery, k: int, exclude: torch.Tensor | None, exclude_score: float | None
+):
     """See :func:`agentcir.kernels.cosine_topk`."""
     dev = gallery.data.device
     X = as_device(queries, dev)

@@ -25,8 +25,9 @@ def uncertainty(scores: np.ndarray, tau: float, entropy: np.ndarray | None) -> t
         x = torch.where(valid, S / tau - (top[:, :1] / tau), torch.zeros_like(S))
         e = torch.where(valid, torch.exp(x), torch.zeros_like(S))
         z = e.sum(dim=1)
-        H = torch.where(count > 0, torch.log(z.clamp_min(1e-300)) - (e * x).sum(dim=1) / z.clamp_min(1e-300),
-                        torch.zeros_like(z))
+        H = torch.where(
+            count > 0, torch.log(z.clamp_min(1e-300)) - (e * x).sum(dim=1) / z.clamp_min(1e-300), torch.zeros_like(z)
+        )
     else:
         H = to_t(entropy).double()
     return (0.5 * _gate_minmax(H) + 0.5 * _gate_minmax(ratio)).float()

@@ -9,8 +9,20 @@ from ._common import RunningEntropy, RunningTopK, as_device, exclusion_value, pa
 from .weights import octopus_query, octopus_weights
 
 
-def octopus_topk(reference, proxies, target, visual, images: Gallery, captions: Gallery | None, k: int,
-                 lam: float, tau: float, entropy_tau: float, exclude, exclude_score: float | None):
+def octopus_topk(
+    reference,
+    proxies,
+    target,
+    visual,
+    images: Gallery,
+    captions: Gallery | None,
+    k: int,
+    lam: float,
+    tau: float,
+    entropy_tau: float,
+    exclude,
+    exclude_score: float | None,
+):
     """See :func:`agentcir.kernels.octopus_topk`."""
     dev = images.data.device
     P = as_device(proxies, dev)

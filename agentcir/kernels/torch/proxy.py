@@ -12,8 +12,16 @@ from .cosine import cosine_topk
 from .weights import octopus_query, octopus_weights
 
 
-def proxy_scores_topk(proxies: torch.Tensor, gallery: Gallery, k: int, agg: str, tau: float,
-                      reference: torch.Tensor | None, exclude: torch.Tensor | None, exclude_score: float | None):
+def proxy_scores_topk(
+    proxies: torch.Tensor,
+    gallery: Gallery,
+    k: int,
+    agg: str,
+    tau: float,
+    reference: torch.Tensor | None,
+    exclude: torch.Tensor | None,
+    exclude_score: float | None,
+):
     """See :func:`agentcir.kernels.proxy_scores_topk`."""
     dev = gallery.data.device
     P = as_device(proxies, dev)

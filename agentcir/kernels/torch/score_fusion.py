@@ -14,8 +14,9 @@ def _normalise(x: torch.Tensor, norm: str) -> torch.Tensor:
         return minmax(x)
     if norm == "zscore":
         sd = x.std(dim=-1, unbiased=False, keepdim=True)
-        return torch.where(sd > 0, (x - x.mean(dim=-1, keepdim=True)) / torch.where(sd > 0, sd, 1.0),
-                           torch.zeros_like(x))
+        return torch.where(
+            sd > 0, (x - x.mean(dim=-1, keepdim=True)) / torch.where(sd > 0, sd, 1.0), torch.zeros_like(x)
+        )
     return x
 
 
@@ -35,7 +36,7 @@ def fuse_lists(ids: np.ndarray, scores: np.ndarray, k: int, weights: np.ndarray,
     S = to_t(scores).double()
     V, Q, L = S.shape
     x = S[e.v, e.pair_q[e.group], e.pos]
-    seg = e.v * Q + e.pair_q[e.group]                        # one statistics segment per (list, query)
+    seg = e.v * Q + e.pair_q[e.group]  # one statistics segment per (list, query)
     f = e.first
     n = torch.zeros(V * Q, dtype=torch.float64).index_add_(0, seg[f], torch.ones_like(x[f]))
     if norm == "minmax":

@@ -11,11 +11,36 @@ are the torch backend's functions. On a machine without CUDA the kernels run und
 
 NATIVE = "torch"
 
-from ..torch import fuse_dense, fuse_lists, ldre_top_drops, ldre_weights, promote_first_accepted, rrf_lists, rrf_scores, uncertainty, xr_rerank  # noqa: E402,F401
+from ..torch import (  # noqa: E402,F401
+    fuse_dense,
+    fuse_lists,
+    ldre_top_drops,
+    ldre_weights,
+    promote_first_accepted,
+    rrf_lists,
+    rrf_scores,
+    uncertainty,
+    xr_rerank,
+)
 from .cosine import cosine_topk  # noqa: E402
 from .octopus import octopus_topk  # noqa: E402
 from .proxy import proxy_scores_topk  # noqa: E402
 from .weights import octopus_gap_sums, octopus_weights  # noqa: E402
 
-__all__ = ["NATIVE", "cosine_topk", "fuse_dense", "fuse_lists", "ldre_top_drops", "ldre_weights", "octopus_gap_sums", "octopus_topk", "octopus_weights",
-           "promote_first_accepted", "proxy_scores_topk", "rrf_lists", "rrf_scores", "uncertainty", "xr_rerank"]
+__all__ = [
+    "NATIVE",
+    "cosine_topk",
+    "fuse_dense",
+    "fuse_lists",
+    "ldre_top_drops",
+    "ldre_weights",
+    "octopus_gap_sums",
+    "octopus_topk",
+    "octopus_weights",
+    "promote_first_accepted",
+    "proxy_scores_topk",
+    "rrf_lists",
+    "rrf_scores",
+    "uncertainty",
+    "xr_rerank",
+]

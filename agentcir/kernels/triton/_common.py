@@ -59,8 +59,9 @@ def tile_products(X, rows, row_ok, G, cols, col_ok, D, BR: tl.constexpr, BN: tl.
         ds = d0 + tl.arange(0, BD)
         d_ok = ds < D
         x = tl.load(X + rows[:, None] * D + ds[None, :], mask=row_ok[:, None] & d_ok[None, :], other=0.0)
-        g = tl.load(G + cols.to(tl.int64)[:, None] * D + ds[None, :], mask=col_ok[:, None] & d_ok[None, :],
-                    other=0.0).to(tl.float32)
+        g = tl.load(
+            G + cols.to(tl.int64)[:, None] * D + ds[None, :], mask=col_ok[:, None] & d_ok[None, :], other=0.0
+        ).to(tl.float32)
         acc += tl.dot(x, tl.trans(g), input_precision="ieee")
     return acc
 
@@ -106,8 +107,9 @@ def merge(partial: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
     return decode(top)
 
 
-def topk_launch(Q: int, N: int, k: int, exclude: torch.Tensor | None, exclude_score: float | None,
-                device: torch.device) -> tuple[int, torch.Tensor, torch.Tensor, float, dict]:
+def topk_launch(
+    Q: int, N: int, k: int, exclude: torch.Tensor | None, exclude_score: float | None, device: torch.device
+) -> tuple[int, torch.Tensor, torch.Tensor, float, dict]:
     """What every top-k kernel launch shares: ``(n_tiles, part, excl, ex_value, meta)``.
 
     ``part`` is the ``[Q, n_tiles, KP]`` key buffer :func:`merge` reads; ``excl`` the int32

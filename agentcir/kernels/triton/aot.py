@@ -54,16 +54,28 @@ class CompileOnlyKernel:
     def __getitem__(self, grid):
         def launch(*args, **kwargs):
             k = self.fn.warmup(*args, grid=grid, **kwargs)
-            self.log.append({"kernel": self.name, "target": f"{k.metadata.target.backend}:{k.metadata.target.arch}",
-                             "constexprs": {n: v for n, v in kwargs.items()},
-                             "shared_bytes": int(k.metadata.shared), "num_warps": int(k.metadata.num_warps),
-                             "ptx_chars": len(k.asm["ptx"]), "cubin_bytes": len(k.asm["cubin"])})
+            self.log.append(
+                {
+                    "kernel": self.name,
+                    "target": f"{k.metadata.target.backend}:{k.metadata.target.arch}",
+                    "constexprs": {n: v for n, v in kwargs.items()},
+                    "shared_bytes": int(k.metadata.shared),
+                    "num_warps": int(k.metadata.num_warps),
+                    "ptx_chars": len(k.asm["ptx"]),
+                    "cubin_bytes": len(k.asm["cubin"]),
+                }
+            )
+
         return launch
 
 
 #: (module, kernel attribute) of every Triton kernel of the backend
-KERNELS = (("cosine", "_cosine_kernel"), ("proxy", "_proxy_kernel"), ("octopus", "_octopus_kernel"),
-           ("weights", "_gap_kernel"))
+KERNELS = (
+    ("cosine", "_cosine_kernel"),
+    ("proxy", "_proxy_kernel"),
+    ("octopus", "_octopus_kernel"),
+    ("weights", "_gap_kernel"),
+)
 KINDS = ("float32", "float16", "bfloat16")
 
 
@@ -149,11 +161,18 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     json.dump(res, sys.stdout, indent=1)
     print()
-    over = [(a, r["kernel"], r["constexprs"], r["shared_bytes"]) for a, v in res.items() for r in v["kernels"]
-            if v["shared_limit"] and r["shared_bytes"] > v["shared_limit"]]
+    over = [
+        (a, r["kernel"], r["constexprs"], r["shared_bytes"])
+        for a, v in res.items()
+        for r in v["kernels"]
+        if v["shared_limit"] and r["shared_bytes"] > v["shared_limit"]
+    ]
     for a, name, const, used in over:
-        print(f"error: {a} {name} {const} needs {used} bytes of shared memory, over the device's "
-              f"{res[a]['shared_limit']}", file=sys.stderr)
+        print(
+            f"error: {a} {name} {const} needs {used} bytes of shared memory, over the device's "
+            f"{res[a]['shared_limit']}",
+            file=sys.stderr,
+        )
     return 1 if over else 0
 
 

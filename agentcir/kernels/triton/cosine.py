@@ -8,15 +8,29 @@ import triton
 import triton.language as tl
 
 from .._inputs import Gallery
-from ._common import (MAX_DEVICE_K, exclusion_mask, merge, next_pow2, on_device, pack_keys,
-                      tile_products, topk_launch)
+from ._common import MAX_DEVICE_K, exclusion_mask, merge, next_pow2, on_device, pack_keys, tile_products, topk_launch
 
 BLOCK_Q, BLOCK_D = 16, 32
 
 
 @triton.jit
-def _cosine_kernel(X, G, excl, part, Q, N, D, ex_value, HAS_EXCL: tl.constexpr, M: tl.constexpr,
-                   MP: tl.constexpr, BQ: tl.constexpr, BN: tl.constexpr, BD: tl.constexpr, KP: tl.constexpr):
+def _cosine_kernel(
+    X,
+    G,
+    excl,
+    part,
+    Q,
+    N,
+    D,
+    ex_value,
+    HAS_EXCL: tl.constexpr,
+    M: tl.constexpr,
+    MP: tl.constexpr,
+    BQ: tl.constexpr,
+    BN: tl.constexpr,
+    BD: tl.constexpr,
+    KP: tl.constexpr,
+):
     pid_q = tl.program_id(0)
     pid_n = tl.program_id(1)
     rows = pid_q * BQ + tl.arange(0, BQ)
@@ -33,8 +47,9 @@ def _cosine_kernel(X, G, excl, part, Q, N, D, ex_value, HAS_EXCL: tl.constexpr, 
     tl.store(part + offs, top, mask=row_ok[:, None])
 
 
-def cosine_topk(queries: torch.Tensor, gallery: Gallery, k: int, exclude: torch.Tensor | None,
-                exclude_score: float | None):
+def cosine_topk(
+    queries: torch.Tensor, gallery: Gallery, k: int, exclude: torch.Tensor | None, exclude_score: float | None
+):
     """See :func:`agentcir.kernels.cosine_topk`."""
     gallery = on_device(gallery)
     if next_pow2(k) > MAX_DEVICE_K:
@@ -47,6 +62,7 @@ def cosine_topk(queries: torch.Tensor, gallery: Gallery, k: int, exclude: torch.
     Q, D = X.shape
     N = G.shape[0]
     n_tiles, part, excl, ex_value, meta = topk_launch(Q, N, k, exclude, exclude_score, dev)
-    _cosine_kernel[(triton.cdiv(Q, BLOCK_Q), n_tiles)](X, G, excl, part, Q, N, D, ex_value, BQ=BLOCK_Q, BD=BLOCK_D,
-                                                        **meta)
+    _cosine_kernel[(triton.cdiv(Q, BLOCK_Q), n_tiles)](
+        X, G, excl, part, Q, N, D, ex_value, BQ=BLOCK_Q, BD=BLOCK_D, **meta
+    )
     return merge(part, k)

@@ -9,17 +9,36 @@ import triton
 import triton.language as tl
 
 from .._inputs import Gallery
-from ._common import (MAX_DEVICE_K, exclusion_mask, merge, next_pow2, on_device, pack_keys,
-                      tile_products, topk_launch)
+from ._common import MAX_DEVICE_K, exclusion_mask, merge, next_pow2, on_device, pack_keys, tile_products, topk_launch
 from .weights import octopus_weights
 
 BLOCK_Q, BLOCK_D = 16, 32
 
 
 @triton.jit
-def _octopus_kernel(T, V, I, C, excl, part, ent, Q, N, D, lam, inv_tau, ex_value, HAS_V: tl.constexpr,
-                    HAS_EXCL: tl.constexpr, M: tl.constexpr, MP: tl.constexpr, BQ: tl.constexpr,
-                    BN: tl.constexpr, BD: tl.constexpr, KP: tl.constexpr):
+def _octopus_kernel(
+    T,
+    V,
+    I,
+    C,
+    excl,
+    part,
+    ent,
+    Q,
+    N,
+    D,
+    lam,
+    inv_tau,
+    ex_value,
+    HAS_V: tl.constexpr,
+    HAS_EXCL: tl.constexpr,
+    M: tl.constexpr,
+    MP: tl.constexpr,
+    BQ: tl.constexpr,
+    BN: tl.constexpr,
+    BD: tl.constexpr,
+    KP: tl.constexpr,
+):
     pid_q = tl.program_id(0)
     pid_n = tl.program_id(1)
     rows = pid_q * BQ + tl.arange(0, BQ)
@@ -66,15 +85,28 @@ def _merge_entropy(ent: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return torch.where(Z > 0, torch.log(Zs) - A / Zs, torch.zeros_like(Z)).float(), logz.float()
 
 
-def octopus_topk(reference, proxies, target, visual, images: Gallery, captions: Gallery | None, k: int,
-                 lam: float, tau: float, entropy_tau: float, exclude, exclude_score: float | None):
+def octopus_topk(
+    reference,
+    proxies,
+    target,
+    visual,
+    images: Gallery,
+    captions: Gallery | None,
+    k: int,
+    lam: float,
+    tau: float,
+    entropy_tau: float,
+    exclude,
+    exclude_score: float | None,
+):
     """See :func:`agentcir.kernels.octopus_topk`."""
     images, captions = on_device(images), on_device(captions)
     if next_pow2(k) > MAX_DEVICE_K:
         from ..torch.octopus import octopus_topk as torch_octopus
 
-        return torch_octopus(reference, proxies, target, visual, images, captions, k, lam, tau, entropy_tau,
-                             exclude, exclude_score)
+        return torch_octopus(
+            reference, proxies, target, visual, images, captions, k, lam, tau, entropy_tau, exclude, exclude_score
+        )
     from ..torch.weights import octopus_query
 
     I = images.data
@@ -89,7 +121,23 @@ def octopus_topk(reference, proxies, target, visual, images: Gallery, captions: 
     n_tiles, part, excl, ex_value, meta = topk_launch(Q, N, k, exclude, exclude_score, dev)
     ent = torch.empty((Q, n_tiles, 3), dtype=torch.float32, device=dev)
     _octopus_kernel[(triton.cdiv(Q, BLOCK_Q), n_tiles)](
-        t, v, I, C, excl, part, ent, Q, N, D, float(lam), 1.0 / entropy_tau, ex_value, HAS_V=visual is not None,
-        BQ=BLOCK_Q, BD=BLOCK_D, **meta)
+        t,
+        v,
+        I,
+        C,
+        excl,
+        part,
+        ent,
+        Q,
+        N,
+        D,
+        float(lam),
+        1.0 / entropy_tau,
+        ex_value,
+        HAS_V=visual is not None,
+        BQ=BLOCK_Q,
+        BD=BLOCK_D,
+        **meta,
+    )
     scores, ids = merge(part, k)
     return (scores, ids, w, *_merge_entropy(ent))

@@ -17,9 +17,25 @@ AGG_CODES = {"mean": 0, "max": 1, "logsumexp": 2}
 
 
 @triton.jit
-def _proxy_kernel(P, G, excl, part, K, N, D, ex_value, tau, AGG: tl.constexpr, HAS_EXCL: tl.constexpr,
-                  M: tl.constexpr, MP: tl.constexpr, BK: tl.constexpr, BN: tl.constexpr, BD: tl.constexpr,
-                  KP: tl.constexpr):
+def _proxy_kernel(
+    P,
+    G,
+    excl,
+    part,
+    K,
+    N,
+    D,
+    ex_value,
+    tau,
+    AGG: tl.constexpr,
+    HAS_EXCL: tl.constexpr,
+    M: tl.constexpr,
+    MP: tl.constexpr,
+    BK: tl.constexpr,
+    BN: tl.constexpr,
+    BD: tl.constexpr,
+    KP: tl.constexpr,
+):
     q = tl.program_id(0)
     pid_n = tl.program_id(1)
     ks = tl.arange(0, BK)
@@ -44,8 +60,16 @@ def _proxy_kernel(P, G, excl, part, K, N, D, ex_value, tau, AGG: tl.constexpr, H
     tl.store(part + (q * tl.num_programs(1) + pid_n) * KP + tl.arange(0, KP), top)
 
 
-def proxy_scores_topk(proxies: torch.Tensor, gallery: Gallery, k: int, agg: str, tau: float,
-                      reference: torch.Tensor | None, exclude: torch.Tensor | None, exclude_score: float | None):
+def proxy_scores_topk(
+    proxies: torch.Tensor,
+    gallery: Gallery,
+    k: int,
+    agg: str,
+    tau: float,
+    reference: torch.Tensor | None,
+    exclude: torch.Tensor | None,
+    exclude_score: float | None,
+):
     """See :func:`agentcir.kernels.proxy_scores_topk`."""
     gallery = on_device(gallery)
     G = gallery.data
@@ -63,6 +87,19 @@ def proxy_scores_topk(proxies: torch.Tensor, gallery: Gallery, k: int, agg: str,
     Q, K, D = P.shape
     N = G.shape[0]
     n_tiles, part, excl, ex_value, meta = topk_launch(Q, N, k, exclude, exclude_score, dev)
-    _proxy_kernel[(Q, n_tiles)](P, G, excl, part, K, N, D, ex_value, float(tau), AGG=AGG_CODES[agg],
-                                BK=max(16, next_pow2(K)), BD=BLOCK_D, **meta)
+    _proxy_kernel[(Q, n_tiles)](
+        P,
+        G,
+        excl,
+        part,
+        K,
+        N,
+        D,
+        ex_value,
+        float(tau),
+        AGG=AGG_CODES[agg],
+        BK=max(16, next_pow2(K)),
+        BD=BLOCK_D,
+        **meta,
+    )
     return merge(part, k)

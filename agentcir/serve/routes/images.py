@@ -46,14 +46,28 @@ def thumb_response(st: ServeState, key: str, src: Path, size: int, sizes=THUMB_S
     return FileResponse(hit, media_type="image/jpeg", headers={"cache-control": "private, max-age=3600"})
 
 
-THUMB_DOC = dict(response_class=Response, responses={200: {"content": {"image/jpeg": {}}}, 404: {"model": M.Error},
-                                                     415: {"model": M.Error}, 422: {"model": M.Error}})
+THUMB_DOC = dict(
+    response_class=Response,
+    responses={
+        200: {"content": {"image/jpeg": {}}},
+        404: {"model": M.Error},
+        415: {"model": M.Error},
+        422: {"model": M.Error},
+    },
+)
 
 
-@router.get("/image/{row}", summary="a gallery image, as stored", response_class=Response,
-            responses={200: {"content": {"image/*": {}}}, 404: {"model": M.Error}})
-def image(row: int, st: State,
-          download: Annotated[bool, Query(description="as a file to save (Content-Disposition: attachment)")] = False):
+@router.get(
+    "/image/{row}",
+    summary="a gallery image, as stored",
+    response_class=Response,
+    responses={200: {"content": {"image/*": {}}}, 404: {"model": M.Error}},
+)
+def image(
+    row: int,
+    st: State,
+    download: Annotated[bool, Query(description="as a file to save (Content-Disposition: attachment)")] = False,
+):
     p = lookup(st, row)
     if download:
         return FileResponse(p, filename=p.name, content_disposition_type="attachment")
@@ -66,8 +80,12 @@ BROWSER_SUFFIXES = {".jpg", ".jpeg", ".png", ".webp", ".gif", ".bmp", ".avif"}
 VIEW_SIZE = 2048
 
 
-@router.get("/view/{row}", summary="a gallery image as a browser can show it (the full photo)", response_class=Response,
-            responses={200: {"content": {"image/*": {}}}, 404: {"model": M.Error}, 415: {"model": M.Error}})
+@router.get(
+    "/view/{row}",
+    summary="a gallery image as a browser can show it (the full photo)",
+    response_class=Response,
+    responses={200: {"content": {"image/*": {}}}, 404: {"model": M.Error}, 415: {"model": M.Error}},
+)
 def view(row: int, st: State):
     """The stored file when browsers show its format, else a JPEG of it at most 2048 px (cached)."""
     p = lookup(st, row)

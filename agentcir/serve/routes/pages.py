@@ -14,13 +14,19 @@ log = logging.getLogger(__name__)
 STATIC = Path(__file__).resolve().parents[1] / "static"
 
 #: the page runs only its own files: no inline scripts, no other origins
-PAGE_HEADERS = {"content-security-policy": "default-src 'self'; img-src 'self' blob: data:; style-src 'self'; "
-                                           "script-src 'self'; object-src 'none'; base-uri 'none'; frame-ancestors 'none'",
-                "x-content-type-options": "nosniff", "referrer-policy": "no-referrer"}
+PAGE_HEADERS = {
+    "content-security-policy": "default-src 'self'; img-src 'self' blob: data:; style-src 'self'; "
+    "script-src 'self'; object-src 'none'; base-uri 'none'; frame-ancestors 'none'",
+    "x-content-type-options": "nosniff",
+    "referrer-policy": "no-referrer",
+}
 #: Swagger UI: its own files only; its widgets set inline styles
-DOCS_HEADERS = {**PAGE_HEADERS, "content-security-policy": "default-src 'self'; img-src 'self' data:; "
-                                                           "style-src 'self' 'unsafe-inline'; script-src 'self'; "
-                                                           "object-src 'none'; base-uri 'none'; frame-ancestors 'none'"}
+DOCS_HEADERS = {
+    **PAGE_HEADERS,
+    "content-security-policy": "default-src 'self'; img-src 'self' data:; "
+    "style-src 'self' 'unsafe-inline'; script-src 'self'; "
+    "object-src 'none'; base-uri 'none'; frame-ancestors 'none'",
+}
 
 router = APIRouter()
 
@@ -41,7 +47,10 @@ def mount(app) -> None:
     try:  # the Swagger UI 5 files (OpenAPI 3.1), bundled by fastapi-offline: /docs works offline
         import fastapi_offline
 
-        app.mount("/docs-assets", StaticFiles(directory=Path(fastapi_offline.__file__).with_name("static")),
-                  name="docs-assets")
+        app.mount(
+            "/docs-assets",
+            StaticFiles(directory=Path(fastapi_offline.__file__).with_name("static")),
+            name="docs-assets",
+        )
     except ImportError:  # pragma: no cover - part of the serve extra
         log.warning("fastapi-offline is not installed: /docs has no Swagger UI files (pip install 'agentcir[serve]')")

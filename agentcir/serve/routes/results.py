@@ -60,8 +60,9 @@ def hash_of(st: ServeState, row: int) -> Optional[int]:
     return h
 
 
-def group_hits(st: ServeState, rows: list[int], threshold: Optional[float] = None,
-               hash_distance: Optional[int] = None) -> tuple[list[list[int]], float, int]:
+def group_hits(
+    st: ServeState, rows: list[int], threshold: Optional[float] = None, hash_distance: Optional[int] = None
+) -> tuple[list[list[int]], float, int]:
     """(groups of positions into ``rows``, the threshold, the hash distance used)."""
     t = st.cfg.dup_threshold if threshold is None else threshold
     d = st.cfg.dup_hash_distance if hash_distance is None else hash_distance
@@ -78,8 +79,12 @@ def group_hits(st: ServeState, rows: list[int], threshold: Optional[float] = Non
     return groups, t, d
 
 
-@router.post("/api/groups", response_model=M.Groups, summary="near-duplicate groups of a result set",
-             responses={404: {"model": M.Error}, 422: {"model": M.Error}})
+@router.post(
+    "/api/groups",
+    response_model=M.Groups,
+    summary="near-duplicate groups of a result set",
+    responses={404: {"model": M.Error}, 422: {"model": M.Error}},
+)
 async def groups(req: M.GroupsRequest, st: State):
     """Group the hits (gallery rows, best first) that show one picture: image-embedding cosine
     at least ``threshold`` and perceptual hashes within ``hash_distance`` bits."""
@@ -87,11 +92,17 @@ async def groups(req: M.GroupsRequest, st: State):
     return M.Groups(groups=out, threshold=t, hash_distance=d)
 
 
-@router.post("/api/export", summary="a result set as CSV, JSON or a zip of the photos",
-             response_class=Response, responses={200: {"content": {"text/csv": {}, "application/json": {},
-                                                                    "application/zip": {}}},
-                                                 404: {"model": M.Error}, 413: {"model": M.Error},
-                                                 422: {"model": M.Error}})
+@router.post(
+    "/api/export",
+    summary="a result set as CSV, JSON or a zip of the photos",
+    response_class=Response,
+    responses={
+        200: {"content": {"text/csv": {}, "application/json": {}, "application/zip": {}}},
+        404: {"model": M.Error},
+        413: {"model": M.Error},
+        422: {"model": M.Error},
+    },
+)
 async def export(req: M.ExportRequest, st: State):
     """CSV (one row per hit: rank, id, path, score, verified, group, then its metadata), JSON
     (the same with the query and the hits whose file is missing) or a zip (``photos/`` in rank
@@ -102,11 +113,17 @@ async def export(req: M.ExportRequest, st: State):
         raise HTTPException(404, str(e)) from None
     name = "agentcir-results"
     if req.format == "csv":
-        return Response(X.to_csv(records), media_type="text/csv; charset=utf-8",
-                        headers={"content-disposition": f'attachment; filename="{name}.csv"'})
+        return Response(
+            X.to_csv(records),
+            media_type="text/csv; charset=utf-8",
+            headers={"content-disposition": f'attachment; filename="{name}.csv"'},
+        )
     if req.format == "json":
-        return Response(X.to_json(st, records, missing, req.query), media_type="application/json",
-                        headers={"content-disposition": f'attachment; filename="{name}.json"'})
+        return Response(
+            X.to_json(st, records, missing, req.query),
+            media_type="application/json",
+            headers={"content-disposition": f'attachment; filename="{name}.json"'},
+        )
     if not records:
         raise HTTPException(404, "none of these photos' files can be read: nothing to put in a zip")
     try:
@@ -116,13 +133,26 @@ async def export(req: M.ExportRequest, st: State):
     except OSError as e:
         err = storage_error(Path(tempfile.gettempdir()), e, "temporary folder")
         raise HTTPException(507 if isinstance(err, NoSpace) else 500, f"the zip cannot be written: {err}") from None
-    return FileResponse(path, media_type="application/zip", filename=f"{name}.zip",
-                        background=BackgroundTask(path.unlink, missing_ok=True))
+    return FileResponse(
+        path,
+        media_type="application/zip",
+        filename=f"{name}.zip",
+        background=BackgroundTask(path.unlink, missing_ok=True),
+    )
 
 
-@router.post("/api/album", response_model=M.Album, summary="copy a result set's photos into an album folder",
-             responses={400: {"model": M.Error}, 404: {"model": M.Error}, 422: {"model": M.Error},
-                        500: {"model": M.Error}, 507: {"model": M.Error}})
+@router.post(
+    "/api/album",
+    response_model=M.Album,
+    summary="copy a result set's photos into an album folder",
+    responses={
+        400: {"model": M.Error},
+        404: {"model": M.Error},
+        422: {"model": M.Error},
+        500: {"model": M.Error},
+        507: {"model": M.Error},
+    },
+)
 async def album(req: M.AlbumRequest, st: State):
     """Copy the photos into ``ALBUM_ROOT/name/`` (``--album-root``; off without it). Files already
     there with the same bytes are kept; another file of the same name gets a numbered suffix."""

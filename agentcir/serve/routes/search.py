@@ -27,16 +27,37 @@ def info(st: State):
     s, g, cfg = st.searcher, st.gallery, st.cfg
     m = s.method
     asking = st.ask_searcher or (None if st.ask is None else True)
-    return M.Info(gallery=str(g.root), size=len(g), dim=g.dim, method=s.method_name,
-                  encoder=s.recipe["encoder"]["name"], needs_reference=bool(getattr(m, "needs_reference", True)),
-                  answers_set=bool(getattr(m, "answers_set", False)), questions=bool(asking),
-                  with_metadata=st.with_metadata(),
-                  max_upload_mb=cfg.max_upload_mb, max_pixels=cfg.max_pixels, thumb_sizes=list(THUMB_SIZES),
-                  auth=bool(st.token), dup_threshold=cfg.dup_threshold, album=bool(cfg.album_root))
+    return M.Info(
+        gallery=str(g.root),
+        size=len(g),
+        dim=g.dim,
+        method=s.method_name,
+        encoder=s.recipe["encoder"]["name"],
+        needs_reference=bool(getattr(m, "needs_reference", True)),
+        answers_set=bool(getattr(m, "answers_set", False)),
+        questions=bool(asking),
+        with_metadata=st.with_metadata(),
+        max_upload_mb=cfg.max_upload_mb,
+        max_pixels=cfg.max_pixels,
+        thumb_sizes=list(THUMB_SIZES),
+        auth=bool(st.token),
+        dup_threshold=cfg.dup_threshold,
+        album=bool(cfg.album_root),
+    )
 
 
-def run_search(st: ServeState, s: Searcher, *, image_path, text: str, k: int, shown: str, upload: str | None,
-               ref_row: int | None, dup_threshold: float | None = -1.0):
+def run_search(
+    st: ServeState,
+    s: Searcher,
+    *,
+    image_path,
+    text: str,
+    k: int,
+    shown: str,
+    upload: str | None,
+    ref_row: int | None,
+    dup_threshold: float | None = -1.0,
+):
     """One search by ``s``, its progress shown; the trace's reference and visual proxy made servable;
     the hits grouped as near-duplicates at
     ``dup_threshold`` (negative: the server's default; None: not grouped)."""
@@ -56,8 +77,14 @@ def run_search(st: ServeState, s: Searcher, *, image_path, text: str, k: int, sh
     extra = out["trace"]["search"]
     if extra.get("reference"):
         extra["reference"].update(upload=upload, row=ref_row, path=shown)
-    vp = next((rec.get(key) for stage, key in PROXY_FIELDS
-               if isinstance(rec := out["trace"].get(stage) or {}, dict) and rec.get(key)), None)
+    vp = next(
+        (
+            rec.get(key)
+            for stage, key in PROXY_FIELDS
+            if isinstance(rec := out["trace"].get(stage) or {}, dict) and rec.get(key)
+        ),
+        None,
+    )
     if vp:
         row = s.row_of(vp)
         if row >= 0:
@@ -77,16 +104,29 @@ def run_search(st: ServeState, s: Searcher, *, image_path, text: str, k: int, sh
 PROXY_FIELDS = (("create", "visual_proxy"), ("imagine", "mental_image"), ("round0", "edited_image"))
 
 
-@router.post("/api/search", response_model=M.SearchResponse, summary="composed, image or text search",
-             responses={400: {"model": M.Error}, 404: {"model": M.Error}, 413: {"model": M.Error}, 422: {"model": M.Error}})
+@router.post(
+    "/api/search",
+    response_model=M.SearchResponse,
+    summary="composed, image or text search",
+    responses={400: {"model": M.Error}, 404: {"model": M.Error}, 413: {"model": M.Error}, 422: {"model": M.Error}},
+)
 async def search(
     st: State,
     image: Annotated[Optional[UploadFile], File(description="reference image (any format the gallery accepts)")] = None,
     text: Annotated[str, Form(max_length=2000, description="modification text, or a text query")] = "",
     k: Annotated[int, Form(ge=1, le=1000, description="results")] = 20,
-    reference_row: Annotated[Optional[int], Form(ge=0, description="a gallery row as the reference (refine by click)")] = None,
-    dup_threshold: Annotated[Optional[float], Form(ge=0, le=1, description="near-duplicate grouping: image-embedding "
-                                                   "cosine (0 = no grouping; default: the server's --dup-threshold)")] = None,
+    reference_row: Annotated[
+        Optional[int], Form(ge=0, description="a gallery row as the reference (refine by click)")
+    ] = None,
+    dup_threshold: Annotated[
+        Optional[float],
+        Form(
+            ge=0,
+            le=1,
+            description="near-duplicate grouping: image-embedding "
+            "cosine (0 = no grouping; default: the server's --dup-threshold)",
+        ),
+    ] = None,
 ):
     """Rank the gallery for a reference (an upload, or a gallery row) and/or a text. With a
     text and no reference, any method works: a composed method is replaced by text retrieval
@@ -104,13 +144,26 @@ async def search(
         raise HTTPException(422, f"dup_threshold: {dup_threshold} is not 0 (off) or a cosine between 0.5 and 1")
     if path is None and not text.strip():
         raise HTTPException(400, "a search needs a reference image, a text, or both")
-    return await asyncio.to_thread(run_search, st, st.searcher, image_path=path, text=text, k=k, shown=shown,
-                                   upload=upload, ref_row=reference_row,
-                                   dup_threshold=-1.0 if dup_threshold is None else dup_threshold)
+    return await asyncio.to_thread(
+        run_search,
+        st,
+        st.searcher,
+        image_path=path,
+        text=text,
+        k=k,
+        shown=shown,
+        upload=upload,
+        ref_row=reference_row,
+        dup_threshold=-1.0 if dup_threshold is None else dup_threshold,
+    )
 
 
-@router.post("/api/ask", response_model=M.SearchResponse, summary="a question about the photo history (ImageSeeker)",
-             responses={400: {"model": M.Error}, 404: {"model": M.Error}, 422: {"model": M.Error}})
+@router.post(
+    "/api/ask",
+    response_model=M.SearchResponse,
+    summary="a question about the photo history (ImageSeeker)",
+    responses={400: {"model": M.Error}, 404: {"model": M.Error}, 422: {"model": M.Error}},
+)
 async def ask_question(
     st: State,
     question: Annotated[str, Form(min_length=1, max_length=2000, description="e.g. 'photos from Paris in 2019'")],
@@ -121,8 +174,11 @@ async def ask_question(
     s = st.ask_searcher
     if s is None:
         if st.ask is None:
-            raise HTTPException(404, "this server answers no history questions (its method is not a set-answering "
-                                     "one, and question answering was turned off)")
+            raise HTTPException(
+                404,
+                "this server answers no history questions (its method is not a set-answering "
+                "one, and question answering was turned off)",
+            )
         if not st.ask_lock:
             st.ask_lock.append(asyncio.Lock())
         async with st.ask_lock[0]:
@@ -132,5 +188,6 @@ async def ask_question(
                 except AgentcirError as e:
                     raise HTTPException(400, f"cannot answer questions on this gallery: {plain(str(e))}") from None
             s = st.ask_searcher
-    return await asyncio.to_thread(run_search, st, s, image_path=None, text=question, k=1000, shown="", upload=None,
-                                   ref_row=None)
+    return await asyncio.to_thread(
+        run_search, st, s, image_path=None, text=question, k=1000, shown="", upload=None, ref_row=None
+    )

@@ -17,8 +17,17 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from agentcir.method_kit import (METHODS, InputError, Method, Stage, embed_texts, gallery_captions, rank,
-                                 reference_caption, run_task)
+from agentcir.method_kit import (
+    METHODS,
+    InputError,
+    Method,
+    Stage,
+    embed_texts,
+    gallery_captions,
+    rank,
+    reference_caption,
+    run_task,
+)
 
 from . import tasks  # noqa: F401  (registers the method's LLM tasks)
 
@@ -37,7 +46,8 @@ class RefineLoop(Method):
     requires: ClassVar[tuple[str, ...]] = ("encoder", "llm", "captioner")
     needs_captions: ClassVar[bool] = True  # the critique reads the candidates' captions
     needs: ClassVar[dict[str, tuple[str, ...]]] = {
-        "llm": ("task:refine_loop_plan", "task:refine_loop_critique", "task:summarize_captions")}
+        "llm": ("task:refine_loop_plan", "task:refine_loop_critique", "task:summarize_captions")
+    }
 
     @dataclass
     class Config:
@@ -50,7 +60,9 @@ class RefineLoop(Method):
         super().__init__(cfg, **deps)
         for name in ("top_k", "rounds", "inspect", "num_keyframes"):
             if getattr(self.cfg, name) < 1:
-                raise InputError(f"method 'refine_loop': field '{name}' must be at least 1, got {getattr(self.cfg, name)}")
+                raise InputError(
+                    f"method 'refine_loop': field '{name}' must be at least 1, got {getattr(self.cfg, name)}"
+                )
 
     def stages(self) -> list[Stage]:
         return [Stage("plan", self.plan), Stage("refine", self.refine), Stage("retrieve", self.retrieve)]
@@ -73,8 +85,14 @@ class RefineLoop(Method):
                 emb = await embed_texts(ctx, self.encoder, [description])
                 top = rank(ctx, state, emb, self.cfg.inspect, of=[q])
                 shown = [captions[r] for r in top.row(0)]
-                out = await run_task(ctx, self.llm, "refine_loop_critique", modification=q.text,
-                                     description=description, candidates=shown)
+                out = await run_task(
+                    ctx,
+                    self.llm,
+                    "refine_loop_critique",
+                    modification=q.text,
+                    description=description,
+                    candidates=shown,
+                )
                 rounds.append({"description": description, "shown": shown, "verdict": out["verdict"]})
                 if out["verdict"].strip().lower() == "accept" or not out["description"]:
                     break

@@ -10,9 +10,19 @@ from agentcir.method_kit import register_task
 from .replies import critique, plan
 
 PLAN = register_task(
-    "refine_loop_plan", ("reference_caption", "modification"), reply="json",
-    fields={"description": "str", "keep": "list[str]"}, prompt="refine_loop/plan", replier=plan)
+    "refine_loop_plan",
+    ("reference_caption", "modification"),
+    reply="json",
+    fields={"description": "str", "keep": "list[str]"},
+    prompt="refine_loop/plan",
+    replier=plan,
+)
 
 CRITIQUE = register_task(
-    "refine_loop_critique", ("modification", "description", "candidates"), reply="json",
-    fields={"verdict": "str", "description": "str"}, prompt="refine_loop/critique", replier=critique)
+    "refine_loop_critique",
+    ("modification", "description", "candidates"),
+    reply="json",
+    fields={"verdict": "str", "description": "str"},
+    prompt="refine_loop/critique",
+    replier=critique,
+)

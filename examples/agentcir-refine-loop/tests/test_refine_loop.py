@@ -12,8 +12,12 @@ from agentcir_refine_loop.replies import critique, plan
 
 def test_the_offline_replies():
     assert plan({"reference_caption": "a red shirt", "modification": "make it blue"})["description"] == "a blue shirt"
-    assert critique({"modification": "m", "description": "a blue shirt",
-                     "candidates": ["a blue shirt", "a red shirt"]})["verdict"] == "accept"
+    assert (
+        critique({"modification": "m", "description": "a blue shirt", "candidates": ["a blue shirt", "a red shirt"]})[
+            "verdict"
+        ]
+        == "accept"
+    )
     out = critique({"modification": "m", "description": "a blue shoe", "candidates": "- a blue dress - a blue shoe"})
     assert out == {"verdict": "revise", "description": "a blue shoe, shoe"}
 

@@ -23,8 +23,11 @@ def test_caption_names_colour_and_article(word_encoder, images):
 
 def test_unsure_attributes_are_left_out(word_encoder, images):
     # the word encoder knows nothing of patterns or genders: every term ties, so none is kept
-    tags = build(word_encoder, vocabularies=["colours", "patterns", "genders", "articles"],
-                 template="a photo of a {colours} {patterns} {genders} {articles}").tags(images["red_tshirt"])
+    tags = build(
+        word_encoder,
+        vocabularies=["colours", "patterns", "genders", "articles"],
+        template="a photo of a {colours} {patterns} {genders} {articles}",
+    ).tags(images["red_tshirt"])
     assert tags["patterns"] == [] and tags["genders"] == []
     assert tags["colours"][0][0] == "red" and tags["colours"][0][1] > 0.99
     # a per-attribute threshold removes a sure attribute too; the article falls back to "item"
@@ -45,14 +48,22 @@ def test_margin_and_max_values(word_encoder, images):
 
 
 def test_template_forms_and_fallback(word_encoder, images):
-    cap = build(word_encoder, vocabularies=["colours", "articles"], template="{articles} in {colours}",
-                forms={"t-shirt": "tee"}, fallback={})
+    cap = build(
+        word_encoder,
+        vocabularies=["colours", "articles"],
+        template="{articles} in {colours}",
+        forms={"t-shirt": "tee"},
+        fallback={},
+    )
     assert cap.caption(images["blue_tshirt"]) == "tee in blue"
 
 
 def test_gender_possessive_form_and_a_an(word_encoder):
-    cap = build(word_encoder, vocabularies=["colours", "patterns", "genders", "articles"],
-                template="a photo of a {colours} {patterns} {genders} {articles}")
+    cap = build(
+        word_encoder,
+        vocabularies=["colours", "patterns", "genders", "articles"],
+        template="a photo of a {colours} {patterns} {genders} {articles}",
+    )
     tags = {"colours": [("olive", 0.9)], "patterns": [], "genders": [("men", 0.8)], "articles": [("t-shirt", 0.9)]}
     assert cap.render(tags) == "a photo of an olive men's t-shirt"
     tags = {"colours": [], "patterns": [("solid", 0.9)], "genders": [("unisex", 0.8)], "articles": [("cap", 0.9)]}

@@ -8,8 +8,28 @@ from agentcir.registry import CAPTIONERS, ConfigError
 
 pytest.importorskip("transformers", reason="captioner 'transformers' needs the [hf] extra")
 
-WORDS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "a", "photo", "of", "the", "shirt", "red", "blue",
-         "dog", "cat", "on", "grass", "with", "and", "man", "."]
+WORDS = [
+    "[PAD]",
+    "[UNK]",
+    "[CLS]",
+    "[SEP]",
+    "[MASK]",
+    "a",
+    "photo",
+    "of",
+    "the",
+    "shirt",
+    "red",
+    "blue",
+    "dog",
+    "cat",
+    "on",
+    "grass",
+    "with",
+    "and",
+    "man",
+    ".",
+]
 
 pytestmark = pytest.mark.usefixtures("torch_one_thread")
 
@@ -21,15 +41,32 @@ def save_tiny_blip(folder, seed=0):
     folder.mkdir(parents=True, exist_ok=True)
     vocab = folder / "vocab-src.txt"
     vocab.write_text("\n".join(WORDS) + "\n")
-    processor = BlipProcessor(image_processor=BlipImageProcessor(size={"height": 32, "width": 32}),
-                              tokenizer=BertTokenizer(str(vocab)))
+    processor = BlipProcessor(
+        image_processor=BlipImageProcessor(size={"height": 32, "width": 32}), tokenizer=BertTokenizer(str(vocab))
+    )
     cfg = BlipConfig(
-        vision_config=dict(hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2,
-                           image_size=32, patch_size=8),
-        text_config=dict(vocab_size=len(WORDS), hidden_size=16, intermediate_size=32, num_hidden_layers=1,
-                         num_attention_heads=2, max_position_embeddings=64, bos_token_id=2, eos_token_id=3,
-                         pad_token_id=0, sep_token_id=3),
-        projection_dim=16)
+        vision_config=dict(
+            hidden_size=16,
+            intermediate_size=32,
+            num_hidden_layers=1,
+            num_attention_heads=2,
+            image_size=32,
+            patch_size=8,
+        ),
+        text_config=dict(
+            vocab_size=len(WORDS),
+            hidden_size=16,
+            intermediate_size=32,
+            num_hidden_layers=1,
+            num_attention_heads=2,
+            max_position_embeddings=64,
+            bos_token_id=2,
+            eos_token_id=3,
+            pad_token_id=0,
+            sep_token_id=3,
+        ),
+        projection_dim=16,
+    )
     torch.manual_seed(seed)
     BlipForConditionalGeneration(cfg).eval().save_pretrained(folder)
     processor.save_pretrained(folder)
@@ -54,8 +91,9 @@ def test_captions_with_a_tiny_blip(tiny_blip, images):
 def test_conditional_prefix_and_strip(tiny_blip, images):
     cap = CAPTIONERS.build("transformers", {"model": str(tiny_blip), "max_new_tokens": 4, "text": "a photo of"})
     assert cap.caption(images["red_tshirt"]).startswith("a photo of")
-    cap = CAPTIONERS.build("transformers", {"model": str(tiny_blip), "max_new_tokens": 4, "text": "a photo of",
-                                            "strip_text": True})
+    cap = CAPTIONERS.build(
+        "transformers", {"model": str(tiny_blip), "max_new_tokens": 4, "text": "a photo of", "strip_text": True}
+    )
     assert not cap.caption(images["red_tshirt"]).startswith("a photo of")
 
 

@@ -52,9 +52,11 @@ def test_vlm_caption_with_the_offline_rules_llm_says_it_cannot_see(images):
 @pytest.fixture
 def items_jsonl(tmp_path, images):
     f = tmp_path / "items.jsonl"
-    rows = [{"id": "red_tshirt", "path": str(images["red_tshirt"]), "caption": "a red tee"},
-            {"id": "dress7", "path": "img/yellow_dress.png", "caption": "a yellow dress"},
-            {"id": "nocap", "path": str(images["blue_tshirt"]), "caption": None}]
+    rows = [
+        {"id": "red_tshirt", "path": str(images["red_tshirt"]), "caption": "a red tee"},
+        {"id": "dress7", "path": "img/yellow_dress.png", "caption": "a yellow dress"},
+        {"id": "nocap", "path": str(images["blue_tshirt"]), "caption": None},
+    ]
     f.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
     return f
 
@@ -63,17 +65,19 @@ def test_dataset_lookup_by_path_relative_path_and_id(items_jsonl, images):
     cap = CAPTIONERS.build("dataset", {"path": str(items_jsonl)})
     assert cap.caption(images["red_tshirt"]) == "a red tee"
     assert cap.caption(images["yellow_dress"]) == "a yellow dress"  # relative path in the file
-    assert cap.caption("img/yellow_dress") == "a yellow dress"      # gallery id = relative path, no suffix
-    assert cap.caption("dress7") == "a yellow dress"                # by id
-    assert cap.lookup("elsewhere/red_tshirt.jpg") == "a red tee"    # by id = file stem
+    assert cap.caption("img/yellow_dress") == "a yellow dress"  # gallery id = relative path, no suffix
+    assert cap.caption("dress7") == "a yellow dress"  # by id
+    assert cap.lookup("elsewhere/red_tshirt.jpg") == "a red tee"  # by id = file stem
 
 
 def test_dataset_missing_caption_is_a_clear_error(items_jsonl, images):
     cap = CAPTIONERS.build("dataset", {"path": str(items_jsonl)})
     with pytest.raises(InputError) as e:
         cap.caption(images["blue_tshirt"])  # listed, but its caption is null
-    assert str(e.value) == (f"captioner 'dataset': no caption for image '{images['blue_tshirt']}' in "
-                            f"'{items_jsonl}' (looked up by path and by id 'blue_tshirt')")
+    assert str(e.value) == (
+        f"captioner 'dataset': no caption for image '{images['blue_tshirt']}' in "
+        f"'{items_jsonl}' (looked up by path and by id 'blue_tshirt')"
+    )
 
 
 def test_dataset_csv_with_another_caption_column(tmp_path):
@@ -97,5 +101,7 @@ def test_dataset_bad_inputs(tmp_path):
         CAPTIONERS.build("dataset", {"path": str(bad)}).caption("a")
     nocol = tmp_path / "nocol.csv"
     nocol.write_text("id,image,title\n1,a.jpg,hello\n")
-    with pytest.raises(InputError, match="has no column 'caption' \\(field 'caption_field'\\); its columns: id, image, title"):
+    with pytest.raises(
+        InputError, match="has no column 'caption' \\(field 'caption_field'\\); its columns: id, image, title"
+    ):
         CAPTIONERS.build("dataset", {"path": str(nocol)}).caption("1")

@@ -9,13 +9,16 @@ from agentcir.framework.errors import InputError
 from agentcir.registry import DETECTORS, ConfigError
 
 
-@pytest.mark.parametrize("reply,expected", [
-    ('{"objects": ["red shirt", "Dog", "the wooden table"]}', ["red shirt", "dog", "wooden table"]),
-    ('Sure! ```json\n{"objects": ["cat", "sofa"]}\n``` Hope this helps.', ["cat", "sofa"]),
-    ("Here you go: {'objects': ['cat', 'a sofa', 'cat']}", ["cat", "sofa"]),
-    ('["shoe", "sock"]', ["shoe", "sock"]),
-    ('{"objects": []}', []),
-])
+@pytest.mark.parametrize(
+    "reply,expected",
+    [
+        ('{"objects": ["red shirt", "Dog", "the wooden table"]}', ["red shirt", "dog", "wooden table"]),
+        ('Sure! ```json\n{"objects": ["cat", "sofa"]}\n``` Hope this helps.', ["cat", "sofa"]),
+        ("Here you go: {'objects': ['cat', 'a sofa', 'cat']}", ["cat", "sofa"]),
+        ('["shoe", "sock"]', ["shoe", "sock"]),
+        ('{"objects": []}', []),
+    ],
+)
 def test_vlm_detector_reads_the_reply(scripted, images, reply, expected):
     det = DETECTORS.build("vlm", {}, llm=scripted([reply]))
     assert [d["label"] for d in det.detect(images["red_tshirt"])] == expected
@@ -35,8 +38,10 @@ def test_normalize_labels():
 def test_vlm_detector_lists_objects(scripted, images):
     llm = scripted(['{"objects": ["t-shirt", "hanger", "wall"]}'])
     det = DETECTORS.build("vlm", {"max_objects": 2}, llm=llm)
-    assert det.detect(images["red_tshirt"]) == [{"label": "t-shirt", "score": 1.0, "box": None},
-                                                {"label": "hanger", "score": 1.0, "box": None}]
+    assert det.detect(images["red_tshirt"]) == [
+        {"label": "t-shirt", "score": 1.0, "box": None},
+        {"label": "hanger", "score": 1.0, "box": None},
+    ]
     call = llm.calls[0]
     assert call["images"] == [str(images["red_tshirt"])] and call["json_mode"] is True
     assert '{"objects": ["<object>", "<object>"]}' in call["text"]  # recipes/prompts/tasks/list_objects.txt
@@ -54,8 +59,11 @@ def test_grid_boxes():
 def test_crop_tagger_finds_objects_and_where_they_are(word_encoder, images):
     # left half red (-> "apple" for the word encoder), right half yellow (-> "banana"); the
     # whole image averages to orange (-> "orange")
-    det = DETECTORS.build("crop_tagger", {"vocabularies": ["objects"], "grids": [1, 2], "overlap": 0.0,
-                                          "min_score": 0.0}, encoder=word_encoder)
+    det = DETECTORS.build(
+        "crop_tagger",
+        {"vocabularies": ["objects"], "grids": [1, 2], "overlap": 0.0, "min_score": 0.0},
+        encoder=word_encoder,
+    )
     found = {d["label"]: d for d in det.detect(images["red_yellow"])}
     assert word_encoder.image_calls == 5  # the whole image and 4 crops, in one batch
     assert set(found) == {"apple", "banana", "orange"}
@@ -64,18 +72,23 @@ def test_crop_tagger_finds_objects_and_where_they_are(word_encoder, images):
     # scores are probability x crop area fraction: the whole image first, its halves' quarter-crops after
     assert found["orange"]["score"] > 0.9 and 0.2 < found["apple"]["score"] < 0.3
     assert [d["label"] for d in det.detect(images["red_yellow"])][0] == "orange"
-    unweighted = DETECTORS.build("crop_tagger", {"vocabularies": ["objects"], "grids": [1, 2], "overlap": 0.0,
-                                                 "area_power": 0.0}, encoder=word_encoder)
+    unweighted = DETECTORS.build(
+        "crop_tagger",
+        {"vocabularies": ["objects"], "grids": [1, 2], "overlap": 0.0, "area_power": 0.0},
+        encoder=word_encoder,
+    )
     assert all(d["score"] > 0.9 for d in unweighted.detect(images["red_yellow"]))
     # the default min_score (0.5) drops the quarter-crop votes (score ~0.25): only the whole image is left
-    default = DETECTORS.build("crop_tagger", {"vocabularies": ["objects"], "grids": [1, 2], "overlap": 0.0},
-                              encoder=word_encoder)
+    default = DETECTORS.build(
+        "crop_tagger", {"vocabularies": ["objects"], "grids": [1, 2], "overlap": 0.0}, encoder=word_encoder
+    )
     assert [d["label"] for d in default.detect(images["red_yellow"])] == ["orange"]
 
 
 def test_crop_tagger_thresholds_and_limits(word_encoder, images):
-    det = DETECTORS.build("crop_tagger", {"vocabularies": ["objects"], "grids": [1, 2], "max_objects": 1},
-                          encoder=word_encoder)
+    det = DETECTORS.build(
+        "crop_tagger", {"vocabularies": ["objects"], "grids": [1, 2], "max_objects": 1}, encoder=word_encoder
+    )
     assert len(det.detect(images["red_yellow"])) == 1
     # a high temperature flattens the probabilities below min_prob: nothing is sure enough
     det = DETECTORS.build("crop_tagger", {"vocabularies": ["objects"], "temperature": 5.0}, encoder=word_encoder)

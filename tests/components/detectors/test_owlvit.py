@@ -14,7 +14,13 @@ pytestmark = pytest.mark.usefixtures("torch_one_thread")
 
 def save_tiny_owlvit(folder, seed=0):
     import torch
-    from transformers import CLIPTokenizer, OwlViTConfig, OwlViTForObjectDetection, OwlViTImageProcessor, OwlViTProcessor
+    from transformers import (
+        CLIPTokenizer,
+        OwlViTConfig,
+        OwlViTForObjectDetection,
+        OwlViTImageProcessor,
+        OwlViTProcessor,
+    )
 
     folder.mkdir(parents=True, exist_ok=True)
     vocab = {"!": 0, "<|startoftext|>": 1, "<|endoftext|>": 2}  # OWL-ViT masks queries whose first id is 0
@@ -24,14 +30,32 @@ def save_tiny_owlvit(folder, seed=0):
     (folder / "v.json").write_text(json.dumps(vocab))
     (folder / "m.txt").write_text("#version: 0.2\n")
     tok = CLIPTokenizer(str(folder / "v.json"), str(folder / "m.txt"), model_max_length=24)
-    proc = OwlViTProcessor(image_processor=OwlViTImageProcessor(size={"height": 32, "width": 32},
-                                                                crop_size={"height": 32, "width": 32}), tokenizer=tok)
+    proc = OwlViTProcessor(
+        image_processor=OwlViTImageProcessor(size={"height": 32, "width": 32}, crop_size={"height": 32, "width": 32}),
+        tokenizer=tok,
+    )
     cfg = OwlViTConfig(
-        text_config=dict(vocab_size=len(vocab), hidden_size=16, intermediate_size=32, num_hidden_layers=1,
-                         num_attention_heads=2, max_position_embeddings=24, bos_token_id=1, eos_token_id=2, pad_token_id=2),
-        vision_config=dict(hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2,
-                           image_size=32, patch_size=8),
-        projection_dim=16)
+        text_config=dict(
+            vocab_size=len(vocab),
+            hidden_size=16,
+            intermediate_size=32,
+            num_hidden_layers=1,
+            num_attention_heads=2,
+            max_position_embeddings=24,
+            bos_token_id=1,
+            eos_token_id=2,
+            pad_token_id=2,
+        ),
+        vision_config=dict(
+            hidden_size=16,
+            intermediate_size=32,
+            num_hidden_layers=1,
+            num_attention_heads=2,
+            image_size=32,
+            patch_size=8,
+        ),
+        projection_dim=16,
+    )
     torch.manual_seed(seed)
     OwlViTForObjectDetection(cfg).eval().save_pretrained(folder)
     proc.save_pretrained(folder)
@@ -46,8 +70,16 @@ def tiny_owl(tmp_path_factory):
 
 
 def test_detects_with_explicit_labels(tiny_owl, images):
-    det = DETECTORS.build("owlvit", {"model": str(tiny_owl), "labels": ["dog", "cat", "shirt"], "threshold": 0.0,
-                                     "best_per_label": False, "max_objects": 0})
+    det = DETECTORS.build(
+        "owlvit",
+        {
+            "model": str(tiny_owl),
+            "labels": ["dog", "cat", "shirt"],
+            "threshold": 0.0,
+            "best_per_label": False,
+            "max_objects": 0,
+        },
+    )
     dets = det.detect(images["red_yellow"])
     assert len(dets) == 16  # every box of the 4x4 patch grid passes threshold 0
     assert {d["label"] for d in dets} <= {"dog", "cat", "shirt"}
@@ -64,8 +96,16 @@ def test_detects_with_explicit_labels(tiny_owl, images):
 
 
 def test_vocabulary_labels_and_identity(tiny_owl, images, tmp_path):
-    det = DETECTORS.build("owlvit", {"model": str(tiny_owl), "vocabularies": ["colours"], "threshold": 0.0, "best_per_label": False,
-                                     "max_objects": 3})
+    det = DETECTORS.build(
+        "owlvit",
+        {
+            "model": str(tiny_owl),
+            "vocabularies": ["colours"],
+            "threshold": 0.0,
+            "best_per_label": False,
+            "max_objects": 3,
+        },
+    )
     assert len(det.labels) > 40 and "navy blue" in det.labels
     dets = det.detect(images["red_tshirt"])
     assert len(dets) == 3 and all(d["label"] in det.labels for d in dets)

@@ -34,11 +34,22 @@ def test_openai_edits_uploads_the_image_and_saves_the_reply(images, tmp_path):
     from agentcir.testing.server import ScriptedServer, Step, error_body, image_edit_reply, multipart_fields
 
     with ScriptedServer() as srv:
-        srv.script("/images/edits", [Step(status=503, json=error_body("busy"), headers={"Retry-After": "0"}),
-                                     image_edit_reply()])
-        ed = EDITORS.build("openai_edits", {"base_url": srv.base_url, "model": "edit-1", "api_key": "k",
-                                            "size": "", "extra": {"input_fidelity": "high"},
-                                            "output_dir": str(tmp_path / "ed"), "backoff": 0.0})
+        srv.script(
+            "/images/edits",
+            [Step(status=503, json=error_body("busy"), headers={"Retry-After": "0"}), image_edit_reply()],
+        )
+        ed = EDITORS.build(
+            "openai_edits",
+            {
+                "base_url": srv.base_url,
+                "model": "edit-1",
+                "api_key": "k",
+                "size": "",
+                "extra": {"input_fidelity": "high"},
+                "output_dir": str(tmp_path / "ed"),
+                "backoff": 0.0,
+            },
+        )
         out = ed.edit(images["red_yellow"], "mirror it")
         sent = srv.requests_to("/images/edits")
         assert len(sent) == 2  # the 503 was retried
@@ -51,7 +62,9 @@ def test_openai_edits_uploads_the_image_and_saves_the_reply(images, tmp_path):
             assert not np.array_equal(a, b) and np.array_equal(b[:, ::-1], a)
         assert out.parent == (tmp_path / "ed").resolve()
         srv.script("/images/edits", Step(status=400, json=error_body("bad prompt", "invalid_request_error")))
-        with pytest.raises(Exception, match=r"editor 'openai_edits': POST .*/images/edits failed with HTTP 400: bad prompt"):
+        with pytest.raises(
+            Exception, match=r"editor 'openai_edits': POST .*/images/edits failed with HTTP 400: bad prompt"
+        ):
             ed.edit(images["red_tshirt"], "again")
         with pytest.raises(InputError, match="non-empty text"):
             ed.edit(images["red_tshirt"], " ")
@@ -98,7 +111,6 @@ def test_recipe_group_and_plan_counting(tmp_path):
     assert OPS["editor"] == ("edit",)
 
 
-
 def save_tiny_pix2pix(folder, seed=0):
     import torch
     from diffusers import AutoencoderKL, DDIMScheduler, StableDiffusionInstructPix2PixPipeline, UNet2DConditionModel
@@ -113,19 +125,52 @@ def save_tiny_pix2pix(folder, seed=0):
     (folder / "m.txt").write_text("#version: 0.2\n")
     tok = CLIPTokenizer(str(folder / "v.json"), str(folder / "m.txt"), model_max_length=16)
     torch.manual_seed(seed)
-    text = CLIPTextModel(CLIPTextConfig(vocab_size=len(vocab), hidden_size=16, intermediate_size=32, num_hidden_layers=1,
-                                        num_attention_heads=2, max_position_embeddings=16, bos_token_id=1,
-                                        eos_token_id=2, pad_token_id=2, projection_dim=16))
-    unet = UNet2DConditionModel(block_out_channels=(8, 16), layers_per_block=1, sample_size=8, in_channels=8,
-                                out_channels=4, down_block_types=("DownBlock2D", "CrossAttnDownBlock2D"),
-                                up_block_types=("CrossAttnUpBlock2D", "UpBlock2D"), cross_attention_dim=16,
-                                norm_num_groups=4, attention_head_dim=2)
-    vae = AutoencoderKL(block_out_channels=(8,), in_channels=3, out_channels=3, down_block_types=("DownEncoderBlock2D",),
-                        up_block_types=("UpDecoderBlock2D",), latent_channels=4, norm_num_groups=4, sample_size=16)
-    pipe = StableDiffusionInstructPix2PixPipeline(vae=vae, text_encoder=text, tokenizer=tok, unet=unet,
-                                                  scheduler=DDIMScheduler(steps_offset=1, clip_sample=False),
-                                                  safety_checker=None, feature_extractor=None,
-                                                  requires_safety_checker=False)
+    text = CLIPTextModel(
+        CLIPTextConfig(
+            vocab_size=len(vocab),
+            hidden_size=16,
+            intermediate_size=32,
+            num_hidden_layers=1,
+            num_attention_heads=2,
+            max_position_embeddings=16,
+            bos_token_id=1,
+            eos_token_id=2,
+            pad_token_id=2,
+            projection_dim=16,
+        )
+    )
+    unet = UNet2DConditionModel(
+        block_out_channels=(8, 16),
+        layers_per_block=1,
+        sample_size=8,
+        in_channels=8,
+        out_channels=4,
+        down_block_types=("DownBlock2D", "CrossAttnDownBlock2D"),
+        up_block_types=("CrossAttnUpBlock2D", "UpBlock2D"),
+        cross_attention_dim=16,
+        norm_num_groups=4,
+        attention_head_dim=2,
+    )
+    vae = AutoencoderKL(
+        block_out_channels=(8,),
+        in_channels=3,
+        out_channels=3,
+        down_block_types=("DownEncoderBlock2D",),
+        up_block_types=("UpDecoderBlock2D",),
+        latent_channels=4,
+        norm_num_groups=4,
+        sample_size=16,
+    )
+    pipe = StableDiffusionInstructPix2PixPipeline(
+        vae=vae,
+        text_encoder=text,
+        tokenizer=tok,
+        unet=unet,
+        scheduler=DDIMScheduler(steps_offset=1, clip_sample=False),
+        safety_checker=None,
+        feature_extractor=None,
+        requires_safety_checker=False,
+    )
     pipe.save_pretrained(folder)
     (folder / "v.json").unlink()
     (folder / "m.txt").unlink()
@@ -136,8 +181,14 @@ def save_tiny_pix2pix(folder, seed=0):
 def test_diffusers_edits_with_a_tiny_instruct_pix2pix(images, tmp_path):
     pytest.importorskip("diffusers", reason="editor 'diffusers' needs the [diffusion] extra")
     model = save_tiny_pix2pix(tmp_path / "p2p")
-    cfg = {"model": str(model), "steps": 2, "height": 16, "width": 16, "device": "cpu",
-           "output_dir": str(tmp_path / "ed")}
+    cfg = {
+        "model": str(model),
+        "steps": 2,
+        "height": 16,
+        "width": 16,
+        "device": "cpu",
+        "output_dir": str(tmp_path / "ed"),
+    }
     ed = EDITORS.build("diffusers", cfg)
     a = ed.edit(images["red_tshirt"], "make it blue")
     with Image.open(a) as im:

@@ -28,8 +28,14 @@ def demo_photos() -> list[Path]:
     return sorted((DEMO / "images").glob("*.jpg"))
 
 
-COLOURS = {"Red": (200, 30, 30), "Blue": (30, 60, 200), "Green": (30, 160, 60), "Yellow": (230, 210, 40),
-           "Black": (15, 15, 15), "White": (245, 245, 245)}
+COLOURS = {
+    "Red": (200, 30, 30),
+    "Blue": (30, 60, 200),
+    "Green": (30, 160, 60),
+    "Yellow": (230, 210, 40),
+    "Black": (15, 15, 15),
+    "White": (245, 245, 245),
+}
 TYPES = ("Tshirts", "Watches", "Shoes")
 
 
@@ -44,7 +50,7 @@ def make_catalog(root: Path, n: int = 18, *, val: int = 4, size: int = 40) -> Pa
     while len(vals) < val or len(trains) < n - val:
         i += 1
         (vals if split_of(str(i)) == "val" else trains).append(str(i))
-    ids = trains[:n - val] + vals[:val]
+    ids = trains[: n - val] + vals[:val]
     (root / "images").mkdir(parents=True, exist_ok=True)
     rows = []
     rng = np.random.default_rng(0)
@@ -55,11 +61,21 @@ def make_catalog(root: Path, n: int = 18, *, val: int = 4, size: int = 40) -> Pa
         d = ImageDraw.Draw(im)
         box = [int(v) for v in rng.integers(2, 10, 2)] + [size - int(v) for v in rng.integers(2, 10, 2)]
         (d.rectangle if kind == "Tshirts" else d.ellipse if kind == "Watches" else d.polygon)(
-            box if kind != "Shoes" else [(box[0], box[3]), (box[2], box[3]), (box[2], box[1])], fill=COLOURS[colour])
+            box if kind != "Shoes" else [(box[0], box[3]), (box[2], box[3]), (box[2], box[1])], fill=COLOURS[colour]
+        )
         im.save(root / "images" / f"{pid}.jpg")
-        rows.append({"id": pid, "gender": "Men" if k % 2 else "Women", "articleType": kind, "baseColour": colour,
-                     "usage": "Casual", "subCategory": "Topwear", "season": "Fall",
-                     "productDisplayName": f"Brand{k} {colour} {kind}"})
+        rows.append(
+            {
+                "id": pid,
+                "gender": "Men" if k % 2 else "Women",
+                "articleType": kind,
+                "baseColour": colour,
+                "usage": "Casual",
+                "subCategory": "Topwear",
+                "season": "Fall",
+                "productDisplayName": f"Brand{k} {colour} {kind}",
+            }
+        )
     with open(root / "products.csv", "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=list(rows[0]))
         w.writeheader()
@@ -88,16 +104,34 @@ def make_hf_model(root: Path, kind: str = "clip", seed: int = 0) -> Path:
     tok.normalizer = normalizers.Lowercase()
     tok.pre_tokenizer = pre_tokenizers.Whitespace()
     tok.post_processor = processors.TemplateProcessing(single="<s> $A </s>", special_tokens=[("<s>", 2), ("</s>", 3)])
-    fast = tr.PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<s>", eos_token="</s>", pad_token="[PAD]",
-                                      unk_token="[UNK]")
-    text = dict(vocab_size=len(WORDS), hidden_size=32, intermediate_size=37, num_hidden_layers=2, num_attention_heads=2,
-                max_position_embeddings=16, pad_token_id=0, bos_token_id=2, eos_token_id=3)
-    vision = dict(image_size=32, patch_size=8, hidden_size=32, intermediate_size=37, num_hidden_layers=2, num_attention_heads=2)
+    fast = tr.PreTrainedTokenizerFast(
+        tokenizer_object=tok, bos_token="<s>", eos_token="</s>", pad_token="[PAD]", unk_token="[UNK]"
+    )
+    text = dict(
+        vocab_size=len(WORDS),
+        hidden_size=32,
+        intermediate_size=37,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        max_position_embeddings=16,
+        pad_token_id=0,
+        bos_token_id=2,
+        eos_token_id=3,
+    )
+    vision = dict(
+        image_size=32, patch_size=8, hidden_size=32, intermediate_size=37, num_hidden_layers=2, num_attention_heads=2
+    )
     torch.manual_seed(seed)
     if kind == "clip":
         model = tr.CLIPModel(tr.CLIPConfig(text_config=text, vision_config=vision, projection_dim=16))
-        pre = {"size": {"shortest_edge": 32}, "crop_size": {"height": 32, "width": 32}, "do_center_crop": True,
-               "resample": 3, "image_mean": CLIP_MEAN, "image_std": CLIP_STD}
+        pre = {
+            "size": {"shortest_edge": 32},
+            "crop_size": {"height": 32, "width": 32},
+            "do_center_crop": True,
+            "resample": 3,
+            "image_mean": CLIP_MEAN,
+            "image_std": CLIP_STD,
+        }
     else:
         model = tr.SiglipModel(tr.SiglipConfig(text_config=text, vision_config=vision))
         pre = {"size": {"height": 32, "width": 32}, "resample": 3, "image_mean": [0.5] * 3, "image_std": [0.5] * 3}

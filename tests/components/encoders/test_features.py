@@ -34,8 +34,13 @@ def test_octopus_preload_layout(release):
     enc = ENCODERS.build("features", {"path": str(release / "preload"), "arch": "ViT-B/32"})
     assert set(enc.tables) == {"img_features", "ref_img_features", "gen_img_features"} and enc.dim == 8
     raw = pickle.load(open(release / "preload/img_features/ViT-B/32_webvidcovr_test.pkl", "rb"))
-    got = enc.encode_images([feature_ref("img_features", "2/21"), feature_ref("ref_img_features", "1/10"),
-                             feature_ref("gen_img_features", "@2")])
+    got = enc.encode_images(
+        [
+            feature_ref("img_features", "2/21"),
+            feature_ref("ref_img_features", "1/10"),
+            feature_ref("gen_img_features", "@2"),
+        ]
+    )
     np.testing.assert_allclose(got[0], unit(raw["index_features"][1].float().numpy()), rtol=1e-6)
     gen = pickle.load(open(release / "preload/gen_img_features/ViT-B/32_webvidcovr_test.pkl", "rb"))
     np.testing.assert_allclose(got[2], unit(gen["gen_tar_features"][2].float().numpy()), rtol=1e-6)
@@ -47,19 +52,26 @@ def test_octopus_preload_layout(release):
         enc.encode_images([feature_ref("gen_img_features", "1/10")])
     # a plain path is looked up by its tail in img_features; unknown ids are skipped and reported
     skipped = []
-    out = enc.encode_images(["/data/videos/2/20.mp4", feature_ref("img_features", "9/99"), "/x/3.jpg",
-                             feature_ref("nope", "1")], skipped=skipped)
+    out = enc.encode_images(
+        ["/data/videos/2/20.mp4", feature_ref("img_features", "9/99"), "/x/3.jpg", feature_ref("nope", "1")],
+        skipped=skipped,
+    )
     assert out.shape == (1, 8) and [s.index for s in skipped] == [1, 2, 3]
-    assert "no precomputed feature for id '9/99'" in skipped[0].reason and "no feature table 'nope'" in skipped[2].reason
+    assert (
+        "no precomputed feature for id '9/99'" in skipped[0].reason and "no feature table 'nope'" in skipped[2].reason
+    )
 
 
 def test_identity_is_the_files_content_and_arch(release, tmp_path):
     b32 = ENCODERS.build("features", {"path": str(release / "preload"), "arch": "ViT-B/32"})
     l14 = ENCODERS.build("features", {"path": str(release / "preload"), "arch": "ViT-L/14"})
     assert b32.identity != l14.identity
-    assert not np.allclose(b32.encode_images([feature_ref("img_features", "2/20")]),
-                           l14.encode_images([feature_ref("img_features", "2/20")]))
+    assert not np.allclose(
+        b32.encode_images([feature_ref("img_features", "2/20")]),
+        l14.encode_images([feature_ref("img_features", "2/20")]),
+    )
     import shutil
+
     copy = shutil.copytree(release, tmp_path / "copy")
     assert ENCODERS.build("features", {"path": str(copy / "preload"), "arch": "ViT-B/32"}).identity == b32.identity
     other = make_release(tmp_path / "other", ROWS, seed=1)
@@ -74,8 +86,9 @@ def test_gallery_is_built_and_reopened_like_any_encoder(release, tmp_path):
     np.testing.assert_allclose(g.image_emb, enc.encode_images([it.path for it in items[:3]]))
     assert Gallery.open(tmp_path / "g", encoder=enc).ids == g.ids
     with pytest.raises(InputError, match="was indexed with encoder 'features'"):
-        Gallery.open(tmp_path / "g", encoder=ENCODERS.build("features", {"path": str(release / "preload"),
-                                                                            "arch": "ViT-L/14"}))
+        Gallery.open(
+            tmp_path / "g", encoder=ENCODERS.build("features", {"path": str(release / "preload"), "arch": "ViT-L/14"})
+        )
 
 
 def test_npy_and_parquet_layouts(tmp_path):
@@ -143,8 +156,12 @@ def test_texts_go_to_the_named_encoder(tmp_path):
     (tmp_path / "g.ids.txt").write_text("a\nb\nc\n")
     enc = ENCODERS.build("features", {"path": str(tmp_path / "g.npy"), "text": {"name": "hf_clip", "path": str(model)}})
     direct = ENCODERS.build("hf_clip", {"path": str(model)})
-    np.testing.assert_allclose(enc.encode_texts(["a red shirt", "blue watch"]),
-                               direct.encode_texts(["a red shirt", "blue watch"]), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(
+        enc.encode_texts(["a red shirt", "blue watch"]),
+        direct.encode_texts(["a red shirt", "blue watch"]),
+        rtol=1e-5,
+        atol=1e-6,
+    )
     assert enc.identity != ENCODERS.build("features", {"path": str(tmp_path / "g.npy")}).identity
     np.save(tmp_path / "h.npy", np.eye(8, dtype=np.float32)[:3])
     (tmp_path / "h.ids.txt").write_text("a\nb\nc\n")
@@ -158,4 +175,4 @@ def test_unnormalised_features_are_the_stored_rows(release):
     raw = pickle.load(open(release / "preload/img_features/ViT-B/32_webvidcovr_test.pkl", "rb"))
     got = enc.encode_images([feature_ref("img_features", "2/21")], normalize=False)
     np.testing.assert_allclose(got[0], raw["index_features"][1].float().numpy(), rtol=1e-6)
-    assert abs(float(np.linalg.norm(got[0])) - 1.0) > 1e-3   # the stored rows are not unit vectors
+    assert abs(float(np.linalg.norm(got[0])) - 1.0) > 1e-3  # the stored rows are not unit vectors

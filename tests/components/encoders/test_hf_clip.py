@@ -50,8 +50,9 @@ def _clip_processor(folder):
     import transformers as tr
 
     images = getattr(tr, "CLIPImageProcessorPil", None) or tr.CLIPImageProcessor
-    return tr.CLIPProcessor(image_processor=images.from_pretrained(str(folder)),
-                            tokenizer=tr.AutoTokenizer.from_pretrained(str(folder)))
+    return tr.CLIPProcessor(
+        image_processor=images.from_pretrained(str(folder)), tokenizer=tr.AutoTokenizer.from_pretrained(str(folder))
+    )
 
 
 def _photos():

@@ -16,8 +16,13 @@ from .conftest import make_hf_model
 pytest.importorskip("onnxruntime", reason="needs the onnx extra: pip install 'agentcir[onnx]'")
 pytest.importorskip("onnx", reason="needs the onnx extra: pip install 'agentcir[onnx]'")
 
-TEXTS = ["a navy blue shirt for men", "Puma Men Graffiti Navy Blue Polo Tshirt", "x", "Ünïcödé café, 100% cotton!",
-         "a very long product description " * 80]
+TEXTS = [
+    "a navy blue shirt for men",
+    "Puma Men Graffiti Navy Blue Polo Tshirt",
+    "x",
+    "Ünïcödé café, 100% cotton!",
+    "a very long product description " * 80,
+]
 
 
 @pytest.fixture(scope="module")
@@ -33,8 +38,11 @@ def exported(catalog_encoder, tmp_path_factory):
 def test_export_writes_both_towers_and_metadata(exported, catalog_encoder):
     assert sorted(p.name for p in exported.iterdir()) == ["encoder.json", "image.onnx", "text.onnx", "tokenizer.json"]
     meta = json.loads((exported / "encoder.json").read_text())
-    assert meta["dim"] == 384 and meta["source"] == {"key": "catalog", "identity": catalog_encoder.identity,
-                                                      "model_identity": catalog_encoder.model_identity()}
+    assert meta["dim"] == 384 and meta["source"] == {
+        "key": "catalog",
+        "identity": catalog_encoder.identity,
+        "model_identity": catalog_encoder.model_identity(),
+    }
     assert meta["text_inputs"] == ["input_ids", "attention_mask", "token_type_ids"]
     assert meta["preprocess"] == catalog_encoder.preprocess_spec and meta["tokenizer"]["max_length"] == 256
 
@@ -55,7 +63,9 @@ def test_parity_with_torch_on_real_photos_and_texts(exported, catalog_encoder, d
 def test_broken_images_are_skipped_too(exported, image_folder):
     onnx = ENCODERS.build("onnx", {"path": str(exported)})
     skipped = []
-    emb = onnx.encode_images(sorted(p for p in image_folder.rglob("*") if p.suffix in (".jpg", ".png")), skipped=skipped)
+    emb = onnx.encode_images(
+        sorted(p for p in image_folder.rglob("*") if p.suffix in (".jpg", ".png")), skipped=skipped
+    )
     assert emb.shape == (12, 384) and [s.path.endswith("broken.jpg") for s in skipped] == [True]
 
 
@@ -76,7 +86,9 @@ def test_export_cli_refuses_encoders_without_towers(tmp_path, plugin_path, capsy
 
     (tmp_path / "recipes" / "encoder").mkdir(parents=True)
     (tmp_path / "recipes" / "encoder" / "toy.yaml").write_text("name: toy\n")
-    assert main(["export-onnx", "encoder=toy", "--recipes", str(tmp_path / "recipes"), "--out", str(tmp_path / "x")]) == 2
+    assert (
+        main(["export-onnx", "encoder=toy", "--recipes", str(tmp_path / "recipes"), "--out", str(tmp_path / "x")]) == 2
+    )
     assert "encoder 'toy' cannot be exported to ONNX (exportable encoders: catalog, hf_clip)" in capsys.readouterr().err
 
 

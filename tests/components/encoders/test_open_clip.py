@@ -17,9 +17,11 @@ from agentcir.registry import ENCODERS
 
 from .conftest import DEMO
 
-TINY = {"embed_dim": 16,
-        "vision_cfg": {"image_size": 32, "layers": 1, "width": 32, "patch_size": 8, "head_width": 16},
-        "text_cfg": {"context_length": 16, "vocab_size": 49408, "width": 32, "heads": 2, "layers": 1}}
+TINY = {
+    "embed_dim": 16,
+    "vision_cfg": {"image_size": 32, "layers": 1, "width": 32, "patch_size": 8, "head_width": 16},
+    "text_cfg": {"context_length": 16, "vocab_size": 49408, "width": 32, "heads": 2, "layers": 1},
+}
 
 
 @pytest.fixture(scope="module")
@@ -31,7 +33,9 @@ def open_clip():
     except MissingExtraError as e:
         if os.environ.get("AGENTCIR_REQUIRE_OPEN_CLIP") == "1":
             raise
-        pytest.skip(f"open_clip is not importable here ({e}); install: pip install open_clip_torch torchvision==<match torch>")
+        pytest.skip(
+            f"open_clip is not importable here ({e}); install: pip install open_clip_torch torchvision==<match torch>"
+        )
 
 
 @pytest.fixture(scope="module")
@@ -81,7 +85,9 @@ def test_shapes_normalisation_and_identity(tiny):
 
 def test_bad_settings_are_named(tiny, tmp_path):
     cfg, (w0, _) = tiny
-    with pytest.raises(InputError, match="set encoder.pretrained to a local checkpoint file or an open_clip pretrained tag"):
+    with pytest.raises(
+        InputError, match="set encoder.pretrained to a local checkpoint file or an open_clip pretrained tag"
+    ):
         ENCODERS.build("open_clip", {}).encode_texts(["x"])
     with pytest.raises(InputError, match=r"checkpoint '.*missing.pt' not found"):
         build(cfg, tmp_path / "missing.pt").encode_texts(["x"])

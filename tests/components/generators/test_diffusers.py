@@ -8,7 +8,9 @@ import pytest
 from agentcir.framework.errors import InputError
 from agentcir.registry import GENERATORS, ConfigError
 
-pytest.importorskip("diffusers", reason="generator 'diffusers' needs the [diffusion] extra (pip install 'agentcir[diffusion]')")
+pytest.importorskip(
+    "diffusers", reason="generator 'diffusers' needs the [diffusion] extra (pip install 'agentcir[diffusion]')"
+)
 
 pytestmark = pytest.mark.usefixtures("torch_one_thread")
 
@@ -27,17 +29,52 @@ def save_tiny_sd(folder, seed=0):
     (folder / "m.txt").write_text("#version: 0.2\n")
     tok = CLIPTokenizer(str(folder / "v.json"), str(folder / "m.txt"), model_max_length=16)
     torch.manual_seed(seed)
-    text = CLIPTextModel(CLIPTextConfig(vocab_size=len(vocab), hidden_size=16, intermediate_size=32, num_hidden_layers=1,
-                                        num_attention_heads=2, max_position_embeddings=16, bos_token_id=1,
-                                        eos_token_id=2, pad_token_id=2, projection_dim=16))
-    unet = UNet2DConditionModel(block_out_channels=(8, 16), layers_per_block=1, sample_size=8, in_channels=4,
-                                out_channels=4, down_block_types=("DownBlock2D", "CrossAttnDownBlock2D"),
-                                up_block_types=("CrossAttnUpBlock2D", "UpBlock2D"), cross_attention_dim=16,
-                                norm_num_groups=4, attention_head_dim=2)
-    vae = AutoencoderKL(block_out_channels=(8,), in_channels=3, out_channels=3, down_block_types=("DownEncoderBlock2D",),
-                        up_block_types=("UpDecoderBlock2D",), latent_channels=4, norm_num_groups=4, sample_size=16)
-    pipe = StableDiffusionPipeline(vae=vae, text_encoder=text, tokenizer=tok, unet=unet, scheduler=DDIMScheduler(steps_offset=1, clip_sample=False),
-                                   safety_checker=None, feature_extractor=None, requires_safety_checker=False)
+    text = CLIPTextModel(
+        CLIPTextConfig(
+            vocab_size=len(vocab),
+            hidden_size=16,
+            intermediate_size=32,
+            num_hidden_layers=1,
+            num_attention_heads=2,
+            max_position_embeddings=16,
+            bos_token_id=1,
+            eos_token_id=2,
+            pad_token_id=2,
+            projection_dim=16,
+        )
+    )
+    unet = UNet2DConditionModel(
+        block_out_channels=(8, 16),
+        layers_per_block=1,
+        sample_size=8,
+        in_channels=4,
+        out_channels=4,
+        down_block_types=("DownBlock2D", "CrossAttnDownBlock2D"),
+        up_block_types=("CrossAttnUpBlock2D", "UpBlock2D"),
+        cross_attention_dim=16,
+        norm_num_groups=4,
+        attention_head_dim=2,
+    )
+    vae = AutoencoderKL(
+        block_out_channels=(8,),
+        in_channels=3,
+        out_channels=3,
+        down_block_types=("DownEncoderBlock2D",),
+        up_block_types=("UpDecoderBlock2D",),
+        latent_channels=4,
+        norm_num_groups=4,
+        sample_size=16,
+    )
+    pipe = StableDiffusionPipeline(
+        vae=vae,
+        text_encoder=text,
+        tokenizer=tok,
+        unet=unet,
+        scheduler=DDIMScheduler(steps_offset=1, clip_sample=False),
+        safety_checker=None,
+        feature_extractor=None,
+        requires_safety_checker=False,
+    )
     pipe.set_progress_bar_config(disable=True)
     pipe.save_pretrained(folder)
     (folder / "v.json").unlink()
@@ -53,7 +90,14 @@ def tiny_sd(tmp_path_factory):
 def test_text_to_image_and_image_to_image(tiny_sd, tmp_path, images):
     from PIL import Image
 
-    cfg = {"model": str(tiny_sd), "steps": 2, "height": 16, "width": 16, "device": "cpu", "output_dir": str(tmp_path / "gen")}
+    cfg = {
+        "model": str(tiny_sd),
+        "steps": 2,
+        "height": 16,
+        "width": 16,
+        "device": "cpu",
+        "output_dir": str(tmp_path / "gen"),
+    }
     gen = GENERATORS.build("diffusers", cfg)
     a = gen.generate("a red shirt")
     with Image.open(a) as im:

@@ -46,7 +46,13 @@ class Server:
                 pass
 
             def _reply(self, status, body, headers=()):
-                data = body if isinstance(body, bytes) else json.dumps(body).encode() if not isinstance(body, str) else body.encode()
+                data = (
+                    body
+                    if isinstance(body, bytes)
+                    else json.dumps(body).encode()
+                    if not isinstance(body, str)
+                    else body.encode()
+                )
                 self.send_response(status)
                 for k, v in headers:
                     self.send_header(k, v)
@@ -65,9 +71,15 @@ class Server:
                 n = int(self.headers.get("Content-Length", 0))
                 raw = self.rfile.read(n)
                 ctype = self.headers.get("Content-Type", "")
-                outer.requests.append({"method": "POST", "path": self.path, "headers": dict(self.headers),
-                                       "json": json.loads(raw) if ctype.startswith("application/json") else None,
-                                       "raw": raw})
+                outer.requests.append(
+                    {
+                        "method": "POST",
+                        "path": self.path,
+                        "headers": dict(self.headers),
+                        "json": json.loads(raw) if ctype.startswith("application/json") else None,
+                        "raw": raw,
+                    }
+                )
                 action = outer.script.pop(0) if outer.script else ("ok", png())
                 kind = action[0]
                 if kind == "ok":
@@ -109,8 +121,16 @@ def make(server, tmp_path):
     made = []
 
     def build(**cfg):
-        base = {"base_url": server.url, "model": "img-test", "api_key": "sk-test", "output_dir": str(tmp_path / "out"),
-                "backoff": 0.01, "timeout": 2.0, "retries": 2, "size": "256x256"}
+        base = {
+            "base_url": server.url,
+            "model": "img-test",
+            "api_key": "sk-test",
+            "output_dir": str(tmp_path / "out"),
+            "backoff": 0.01,
+            "timeout": 2.0,
+            "retries": 2,
+            "size": "256x256",
+        }
         gen = GENERATORS.build("openai_images", {**base, **cfg})
         made.append(gen)
         return gen
@@ -128,8 +148,13 @@ def test_b64_image_saved_as_content_addressed_png(make, server, tmp_path):
     assert path.read_bytes() == data and path.stem == hashlib.sha256(data).hexdigest()[:32]
     req = server.requests[0]
     assert req["path"] == "/v1/images/generations" and req["headers"]["Authorization"] == "Bearer sk-test"
-    assert req["json"] == {"model": "img-test", "prompt": "a red shirt with white stripes", "n": 1, "size": "256x256",
-                           "response_format": "b64_json"}
+    assert req["json"] == {
+        "model": "img-test",
+        "prompt": "a red shirt with white stripes",
+        "n": 1,
+        "size": "256x256",
+        "response_format": "b64_json",
+    }
     server.script = [("ok", data)]
     assert make().generate("again") == path  # same bytes, same file
 
@@ -160,8 +185,10 @@ def test_500_is_retried_then_fails_with_the_last_error(make, server):
     with pytest.raises(ImagesAPIError) as e:
         gen.generate("a cat")
     assert gen.requests_sent == 3
-    assert str(e.value) == (f"generator 'openai_images': POST {server.url}/images/generations failed after 3 "
-                            f"attempt(s); last: HTTP 500: boom")
+    assert str(e.value) == (
+        f"generator 'openai_images': POST {server.url}/images/generations failed after 3 "
+        f"attempt(s); last: HTTP 500: boom"
+    )
 
 
 def test_timeout_is_retried(make, server):
@@ -242,8 +269,10 @@ def test_connection_refused_is_retried_and_named(tmp_path):
     s.bind(("127.0.0.1", 0))
     port = s.getsockname()[1]
     s.close()  # nothing listens there now
-    gen = GENERATORS.build("openai_images", {"base_url": f"http://127.0.0.1:{port}/v1", "retries": 1, "backoff": 0.01,
-                                             "output_dir": str(tmp_path)})
+    gen = GENERATORS.build(
+        "openai_images",
+        {"base_url": f"http://127.0.0.1:{port}/v1", "retries": 1, "backoff": 0.01, "output_dir": str(tmp_path)},
+    )
     with pytest.raises(ImagesAPIError, match=r"failed after 2 attempt\(s\); last: connection error \(ConnectError"):
         gen.generate("x")
     gen.close()
@@ -269,7 +298,7 @@ class Foreign:
                 self.end_headers()
                 try:
                     for i in range(0, len(body), 65536):
-                        self.wfile.write(body[i:i + 65536])
+                        self.wfile.write(body[i : i + 65536])
                 except (BrokenPipeError, ConnectionResetError):
                     pass
 

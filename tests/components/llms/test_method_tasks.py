@@ -12,8 +12,12 @@ from agentcir.framework.errors import InputError
 from agentcir.framework.prompts import load_prompt
 from agentcir.registry import LLMS
 
-V = {"reference_caption": "a photo of a black men's t-shirt", "modification": "make it navy",
-     "target_caption": "a photo of a navy blue men's t-shirt", "k": 4}
+V = {
+    "reference_caption": "a photo of a black men's t-shirt",
+    "modification": "make it navy",
+    "target_caption": "a photo of a navy blue men's t-shirt",
+    "k": 4,
+}
 
 
 @pytest.fixture(scope="module")
@@ -26,15 +30,21 @@ def test_objects_is_optional_and_defaults_to_an_empty_list():
     assert check_variables("textual_proxies", {**V, "objects": ["dog"]})["objects"] == ["dog"]
     assert "objects" not in task_spec("textual_proxies").variables
     # the prompt renders with and without objects (a list becomes "- item" lines)
-    text = load_prompt("tasks/textual_proxies").render(check_variables("textual_proxies", {**V, "objects": ["dog", "logo"]}))
+    text = load_prompt("tasks/textual_proxies").render(
+        check_variables("textual_proxies", {**V, "objects": ["dog", "logo"]})
+    )
     assert "- dog\n- logo" in text
     assert "{{" not in load_prompt("tasks/textual_proxies").render(check_variables("textual_proxies", V))
 
 
 def test_rules_weave_scene_objects_into_every_other_proxy(llm):
     plain = parse_task_reply("textual_proxies", llm.run_task("textual_proxies", V))["proxies"]
-    assert plain == parse_task_reply("textual_proxies", llm.run_task("textual_proxies", {**V, "objects": []}))["proxies"]
-    out = parse_task_reply("textual_proxies", llm.run_task("textual_proxies", {**V, "objects": ["dog", "t-shirt", "jeans"]}))
+    assert (
+        plain == parse_task_reply("textual_proxies", llm.run_task("textual_proxies", {**V, "objects": []}))["proxies"]
+    )
+    out = parse_task_reply(
+        "textual_proxies", llm.run_task("textual_proxies", {**V, "objects": ["dog", "t-shirt", "jeans"]})
+    )
     proxies = out["proxies"]
     # "t-shirt" is already the item and "jeans" another item type (it would contradict the target): only the dog
     assert proxies[0] == plain[0] and proxies[2] == plain[2]
@@ -46,10 +56,12 @@ def test_summarize_captions(llm):
     def summary(caps):
         return parse_task_reply("summarize_captions", llm.run_task("summarize_captions", {"captions": caps}))["caption"]
 
-    assert summary(["a red car", "a blue car", "a red car"]) == "a red car"             # the majority
-    assert summary(["a", "b", "c", "d", "e"]) == "c"                                   # no majority: the middle frame
-    assert summary(["a", "b", "b", "a"]) == "b"                                        # a tie: nearer the middle
-    assert summary("a dog on grass, running\na dog on grass, running\na cat") == "a dog on grass, running"  # one per line
+    assert summary(["a red car", "a blue car", "a red car"]) == "a red car"  # the majority
+    assert summary(["a", "b", "c", "d", "e"]) == "c"  # no majority: the middle frame
+    assert summary(["a", "b", "b", "a"]) == "b"  # a tie: nearer the middle
+    assert (
+        summary("a dog on grass, running\na dog on grass, running\na cat") == "a dog on grass, running"
+    )  # one per line
     with pytest.raises(InputError, match="needs variable\\(s\\) captions"):
         llm.run_task("summarize_captions", {})
     with pytest.raises(InputError, match="got no captions"):
@@ -60,5 +72,6 @@ def test_summarize_captions_prompt_and_reply_for_real_backends():
     text = load_prompt("tasks/summarize_captions").render({"captions": ["a man walks", "a man runs"]})
     assert "- a man walks\n- a man runs" in text and '{"caption": "<caption of the video>"}' in text
     assert parse_task_reply("summarize_captions", '```json\n{"caption": "a man walks, then runs"}\n```') == {
-        "caption": "a man walks, then runs"}
+        "caption": "a man walks, then runs"
+    }
     assert json.loads(json.dumps(task_spec("summarize_captions").field_types)) == {"caption": "str"}

@@ -29,8 +29,16 @@ def server():
 
 
 def make_llm(srv, **cfg):
-    cfg = {"base_url": srv.base_url, "model": "test-model", "api_key": "sk-secret-123", "retries": 2, "backoff": 0.01,
-           "backoff_max": 0.05, "timeout": 5.0, **cfg}
+    cfg = {
+        "base_url": srv.base_url,
+        "model": "test-model",
+        "api_key": "sk-secret-123",
+        "retries": 2,
+        "backoff": 0.01,
+        "backoff_max": 0.05,
+        "timeout": 5.0,
+        **cfg,
+    }
     llm = LLMS.build("openai", cfg)
     return llm
 
@@ -46,8 +54,13 @@ def test_success_and_request_format(server):
     (req,) = server.requests
     assert req.path == "/v1/chat/completions" and req.method == "POST"
     assert req.headers["authorization"] == "Bearer sk-secret-123"
-    assert req.json == {"model": "test-model", "temperature": 0.3, "max_tokens": 50, "seed": 7,
-                        "messages": [{"role": "system", "content": "be brief"}, {"role": "user", "content": "hi"}]}
+    assert req.json == {
+        "model": "test-model",
+        "temperature": 0.3,
+        "max_tokens": 50,
+        "seed": 7,
+        "messages": [{"role": "system", "content": "be brief"}, {"role": "user", "content": "hi"}],
+    }
 
 
 def test_key_and_base_url_from_the_environment(server, monkeypatch):
@@ -74,8 +87,13 @@ def test_no_key_sends_no_authorization(server, monkeypatch):
 
 
 def test_429_then_success_honours_retry_after(server):
-    server.script(CHAT, [Step(status=429, json=error_body("slow down", "rate_limit"), headers={"Retry-After": "0.4"}),
-                         Step(json=chat_completion("fine"))])
+    server.script(
+        CHAT,
+        [
+            Step(status=429, json=error_body("slow down", "rate_limit"), headers={"Retry-After": "0.4"}),
+            Step(json=chat_completion("fine")),
+        ],
+    )
     llm = make_llm(server)
     t0 = time.perf_counter()
     try:
@@ -174,8 +192,11 @@ def test_reply_that_is_not_json_is_retried_then_fails_clearly(server):
     server.script(CHAT, Step(body=b"<html>502 Bad Gateway</html>", content_type="text/html"))
     llm = make_llm(server)
     try:
-        with pytest.raises(EndpointError, match=r"failed after 3 attempt\(s\): HTTP 200 with an unusable reply: not JSON "
-                                                r"\(content-type text/html, 28 bytes\): '<html>502"):
+        with pytest.raises(
+            EndpointError,
+            match=r"failed after 3 attempt\(s\): HTTP 200 with an unusable reply: not JSON "
+            r"\(content-type text/html, 28 bytes\): '<html>502",
+        ):
             llm.chat([user_message("x")])
     finally:
         llm.close()
@@ -193,13 +214,17 @@ def test_reply_without_choices_is_retried_then_fails_clearly(server):
     assert len(server.requests) == 3
 
 
-@pytest.mark.parametrize("bad", [
-    Step(body=b'{"id": "chatcmpl-1", "choices": [{"index": 0, "mess'),                  # cut-off JSON, full length
-    Step(json=chat_completion("a long reply " * 50), fault="truncate"),                  # connection closed mid-body
-    Step(body=b"I'm sorry, the service is busy. Please try again.", content_type="text/plain"),   # prose
-    Step(json={"object": "chat.completion", "choices": []}),                             # empty choices
-    Step(json=chat_completion("x"), fault="reset"),                                      # reset without a reply
-], ids=["truncated-json", "truncated-body", "prose", "empty-choices", "reset"])
+@pytest.mark.parametrize(
+    "bad",
+    [
+        Step(body=b'{"id": "chatcmpl-1", "choices": [{"index": 0, "mess'),  # cut-off JSON, full length
+        Step(json=chat_completion("a long reply " * 50), fault="truncate"),  # connection closed mid-body
+        Step(body=b"I'm sorry, the service is busy. Please try again.", content_type="text/plain"),  # prose
+        Step(json={"object": "chat.completion", "choices": []}),  # empty choices
+        Step(json=chat_completion("x"), fault="reset"),  # reset without a reply
+    ],
+    ids=["truncated-json", "truncated-body", "prose", "empty-choices", "reset"],
+)
 def test_bad_200_replies_are_transient(server, bad):
     """A 200 with an unusable body is retried (with backoff) like a 5xx."""
     server.script(CHAT, [bad, bad, Step(json=chat_completion("recovered"))])
@@ -209,23 +234,33 @@ def test_bad_200_replies_are_transient(server, bad):
     finally:
         llm.close()
     assert len(server.requests) == 3
-    assert server.counts(CHAT).most_common(1)[0][1] == 3   # the same request body, three times
+    assert server.counts(CHAT).most_common(1)[0][1] == 3  # the same request body, three times
 
 
 def test_json_task_malformed_reply_is_corrected_once(server):
     good = {"target_caption": "a photo of a blue dress", "modifications": ["make it blue"]}
-    server.script(CHAT, [Step(json=chat_completion("Sure! {target_caption: 'a photo of a blue dress'")),
-                         Step(json=chat_completion("```json\n" + json.dumps(good) + "\n```"))])
+    server.script(
+        CHAT,
+        [
+            Step(json=chat_completion("Sure! {target_caption: 'a photo of a blue dress'")),
+            Step(json=chat_completion("```json\n" + json.dumps(good) + "\n```")),
+        ],
+    )
     llm = make_llm(server)
     try:
-        out = llm.run_task("target_caption", {"reference_caption": "a photo of a red dress", "modification": "make it blue"})
+        out = llm.run_task(
+            "target_caption", {"reference_caption": "a photo of a red dress", "modification": "make it blue"}
+        )
     finally:
         llm.close()
     assert json.loads(out.split("```json")[1].split("```")[0]) == good
     first, second = server.requests
     assert first.json["response_format"] == {"type": "json_object"}
     assert "a photo of a red dress" in first.json["messages"][0]["content"]
-    assert second.json["messages"][1] == {"role": "assistant", "content": "Sure! {target_caption: 'a photo of a blue dress'"}
+    assert second.json["messages"][1] == {
+        "role": "assistant",
+        "content": "Sure! {target_caption: 'a photo of a blue dress'",
+    }
     assert second.json["messages"][2]["content"].startswith("Your reply could not be used: could not parse JSON")
 
 
@@ -239,7 +274,11 @@ def test_json_task_that_never_parses_raises(server):
         llm.close()
     assert len(server.requests) == 2
     msg = str(e.value)
-    assert "reply to LLM task 'questions'" in msg and "no JSON object or array found" in msg and "(after 2 attempt(s))" in msg
+    assert (
+        "reply to LLM task 'questions'" in msg
+        and "no JSON object or array found" in msg
+        and "(after 2 attempt(s))" in msg
+    )
     assert "'I cannot help with that.'" in msg
 
 
@@ -254,7 +293,9 @@ def test_response_format_none(server):
 
 
 def test_yes_no_task_is_checked(server):
-    server.script(CHAT, [Step(json=chat_completion("I think maybe.")), Step(json=chat_completion("No, the sleeves differ."))])
+    server.script(
+        CHAT, [Step(json=chat_completion("I think maybe.")), Step(json=chat_completion("No, the sleeves differ."))]
+    )
     llm = make_llm(server)
     img = Image.new("RGB", (8, 8), (200, 10, 10))
     try:
@@ -268,30 +309,59 @@ def test_yes_no_task_is_checked(server):
 
 
 def test_tool_calls_round_trip(server):
-    tools = [{"name": "image_search", "description": "search photos",
-              "parameters": {"type": "object", "properties": {"query": {"type": "string"}, "top_k": {"type": "integer"}}}}]
-    server.script(CHAT, [Step(json=chat_completion(None, tool_calls=[
-                             {"id": "call_a", "name": "image_search", "arguments": {"query": "red cat", "top_k": 5}},
-                             {"id": "call_b", "name": "image_search", "arguments": "{'query': 'Rome', 'top_k': 3,}"}])),
-                         Step(json=chat_completion("Found them."))])
+    tools = [
+        {
+            "name": "image_search",
+            "description": "search photos",
+            "parameters": {"type": "object", "properties": {"query": {"type": "string"}, "top_k": {"type": "integer"}}},
+        }
+    ]
+    server.script(
+        CHAT,
+        [
+            Step(
+                json=chat_completion(
+                    None,
+                    tool_calls=[
+                        {"id": "call_a", "name": "image_search", "arguments": {"query": "red cat", "top_k": 5}},
+                        {"id": "call_b", "name": "image_search", "arguments": "{'query': 'Rome', 'top_k': 3,}"},
+                    ],
+                )
+            ),
+            Step(json=chat_completion("Found them.")),
+        ],
+    )
     llm = make_llm(server)
     try:
         msgs = [user_message("find the red cat in Rome")]
         reply = llm.chat(msgs, tools=tools)
         assert [(t.id, t.name, t.arguments) for t in reply.tool_calls] == [
-            ("call_a", "image_search", {"query": "red cat", "top_k": 5}), ("call_b", "image_search", {"query": "Rome", "top_k": 3})]
+            ("call_a", "image_search", {"query": "red cat", "top_k": 5}),
+            ("call_b", "image_search", {"query": "Rome", "top_k": 3}),
+        ]
         assert reply.text == ""
-        msgs += [assistant_message(reply), tool_message("call_a", {"ids": ["p1", "p2"]}), tool_message("call_b", "none")]
+        msgs += [
+            assistant_message(reply),
+            tool_message("call_a", {"ids": ["p1", "p2"]}),
+            tool_message("call_b", "none"),
+        ]
         final = llm.chat(msgs, tools=tools)
     finally:
         llm.close()
     assert final.text == "Found them."
     first, second = server.requests
-    assert first.json["tools"] == [{"type": "function", "function": {
-        "name": "image_search", "description": "search photos", "parameters": tools[0]["parameters"]}}]
+    assert first.json["tools"] == [
+        {
+            "type": "function",
+            "function": {"name": "image_search", "description": "search photos", "parameters": tools[0]["parameters"]},
+        }
+    ]
     sent = second.json["messages"]
     assert sent[1]["role"] == "assistant" and sent[1]["tool_calls"][0] == {
-        "id": "call_a", "type": "function", "function": {"name": "image_search", "arguments": '{"query": "red cat", "top_k": 5}'}}
+        "id": "call_a",
+        "type": "function",
+        "function": {"name": "image_search", "arguments": '{"query": "red cat", "top_k": 5}'},
+    }
     assert sent[2] == {"role": "tool", "tool_call_id": "call_a", "content": '{"ids": ["p1", "p2"]}'}
     assert sent[3] == {"role": "tool", "tool_call_id": "call_b", "content": "none"}
 
@@ -384,7 +454,9 @@ def test_sync_chat_inside_a_running_event_loop(server):
     llm = make_llm(server)
 
     async def main():
-        return llm.chat([user_message("x")]).text, llm.run_task("rewrite_caption", {"reference_caption": "a", "modification": "b"})
+        return llm.chat([user_message("x")]).text, llm.run_task(
+            "rewrite_caption", {"reference_caption": "a", "modification": "b"}
+        )
 
     server.script(CHAT, [Step(json=chat_completion("from inside")), Step(json=chat_completion('{"caption": "c"}'))])
     try:
@@ -449,7 +521,7 @@ def test_backoff_and_retry_after_helpers():
     rng = random.Random(0)
     delays = [backoff_delay(a, 0.5, 4.0, rng) for a in range(6)]
     for a, d in enumerate(delays):
-        cap = min(4.0, 0.5 * 2 ** a)
+        cap = min(4.0, 0.5 * 2**a)
         assert cap / 2 <= d <= cap
     assert retry_after_seconds({"retry-after": "2.5"}) == 2.5
     assert retry_after_seconds({"retry-after-ms": "1500", "retry-after": "9"}) == 1.5

@@ -6,8 +6,13 @@ import json
 import pytest
 
 from agentcir.components.llms.scripted_server import ScriptedServer, Step, chat_completion
-from agentcir.components.memory.context import (MEMORY_HEADER, CompressedContext, TokenCounter, history_lines,
-                                                offline_summary)
+from agentcir.components.memory.context import (
+    MEMORY_HEADER,
+    CompressedContext,
+    TokenCounter,
+    history_lines,
+    offline_summary,
+)
 from agentcir.framework.errors import InputError
 from agentcir.framework.interfaces import ChatReply, ToolCall, assistant_message, tool_message, user_message
 from agentcir.registry import LLMS, MEMORIES, ConfigError
@@ -49,14 +54,18 @@ def test_compression_triggers_and_keeps_goal_and_findings():
     # the working memory names every subset saved in the compressed steps, even those the session memory dropped
     assert "Subsets saved or used so far: cats_0, cats_1, cats_2, cats_3, cats_4, cats_5" in ctx.working_memory
     # the most recent exchange is kept verbatim, and starts with the call, not an orphan tool result
-    assert msgs[2]["role"] == "assistant" and msgs[-1] == tool_message("c7", {"ids": [f"p{j}" for j in range(7, 47)], "saved": "cats_7"})
+    assert msgs[2]["role"] == "assistant" and msgs[-1] == tool_message(
+        "c7", {"ids": [f"p{j}" for j in range(7, 47)], "saved": "cats_7"}
+    )
     for i, m in enumerate(msgs):
         if m["role"] == "tool":
             assert msgs[i - 1]["role"] in ("assistant", "tool")
 
 
 def test_findings_survive_many_compressions_and_old_steps_are_counted():
-    ctx = CompressedContext(GOAL, budget=600, keep_last=2, summarizer=lambda g, f, s, h: offline_summary(g, f, s, h, max_chars=300))
+    ctx = CompressedContext(
+        GOAL, budget=600, keep_last=2, summarizer=lambda g, f, s, h: offline_summary(g, f, s, h, max_chars=300)
+    )
     ctx.note(FINDING)
     ctx.note(FINDING)  # no duplicates
     agent_turns(ctx, 30)
@@ -69,9 +78,14 @@ def test_findings_survive_many_compressions_and_old_steps_are_counted():
 
 def test_history_lines_name_tools():
     call = ToolCall("x1", "filter_metadata", {"expression": "place = 'Rome'", "save_as": "rome"})
-    lines = history_lines([user_message("hi"), assistant_message(ChatReply("", [call])), tool_message("x1", "12 photos")])
-    assert lines == ["user: hi", 'assistant: -> calls filter_metadata({"expression": "place = \'Rome\'", "save_as": "rome"})',
-                     "tool filter_metadata -> 12 photos"]
+    lines = history_lines(
+        [user_message("hi"), assistant_message(ChatReply("", [call])), tool_message("x1", "12 photos")]
+    )
+    assert lines == [
+        "user: hi",
+        'assistant: -> calls filter_metadata({"expression": "place = \'Rome\'", "save_as": "rome"})',
+        "tool filter_metadata -> 12 photos",
+    ]
     out = offline_summary(GOAL, [], "", lines)
     assert out["working_memory"].startswith("Subsets saved or used so far: rome")
 
@@ -92,8 +106,19 @@ def test_llm_summariser_through_the_rules_llm():
 
 def test_llm_summariser_through_an_openai_compatible_server():
     with ScriptedServer() as srv:
-        srv.script("/chat/completions", Step(json=chat_completion(json.dumps(
-            {"session_memory": "Searched cats 4 times; saved cats_0..cats_3.", "working_memory": "Next: filter cats_3 by Florence."}))))
+        srv.script(
+            "/chat/completions",
+            Step(
+                json=chat_completion(
+                    json.dumps(
+                        {
+                            "session_memory": "Searched cats 4 times; saved cats_0..cats_3.",
+                            "working_memory": "Next: filter cats_3 by Florence.",
+                        }
+                    )
+                )
+            ),
+        )
         llm = LLMS.build("openai", {"base_url": srv.base_url, "model": "m"})
         try:
             mem = MEMORIES.build("context", {"budget": 500, "keep_last": 2, "summarizer": "llm"}, llm=llm)

@@ -10,12 +10,44 @@ from agentcir.framework.parsing import ReplyParseError
 from agentcir.components.verifiers.answers import check_policy, decide
 from agentcir.framework.errors import InputError
 
-YES = ["yes", "Yes.", "Yes, the colour is now blue.", "**Yes**", "True", "true, it is striped", "Answer: yes",
-       '{"answer": "yes"}', '{"answer": true}', True]
-NO = ["no", "No.", "No, the sleeves are long.", "No - it is red", "**No**", "False", "false, it is plain",
-      "Answer: no", '{"answer": false}', '{"answer": "False"}', False]
-UNCLEAR = ["", "maybe", "I don't know", "I do not know.", "Not sure", "not", "Nothing to compare", "None of them",
-           "The shirt has no stripes", "knows", "Notably blue"]
+YES = [
+    "yes",
+    "Yes.",
+    "Yes, the colour is now blue.",
+    "**Yes**",
+    "True",
+    "true, it is striped",
+    "Answer: yes",
+    '{"answer": "yes"}',
+    '{"answer": true}',
+    True,
+]
+NO = [
+    "no",
+    "No.",
+    "No, the sleeves are long.",
+    "No - it is red",
+    "**No**",
+    "False",
+    "false, it is plain",
+    "Answer: no",
+    '{"answer": false}',
+    '{"answer": "False"}',
+    False,
+]
+UNCLEAR = [
+    "",
+    "maybe",
+    "I don't know",
+    "I do not know.",
+    "Not sure",
+    "not",
+    "Nothing to compare",
+    "None of them",
+    "The shirt has no stripes",
+    "knows",
+    "Notably blue",
+]
 
 
 @pytest.mark.parametrize("reply", YES, ids=repr)
@@ -49,5 +81,7 @@ def test_policies_log_what_they_count(caplog):
 
 
 def test_bad_policy_names_the_field():
-    with pytest.raises(InputError, match=r"verifier 'vlm': field 'unclear' must be one of no, yes, error, got 'sometimes'"):
+    with pytest.raises(
+        InputError, match=r"verifier 'vlm': field 'unclear' must be one of no, yes, error, got 'sometimes'"
+    ):
         check_policy("sometimes", "verifier 'vlm'")

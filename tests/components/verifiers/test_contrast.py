@@ -14,9 +14,13 @@ VOCABS = ("colours", "patterns", "articles", "genders", "usages", "objects")
 def test_find_mentions_and_negations():
     text = "The navy blue t-shirt is not striped, but has no logo"
     ms = find_mentions(text, LEX, VOCABS)
-    assert [(m.term, m.vocab) for m in ms] == [("navy blue", "colours"), ("t-shirt", "articles"),
-                                               ("striped", "patterns"), ("logo", "objects")]
-    neg = {m.term: (text[m.negation[0]:m.negation[1]] if m.negation else None) for m in ms}
+    assert [(m.term, m.vocab) for m in ms] == [
+        ("navy blue", "colours"),
+        ("t-shirt", "articles"),
+        ("striped", "patterns"),
+        ("logo", "objects"),
+    ]
+    neg = {m.term: (text[m.negation[0] : m.negation[1]] if m.negation else None) for m in ms}
     assert neg == {"navy blue": None, "t-shirt": None, "striped": "not", "logo": "no"}
     assert [m.term for m in find_mentions("two t-shirts and dresses", LEX, VOCABS)] == ["t-shirt", "dress"]  # plurals
     assert [m.term for m in find_mentions("a red dress", LEX, ["articles"])] == ["dress"]  # only those judged
@@ -79,7 +83,9 @@ def test_verify_instruction(word_encoder, verifier, images):
     assert verifier.verify(red, "add an apple") is True and verifier.verify(red, "remove the apple") is False
     assert verifier.verify(blue, "remove the apple") is True
     assert [(e.slot, e.op, e.values) for e in verifier.edits("a dress instead, not blue")] == [
-        ("article", "set", ("dress",)), ("colour", "remove", ("blue",))]
+        ("article", "set", ("dress",)),
+        ("colour", "remove", ("blue",)),
+    ]
     # no vocabulary term: the candidate must be closer to the instruction than the reference
     only_colours = VERIFIERS.build("contrast", {"vocabularies": ["colours"]}, encoder=word_encoder)
     assert only_colours.verify(red, "more like an apple", reference=images["yellow_dress"]) is True

@@ -40,7 +40,9 @@ def test_vlm_check_answers_true_false(scripted, images):
     v = VERIFIERS.build("vlm", {}, llm=llm)
     assert v.check("The shirt is red", candidate=images["red_tshirt"]) is True
     assert v.check("The shirt has long sleeves", candidate=images["red_tshirt"]) is False
-    assert llm.calls[0]["images"] == [str(images["red_tshirt"])] and "Statement: The shirt is red" in llm.calls[0]["text"]
+    assert (
+        llm.calls[0]["images"] == [str(images["red_tshirt"])] and "Statement: The shirt is red" in llm.calls[0]["text"]
+    )
     with pytest.raises(InputError, match="check needs the candidate image"):
         v.check("The shirt is red", caption="a red shirt")
 
@@ -52,7 +54,7 @@ def test_vlm_check_released_reading_is_xr_s_yes_substring(scripted, images):
     got = [v.check("Is the shirt red?", candidate=images["red_tshirt"]) for _ in range(4)]
     assert got == [True, False, True, False]
     assert llm.calls[0]["text"].strip() == "Answer the question with Yes or No. Is the shirt red?"
-    assert len(llm.calls) == 4   # an unclear reply is not asked again
+    assert len(llm.calls) == 4  # an unclear reply is not asked again
     # the async path (the pipeline runner's acheck) reads the same way
     llm = scripted(["Yes.", "No", "I cannot say; eyes closed", "It is unclear"])
     v = VERIFIERS.build("vlm", {"reading": "released", "answer_prompt": "xr/answer_released"}, llm=llm)
@@ -80,7 +82,9 @@ def test_entailment_check_and_verify(scripted, images):
     assert call["images"] == [] and "Caption of an image: a red cotton t-shirt" in call["text"]
     assert "Statement: the shirt is red" in call["text"]
     assert v.check("the shirt is blue", candidate=images["red_tshirt"], caption="a red cotton t-shirt") is False
-    assert v.verify(images["blue_tshirt"], "a blue t-shirt", caption="a blue tee", reference=images["red_tshirt"]) is True
+    assert (
+        v.verify(images["blue_tshirt"], "a blue t-shirt", caption="a blue tee", reference=images["red_tshirt"]) is True
+    )
     assert "Statement: a blue t-shirt" in llm.calls[2]["text"]
     with pytest.raises(InputError, match="verifier 'entailment' needs the candidate's caption .* for .*red_tshirt.png"):
         v.check("the shirt is red", candidate=images["red_tshirt"])
@@ -117,7 +121,11 @@ def test_a_backend_that_gives_up_on_an_unclear_reply_follows_the_policy(scripted
 
     llm = scripted()
     llm.run_task = lambda *a, **k: (_ for _ in ()).throw(RPE("could not read a yes/no answer from the reply: 'hm'"))
-    assert VERIFIERS.build("vlm", {}, llm=llm).verify(images["blue_tshirt"], "blue", reference=images["red_tshirt"]) is False
+    assert (
+        VERIFIERS.build("vlm", {}, llm=llm).verify(images["blue_tshirt"], "blue", reference=images["red_tshirt"])
+        is False
+    )
     with pytest.raises(RPE, match="'hm'"):
-        VERIFIERS.build("vlm", {"unclear": "error"}, llm=llm).verify(images["blue_tshirt"], "blue",
-                                                                      reference=images["red_tshirt"])
+        VERIFIERS.build("vlm", {"unclear": "error"}, llm=llm).verify(
+            images["blue_tshirt"], "blue", reference=images["red_tshirt"]
+        )

@@ -63,12 +63,20 @@ def h():
     """The helpers above, for test modules (conftest modules are not importable by name)."""
     from types import SimpleNamespace
 
-    return SimpleNamespace(touch_all=touch_all, id_gallery=id_gallery, candidates_from=candidates_from,
-                           random_rankings=random_rankings)
+    return SimpleNamespace(
+        touch_all=touch_all, id_gallery=id_gallery, candidates_from=candidates_from, random_rankings=random_rankings
+    )
 
 
-def make_release(root: Path, rows: Sequence[tuple[str, str, str]], *, dim: int = 8, archs=("ViT-B/32",),
-                 drop: Sequence[int] = (), seed: int = 0) -> Path:
+def make_release(
+    root: Path,
+    rows: Sequence[tuple[str, str, str]],
+    *,
+    dim: int = 8,
+    archs=("ViT-B/32",),
+    drop: Sequence[int] = (),
+    seed: int = 0,
+) -> Path:
     """A tiny OCTOPUS-style WebVid-CoVR release: ``annotation/webvid8m-covr_test.csv`` and
     ``preload/{img,ref_img,gen_img}_features/<arch>_webvidcovr_test.pkl`` torch-pickled as the authors
     did (plain ``pickle.dump`` of tensors; the ref file keeps only a 'last batch' of 2 names).
@@ -91,22 +99,32 @@ def make_release(root: Path, rows: Sequence[tuple[str, str, str]], *, dim: int =
         vec.setdefault(ref, rng.standard_normal(dim).astype(np.float16))
         vec.setdefault(tgt, (vec[ref] + 0.9 * rng.standard_normal(dim)).astype(np.float16))
     for a, arch in enumerate(archs):
+
         def t(vs):
             return torch.tensor(np.stack(vs)) + a
 
-        files = {"img_features": {"index_features": t([vec[g] for _, g, _ in kept]), "index_names": [g for _, g, _ in kept]},
-                 "ref_img_features": {"ref_features": t([vec[r] for r, _, _ in kept]), "reference_names": [kept[-1][0]] * 2},
-                 "gen_img_features": {"gen_tar_features": t([rng.standard_normal(dim).astype(np.float16) for _ in kept]),
-                                      "gen_reference_names": [r for r, _, _ in kept]}}
+        files = {
+            "img_features": {"index_features": t([vec[g] for _, g, _ in kept]), "index_names": [g for _, g, _ in kept]},
+            "ref_img_features": {"ref_features": t([vec[r] for r, _, _ in kept]), "reference_names": [kept[-1][0]] * 2},
+            "gen_img_features": {
+                "gen_tar_features": t([rng.standard_normal(dim).astype(np.float16) for _ in kept]),
+                "gen_reference_names": [r for r, _, _ in kept],
+            },
+        }
         for table, d in files.items():
             p = root / "preload" / table / f"{arch}_webvidcovr_test.pkl"
             p.parent.mkdir(parents=True, exist_ok=True)
             with open(p, "wb") as f:
                 pickle.dump(d, f)
-    caps = {"ref_captions": [f"caption of {r}" for r, _, _ in kept], "tar_captions": [f"caption of {t}" for _, t, _ in kept],
-            "relative_captions": [e for _, _, e in kept], "target_names": [t for _, t, _ in kept],
-            "reference_names": [r for r, _, _ in kept], "query_ids": [torch.tensor(i) for i in range(len(kept))],
-            "gt_img_ids": []}
+    caps = {
+        "ref_captions": [f"caption of {r}" for r, _, _ in kept],
+        "tar_captions": [f"caption of {t}" for _, t, _ in kept],
+        "relative_captions": [e for _, _, e in kept],
+        "target_names": [t for _, t, _ in kept],
+        "reference_names": [r for r, _, _ in kept],
+        "query_ids": [torch.tensor(i) for i in range(len(kept))],
+        "gt_img_ids": [],
+    }
     (root / "preload" / "image_captions").mkdir(parents=True, exist_ok=True)
     with open(root / "preload" / "image_captions" / "preload_image_captions.pkl", "wb") as f:
         pickle.dump(caps, f)

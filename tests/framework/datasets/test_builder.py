@@ -6,8 +6,16 @@ from itertools import product
 
 import pytest
 
-from agentcir.framework.datasets.builder import (BenchmarkSpec, ambiguous_edit, article_phrase, build_benchmark,
-                                                 parse_edit, phrase_edit, split_of, with_article)
+from agentcir.framework.datasets.builder import (
+    BenchmarkSpec,
+    ambiguous_edit,
+    article_phrase,
+    build_benchmark,
+    parse_edit,
+    phrase_edit,
+    split_of,
+    with_article,
+)
 from agentcir.framework.datasets.composed import ComposedFolder
 from agentcir.framework.errors import InputError
 
@@ -16,8 +24,12 @@ def make_catalog(tmp_path, h, header=("id", "gender", "articleType", "baseColour
     """A synthetic catalog: every (gender, type, colour, usage) combination twice, placeholder photos."""
     if rows is None:
         rows, n = [], 0
-        for g, t, c, u in product(["Men", "Women", "Unisex"], ["Tshirts", "Shirts", "Tops"],
-                                  ["Black", "Navy Blue", "Blue", "Red", "NA"], ["Casual", "Formal"]):
+        for g, t, c, u in product(
+            ["Men", "Women", "Unisex"],
+            ["Tshirts", "Shirts", "Tops"],
+            ["Black", "Navy Blue", "Blue", "Red", "NA"],
+            ["Casual", "Formal"],
+        ):
             for _ in range(2):
                 rows.append([str(1000 + n), g, t, c, u, "Topwear"])
                 n += 1
@@ -30,8 +42,13 @@ def make_catalog(tmp_path, h, header=("id", "gender", "articleType", "baseColour
 
 
 def spec(tmp_path, **kw):
-    base = dict(csv_path=str(tmp_path / "cat.csv"), images_dir=str(tmp_path / "photos"), out=str(tmp_path / "bench"),
-                num_queries=60, split="all")
+    base = dict(
+        csv_path=str(tmp_path / "cat.csv"),
+        images_dir=str(tmp_path / "photos"),
+        out=str(tmp_path / "bench"),
+        num_queries=60,
+        split="all",
+    )
     return BenchmarkSpec(**{**base, **kw})
 
 
@@ -82,12 +99,17 @@ def test_deterministic_by_seed(tmp_path, h):
 
 
 def test_user_catalog_with_other_columns_via_edits(tmp_path, h):
-    rows = [[f"p{i}", f"sku-{i}", cat, col] for i, (cat, col) in
-            enumerate(product(["mug", "bowl", "plate"], ["white", "green", "grey"]) ) for _ in range(1)]
+    rows = [
+        [f"p{i}", f"sku-{i}", cat, col]
+        for i, (cat, col) in enumerate(product(["mug", "bowl", "plate"], ["white", "green", "grey"]))
+        for _ in range(1)
+    ]
     rows = [[r[0] + s, *r[1:]] for r in rows for s in ("a", "b")]
     make_catalog(tmp_path, h, header=("key", "sku", "category", "color"), rows=rows)
     edits = dict(parse_edit(e) for e in ("colour=color:category", "shape=category:color"))
-    s = spec(tmp_path, id_column="key", edits=edits, image_pattern="{key}.jpg", num_queries=10, article_column="category")
+    s = spec(
+        tmp_path, id_column="key", edits=edits, image_pattern="{key}.jpg", num_queries=10, article_column="category"
+    )
     summary = build_benchmark(s)
     gallery, queries = load(tmp_path / "bench")
     assert summary["per_edit"] == {"colour": 5, "shape": 5}
@@ -115,7 +137,9 @@ def test_split_and_copy_images(tmp_path, h):
     gallery, _ = load(tmp_path / "bench")
     assert set(gallery) == {r[0] for r in rows if split_of(r[0]) == "val"}
     assert summary["skipped_rows"]["other split"] == len(rows) - len(gallery)
-    assert all((tmp_path / "bench" / g["image"]).is_file() and g["image"].startswith("images/") for g in gallery.values())
+    assert all(
+        (tmp_path / "bench" / g["image"]).is_file() and g["image"].startswith("images/") for g in gallery.values()
+    )
 
 
 def test_phrasings():
@@ -143,16 +167,25 @@ def test_bad_inputs(tmp_path, h):
     with pytest.raises(InputError, match="cat.csv' is empty"):
         build_benchmark(spec(tmp_path))
     (tmp_path / "cat.csv").write_text("id,colour\n1,red\n")
-    with pytest.raises(InputError, match=r"lacks column\(s\) articleType, baseColour, gender, subCategory, usage \(has: id, colour\); "
-                                         r"map your columns with --id-column and --edit"):
+    with pytest.raises(
+        InputError,
+        match=r"lacks column\(s\) articleType, baseColour, gender, subCategory, usage \(has: id, colour\); "
+        r"map your columns with --id-column and --edit",
+    ):
         build_benchmark(spec(tmp_path))
-    (tmp_path / "cat.csv").write_text("id,gender,articleType,baseColour,usage,subCategory\n1,Men,Shirts,Red,Casual,Top\n1,Men,Shirts,Blue,Casual,Top\n")
+    (tmp_path / "cat.csv").write_text(
+        "id,gender,articleType,baseColour,usage,subCategory\n1,Men,Shirts,Red,Casual,Top\n1,Men,Shirts,Blue,Casual,Top\n"
+    )
     with pytest.raises(InputError, match="id '1' appears twice \\(lines 2 and 3\\)"):
         build_benchmark(spec(tmp_path))
-    (tmp_path / "cat.csv").write_text("id,gender,articleType,baseColour,usage,subCategory\n1,Men,Shirts,Red,Casual,Top,extra\n")
+    (tmp_path / "cat.csv").write_text(
+        "id,gender,articleType,baseColour,usage,subCategory\n1,Men,Shirts,Red,Casual,Top,extra\n"
+    )
     with pytest.raises(InputError, match="line 2: more fields than the header"):
         build_benchmark(spec(tmp_path))
-    (tmp_path / "cat.csv").write_text("id,gender,articleType,baseColour,usage,subCategory\n1,Men,Shirts,Red,Casual,Top\n2,Men,Shirts,Blue,Casual,Top\n")
+    (tmp_path / "cat.csv").write_text(
+        "id,gender,articleType,baseColour,usage,subCategory\n1,Men,Shirts,Red,Casual,Top\n2,Men,Shirts,Blue,Casual,Top\n"
+    )
     with pytest.raises(InputError, match=r"only 0 usable photo\(s\) .*'photo missing': 2"):
         build_benchmark(spec(tmp_path))
     with pytest.raises(InputError, match="image pattern '{sku}.jpg' does not fit the CSV columns"):
@@ -169,8 +202,13 @@ def test_bad_inputs(tmp_path, h):
 @pytest.mark.shared
 def test_real_fashion_products(shared_dir, tmp_path):
     src = shared_dir / "data" / "fashion-products"
-    s = BenchmarkSpec(csv_path=str(src / "products.csv"), images_dir=str(src / "images"), out=str(tmp_path / "b"),
-                      num_queries=120, seed=7)
+    s = BenchmarkSpec(
+        csv_path=str(src / "products.csv"),
+        images_dir=str(src / "images"),
+        out=str(tmp_path / "b"),
+        num_queries=120,
+        seed=7,
+    )
     summary = build_benchmark(s)
     gallery, queries = load(tmp_path / "b")
     assert summary["queries"] == 120 and 800 < summary["gallery"] < 1200
@@ -182,11 +220,35 @@ def test_real_fashion_products(shared_dir, tmp_path):
 def test_cli_build_benchmark(tmp_path, h, capsys):
     from agentcir.cli import main
 
-    rows = [[f"p{i}{s}", cat, col] for i, (cat, col) in enumerate(product(["mug", "bowl"], ["white", "green"])) for s in "ab"]
+    rows = [
+        [f"p{i}{s}", cat, col]
+        for i, (cat, col) in enumerate(product(["mug", "bowl"], ["white", "green"]))
+        for s in "ab"
+    ]
     make_catalog(tmp_path, h, header=("key", "category", "color"), rows=rows)
-    args = ["build-benchmark", "--csv", str(tmp_path / "cat.csv"), "--images", str(tmp_path / "photos"), "--out",
-            str(tmp_path / "b"), "--split", "all", "--queries", "4", "--id-column", "key", "--image-pattern", "{key}.jpg",
-            "--edit", "colour=color:category", "--edit", "shape=category:color", "--attribution", "My shop, CC0"]
+    args = [
+        "build-benchmark",
+        "--csv",
+        str(tmp_path / "cat.csv"),
+        "--images",
+        str(tmp_path / "photos"),
+        "--out",
+        str(tmp_path / "b"),
+        "--split",
+        "all",
+        "--queries",
+        "4",
+        "--id-column",
+        "key",
+        "--image-pattern",
+        "{key}.jpg",
+        "--edit",
+        "colour=color:category",
+        "--edit",
+        "shape=category:color",
+        "--attribution",
+        "My shop, CC0",
+    ]
     assert main(args) == 0
     summary = json.loads(capsys.readouterr().out)
     assert summary["queries"] == 4 and summary["per_edit"] == {"colour": 2, "shape": 2}

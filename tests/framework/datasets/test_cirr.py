@@ -43,10 +43,20 @@ def test_oracle_with_reference_ranked_first_scores_100(annotations, cirr_images,
     g = h.id_gallery(items)
     queries = ds.queries()
     ids = [it.id for it in items]
-    rankings = [[q.reference_id, q.targets[0]] + [i for i in ids if i not in (q.reference_id, q.targets[0])] for q in queries]
+    rankings = [
+        [q.reference_id, q.targets[0]] + [i for i in ids if i not in (q.reference_id, q.targets[0])] for q in queries
+    ]
     m = ds.evaluate(h.candidates_from(rankings, g), queries, g)
-    assert all(v == 100.0 for v in m.values()) and set(m) == {"R@1", "R@5", "R@10", "R@50", "R_subset@1", "R_subset@2",
-                                                              "R_subset@3", "Avg"}
+    assert all(v == 100.0 for v in m.values()) and set(m) == {
+        "R@1",
+        "R@5",
+        "R@10",
+        "R@50",
+        "R_subset@1",
+        "R_subset@2",
+        "R_subset@3",
+        "Avg",
+    }
     note = ds.subset_note()
     assert "Reference removed from rankings" in note and "beyond the ranking depth" not in note
 
@@ -83,8 +93,10 @@ def test_test1_submission_files(annotations, cirr_images, h, tmp_path):
     ids = [it.id for it in items]
     others = h.random_rankings(ids, len(queries), seed=2)
     # a ranking holding 60 random images and every subset member, shuffled
-    rankings = {q.id: h.random_rankings(list(dict.fromkeys(q.meta["members"] + r[:60])), 1, seed=n)[0]
-                for n, (q, r) in enumerate(zip(queries, others))}
+    rankings = {
+        q.id: h.random_rankings(list(dict.fromkeys(q.meta["members"] + r[:60])), 1, seed=n)[0]
+        for n, (q, r) in enumerate(zip(queries, others))
+    }
     files = ds.write_submission(rankings, tmp_path / "sub")
     recall, subset = (json.loads(f.read_text()) for f in files)
     assert [f.name for f in files] == ["cirr_test1_recall.json", "cirr_test1_recall_subset.json"]
@@ -97,9 +109,14 @@ def test_test1_submission_files(annotations, cirr_images, h, tmp_path):
 
 
 def test_missing_annotation_and_bad_split(tmp_path):
-    with pytest.raises(ConfigError, match="dataset 'CIRR': field 'split': must be one of train, val, test1, got 'test'; did you mean 'test1'"):
+    with pytest.raises(
+        ConfigError,
+        match="dataset 'CIRR': field 'split': must be one of train, val, test1, got 'test'; did you mean 'test1'",
+    ):
         CIRR(CIRR.Config(split="test"))
-    with pytest.raises(InputError, match=r"looked for .*/image_splits/split.rc2.val.json, .*/cirr/image_splits/split.rc2.val.json"):
+    with pytest.raises(
+        InputError, match=r"looked for .*/image_splits/split.rc2.val.json, .*/cirr/image_splits/split.rc2.val.json"
+    ):
         CIRR(CIRR.Config(root=str(tmp_path))).queries()
     (tmp_path / "cirr" / "image_splits").mkdir(parents=True)
     (tmp_path / "cirr" / "image_splits" / "split.rc2.val.json").write_text("{}")

@@ -17,14 +17,20 @@ def test_demo_loads_and_is_small():
     size = sum(p.stat().st_size for p in DEMO_ROOT.rglob("*") if p.is_file())
     assert size <= 5 * 2**20
     assert "Myntra" in (DEMO_ROOT / "README.md").read_text()
-    assert ds.subset_note().startswith("Composed benchmark") and "evaluated 40 of 40 queries; gallery 320 of 320 images." in ds.subset_note()
+    assert (
+        ds.subset_note().startswith("Composed benchmark")
+        and "evaluated 40 of 40 queries; gallery 320 of 320 images." in ds.subset_note()
+    )
 
 
 def test_missing_folder_fails_on_use_with_a_build_hint(tmp_path):
     ds = FashionCIR(FashionCIR.Config(root=str(tmp_path / "bench"), source="/data/fp"))
     assert ds.model_identity() == ""  # building is cheap; the error comes on use
-    with pytest.raises(InputError, match=r"has no gallery.csv \(build it first: agentcir build-benchmark --csv "
-                                         r"/data/fp/products.csv --images /data/fp/images --out .*bench\)"):
+    with pytest.raises(
+        InputError,
+        match=r"has no gallery.csv \(build it first: agentcir build-benchmark --csv "
+        r"/data/fp/products.csv --images /data/fp/images --out .*bench\)",
+    ):
         ds.gallery_items()
     with pytest.raises(InputError, match="has no gallery.csv .*agentcir build-benchmark"):
         ComposedFolder(ComposedFolder.Config(root=str(tmp_path))).queries()
@@ -33,9 +39,11 @@ def test_missing_folder_fails_on_use_with_a_build_hint(tmp_path):
 def test_skips_are_counted_and_reference_excluded(tmp_path, h):
     h.touch_all(tmp_path / "images" / f"{i}.jpg" for i in "abcd")
     (tmp_path / "gallery.csv").write_text("id,image\n" + "".join(f"{i},images/{i}.jpg\n" for i in "abcde"))
-    qs = [{"id": "q1", "reference_id": "a", "text": "t", "targets": ["b", "c"]},
-          {"id": "q2", "reference_id": "e", "text": "t", "targets": ["b"]},      # reference photo missing
-          {"id": "q3", "reference_id": "b", "text": "t", "targets": ["e"]}]      # its only target missing
+    qs = [
+        {"id": "q1", "reference_id": "a", "text": "t", "targets": ["b", "c"]},
+        {"id": "q2", "reference_id": "e", "text": "t", "targets": ["b"]},  # reference photo missing
+        {"id": "q3", "reference_id": "b", "text": "t", "targets": ["e"]},
+    ]  # its only target missing
     (tmp_path / "queries.jsonl").write_text("".join(json.dumps(q) + "\n" for q in qs))
     ds = ComposedFolder(ComposedFolder.Config(root=str(tmp_path)))
     g = h.id_gallery(ds.gallery_items())

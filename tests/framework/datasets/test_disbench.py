@@ -9,11 +9,27 @@ from agentcir.framework.errors import InputError
 
 PHOTOS = {"u1@N01": [f"1{i:03d}" for i in range(6)], "u2@N02": [f"2{i:03d}" for i in range(4)]}
 QUERIES = [
-    {"query_id": "1", "user_id": "u1@N01", "query": "photos of the concert with the blue logo",
-     "answer": ["1000", "1001"], "event_type": "intra-event"},
-    {"query_id": "2", "user_id": "u1@N01", "query": "the same jacket two years apart",
-     "answer": ["1002", "1004", "1005"], "event_type": "inter-event"},
-    {"query_id": "3", "user_id": "u2@N02", "query": "the dog at the beach", "answer": ["2001"], "event_type": "intra-event"},
+    {
+        "query_id": "1",
+        "user_id": "u1@N01",
+        "query": "photos of the concert with the blue logo",
+        "answer": ["1000", "1001"],
+        "event_type": "intra-event",
+    },
+    {
+        "query_id": "2",
+        "user_id": "u1@N01",
+        "query": "the same jacket two years apart",
+        "answer": ["1002", "1004", "1005"],
+        "event_type": "inter-event",
+    },
+    {
+        "query_id": "3",
+        "user_id": "u2@N02",
+        "query": "the dog at the beach",
+        "answer": ["2001"],
+        "event_type": "intra-event",
+    },
 ]
 
 
@@ -23,8 +39,20 @@ def root(tmp_path, h):
     for user, photos in PHOTOS.items():
         with open(tmp_path / "metadata" / f"{user}.jsonl", "w") as f:
             for n, p in enumerate(photos):
-                f.write(json.dumps({"photo_id": p, "metadata": {"taken_time": f"2010-04-{10 + n} 13:52:57", "latitude": 51.7,
-                                                                 "longitude": -1.2, "address": "Oxford, United Kingdom"}}) + "\n")
+                f.write(
+                    json.dumps(
+                        {
+                            "photo_id": p,
+                            "metadata": {
+                                "taken_time": f"2010-04-{10 + n} 13:52:57",
+                                "latitude": 51.7,
+                                "longitude": -1.2,
+                                "address": "Oxford, United Kingdom",
+                            },
+                        }
+                    )
+                    + "\n"
+                )
         h.touch_all(tmp_path / "images" / user / f"{p}.jpg" for p in photos if p != "2003")  # one photo lost
     (tmp_path / "queries.jsonl").write_text("".join(json.dumps(q) + "\n" for q in QUERIES))
     return tmp_path
@@ -36,7 +64,10 @@ def test_loader(root):
     assert len(items) == 9 and items[0].meta["user"] == "u1@N01" and items[0].meta["address"].startswith("Oxford")
     queries = ds.queries()
     assert [(q.id, q.user, q.meta["event_type"]) for q in queries] == [
-        ("1", "u1@N01", "intra-event"), ("2", "u1@N01", "inter-event"), ("3", "u2@N02", "intra-event")]
+        ("1", "u1@N01", "intra-event"),
+        ("2", "u1@N01", "inter-event"),
+        ("3", "u2@N02", "intra-event"),
+    ]
     assert queries[1].targets == ["1002", "1004", "1005"] and not queries[0].reference
     assert "gallery 9 of 10 images (1 missing on disk, skipped; e.g. 2003)" in ds.subset_note()
     only = DISBench(DISBench.Config(root=str(root), users=["u2@N02"]))
@@ -63,7 +94,7 @@ def test_answer_k_and_best_of(root, h):
     g = h.id_gallery(ds.gallery_items())
     queries = ds.queries()
     m = ds.evaluate(h.candidates_from([["1000", "1001"], ["1002", "1004"], ["2001"]], g), queries, g)
-    assert m["P"] == 100.0 and m["EM"] == pytest.approx(100 / 3)   # top 1 only: only q3 is exact
+    assert m["P"] == 100.0 and m["EM"] == pytest.approx(100 / 3)  # top 1 only: only q3 is exact
     full = DISBench(DISBench.Config(root=str(root)))
     run1 = {"1": ["1000", "1001"], "2": ["1003"], "3": ["2000"]}
     run2 = {"1": ["1000"], "2": ["1002", "1004", "1005"], "3": ["2000"]}

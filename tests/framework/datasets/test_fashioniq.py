@@ -12,7 +12,9 @@ pytestmark = pytest.mark.shared
 
 
 def _dataset(annotations, images, category="dress", **kw):
-    return FashionIQ(FashionIQ.Config(root=str(annotations / "fashion-iq"), category=category, images=str(images), **kw))
+    return FashionIQ(
+        FashionIQ.Config(root=str(annotations / "fashion-iq"), category=category, images=str(images), **kw)
+    )
 
 
 @pytest.fixture
@@ -26,7 +28,9 @@ def dress(annotations, tmp_path, h):
 
 def test_query_text_is_the_official_join():
     assert fashioniq_text(["is shiny and silver.", " fit and flare?"]) == "is shiny and silver and fit and flare"
-    assert fashioniq_text([" yello and more flowing", "short and black, "]) == "yello and more flowing and short and black"
+    assert (
+        fashioniq_text([" yello and more flowing", "short and black, "]) == "yello and more flowing and short and black"
+    )
 
 
 def test_loader_counts_missing_images_and_skipped_queries(annotations, dress):
@@ -44,7 +48,9 @@ def test_loader_counts_missing_images_and_skipped_queries(annotations, dress):
     q0 = queries[0]
     first = next(c for c in caps if c["candidate"] not in missing and c["target"] not in missing)
     assert q0.reference_id == first["candidate"] and q0.targets == [first["target"]]
-    assert q0.text == fashioniq_text(first["captions"]) and q0.meta["text_reversed"] == fashioniq_text(first["captions"][::-1])
+    assert q0.text == fashioniq_text(first["captions"]) and q0.meta["text_reversed"] == fashioniq_text(
+        first["captions"][::-1]
+    )
     note = ds.subset_note()
     assert note.startswith(f"FashionIQ dress val: evaluated {len(queries)} of {len(caps)} queries")
     assert f"{ref_missing} reference image missing" in note and f"{tgt_missing} target image missing" in note
@@ -61,8 +67,10 @@ def test_oracle_and_no_reference_removal(annotations, dress, h):
     m = ds.evaluate(h.candidates_from(oracle, g), queries, g)
     assert m == {"R@1": 100.0, "R@5": 100.0, "R@10": 100.0, "R@50": 100.0}
     # reference ranked first, target second: FashionIQ does not remove the reference
-    ref_first = [[q.reference_id, q.targets[0]] + [i for i in ids[:60] if i not in (q.reference_id, q.targets[0])]
-                 for q in queries]
+    ref_first = [
+        [q.reference_id, q.targets[0]] + [i for i in ids[:60] if i not in (q.reference_id, q.targets[0])]
+        for q in queries
+    ]
     m = ds.evaluate(h.candidates_from(ref_first, g), queries, g)
     same = sum(q.reference_id == q.targets[0] for q in queries)
     assert m["R@1"] == pytest.approx(100.0 * same / len(queries)) and m["R@5"] == 100.0
@@ -100,7 +108,9 @@ def test_test_split_has_nothing_to_score(annotations, tmp_path, h):
 
 
 def test_bad_config_and_missing_files(tmp_path):
-    with pytest.raises(ConfigError, match="dataset 'FashionIQ': field 'category': must be one of dress, shirt, toptee, got 'hat'"):
+    with pytest.raises(
+        ConfigError, match="dataset 'FashionIQ': field 'category': must be one of dress, shirt, toptee, got 'hat'"
+    ):
         FashionIQ(FashionIQ.Config(category="hat"))
     with pytest.raises(InputError, match="dataset 'fashioniq': set dataset.root to the dataset folder"):
         FashionIQ(FashionIQ.Config()).gallery_items()

@@ -16,8 +16,14 @@ from agentcir.framework.errors import InputError
 
 # -- CIRR --------------------------------------------------------------------------------------
 def cirr_row(**kw):
-    row = {"pairid": 1, "reference": "dev-0-img0", "target_hard": "dev-0-img1", "caption": "make it red",
-           "img_set": {"id": 0, "members": ["dev-0-img0", "dev-0-img1"]}, "target_soft": {"dev-0-img1": 1.0}}
+    row = {
+        "pairid": 1,
+        "reference": "dev-0-img0",
+        "target_hard": "dev-0-img1",
+        "caption": "make it red",
+        "img_set": {"id": 0, "members": ["dev-0-img0", "dev-0-img1"]},
+        "target_soft": {"dev-0-img1": 1.0},
+    }
     row.update(kw)
     return {k: v for k, v in row.items() if v != "DROP"}
 
@@ -39,17 +45,26 @@ def test_cirr_good_record_loads(tmp_path):
     assert q.id == "1" and q.text == "make it red" and q.meta["members"] == ["dev-0-img0", "dev-0-img1"]
 
 
-@pytest.mark.parametrize("change,msg", [
-    ({"caption": None}, r"record 0 \(pairid 1\): field 'caption': expected a string, got null"),
-    ({"caption": 5}, r"field 'caption': expected a string, got a number \(5\)"),
-    ({"img_set": {"members": "dev-0-img0"}}, r"record 0 \(pairid 1\) img_set: field 'members': expected a list of ids .*, got a string"),
-    ({"img_set": {"members": ["a", None]}}, r"field 'members': expected a list of ids .*got a list of 2 holding null"),
-    ({"img_set": []}, r"field 'img_set': expected an object, got a list of 0"),
-    ({"reference": ["x"]}, r"field 'reference': expected an id .*, got a list of 1"),
-    ({"pairid": True}, r"record 0: field 'pairid': expected an id .*, got a boolean"),
-    ({"caption": "DROP"}, r"record 0 \(pairid 1\): missing field 'caption'"),
-    ({"target_soft": "x"}, r"field 'target_soft': expected an object"),
-])
+@pytest.mark.parametrize(
+    "change,msg",
+    [
+        ({"caption": None}, r"record 0 \(pairid 1\): field 'caption': expected a string, got null"),
+        ({"caption": 5}, r"field 'caption': expected a string, got a number \(5\)"),
+        (
+            {"img_set": {"members": "dev-0-img0"}},
+            r"record 0 \(pairid 1\) img_set: field 'members': expected a list of ids .*, got a string",
+        ),
+        (
+            {"img_set": {"members": ["a", None]}},
+            r"field 'members': expected a list of ids .*got a list of 2 holding null",
+        ),
+        ({"img_set": []}, r"field 'img_set': expected an object, got a list of 0"),
+        ({"reference": ["x"]}, r"field 'reference': expected an id .*, got a list of 1"),
+        ({"pairid": True}, r"record 0: field 'pairid': expected an id .*, got a boolean"),
+        ({"caption": "DROP"}, r"record 0 \(pairid 1\): missing field 'caption'"),
+        ({"target_soft": "x"}, r"field 'target_soft': expected an object"),
+    ],
+)
 def test_cirr_wrong_fields_are_named(tmp_path, change, msg):
     with pytest.raises(InputError, match=msg) as e:
         cirr(tmp_path, [cirr_row(**change)]).queries()
@@ -82,8 +97,15 @@ def circo(tmp_path, rows, images=None):
 
 
 def circo_row(**kw):
-    row = {"id": 7, "reference_img_id": 1, "target_img_id": 2, "gt_img_ids": [2], "relative_caption": "is blue",
-           "shared_concept": "a cup", "semantic_aspects": ["color"]}
+    row = {
+        "id": 7,
+        "reference_img_id": 1,
+        "target_img_id": 2,
+        "gt_img_ids": [2],
+        "relative_caption": "is blue",
+        "shared_concept": "a cup",
+        "semantic_aspects": ["color"],
+    }
     row.update(kw)
     return row
 
@@ -91,10 +113,12 @@ def circo_row(**kw):
 def test_circo_good_and_bad(tmp_path):
     (q,) = circo(tmp_path, [circo_row()]).queries()
     assert q.targets == ["2"] and q.meta["target_img_id"] == "2"
-    for change, msg in [({"relative_caption": None}, r"query 0 \(id 7\): field 'relative_caption': expected a string, got null"),
-                        ({"gt_img_ids": "2"}, r"field 'gt_img_ids': expected a list of ids .*, got a string \('2'\)"),
-                        ({"semantic_aspects": "color"}, r"field 'semantic_aspects': expected a list of strings, got a string"),
-                        ({"reference_img_id": 1.5}, r"field 'reference_img_id': expected an id")]:
+    for change, msg in [
+        ({"relative_caption": None}, r"query 0 \(id 7\): field 'relative_caption': expected a string, got null"),
+        ({"gt_img_ids": "2"}, r"field 'gt_img_ids': expected a list of ids .*, got a string \('2'\)"),
+        ({"semantic_aspects": "color"}, r"field 'semantic_aspects': expected a list of strings, got a string"),
+        ({"reference_img_id": 1.5}, r"field 'reference_img_id': expected an id"),
+    ]:
         with pytest.raises(InputError, match=msg):
             circo(tmp_path, [circo_row(**change)]).queries()
     with pytest.raises(InputError, match=r"duplicate query id '7'"):
@@ -115,10 +139,12 @@ def composed(tmp_path, queries, gallery="id,image\na,a.png\nb,b.png\n"):
 def test_composed_fields(tmp_path):
     good = {"id": "q1", "text": "make it red", "reference_id": "a", "targets": ["b"]}
     assert composed(tmp_path, [good]).queries()[0].targets == ["b"]
-    for change, msg in [({"text": None}, r"line 1 \(id q1\): field 'text': expected a string, got null"),
-                        ({"targets": "b"}, r"line 1 \(id q1\): field 'targets': expected a list of ids .*got a string \('b'\)"),
-                        ({"reference_id": None}, r"field 'reference_id': expected an id .*got null"),
-                        ({"id": ""}, r"line 1: field 'id': expected an id .*got an empty string")]:
+    for change, msg in [
+        ({"text": None}, r"line 1 \(id q1\): field 'text': expected a string, got null"),
+        ({"targets": "b"}, r"line 1 \(id q1\): field 'targets': expected a list of ids .*got a string \('b'\)"),
+        ({"reference_id": None}, r"field 'reference_id': expected an id .*got null"),
+        ({"id": ""}, r"line 1: field 'id': expected an id .*got an empty string"),
+    ]:
         with pytest.raises(InputError, match=msg) as e:
             composed(tmp_path, [{**good, **change}]).queries()
         assert "queries.jsonl" in str(e.value)

@@ -18,8 +18,15 @@ def _jsonl(p: Path) -> list[dict]:
 
 
 def _spec(src, out, **kw):
-    return HistorySpec(out=str(out), csv_path=str(src / "photos.csv"), images_dir=str(src / "images"), min_photos=10,
-                       photos_per_event=5, queries_per_user=6, **kw)
+    return HistorySpec(
+        out=str(out),
+        csv_path=str(src / "photos.csv"),
+        images_dir=str(src / "images"),
+        min_photos=10,
+        photos_per_event=5,
+        queries_per_user=6,
+        **kw,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -86,8 +93,14 @@ def test_copy_mode_and_bad_inputs(src, tmp_path):
     with pytest.raises(InputError, match="has no column 'sender'"):
         build_history_benchmark(_spec(src, tmp_path / "x", user_column="sender"))
     with pytest.raises(InputError, match="no user has at least 500 photos"):
-        build_history_benchmark(HistorySpec(out=str(tmp_path / "x"), csv_path=str(src / "photos.csv"),
-                                            images_dir=str(src / "images"), min_photos=500))
+        build_history_benchmark(
+            HistorySpec(
+                out=str(tmp_path / "x"),
+                csv_path=str(src / "photos.csv"),
+                images_dir=str(src / "images"),
+                min_photos=500,
+            )
+        )
     with pytest.raises(InputError, match="link must be symlink or copy"):
         build_history_benchmark(_spec(src, tmp_path / "x", link="hard"))
 
@@ -109,7 +122,8 @@ def test_from_a_folder_with_metadata(tmp_path):
                 '<rdf:Description xmlns:xmp="http://ns.adobe.com/xap/1.0/" xmlns:dc="http://purl.org/dc/elements/1.1/" '
                 f'xmlns:exif="http://ns.adobe.com/exif/1.0/" xmp:CreateDate="{days[day_key]}T1{i}:00:00" '
                 f'exif:GPSLatitude="{gps[day_key][0]}" exif:GPSLongitude="{gps[day_key][1]}">'
-                f'<dc:subject><rdf:Bag><rdf:li>{k}</rdf:li></rdf:Bag></dc:subject></rdf:Description></rdf:RDF></x:xmpmeta>')
+                f"<dc:subject><rdf:Bag><rdf:li>{k}</rdf:li></rdf:Bag></dc:subject></rdf:Description></rdf:RDF></x:xmpmeta>"
+            )
     s = build_history_benchmark(HistorySpec(out=str(tmp_path / "out"), folder=str(tmp_path), queries_per_user=4))
     assert s["users"] == 1 and s["photos"] == 12 and s["events"] == 3 and s["queries"] > 0
     q = _jsonl(tmp_path / "out" / "queries.jsonl")

@@ -13,7 +13,7 @@ ROWS = [  # txt1, txt2, sim_txt, pth1, pth2, edit, scores
     ("a dog on grass", "a cat on grass", 0.8, "001/10", "002/20", "make it a cat", "[0.1, 0.2]"),
     ("a red car", "a blue car", 0.9, "001/11", "002/21", "Turn the car blue.", "[]"),
     ("a man running", "a man walking", 0.7, "002/20", "003/30", "walking instead", "[0.3]"),
-    ("sunset", "sunrise", 0.6, "004/40", "002/22", "as a sunrise", "[]"),      # reference video missing
+    ("sunset", "sunrise", 0.6, "004/40", "002/22", "as a sunrise", "[]"),  # reference video missing
     ("a boat", "two boats", 0.5, "001/12", "009/99", "add a second boat", "[]"),  # target video missing
 ]
 
@@ -35,10 +35,10 @@ def covr(tmp_path, h):
 
 
 def test_sample_indices_follow_covr():
-    assert sample_indices(10, 1) == [5]                      # middle frame
-    assert sample_indices(10, 2) == [2, 7]                   # middles of [0,5) and [5,10)
+    assert sample_indices(10, 1) == [5]  # middle frame
+    assert sample_indices(10, 2) == [2, 7]  # middles of [0,5) and [5,10)
     assert sample_indices(100, 4) == [12, 37, 62, 87]
-    assert sample_indices(2, 4) == [0, 1, 0, 1]              # fewer frames than asked: repeated
+    assert sample_indices(2, 4) == [0, 1, 0, 1]  # fewer frames than asked: repeated
     with pytest.raises(InputError, match="video with 0 frames"):
         sample_indices(0, 3)
     with pytest.raises(InputError, match="at least 1, got 0"):
@@ -141,6 +141,8 @@ def test_gallery_from_video_files(tmp_path, h):
     _write_video(tmp_path / "videos" / "002" / "20.mp4", n_frames=8)
     ds = WebVidCoVR(WebVidCoVR.Config(root=str(tmp_path), num_frames=2))
     (item,) = ds.gallery_items()
-    assert item.id == "002/20" and item.path.startswith(str(tmp_path / "_keyframes")) and item.path.endswith("000004.jpg")
+    assert (
+        item.id == "002/20" and item.path.startswith(str(tmp_path / "_keyframes")) and item.path.endswith("000004.jpg")
+    )
     (q,) = ds.queries()
     assert len(q.reference) == 2 and all(p.endswith(".jpg") for p in q.reference)

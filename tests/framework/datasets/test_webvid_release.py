@@ -19,9 +19,19 @@ ROWS = [(f"r/{i % 7}", f"t/{i}", f"edit {i}") for i in range(12)] + [("t/3", "t/
 
 
 def run(root, arch, tmp_path, *extra):
-    recipe = compose(["method=image_only", "dataset=webvid_covr", f"dataset.root={root}", "encoder=features",
-                      f"encoder.path={root}/preload", f"encoder.arch={arch}", f"run.root={tmp_path / 'runs'}",
-                      "run.progress=false", *extra])
+    recipe = compose(
+        [
+            "method=image_only",
+            "dataset=webvid_covr",
+            f"dataset.root={root}",
+            "encoder=features",
+            f"encoder.path={root}/preload",
+            f"encoder.arch={arch}",
+            f"run.root={tmp_path / 'runs'}",
+            "run.progress=false",
+            *extra,
+        ]
+    )
     return run_recipe(recipe, progress=False)
 
 

@@ -3,9 +3,22 @@
 import pytest
 
 from agentcir.framework.errors import InputError
-from agentcir.framework.eval.metrics import (average_precision_at_k, best_at_k, check_no_duplicates, circo_metrics,
-                                             cirr_metrics, covr_metrics, disbench_metrics, fashioniq_average, map_at_k,
-                                             ranked_set_recall, recall_at_k, remove_ids, set_scores, subset_ranking)
+from agentcir.framework.eval.metrics import (
+    average_precision_at_k,
+    best_at_k,
+    check_no_duplicates,
+    circo_metrics,
+    cirr_metrics,
+    covr_metrics,
+    disbench_metrics,
+    fashioniq_average,
+    map_at_k,
+    ranked_set_recall,
+    recall_at_k,
+    remove_ids,
+    set_scores,
+    subset_ranking,
+)
 
 
 def test_recall_at_k_hand_case():
@@ -24,8 +37,11 @@ def test_recall_needs_rankings_and_matching_lengths():
 
 
 def test_fashioniq_average_is_the_plain_mean_of_three_categories():
-    per = {"dress": {"R@10": 30.0, "R@50": 50.0}, "shirt": {"R@10": 20.0, "R@50": 40.0},
-           "toptee": {"R@10": 40.0, "R@50": 60.0}}
+    per = {
+        "dress": {"R@10": 30.0, "R@50": 50.0},
+        "shirt": {"R@10": 20.0, "R@50": 40.0},
+        "toptee": {"R@10": 40.0, "R@50": 60.0},
+    }
     assert fashioniq_average(per) == {"R@10": 30.0, "R@50": 50.0}
     with pytest.raises(InputError, match="needs the categories dress, shirt, toptee, got dress, shirt"):
         fashioniq_average({"dress": {}, "shirt": {}})
@@ -33,8 +49,8 @@ def test_fashioniq_average_is_the_plain_mean_of_three_categories():
 
 def test_cirr_removes_the_reference_and_ranks_the_subset():
     # gallery ranking (best first) for two queries
-    r1 = ["ref1", "t1", "m1", "x", "m2"]          # reference first: removed, so t1 is rank 1
-    r2 = ["x", "m3", "y", "ref2", "m4", "t2"]      # t2 is rank 5 after removal
+    r1 = ["ref1", "t1", "m1", "x", "m2"]  # reference first: removed, so t1 is rank 1
+    r2 = ["x", "m3", "y", "ref2", "m4", "t2"]  # t2 is rank 5 after removal
     members = [["ref1", "t1", "m1", "m2", "m9", "m8"], ["ref2", "t2", "m3", "m4", "m5", "m6"]]
     out = cirr_metrics([r1, r2], ["ref1", "ref2"], ["t1", "t2"], members, ks=(1, 5), subset_ks=(1, 2, 3))
     assert out["R@1"] == 50.0 and out["R@5"] == 100.0
@@ -107,7 +123,12 @@ def test_covr_reference_equal_to_target_is_a_miss():
 
 
 def test_set_scores_hand_cases():
-    assert set_scores(["a", "b", "x"], ["a", "b", "c", "d"]) == {"P": 2 / 3, "R": 0.5, "F1": pytest.approx(4 / 7), "EM": 0.0}
+    assert set_scores(["a", "b", "x"], ["a", "b", "c", "d"]) == {
+        "P": 2 / 3,
+        "R": 0.5,
+        "F1": pytest.approx(4 / 7),
+        "EM": 0.0,
+    }
     assert set_scores(["b", "a"], ["a", "b"]) == {"P": 1.0, "R": 1.0, "F1": 1.0, "EM": 1.0}
     assert set_scores([], ["a"]) == {"P": 0.0, "R": 0.0, "F1": 0.0, "EM": 0.0}
     with pytest.raises(InputError, match="empty ground-truth answer"):
@@ -132,8 +153,8 @@ def test_disbench_macro_average_overall_intra_inter():
 def test_best_at_k_takes_the_best_run_per_query():
     gts = [["a", "b"], ["c"]]
     types = ["intra-event", "inter-event"]
-    run1 = [["a"], ["c"]]          # F1 2/3, 1
-    run2 = [["a", "b"], ["x"]]     # F1 1, 0
+    run1 = [["a"], ["c"]]  # F1 2/3, 1
+    run2 = [["a", "b"], ["x"]]  # F1 1, 0
     out = best_at_k([run1, run2], gts, types)
     assert out["F1@2"] == 100.0 and out["EM@2"] == 100.0
     assert best_at_k([run1], gts, types)["F1@1"] == pytest.approx(100 * (2 / 3 + 1) / 2)

@@ -5,15 +5,23 @@ import json
 import pytest
 
 from agentcir.framework.errors import InputError
-from agentcir.framework.eval.submissions import (circo_submission, cirr_submission, validate_circo, validate_cirr,
-                                                 write_json)
+from agentcir.framework.eval.submissions import (
+    circo_submission,
+    cirr_submission,
+    validate_circo,
+    validate_cirr,
+    write_json,
+)
 
 GALLERY = [f"img{i}" for i in range(60)]
 
 
 def _cirr_case():
     refs = {"1": "img0", "2": "img5"}
-    members = {"1": ["img0", "img1", "img2", "img3", "img4", "img9"], "2": ["img5", "img6", "img7", "img8", "img10", "img11"]}
+    members = {
+        "1": ["img0", "img1", "img2", "img3", "img4", "img9"],
+        "2": ["img5", "img6", "img7", "img8", "img10", "img11"],
+    }
     rankings = {"1": list(GALLERY), "2": list(reversed(GALLERY))}
     return rankings, refs, members
 

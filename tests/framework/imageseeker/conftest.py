@@ -13,8 +13,14 @@ import pytest
 from agentcir.framework.datasets.history_builder import HistorySpec, build_history_benchmark
 
 LABELS = ["Hat", "Shoes", "Dress", "Pants", "Shirt", "Skirt"]
-COLOURS = {"Hat": (200, 30, 30), "Shoes": (30, 200, 30), "Dress": (30, 30, 200), "Pants": (200, 200, 30),
-           "Shirt": (30, 200, 200), "Skirt": (200, 30, 200)}
+COLOURS = {
+    "Hat": (200, 30, 30),
+    "Shoes": (30, 200, 30),
+    "Dress": (30, 30, 200),
+    "Pants": (200, 200, 30),
+    "Shirt": (30, 200, 200),
+    "Skirt": (200, 30, 200),
+}
 
 
 def make_labelled_set(folder: Path, users: int = 2, per_user: int = 30, seed: int = 0) -> Path:
@@ -29,7 +35,9 @@ def make_labelled_set(folder: Path, users: int = 2, per_user: int = 30, seed: in
         for i in range(per_user):
             label = LABELS[(i * 7 + u) % len(LABELS)]
             pid = f"u{u}p{i:02d}"
-            arr = np.clip(np.array(COLOURS[label])[None, None] + rng.normal(0, 25, (16, 16, 3)), 0, 255).astype(np.uint8)
+            arr = np.clip(np.array(COLOURS[label])[None, None] + rng.normal(0, 25, (16, 16, 3)), 0, 255).astype(
+                np.uint8
+            )
             Image.fromarray(arr).save(folder / "images" / f"{pid}.jpg")
             rows.append({"image": pid, "sender_id": f"user{u}", "label": label})
     with open(folder / "photos.csv", "w", newline="") as f:
@@ -47,9 +55,17 @@ def labelled_set(tmp_path_factory) -> Path:
 @pytest.fixture(scope="session")
 def history_bench(labelled_set, tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("bench") / "history"
-    build_history_benchmark(HistorySpec(out=str(out), csv_path=str(labelled_set / "photos.csv"),
-                                        images_dir=str(labelled_set / "images"), min_photos=10, photos_per_event=5,
-                                        queries_per_user=6, seed=3))
+    build_history_benchmark(
+        HistorySpec(
+            out=str(out),
+            csv_path=str(labelled_set / "photos.csv"),
+            images_dir=str(labelled_set / "images"),
+            min_photos=10,
+            photos_per_event=5,
+            queries_per_user=6,
+            seed=3,
+        )
+    )
     return out
 
 

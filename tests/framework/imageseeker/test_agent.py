@@ -18,9 +18,19 @@ CHAT = "/chat/completions"
 
 def recipe(root, tmp_path, *extra):
     toy, _, recipes = toy_overrides(tmp_path / "_recipes")
-    return compose(["method=imageseeker", toy, "dataset=disbench", f"dataset.root={root}",
-                    f"run.root={tmp_path / 'runs'}", "run.progress=false", f"run.cache={tmp_path / 'cache.sqlite'}", *extra],
-                   extra_dirs=[recipes])
+    return compose(
+        [
+            "method=imageseeker",
+            toy,
+            "dataset=disbench",
+            f"dataset.root={root}",
+            f"run.root={tmp_path / 'runs'}",
+            "run.progress=false",
+            f"run.cache={tmp_path / 'cache.sqlite'}",
+            *extra,
+        ],
+        extra_dirs=[recipes],
+    )
 
 
 def seek_records(result):
@@ -36,12 +46,14 @@ def test_offline_planner_end_to_end(history_bench, tmp_path, plugin_path):
         r = recs[q.id]
         assert r["planner"] == "offline" and r["stopped"] == "answered" and r["ids"]
         assert r["decomposition"]["target"] and r["subset_chain"] and r["reasoning"]
-        assert [res.gallery.ids[i] for i in res.candidates.row(qi)] == r["ids"]       # rows = the answer, padded with -1
+        assert [res.gallery.ids[i] for i in res.candidates.row(qi)] == r["ids"]  # rows = the answer, padded with -1
         assert all(res.gallery.items[i].meta["user"] == q.user for i in res.candidates.row(qi))
         assert [s["tool"] for s in r["steps"]][-1] == "answer"
     m = res.metrics["final"]
     assert {"EM", "F1", "EM_intra", "F1_intra", "EM_inter", "F1_inter"} <= set(m)
-    assert (res.dir / "graphs").is_dir() and json.loads((res.dir / "collections.json").read_text())["user0"]["photos"] == 30
+    assert (res.dir / "graphs").is_dir() and json.loads((res.dir / "collections.json").read_text())["user0"][
+        "photos"
+    ] == 30
     assert (res.dir / "subsets" / f"{res.queries[0].id}.json").is_file()
 
 
@@ -68,18 +80,61 @@ def _user0_city(root):
 def test_llm_agent_with_scripted_tool_calls(history_bench, tmp_path, plugin_path):
     city = _user0_city(history_bench)
     with ScriptedServer() as srv:
-        srv.script(CHAT, [
-            Step(json=chat_completion(None, tool_calls=[_call("image_search", {"query": "a photo of a hat", "top_k": 10, "save_as": "hats"})])),
-            Step(json=chat_completion(None, tool_calls=[_call("teleport", {}), _call("filter_metadata", {"expression": "date >= "}, 1),
-                                                        _call("image_search", {"query": "x", "colour": "red"}, 2)])),
-            Step(json=chat_completion(None, tool_calls=[_call("filter_metadata", {"expression": f'place ~ "{city}"',
-                                                                                  "filter_within": "hats", "save_as": "hats_here"})])),
-            Step(json=chat_completion(None, tool_calls=[_call("view_photos", {"subset": "hats_here", "max": 2})])),
-            Step(json=chat_completion(None, tool_calls=[{"id": "c9", "name": "get_metadata", "arguments": '{"ids": ['}])),
-            Step(json=chat_completion(None, tool_calls=[_call("answer", {"subset": "hats_here", "reasoning": "hats in " + city})])),
-        ])
-        r = recipe(history_bench, tmp_path, "llm=openai", f"llm.base_url={srv.base_url}", "llm.model=m", "llm.retries=0",
-                   "llm.parse_retries=0", "dataset.limit=1")
+        srv.script(
+            CHAT,
+            [
+                Step(
+                    json=chat_completion(
+                        None,
+                        tool_calls=[
+                            _call("image_search", {"query": "a photo of a hat", "top_k": 10, "save_as": "hats"})
+                        ],
+                    )
+                ),
+                Step(
+                    json=chat_completion(
+                        None,
+                        tool_calls=[
+                            _call("teleport", {}),
+                            _call("filter_metadata", {"expression": "date >= "}, 1),
+                            _call("image_search", {"query": "x", "colour": "red"}, 2),
+                        ],
+                    )
+                ),
+                Step(
+                    json=chat_completion(
+                        None,
+                        tool_calls=[
+                            _call(
+                                "filter_metadata",
+                                {"expression": f'place ~ "{city}"', "filter_within": "hats", "save_as": "hats_here"},
+                            )
+                        ],
+                    )
+                ),
+                Step(json=chat_completion(None, tool_calls=[_call("view_photos", {"subset": "hats_here", "max": 2})])),
+                Step(
+                    json=chat_completion(
+                        None, tool_calls=[{"id": "c9", "name": "get_metadata", "arguments": '{"ids": ['}]
+                    )
+                ),
+                Step(
+                    json=chat_completion(
+                        None, tool_calls=[_call("answer", {"subset": "hats_here", "reasoning": "hats in " + city})]
+                    )
+                ),
+            ],
+        )
+        r = recipe(
+            history_bench,
+            tmp_path,
+            "llm=openai",
+            f"llm.base_url={srv.base_url}",
+            "llm.model=m",
+            "llm.retries=0",
+            "llm.parse_retries=0",
+            "dataset.limit=1",
+        )
         res = run_recipe(r)
         rec = seek_records(res)[res.queries[0].id]
         reqs = [q.json for q in srv.requests_to(CHAT)]
@@ -91,8 +146,15 @@ def test_llm_agent_with_scripted_tool_calls(history_bench, tmp_path, plugin_path
         assert rec["subset_chain"] == ["hats(10)", f"hats_here({here['size']})"]
         assert [res.gallery.ids[i] for i in res.candidates.row(0)] == rec["ids"]
         # the tools were offered as OpenAI function specs, with the system prompt
-        assert {t["function"]["name"] for t in reqs[0]["tools"]} == {"image_search", "get_metadata", "filter_metadata",
-                                                                     "view_photos", "web_search", "expand_graph", "answer"}
+        assert {t["function"]["name"] for t in reqs[0]["tools"]} == {
+            "image_search",
+            "get_metadata",
+            "filter_metadata",
+            "view_photos",
+            "web_search",
+            "expand_graph",
+            "answer",
+        }
         assert reqs[0]["messages"][0]["role"] == "system" and "30 photos" in reqs[0]["messages"][0]["content"]
         # bad calls came back to the model as errors, and the session went on
         tool_msgs = {m["tool_call_id"]: m["content"] for m in reqs[2]["messages"] if m["role"] == "tool"}
@@ -106,8 +168,17 @@ def test_llm_agent_with_scripted_tool_calls(history_bench, tmp_path, plugin_path
         assert "could not be used" in json.dumps(reqs[5]["messages"][-1])
         # a rerun of the same recipe resumes the finished run; a fresh run replays every call from the cache
         run_recipe(r)
-        fresh = recipe(history_bench, tmp_path, "llm=openai", f"llm.base_url={srv.base_url}", "llm.model=m", "llm.retries=0",
-                       "llm.parse_retries=0", "dataset.limit=1", "run.fresh=true")
+        fresh = recipe(
+            history_bench,
+            tmp_path,
+            "llm=openai",
+            f"llm.base_url={srv.base_url}",
+            "llm.model=m",
+            "llm.retries=0",
+            "llm.parse_retries=0",
+            "dataset.limit=1",
+            "run.fresh=true",
+        )
         again = run_recipe(fresh)
         # every completed call came from the cache; only the unusable reply (never cached) was asked again
         assert len(srv.requests_to(CHAT)) == 7
@@ -116,58 +187,117 @@ def test_llm_agent_with_scripted_tool_calls(history_bench, tmp_path, plugin_path
 
 def test_llm_agent_step_budget(history_bench, tmp_path, plugin_path):
     with ScriptedServer() as srv:
-        srv.script(CHAT, [Step(json=chat_completion(None, tool_calls=[_call("image_search", {"query": "hat", "top_k": 4})]))])
-        res = run_recipe(recipe(history_bench, tmp_path, "llm=openai", f"llm.base_url={srv.base_url}", "llm.model=m",
-                                "llm.retries=0", "dataset.limit=1", "method.max_steps=3"))
+        srv.script(
+            CHAT, [Step(json=chat_completion(None, tool_calls=[_call("image_search", {"query": "hat", "top_k": 4})]))]
+        )
+        res = run_recipe(
+            recipe(
+                history_bench,
+                tmp_path,
+                "llm=openai",
+                f"llm.base_url={srv.base_url}",
+                "llm.model=m",
+                "llm.retries=0",
+                "dataset.limit=1",
+                "method.max_steps=3",
+            )
+        )
         rec = seek_records(res)[res.queries[0].id]
         assert len(srv.requests_to(CHAT)) == 3
         assert rec["stopped"] == "step_budget" and rec["turns"] == 3 and len(rec["ids"]) == 4
-        assert rec["reasoning"] == "step budget of 3 turns spent without an answer; answered with the latest subset 'image_search_3'"
+        assert (
+            rec["reasoning"]
+            == "step budget of 3 turns spent without an answer; answered with the latest subset 'image_search_3'"
+        )
         assert rec["subset_chain"] == ["image_search_3(4)"]
 
 
 def test_llm_agent_context_compression_under_a_small_budget(history_bench, tmp_path, plugin_path):
-    steps = [Step(json=chat_completion(f"looking {i}", tool_calls=[_call("image_search", {"query": f"hat {i}", "top_k": 8,
-                                                                                          "save_as": f"s{i}"}, i)]))
-             for i in range(5)]
+    steps = [
+        Step(
+            json=chat_completion(
+                f"looking {i}",
+                tool_calls=[_call("image_search", {"query": f"hat {i}", "top_k": 8, "save_as": f"s{i}"}, i)],
+            )
+        )
+        for i in range(5)
+    ]
     steps.append(Step(json=chat_completion('{"ids": [], "subset": "s4", "reasoning": "done"}')))
     with ScriptedServer() as srv:
         srv.script(CHAT, steps)
-        res = run_recipe(recipe(history_bench, tmp_path, "llm=openai", f"llm.base_url={srv.base_url}", "llm.model=m",
-                                "llm.retries=0", "dataset.limit=1", "method.context_budget=1500", "method.context_keep_last=2"))
+        res = run_recipe(
+            recipe(
+                history_bench,
+                tmp_path,
+                "llm=openai",
+                f"llm.base_url={srv.base_url}",
+                "llm.model=m",
+                "llm.retries=0",
+                "dataset.limit=1",
+                "method.context_budget=1500",
+                "method.context_keep_last=2",
+            )
+        )
         rec = seek_records(res)[res.queries[0].id]
         reqs = [q.json for q in srv.requests_to(CHAT)]
-        assert rec["stopped"] == "answered" and len(rec["ids"]) == 8 and rec["reasoning"] == "done"   # a JSON final answer
+        assert (
+            rec["stopped"] == "answered" and len(rec["ids"]) == 8 and rec["reasoning"] == "done"
+        )  # a JSON final answer
         assert rec["compressions"] and all(c["tokens_after"] < c["tokens_before"] for c in rec["compressions"])
         later = json.dumps(reqs[-1]["messages"])
         assert "[Context memory: earlier steps of this session were compressed]" in later
-        assert "subset 's0' = 8 photos from image_search" in later          # pinned findings survive compression
+        assert "subset 's0' = 8 photos from image_search" in later  # pinned findings survive compression
         assert "s0" in rec["context"]["working_memory"] or "s0" in rec["context"]["session_memory"]
 
 
 def test_llm_summariser_runs_through_the_cache(history_bench, tmp_path, plugin_path):
-    turns = iter([chat_completion(f"step {i}", tool_calls=[_call("image_search", {"query": f"hat {i}", "top_k": 6,
-                                                                                  "save_as": f"s{i}"}, i)]) for i in range(4)]
-                 + [chat_completion(None, tool_calls=[_call("answer", {"subset": "s3", "reasoning": "r"})])])
+    turns = iter(
+        [
+            chat_completion(
+                f"step {i}",
+                tool_calls=[_call("image_search", {"query": f"hat {i}", "top_k": 6, "save_as": f"s{i}"}, i)],
+            )
+            for i in range(4)
+        ]
+        + [chat_completion(None, tool_calls=[_call("answer", {"subset": "s3", "reasoning": "r"})])]
+    )
 
     def reply(req):
-        if "response_format" in req.json:          # the compress_context task (JSON mode)
-            return Step(json=chat_completion(json.dumps({"session_memory": "SUMMARY searched hats s0..",
-                                                         "working_memory": "WORKING next: answer"})))
+        if "response_format" in req.json:  # the compress_context task (JSON mode)
+            return Step(
+                json=chat_completion(
+                    json.dumps(
+                        {"session_memory": "SUMMARY searched hats s0..", "working_memory": "WORKING next: answer"}
+                    )
+                )
+            )
         return Step(json=next(turns))
 
     with ScriptedServer() as srv:
         srv.script(CHAT, [reply])
-        res = run_recipe(recipe(history_bench, tmp_path, "llm=openai", f"llm.base_url={srv.base_url}", "llm.model=m",
-                                "llm.retries=0", "dataset.limit=1", "method.context_budget=1500", "method.context_keep_last=2",
-                                "method.summarizer=llm"))
+        res = run_recipe(
+            recipe(
+                history_bench,
+                tmp_path,
+                "llm=openai",
+                f"llm.base_url={srv.base_url}",
+                "llm.model=m",
+                "llm.retries=0",
+                "dataset.limit=1",
+                "method.context_budget=1500",
+                "method.context_keep_last=2",
+                "method.summarizer=llm",
+            )
+        )
         rec = seek_records(res)[res.queries[0].id]
         reqs = [q.json for q in srv.requests_to(CHAT)]
         summaries = [r for r in reqs if "response_format" in r]
         assert summaries and "Compress its history" in summaries[0]["messages"][0]["content"]
         assert rec["stopped"] == "answered" and rec["compressions"]
         assert "SUMMARY searched hats" in json.dumps(reqs[-1]["messages"])
-        assert res.stats["seek"].by_component.get("llm:openai", 0) == len(reqs)   # every call, summaries too, went through ctx.call
+        assert res.stats["seek"].by_component.get("llm:openai", 0) == len(
+            reqs
+        )  # every call, summaries too, went through ctx.call
 
 
 def test_offline_planner_reads_a_captioners_captions(history_bench, labelled_set, tmp_path, plugin_path):
@@ -199,7 +329,7 @@ def test_offline_planner_reads_a_captioners_captions(history_bench, labelled_set
     rec = seek_records(res)[res.queries[0].id]
     views = [s for s in rec["steps"] if s["tool"] == "view_photos"]
     assert views and all("caption" in p for p in views[0]["result"]["photos"])
-    assert LabelCaptioner.calls <= 60      # each photo captioned at most once (cached calls)
+    assert LabelCaptioner.calls <= 60  # each photo captioned at most once (cached calls)
 
 
 def test_offline_judge_reads_captions_only_when_they_add_information(plugin_path):

@@ -16,52 +16,60 @@ from agentcir.framework.methods.imageseeker.planner import OfflinePlanner, PlanC
 from agentcir.framework.methods.imageseeker.store import PhotoCollection
 from agentcir.framework.methods.imageseeker.tools import Toolbox
 
-FACTS = Facts(people=["Marie Curie", "Pierre Curie"], albums=["trips/nature", "nature", "gps"],
-              cameras=["NIKON D70", "NIKON D70s", "Canon EOS 40D", "Apple iPhone 7"], tags=["birds", "Landscape"],
-              titles=["Mongol Els"], newest=datetime(2024, 3, 10, 12, 0))
+FACTS = Facts(
+    people=["Marie Curie", "Pierre Curie"],
+    albums=["trips/nature", "nature", "gps"],
+    cameras=["NIKON D70", "NIKON D70s", "Canon EOS 40D", "Apple iPhone 7"],
+    tags=["birds", "Landscape"],
+    titles=["Mongol Els"],
+    newest=datetime(2024, 3, 10, 12, 0),
+)
 
 
 def exprs(q: str) -> list[str]:
     return [c.expression() for c in parse_conditions(q, load_gazetteer(), FACTS).conditions]
 
 
-@pytest.mark.parametrize("query,expected", [
-    ("photos from 2022", ["(date >= 2022-01-01 and date < 2023-01-01)"]),
-    ("2022 photos", ["(date >= 2022-01-01 and date < 2023-01-01)"]),
-    ("photos from 22 October 2008", ["(date >= 2008-10-22 and date < 2008-10-23)"]),
-    ("photos taken on October 22nd, 2008", ["(date >= 2008-10-22 and date < 2008-10-23)"]),
-    ("photos between 2000 and 2002", ["(date >= 2000-01-01 and date < 2003-01-01)"]),
-    ("photos from March 2008 to May 2008", ["(date >= 2008-03-01 and date < 2008-06-01)"]),
-    ("photos before 2000", ["date < 2000-01-01"]),
-    ("photos after June 2020", ["date >= 2020-07-01"]),
-    ("photos in winter", ["month in 12..2"]),
-    ("photos taken in May", ["month = 5"]),
-    ("photos on Saturdays", ["weekday = saturday"]),
-    ("photos at the weekend", ["weekday in [saturday, sunday]"]),
-    ("photos at night", ["(hour >= 21 or hour <= 4)"]),
-    ("photos taken after 6 pm", ["hour >= 18"]),
-    ("photos from last summer", ["(date >= 2023-06-01 and date < 2023-09-01)"]),   # newest photo: March 2024
-    ("photos from last year", ["(date >= 2023-01-01 and date < 2024-01-01)"]),
-    ("photos from two years ago", ["(date >= 2022-01-01 and date < 2023-01-01)"]),
-    ("photos from Tuscany", ['place ~ "Tuscany"']),
-    ("Italian photos", ['place ~ "Italy"']),
-    ("photos from italy", ['place ~ "italy"']),            # lower case: countries, regions, cities of 100,000+
-    ("photos from the beach", []),
-    ("photos from Rome or Florence", ['(place ~ "Rome" or place ~ "Florence")']),
-    ("photos not in Rome", ['not (place ~ "Rome")']),
-    ("photos of Marie Curie", ['person ~ "Marie Curie"']),
-    ("photos of Pierre", ['person ~ "Pierre"']),
-    ("photos without people", ["not (has(people))"]),
-    ("photos in the nature album", ['album = "nature"']),
-    ("Nikon photos", ['camera ~ "nikon"']),
-    ("photos taken with the Nikon D70", ['camera in ["NIKON D70"]']),
-    ("photos not taken with a Canon", ['not (camera ~ "canon")']),
-    ("iPhone photos", ['camera ~ "iphone"']),
-    ("photos tagged birds", ['tag = "birds"']),
-    ('the photo titled "Mongol Els"', ['text ~ "Mongol Els"']),
-    ("photos rated 3 or more", ["rating >= 3"]),
-    ("5-star photos", ["rating = 5"]),
-])
+@pytest.mark.parametrize(
+    "query,expected",
+    [
+        ("photos from 2022", ["(date >= 2022-01-01 and date < 2023-01-01)"]),
+        ("2022 photos", ["(date >= 2022-01-01 and date < 2023-01-01)"]),
+        ("photos from 22 October 2008", ["(date >= 2008-10-22 and date < 2008-10-23)"]),
+        ("photos taken on October 22nd, 2008", ["(date >= 2008-10-22 and date < 2008-10-23)"]),
+        ("photos between 2000 and 2002", ["(date >= 2000-01-01 and date < 2003-01-01)"]),
+        ("photos from March 2008 to May 2008", ["(date >= 2008-03-01 and date < 2008-06-01)"]),
+        ("photos before 2000", ["date < 2000-01-01"]),
+        ("photos after June 2020", ["date >= 2020-07-01"]),
+        ("photos in winter", ["month in 12..2"]),
+        ("photos taken in May", ["month = 5"]),
+        ("photos on Saturdays", ["weekday = saturday"]),
+        ("photos at the weekend", ["weekday in [saturday, sunday]"]),
+        ("photos at night", ["(hour >= 21 or hour <= 4)"]),
+        ("photos taken after 6 pm", ["hour >= 18"]),
+        ("photos from last summer", ["(date >= 2023-06-01 and date < 2023-09-01)"]),  # newest photo: March 2024
+        ("photos from last year", ["(date >= 2023-01-01 and date < 2024-01-01)"]),
+        ("photos from two years ago", ["(date >= 2022-01-01 and date < 2023-01-01)"]),
+        ("photos from Tuscany", ['place ~ "Tuscany"']),
+        ("Italian photos", ['place ~ "Italy"']),
+        ("photos from italy", ['place ~ "italy"']),  # lower case: countries, regions, cities of 100,000+
+        ("photos from the beach", []),
+        ("photos from Rome or Florence", ['(place ~ "Rome" or place ~ "Florence")']),
+        ("photos not in Rome", ['not (place ~ "Rome")']),
+        ("photos of Marie Curie", ['person ~ "Marie Curie"']),
+        ("photos of Pierre", ['person ~ "Pierre"']),
+        ("photos without people", ["not (has(people))"]),
+        ("photos in the nature album", ['album = "nature"']),
+        ("Nikon photos", ['camera ~ "nikon"']),
+        ("photos taken with the Nikon D70", ['camera in ["NIKON D70"]']),
+        ("photos not taken with a Canon", ['not (camera ~ "canon")']),
+        ("iPhone photos", ['camera ~ "iphone"']),
+        ("photos tagged birds", ['tag = "birds"']),
+        ('the photo titled "Mongol Els"', ['text ~ "Mongol Els"']),
+        ("photos rated 3 or more", ["rating >= 3"]),
+        ("5-star photos", ["rating = 5"]),
+    ],
+)
 def test_conditions(query, expected):
     assert exprs(query) == expected
 
@@ -70,7 +78,8 @@ def test_combination_negation_and_counting():
     p = parse_conditions("how many Nikon photos from Italy in 2008 not taken on a Sunday?", load_gazetteer(), FACTS)
     assert p.count
     assert sorted(c.expression() for c in p.conditions) == sorted(
-        ['camera ~ "nikon"', 'place ~ "Italy"', "(date >= 2008-01-01 and date < 2009-01-01)", "not (weekday = sunday)"])
+        ['camera ~ "nikon"', 'place ~ "Italy"', "(date >= 2008-01-01 and date < 2009-01-01)", "not (weekday = sunday)"]
+    )
 
 
 def test_what_cannot_be_read_is_said_and_left_to_the_visual_search():
@@ -82,7 +91,7 @@ def test_what_cannot_be_read_is_said_and_left_to_the_visual_search():
 
 
 def test_episode_words_stay_episodes():
-    """"the evening I photographed a hat" is an episode, not a time of day."""
+    """ "the evening I photographed a hat" is an episode, not a time of day."""
     d = decompose("the shoes photos from the evening I photographed a hat in Rome", load_gazetteer(), facts=FACTS)
     assert (d.target, d.clue, d.places) == ("shoes", "hat", ["Rome"])
     assert [c.kind for c in d.conditions] == ["place"]
@@ -97,17 +106,39 @@ def test_regions_contain_their_cities():
 
 # -- the plan over a small collection -------------------------------------------------------------
 def collection() -> PhotoCollection:
-    metas = [{"taken_time": "2008-10-22 16:00:00", "address": "Arezzo, Italy", "city": "Arezzo", "country": "Italy",
-              "capturedevice": "NIKON COOLPIX P6000"},
-             {"taken_time": "2008-10-22 17:00:00", "address": "Arezzo, Italy", "city": "Arezzo", "country": "Italy",
-              "capturedevice": "NIKON COOLPIX P6000"},
-             {"taken_time": "2005-12-14 14:00:00", "address": "Florence, Italy", "city": "Florence", "country": "Italy",
-              "capturedevice": "NIKON D70s"},
-             {"taken_time": "2012-08-05 11:00:00", "capturedevice": "SONY DSLR-A550", "album": "nature"},
-             {"album": "faces", "people": ["Marie Curie"]}]
+    metas = [
+        {
+            "taken_time": "2008-10-22 16:00:00",
+            "address": "Arezzo, Italy",
+            "city": "Arezzo",
+            "country": "Italy",
+            "capturedevice": "NIKON COOLPIX P6000",
+        },
+        {
+            "taken_time": "2008-10-22 17:00:00",
+            "address": "Arezzo, Italy",
+            "city": "Arezzo",
+            "country": "Italy",
+            "capturedevice": "NIKON COOLPIX P6000",
+        },
+        {
+            "taken_time": "2005-12-14 14:00:00",
+            "address": "Florence, Italy",
+            "city": "Florence",
+            "country": "Italy",
+            "capturedevice": "NIKON D70s",
+        },
+        {"taken_time": "2012-08-05 11:00:00", "capturedevice": "SONY DSLR-A550", "album": "nature"},
+        {"album": "faces", "people": ["Marie Curie"]},
+    ]
     emb = np.eye(5, 8, dtype=np.float32)
-    g = SimpleNamespace(items=[SimpleNamespace(meta=m) for m in metas], ids=[f"p{i}" for i in range(5)],
-                        paths=[f"/x/p{i}.jpg" for i in range(5)], image_emb=emb, root="test")
+    g = SimpleNamespace(
+        items=[SimpleNamespace(meta=m) for m in metas],
+        ids=[f"p{i}" for i in range(5)],
+        paths=[f"/x/p{i}.jpg" for i in range(5)],
+        image_emb=emb,
+        root="test",
+    )
     return PhotoCollection(g)
 
 
@@ -131,18 +162,35 @@ def run(q: str, scores: dict[str, float] | None = None, verified: set[str] = fro
 def test_metadata_only_questions_answer_every_matching_photo():
     res, tb = run("photos from Tuscany")
     assert sorted(res.ids) == ["p0", "p1", "p2"] and res.visual is None
-    assert res.filters == [{"condition": "place 'from Tuscany'", "kind": "place", "negated": False,
-                            "expression": 'place ~ "Tuscany"', "of": 5, "kept": 3}]
+    assert res.filters == [
+        {
+            "condition": "place 'from Tuscany'",
+            "kind": "place",
+            "negated": False,
+            "expression": 'place ~ "Tuscany"',
+            "of": 5,
+            "kept": 3,
+        }
+    ]
     assert "image_search" not in [o.name for o in tb.log]
     res, _ = run("how many Nikon photos from Italy not in Florence")
     assert sorted(res.ids) == ["p0", "p1"] and res.reasoning.startswith("2 photo(s)")
-    assert [(f["kind"], f["of"], f["kept"]) for f in res.filters] == [("place", 5, 3), ("place", 3, 2), ("camera", 2, 2)]
+    assert [(f["kind"], f["of"], f["kept"]) for f in res.filters] == [
+        ("place", 5, 3),
+        ("place", 3, 2),
+        ("camera", 2, 2),
+    ]
     res, _ = run("photos of Marie Curie")
     assert res.ids == ["p4"]
     res, _ = run("photos from Spain")
     assert res.ids == [] and res.no_match == "no photo matches: place 'from Spain' kept none of the 5 photo(s)"
-    res, _ = run("Canon photos from Florence")  # the condition that emptied the set is named, after those that kept some
-    assert res.ids == [] and "camera 'Canon' kept none of the 1 photo(s) that matched the conditions before it" in res.no_match
+    res, _ = run(
+        "Canon photos from Florence"
+    )  # the condition that emptied the set is named, after those that kept some
+    assert (
+        res.ids == []
+        and "camera 'Canon' kept none of the 1 photo(s) that matched the conditions before it" in res.no_match
+    )
 
 
 def test_visual_check_runs_over_the_filtered_photos_with_a_calibrated_threshold():
@@ -162,8 +210,9 @@ def test_visual_check_runs_over_the_filtered_photos_with_a_calibrated_threshold(
     assert len(res.ids) == 1 and "no photo passed the visual check" in res.reasoning
     # min_answer=0: no photo, and the answer says which check kept none
     res, _ = run("photos of a tower in Italy", scores={k: 0.1 for k in scores} | {"p4": 0.2}, min_answer=0)
-    assert res.ids == [] and res.no_match.startswith("no photo matches: none of the 3 candidate(s) within those photos passed "
-                                                      "the visual check of 'tower'")
+    assert res.ids == [] and res.no_match.startswith(
+        "no photo matches: none of the 3 candidate(s) within those photos passed the visual check of 'tower'"
+    )
 
 
 def test_odd_inputs():
@@ -178,14 +227,20 @@ def test_odd_inputs():
     assert d.target == "" and not d.conditions and d.breakdown == ["answer with every photo kept"]
 
 
-@pytest.mark.parametrize("query,expected", [
-    ("photos from 2008 or 2009", "((date >= 2008-01-01 and date < 2009-01-01) or (date >= 2009-01-01 and date < 2010-01-01))"),
-    ("photos on Saturdays or Sundays", "(weekday = saturday or weekday = sunday)"),
-    ("photos from May or June", "(month = 6 or month = 5)"),
-    ("photos before 2000 or after 2020", "(date < 2000-01-01 or date >= 2021-01-01)"),
-    ("photos after 2000 and before 2005", "date >= 2001-01-01 and date < 2005-01-01"),      # a span, not alternatives
-    ("photos from 2008 in October", "(date >= 2008-01-01 and date < 2009-01-01) and month = 10"),
-])
+@pytest.mark.parametrize(
+    "query,expected",
+    [
+        (
+            "photos from 2008 or 2009",
+            "((date >= 2008-01-01 and date < 2009-01-01) or (date >= 2009-01-01 and date < 2010-01-01))",
+        ),
+        ("photos on Saturdays or Sundays", "(weekday = saturday or weekday = sunday)"),
+        ("photos from May or June", "(month = 6 or month = 5)"),
+        ("photos before 2000 or after 2020", "(date < 2000-01-01 or date >= 2021-01-01)"),
+        ("photos after 2000 and before 2005", "date >= 2001-01-01 and date < 2005-01-01"),  # a span, not alternatives
+        ("photos from 2008 in October", "(date >= 2008-01-01 and date < 2009-01-01) and month = 10"),
+    ],
+)
 def test_alternatives_of_one_shape_are_either(query, expected):
     d = decompose(query, load_gazetteer(), facts=FACTS)
     assert d.filter_expression() == expected and d.target == ""

@@ -29,7 +29,7 @@ def _jpeg(path: Path) -> Path:
 
 def test_xmp_people_tags_albums_rating():
     x = parse_xmp(FACES_XMP)
-    assert x["people"] == ["Ada", "Grace"]            # hierarchical People| tag + MWG face region; the pet is not a person
+    assert x["people"] == ["Ada", "Grace"]  # hierarchical People| tag + MWG face region; the pet is not a person
     assert x["tags"] == ["beach", "Rome"] and x["albums"] == ["Summer trip"] and x["Rating"] == "4"
 
 
@@ -49,22 +49,26 @@ def test_broken_files_are_partial_records_never_crashes(tmp_path):
     broken = tmp_path / "broken.jpg"
     broken.write_bytes(b"\xff\xd8\xff\xe1\x00\x10Exif\x00\x00MM\x00\x2a\x00\x00\x00\x08 truncated")
     bad_xmp = _jpeg(tmp_path / "bad.jpg")
-    (tmp_path / "bad.xmp").write_text('<x:xmpmeta xmlns:x="adobe:ns:meta/"><rdf:RDF xmp:CreateDate="2020-01-02T03:04:05"'
-                                      ' mwg-rs:Name="Bo"><unclosed></x:xmpmeta>')
+    (tmp_path / "bad.xmp").write_text(
+        '<x:xmpmeta xmlns:x="adobe:ns:meta/"><rdf:RDF xmp:CreateDate="2020-01-02T03:04:05"'
+        ' mwg-rs:Name="Bo"><unclosed></x:xmpmeta>'
+    )
     zero = _jpeg(tmp_path / "zero.jpg")
     records, report = scan_folder([broken, bad_xmp, zero, tmp_path / "missing.jpg"], tmp_path)
     assert report.files == 4 and len(records) == 4
-    assert records[1]["taken_time"] == "2020-01-02 03:04:05" and records[1]["people"] == ["Bo"]   # tolerant fallback
+    assert records[1]["taken_time"] == "2020-01-02 03:04:05" and records[1]["people"] == ["Bo"]  # tolerant fallback
     assert any("not well-formed" in p for p in records[1]["metadata_problems"])
-    assert "file unreadable" in " ".join(records[3]["metadata_problems"]) or "EXIF unreadable" in " ".join(records[3]["metadata_problems"])
-    assert records[2] == {}                                 # a plain image: nothing to read, nothing wrong
+    assert "file unreadable" in " ".join(records[3]["metadata_problems"]) or "EXIF unreadable" in " ".join(
+        records[3]["metadata_problems"]
+    )
+    assert records[2] == {}  # a plain image: nothing to read, nothing wrong
     assert len(report.partial) >= 2 and "partial record(s)" in report.line()
 
 
 def test_real_exif_photos(shared_dir):
     root = shared_dir / "data" / "exif-photos"
     images, others = list_images(root)
-    records, report = scan_folder(images, root, progress=False)        # 120+ files, many formats, broken ones: no crash
+    records, report = scan_folder(images, root, progress=False)  # 120+ files, many formats, broken ones: no crash
     by = {str(p.relative_to(root)): r for p, r in zip(images, records)}
     assert report.files == len(images) > 100 and report.with_gps >= 15 and report.with_people == 2
     heic = by["immich/formats/heic/IMG_2682.heic"]
@@ -76,14 +80,14 @@ def test_real_exif_photos(shared_dir):
     assert by["immich/metadata/rating/mongolels.jpg"]["rating"] == 3
     assert by["immich/albums/nature/prairie_falcon.jpg"]["album"] == "immich/albums/nature"
     assert "raptors" in by["immich/albums/nature/prairie_falcon.jpg"]["tags"]
-    assert any("corrupted" in p for _, probs in report.partial for p in probs)   # malformed EXIF is reported, not raised
-    for name in ("image00971.jpg", "image01551.jpg"):                            # the "invalid" samples: records, no crash
+    assert any("corrupted" in p for _, probs in report.partial for p in probs)  # malformed EXIF is reported, not raised
+    for name in ("image00971.jpg", "image01551.jpg"):  # the "invalid" samples: records, no crash
         assert f"exif-samples/jpg/invalid/{name}" in by
 
 
 def test_real_sidecars_utf16_and_the_problem_file(shared_dir):
     root = shared_dir / "data" / "exif-photos" / "immich"
-    meta, problems = read_metadata(root / "metadata" / "xmp" / "dates" / "2020.xmp")     # a UTF-16 sidecar
+    meta, problems = read_metadata(root / "metadata" / "xmp" / "dates" / "2020.xmp")  # a UTF-16 sidecar
     assert meta["taken_time"] == "2020-09-27 14:35:33" and problems == []
     meta, problems = read_metadata(root / "problems" / "xmp" / "iso-value-array" / "iso-value-array.xmp")
-    assert meta["capturedevice"] == "Canon PowerShot SX120 IS" and meta["city"] == "Lancaster"   # XMP GPS "40,14.07N"
+    assert meta["capturedevice"] == "Canon PowerShot SX120 IS" and meta["city"] == "Lancaster"  # XMP GPS "40,14.07N"

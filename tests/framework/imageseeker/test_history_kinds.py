@@ -63,9 +63,9 @@ def library(tmp_path_factory):
     root = tmp_path_factory.mktemp("library")
     _photo(root / "kenya.jpg", original="2019:04:10 10:00:00", gps=(-0.3713, 36.0564), keywords=["Frost", "Yard"])
     _photo(root / "rome.jpg", original="2018:07:14 18:30:00", gps=(41.9, 12.5))
-    _photo(root / "berlin.jpg", digitized="2019:05:20 09:00:00", gps=(52.52, 13.40))     # CreateDate only
-    _photo(root / "madrid.jpg", gps=(40.4168, -3.7038), gps_date="2019:03:02")           # the GPS date only
-    _photo(root / "undated.jpg")                                                           # the file's time only
+    _photo(root / "berlin.jpg", digitized="2019:05:20 09:00:00", gps=(52.52, 13.40))  # CreateDate only
+    _photo(root / "madrid.jpg", gps=(40.4168, -3.7038), gps_date="2019:03:02")  # the GPS date only
+    _photo(root / "undated.jpg")  # the file's time only
     stamp = datetime(2017, 8, 15, 12, 0).timestamp()
     os.utime(root / "undated.jpg", (stamp, stamp))
     return root
@@ -75,8 +75,13 @@ def collection(root, file_dates=True) -> PhotoCollection:
     names = ["kenya", "rome", "berlin", "madrid", "undated"]
     metas = [read_metadata(root / f"{n}.jpg", root=root)[0] for n in names]
     emb = np.eye(len(names), 8, dtype=np.float32)
-    g = SimpleNamespace(items=[SimpleNamespace(meta=m) for m in metas], ids=names, paths=[str(root / f"{n}.jpg") for n in names],
-                        image_emb=emb, root=str(root))
+    g = SimpleNamespace(
+        items=[SimpleNamespace(meta=m) for m in metas],
+        ids=names,
+        paths=[str(root / f"{n}.jpg") for n in names],
+        image_emb=emb,
+        root=str(root),
+    )
     return PhotoCollection(g, file_dates=file_dates)
 
 
@@ -84,7 +89,9 @@ def ask(coll, question, *, verified=None, phrase_emb=None, **cfg):
     async def embed(text):
         return phrase_emb if phrase_emb is not None else np.ones(8, np.float32) / np.sqrt(8)
 
-    async def verify(photos, phrase, views, contrast):   # eyes that confirm everything (a category-level zero-shot check)
+    async def verify(
+        photos, phrase, views, contrast
+    ):  # eyes that confirm everything (a category-level zero-shot check)
         return [verified is None or p.id in verified for p in photos]
 
     async def scorer(phrase):
@@ -98,8 +105,13 @@ def ask(coll, question, *, verified=None, phrase_emb=None, **cfg):
 def test_every_date_source_in_order(library):
     coll = collection(library)
     src = {p.id: p.meta.get("time_source") for p in coll.photos}
-    assert src == {"kenya": "exif:DateTimeOriginal", "rome": "exif:DateTimeOriginal", "berlin": "exif:DateTimeDigitized",
-                   "madrid": "exif:GPSDateTime", "undated": FILE_TIME_SOURCE}
+    assert src == {
+        "kenya": "exif:DateTimeOriginal",
+        "rome": "exif:DateTimeOriginal",
+        "berlin": "exif:DateTimeDigitized",
+        "madrid": "exif:GPSDateTime",
+        "undated": FILE_TIME_SOURCE,
+    }
     assert coll.get("undated").when == datetime(2017, 8, 15, 12, 0)
     # relative dates count from the newest date in the metadata, not from a file's time
     assert Facts.of(coll.photos).newest == datetime(2019, 5, 20, 9, 0)
@@ -112,44 +124,50 @@ def test_iptc_keywords_are_read(library):
     assert read_metadata(library / "kenya.jpg")[0]["tags"] == ["Frost", "Yard"]
 
 
-@pytest.mark.parametrize("question,expected", [
-    # keywords, exact and case-insensitive, before any visual guess
-    ("photos tagged frost", ["kenya"]),
-    ("photos tagged FROST", ["kenya"]),
-    ("pictures with the keyword yard", ["kenya"]),
-    # continents
-    ("anything from Africa?", ["kenya"]),
-    ("photos from Europe", ["rome", "berlin", "madrid"]),
-    ("photos from europe in 2019", ["berlin", "madrid"]),
-    ("fotos de Europa", ["rome", "berlin", "madrid"]),
-    # place names in other languages, and question words in other languages
-    ("fotos de Italia", ["rome"]),
-    ("Bilder aus Deutschland", ["berlin"]),
-    ("fotos tomadas en España", ["madrid"]),
-    ("photos prises en Italie", ["rome"]),
-    ("Photos d'Italie", ["rome"]),
-    ("foto dall'Italia", ["rome"]),
-    ("photos from Deutschland or España", ["berlin", "madrid"]),
-    # month and year ranges over every date source (DateTimeOriginal, CreateDate, GPS date, the file's time)
-    ("between March and May 2019", ["kenya", "berlin", "madrid"]),
-    ("photos from Mar to Apr 2019", ["kenya", "madrid"]),
-    ("summer 2018", ["rome"]),
-    ("summer 2017", ["undated"]),
-    ("photos 2017-2018", ["rome", "undated"]),
-    ("photos from 2018 to 2019 in Europe", ["rome", "berlin", "madrid"]),
-])
+@pytest.mark.parametrize(
+    "question,expected",
+    [
+        # keywords, exact and case-insensitive, before any visual guess
+        ("photos tagged frost", ["kenya"]),
+        ("photos tagged FROST", ["kenya"]),
+        ("pictures with the keyword yard", ["kenya"]),
+        # continents
+        ("anything from Africa?", ["kenya"]),
+        ("photos from Europe", ["rome", "berlin", "madrid"]),
+        ("photos from europe in 2019", ["berlin", "madrid"]),
+        ("fotos de Europa", ["rome", "berlin", "madrid"]),
+        # place names in other languages, and question words in other languages
+        ("fotos de Italia", ["rome"]),
+        ("Bilder aus Deutschland", ["berlin"]),
+        ("fotos tomadas en España", ["madrid"]),
+        ("photos prises en Italie", ["rome"]),
+        ("Photos d'Italie", ["rome"]),
+        ("foto dall'Italia", ["rome"]),
+        ("photos from Deutschland or España", ["berlin", "madrid"]),
+        # month and year ranges over every date source (DateTimeOriginal, CreateDate, GPS date, the file's time)
+        ("between March and May 2019", ["kenya", "berlin", "madrid"]),
+        ("photos from Mar to Apr 2019", ["kenya", "madrid"]),
+        ("summer 2018", ["rome"]),
+        ("summer 2017", ["undated"]),
+        ("photos 2017-2018", ["rome", "undated"]),
+        ("photos from 2018 to 2019 in Europe", ["rome", "berlin", "madrid"]),
+    ],
+)
 def test_kinds(library, question, expected):
     res = ask(collection(library), question)
     assert sorted(res.ids) == sorted(expected) and res.no_match is None and res.visual is None, (res.ids, res.reasoning)
 
 
-@pytest.mark.parametrize("question,emptied", [
-    ("photos from Antarctica", "place 'from Antarctica' kept none of the 5 photo(s)"),
-    ("photos tagged volcano", "keyword 'tagged volcano' kept none of the 5 photo(s)"),
-    ("summer 2016", "date 'summer 2016' kept none of the 5 photo(s)"),
-    ("Canon photos from Kenya", "camera 'Canon' kept none of the 1 photo(s) that matched the conditions before it"),
-    ("fotos de Asia", "place 'de Asia' kept none of the 5 photo(s)"),
-])
+@pytest.mark.parametrize(
+    "question,emptied",
+    [
+        ("photos from Antarctica", "place 'from Antarctica' kept none of the 5 photo(s)"),
+        ("photos tagged volcano", "keyword 'tagged volcano' kept none of the 5 photo(s)"),
+        ("summer 2016", "date 'summer 2016' kept none of the 5 photo(s)"),
+        ("Canon photos from Kenya", "camera 'Canon' kept none of the 1 photo(s) that matched the conditions before it"),
+        ("fotos de Asia", "place 'de Asia' kept none of the 5 photo(s)"),
+    ],
+)
 def test_abstention_names_the_condition_that_emptied_the_set(library, question, emptied):
     res = ask(collection(library), question)
     assert res.ids == [] and res.no_match == f"no photo matches: {emptied}"
@@ -176,7 +194,11 @@ def test_a_visual_part_is_the_ranking_cut_at_the_calibrated_threshold(library):
 
 def test_gazetteer_continents_and_names_in_other_languages():
     gaz = load_gazetteer()
-    assert gaz.continent("Kenya") == "Africa" and gaz.continent("Deutschland") == "Europe" and gaz.continent("Narnia") is None
+    assert (
+        gaz.continent("Kenya") == "Africa"
+        and gaz.continent("Deutschland") == "Europe"
+        and gaz.continent("Narnia") is None
+    )
     assert place_match("Nakuru, Kenya", "Afrika", gaz) and not place_match("Arezzo, Italy", "Africa", gaz)
     assert place_match("Omaha, Nebraska, United States", "North America", gaz)
     assert not place_match("Omaha, Nebraska, United States", "South America", gaz)

@@ -31,15 +31,38 @@ def test_question_set_covers_every_kind():
     answers = json.loads((BENCH.parent / "history_answers.json").read_text())["answers"]
     kinds = {q["kind"] for q in qs}
     assert len([q for q in qs if q["metadata"]]) >= 40
-    assert {"year", "month", "day", "range", "before/after", "season", "weekday", "time of day", "relative", "city", "region",
-            "country", "demonym", "people", "album", "camera make", "camera model", "keyword", "title", "rating", "negation",
-            "counting", "combination"} <= kinds
+    assert {
+        "year",
+        "month",
+        "day",
+        "range",
+        "before/after",
+        "season",
+        "weekday",
+        "time of day",
+        "relative",
+        "city",
+        "region",
+        "country",
+        "demonym",
+        "people",
+        "album",
+        "camera make",
+        "camera model",
+        "keyword",
+        "title",
+        "rating",
+        "negation",
+        "counting",
+        "combination",
+    } <= kinds
     assert set(answers) == {q["id"] for q in qs}
     # no metadata question is trivially empty, except the abstention questions, whose right answer is no photo
     assert all(answers[q["id"]] for q in qs if q["metadata"] and q["kind"] != "abstention")
     assert all(not answers[q["id"]] for q in qs if q["kind"] == "abstention")
-    assert {"keyword", "continent", "multilingual place", "month range", "abstention"} <= {q["kind"] for q in qs
-                                                                                         if q.get("set") == "v2"}
+    assert {"keyword", "continent", "multilingual place", "month range", "abstention"} <= {
+        q["kind"] for q in qs if q.get("set") == "v2"
+    }
 
 
 def test_answers_file_is_what_exiftool_reads(photos):
@@ -68,16 +91,27 @@ def test_offline_planner_answers_metadata_questions(photos, tmp_path, capsys):
         if "count" in r:
             assert r["count"] == r["gold"], r
     # the trace lists each filter applied and how many photos it kept
-    q = next(q for q in json.loads(mod.QUESTIONS.read_text())["questions"] if q["question"] == "Nikon photos from Italy in 2008")
+    q = next(
+        q
+        for q in json.loads(mod.QUESTIONS.read_text())["questions"]
+        if q["question"] == "Nikon photos from Italy in 2008"
+    )
     trace = results[q["id"]]["trace"]
-    assert [(f["kind"], f["of"], f["kept"]) for f in trace["filters"]] == [("place", 122, 10), ("date", 10, 9), ("camera", 9, 9)]
+    assert [(f["kind"], f["of"], f["kept"]) for f in trace["filters"]] == [
+        ("place", 122, 10),
+        ("date", 10, 9),
+        ("camera", 9, 9),
+    ]
     assert trace["visual_check"] is None and trace["answer_size"] == 9
     # a question that matches no photo answers none and names the condition that emptied the set
     for r in rows:
         if r["kind"] == "abstention":
             assert r["answered"] == 0 and r["no_match"].startswith("no photo matches: "), r
     kenya = next(r for r in rows if r["question"] == "Nikon photos from Kenya")
-    assert kenya["no_match"] == "no photo matches: camera 'Nikon' kept none of the 1 photo(s) that matched the conditions before it"
+    assert (
+        kenya["no_match"]
+        == "no photo matches: camera 'Nikon' kept none of the 1 photo(s) that matched the conditions before it"
+    )
     # the new kinds, written with their answers before the code that reads them
     v2 = [r for r in meta if r["set"] == "v2"]
     assert len(v2) >= 25 and sum(r["f1"] for r in v2) / len(v2) >= 0.9, [r for r in v2 if r["f1"] < 1]

@@ -21,20 +21,35 @@ def test_schemas_are_generated_from_the_dataclasses():
     assert s["parameters"]["properties"]["filter_within"]["type"] == "string"
     assert s["parameters"]["additionalProperties"] is False
     img = tool_schema("image_search", TOOLS["image_search"])["function"]["parameters"]["properties"]
-    assert img["photo_ids"] == {"type": "array", "items": {"type": "string"}, "description": img["photo_ids"]["description"]}
+    assert img["photo_ids"] == {
+        "type": "array",
+        "items": {"type": "string"},
+        "description": img["photo_ids"]["description"],
+    }
     assert img["top_k"]["type"] == "integer" and "search within" in img["search_within"]["description"]
-    assert set(TOOLS) == {"image_search", "get_metadata", "filter_metadata", "view_photos", "web_search", "expand_graph", "answer"}
+    assert set(TOOLS) == {
+        "image_search",
+        "get_metadata",
+        "filter_metadata",
+        "view_photos",
+        "web_search",
+        "expand_graph",
+        "answer",
+    }
 
 
-@pytest.mark.parametrize("name,args,message", [
-    ("teleport", {}, "unknown tool 'teleport'; tools: image_search"),
-    ("image_search", {"query": "x", "colour": "red"}, "unknown argument(s) 'colour' for image_search"),
-    ("image_search", {"top_k": "many"}, "image_search: argument 'top_k' must be an integer, got 'many'"),
-    ("image_search", {"top_k": 2.5}, "must be an integer, got 2.5"),
-    ("filter_metadata", {}, "filter_metadata: missing required argument 'expression'"),
-    ("view_photos", '{"ids": [1, 2', "arguments of view_photos are not valid JSON"),
-    ("get_metadata", {"ids": {"a": 1}}, "argument 'ids' must be a list"),
-])
+@pytest.mark.parametrize(
+    "name,args,message",
+    [
+        ("teleport", {}, "unknown tool 'teleport'; tools: image_search"),
+        ("image_search", {"query": "x", "colour": "red"}, "unknown argument(s) 'colour' for image_search"),
+        ("image_search", {"top_k": "many"}, "image_search: argument 'top_k' must be an integer, got 'many'"),
+        ("image_search", {"top_k": 2.5}, "must be an integer, got 2.5"),
+        ("filter_metadata", {}, "filter_metadata: missing required argument 'expression'"),
+        ("view_photos", '{"ids": [1, 2', "arguments of view_photos are not valid JSON"),
+        ("get_metadata", {"ids": {"a": 1}}, "argument 'ids' must be a list"),
+    ],
+)
 def test_bad_arguments(name, args, message):
     with pytest.raises(ToolArgumentError) as e:
         parse_arguments(name, args)
@@ -72,11 +87,13 @@ def test_image_search_saves_subsets_and_chains(toolbox):
     first = tb.subsets.ids("image_search_1")
     scores = [p["score"] for p in out.result["photos"]]
     assert scores == sorted(scores, reverse=True) and len(first) == 12
-    out2 = run(tb, "image_search", query="a photo of a dress", top_k=5, search_within="image_search_1", save_as="dressy")
+    out2 = run(
+        tb, "image_search", query="a photo of a dress", top_k=5, search_within="image_search_1", save_as="dressy"
+    )
     assert set(tb.subsets.ids("dressy")) <= set(first) and out2.result["count"] == 5
     assert tb.subsets.get("dressy").parents == ["image_search_1"]
     ref = first[0]
-    out3 = run(tb, "image_search", photo_ids=[ref], top_k=3)           # image-to-image: the query photo is excluded
+    out3 = run(tb, "image_search", photo_ids=[ref], top_k=3)  # image-to-image: the query photo is excluded
     assert ref not in tb.subsets.ids(out3.saved) and out3.result["count"] == 3
     bad = run(tb, "image_search", query="x", search_within="nope")
     assert "unknown subset 'nope'; saved subsets: image_search_1 (12), dressy (5)" in bad.error
@@ -100,7 +117,9 @@ def test_filter_metadata_and_get_metadata(toolbox):
     row = meta.result["photos"][0]
     assert set(row) == {"id", "date", "event", "address"} and row["address"].startswith(city)
     assert "unknown field(s) colour" in run(tb, "get_metadata", ids=[row["id"]], fields=["colour"]).error
-    assert "unknown photo id(s) for this user: u1p00" in run(tb, "get_metadata", ids=["u1p00"]).error  # another user's photo
+    assert (
+        "unknown photo id(s) for this user: u1p00" in run(tb, "get_metadata", ids=["u1p00"]).error
+    )  # another user's photo
 
 
 def test_view_photos_web_search_and_graph(toolbox):
@@ -120,7 +139,10 @@ def test_view_photos_web_search_and_graph(toolbox):
 
 def test_searxng_backend_against_a_local_server():
     with ScriptedServer(prefix="") as srv:
-        srv.script("/search", Step(json={"results": [{"title": "Trevi Fountain", "url": "https://x", "content": "A fountain in Rome"}]}))
+        srv.script(
+            "/search",
+            Step(json={"results": [{"title": "Trevi Fountain", "url": "https://x", "content": "A fountain in Rome"}]}),
+        )
         search = make_web_search("searxng", srv.base_url, max_results=3)
         rows, note = asyncio.run(search("trevi"))
         assert rows == [{"title": "Trevi Fountain", "url": "https://x", "snippet": "A fountain in Rome"}] and note == ""

@@ -93,21 +93,33 @@ class ScriptLLM(LLM):
             return r(variables) if callable(r) else r
         v = variables
         out = {
-            "target_caption": lambda: {"target_caption": f"{v['reference_caption']} then {v['modification']}",
-                                       "modifications": [v["modification"]]},
+            "target_caption": lambda: {
+                "target_caption": f"{v['reference_caption']} then {v['modification']}",
+                "modifications": [v["modification"]],
+            },
             "refine": lambda: {"target_caption": f"refined {v['target_caption']}"},
-            "textual_proxies": lambda: {"proxies": [f"{v['target_caption']} #{i} {' '.join(v.get('objects') or [])}"
-                                                    for i in range(self.cfg.proxies)]},
-            "filter_objects": lambda: {"keep": [o for o in v["objects"] if not o.startswith("bad")],
-                                       "remove": [o for o in v["objects"] if o.startswith("bad")]},
-            "target_descriptions": lambda: {"descriptions": [f"{v['reference_caption']} {v['modification']} d{i}"
-                                                             for i in range(v["n"])]},
+            "textual_proxies": lambda: {
+                "proxies": [
+                    f"{v['target_caption']} #{i} {' '.join(v.get('objects') or [])}" for i in range(self.cfg.proxies)
+                ]
+            },
+            "filter_objects": lambda: {
+                "keep": [o for o in v["objects"] if not o.startswith("bad")],
+                "remove": [o for o in v["objects"] if o.startswith("bad")],
+            },
+            "target_descriptions": lambda: {
+                "descriptions": [f"{v['reference_caption']} {v['modification']} d{i}" for i in range(v["n"])]
+            },
             "rewrite_caption": lambda: {"caption": f"{v['reference_caption']} rewritten {v['modification']}"},
             "divergent_captions": lambda: {"captions": [f"{v['modification']} div{i}" for i in range(v["n"])]},
-            "questions": lambda: {"questions": [{"statement": "it is g3", "answer": True},
-                                                {"statement": "it is g5", "answer": False},
-                                                {"statement": "it is g7", "answer": True},
-                                                {"statement": "it is g9", "answer": True}]},
+            "questions": lambda: {
+                "questions": [
+                    {"statement": "it is g3", "answer": True},
+                    {"statement": "it is g5", "answer": False},
+                    {"statement": "it is g7", "answer": True},
+                    {"statement": "it is g9", "answer": True},
+                ]
+            },
             "summarize_captions": lambda: {"caption": " + ".join(v["captions"])},
         }
         if task == "entail":
@@ -144,7 +156,10 @@ class ListDetector(Detector):
 
     def detect(self, image):
         stem = Path(image).stem
-        return [{"label": f"obj-{stem}", "score": 0.9, "box": None}, {"label": f"bad-{stem}", "score": 0.5, "box": None}]
+        return [
+            {"label": f"obj-{stem}", "score": 0.9, "box": None},
+            {"label": f"bad-{stem}", "score": 0.5, "box": None},
+        ]
 
 
 class SetVerifier(Verifier):
@@ -190,8 +205,13 @@ class World:
         return unit(image_vectors()[index].astype(np.float64))
 
     def run(self, method, *, backend: str = "reference", name: str = "run") -> tuple[RunState, RunContext]:
-        ctx = RunContext(cache=CallCache(self.root / "cache.sqlite"), run_dir=self.root / name, concurrency=4,
-                         progress=False, kernels=backend)
+        ctx = RunContext(
+            cache=CallCache(self.root / "cache.sqlite"),
+            run_dir=self.root / name,
+            concurrency=4,
+            progress=False,
+            kernels=backend,
+        )
         state = RunState(queries=self.queries, gallery=self.gallery)
         pool = ComponentPool({}, prebuilt={"captioner": self.captioner})
         prepare = [caption_stage(pool, "captioner")] if method.needs_captions else []
@@ -203,13 +223,17 @@ class World:
 def world(tmp_path) -> World:
     """14 gallery images g0..g13 (image vector i), 3 queries with references g0, g1 and a video
     of 5 keyframes (images 20..24, outside the gallery)."""
-    items = [GalleryItem(f"g{i}", str(save_index_image(tmp_path / "gallery" / f"g{i}.png", i))) for i in range(N_GALLERY)]
+    items = [
+        GalleryItem(f"g{i}", str(save_index_image(tmp_path / "gallery" / f"g{i}.png", i))) for i in range(N_GALLERY)
+    ]
     frames = [str(save_index_image(tmp_path / "video" / f"f{i}.png", 20 + i)) for i in range(5)]
     enc = LookupEncoder()
     gallery = Gallery.build(tmp_path / "gallery_dir", items, enc, progress=False)
-    queries = [Query("q0", "make it red", reference=[items[0].path], reference_id="g0", targets=["g3"]),
-               Query("q1", "add a dog", reference=[items[1].path], reference_id="g1", targets=["g5"]),
-               Query("q2", "faster", reference=frames, targets=["g7"])]
+    queries = [
+        Query("q0", "make it red", reference=[items[0].path], reference_id="g0", targets=["g3"]),
+        Query("q1", "add a dog", reference=[items[1].path], reference_id="g1", targets=["g5"]),
+        Query("q2", "faster", reference=frames, targets=["g7"]),
+    ]
     return World(tmp_path, gallery, queries, enc, ScriptLLM(), NameCaptioner(), ListDetector())
 
 
@@ -220,8 +244,8 @@ def topk_desc(S: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
     for q, row in enumerate(S):
         keep = np.flatnonzero(~np.isnan(row))
         order = sorted(keep, key=lambda j: (-row[j], j))[:k]
-        ids[q, :len(order)] = order
-        sc[q, :len(order)] = row[order]
+        ids[q, : len(order)] = order
+        sc[q, : len(order)] = row[order]
     return ids, sc
 
 
@@ -232,5 +256,15 @@ def assert_ranking(cands, ids: np.ndarray, scores: np.ndarray, atol: float = 1e-
     np.testing.assert_allclose(cands.scores[:, :k][fin], scores[fin], atol=atol, rtol=0)
 
 
-__all__ = ["World", "world", "l2_normalize", "enc_text", "unit", "topk_desc", "assert_ranking", "ScriptLLM",
-           "SetVerifier", "FixedGenerator"]
+__all__ = [
+    "World",
+    "world",
+    "l2_normalize",
+    "enc_text",
+    "unit",
+    "topk_desc",
+    "assert_ranking",
+    "ScriptLLM",
+    "SetVerifier",
+    "FixedGenerator",
+]

@@ -17,8 +17,9 @@ from .conftest import assert_ranking, enc_text, topk_desc
 
 
 def build(world, **cfg):
-    return METHODS.build("autocir", {"top_k": 10, **cfg}, encoder=world.encoder, llm=world.llm,
-                         captioner=world.captioner)
+    return METHODS.build(
+        "autocir", {"top_k": 10, **cfg}, encoder=world.encoder, llm=world.llm, captioner=world.captioner
+    )
 
 
 def ranking_of(world, descriptions):
@@ -31,8 +32,10 @@ def ranking_of(world, descriptions):
 def script(world):
     world.llm.replies["autocir_plan"] = lambda v: f"Some reasoning.\nEdited Description: target {v['modification']}"
     world.llm.replies["autocir_check"] = lambda v: (
-        "Step 2: all met.\nGood retrieval, no more loops needed." if v["modification"] == "make it red"
-        else "Step 1: x\nStep 3: Suggestions: be bolder\nand brighter")
+        "Step 2: all met.\nGood retrieval, no more loops needed."
+        if v["modification"] == "make it red"
+        else "Step 1: x\nStep 3: Suggestions: be bolder\nand brighter"
+    )
     world.llm.replies["autocir_replan"] = lambda v: f"Edited Description: {v['last_description']} +"
 
 
@@ -69,7 +72,7 @@ def test_upstream_compat_readings():
     reply = "Edited Description: a dress: blue\nEdited Description: second"
     assert edited_description(reply, "fb", upstream_compat=True) == "a dress"
     assert edited_description(reply, "fb") == "a dress: blue"
-    assert edited_description("**Edited Description:** \"a blue dress\"", "fb") == "a blue dress"
+    assert edited_description('**Edited Description:** "a blue dress"', "fb") == "a blue dress"
     assert edited_description("**Edited Description:** a blue dress", "fb", upstream_compat=True) == "fb"
     assert edited_description("Edited Description:   ", "fb") == "fb"
     assert edited_description("Edited Description:", "fb", upstream_compat=True) == "fb"
@@ -77,8 +80,9 @@ def test_upstream_compat_readings():
     assert extract_suggestions(text, upstream_compat=True) == ": make it blueadd a dog"
     assert extract_suggestions(text) == "make it blue\nadd a dog"
     assert extract_suggestions("nothing") == "" and extract_suggestions("nothing", upstream_compat=True) == ""
-    assert says_stop("good retrieval, no more loops needed.") and not says_stop("good retrieval, no more loops needed.",
-                                                                                upstream_compat=True)
+    assert says_stop("good retrieval, no more loops needed.") and not says_stop(
+        "good retrieval, no more loops needed.", upstream_compat=True
+    )
     assert says_stop("Good retrieval, no more loops needed", upstream_compat=True)
     assert released_list(["a 'x'", "b"]) == str(["a 'x'", "b"])
 
@@ -95,14 +99,35 @@ def test_rules_answer_the_loop_honestly():
     r = RulesLLM()
     plan = r.run_task("autocir_plan", {"reference_caption": "a red dress", "modification": "make it blue"})
     assert edited_description(plan, "fb") == "a blue dress"
-    unmet = r.run_task("autocir_check", {"reference_caption": "a red dress", "modification": "make it blue",
-                                         "top_captions": released_list(["a red dress", "a blue dress"]), "n": 2})
+    unmet = r.run_task(
+        "autocir_check",
+        {
+            "reference_caption": "a red dress",
+            "modification": "make it blue",
+            "top_captions": released_list(["a red dress", "a blue dress"]),
+            "n": 2,
+        },
+    )
     assert not says_stop(unmet) and extract_suggestions(unmet) == "make it blue"
-    met = r.run_task("autocir_check", {"reference_caption": "a red dress", "modification": "make it blue",
-                                       "top_captions": released_list(["a blue dress"]), "n": 1})
+    met = r.run_task(
+        "autocir_check",
+        {
+            "reference_caption": "a red dress",
+            "modification": "make it blue",
+            "top_captions": released_list(["a blue dress"]),
+            "n": 1,
+        },
+    )
     assert says_stop(met, upstream_compat=True)
-    again = r.run_task("autocir_replan", {"reference_caption": "a red dress", "modification": "make it blue",
-                                          "last_description": "a green dress", "suggestions": "make it blue"})
+    again = r.run_task(
+        "autocir_replan",
+        {
+            "reference_caption": "a red dress",
+            "modification": "make it blue",
+            "last_description": "a green dress",
+            "suggestions": "make it blue",
+        },
+    )
     assert edited_description(again, "fb") == "a blue dress"
 
 
@@ -118,7 +143,7 @@ def test_prompts_folder_and_bad_config(world, tmp_path):
     (d / "corrector.txt").unlink()
     with pytest.raises(InputError, match="lacks corrector.txt"):
         build(world, prompts=str(d))
-    with pytest.raises(ValueError, match="max_check_num"):   # the config's range (ConfigError)
+    with pytest.raises(ValueError, match="max_check_num"):  # the config's range (ConfigError)
         build(world, max_check_num=-1)
     with pytest.raises(ValueError, match="check_top"):
         build(world, check_top=0)

@@ -29,8 +29,17 @@ STAGES = {"autocir": ["plan", "round1", "round2"], "imagescope": ["retrieve", "r
 
 
 def recipe(tmp_path, *extra, limit=4):
-    return compose(["encoder=toy", "dataset=demo", f"dataset.limit={limit}", f"run.root={tmp_path / 'runs'}",
-                    f"run.cache={tmp_path / 'cache.sqlite'}", "run.progress=false", *extra])
+    return compose(
+        [
+            "encoder=toy",
+            "dataset=demo",
+            f"dataset.limit={limit}",
+            f"run.root={tmp_path / 'runs'}",
+            f"run.cache={tmp_path / 'cache.sqlite'}",
+            "run.progress=false",
+            *extra,
+        ]
+    )
 
 
 def no_call(m) -> None:
@@ -54,12 +63,14 @@ def test_demo_run_rerun_and_resume_from_every_stage(plugin_path, tmp_path, monke
     cost = json.loads((ref.dir / "metrics.json").read_text())["cost"]
     llm_calls = sum(c["by_component"].get("llm:rules", 0) for c in cost.values())
     assert llm_calls > 0
-    with monkeypatch.context() as m:   # the same recipe: every stage loaded, no model call
+    with monkeypatch.context() as m:  # the same recipe: every stage loaded, no model call
         no_call(m)
         again = run_recipe(r)
     assert again.metrics["final"] == ref.metrics["final"]
     assert all(s.resumed_queries == 4 for s in again.stats.values())
-    order = [p.name.split(".")[0] for p in sorted((ref.dir / "stages").glob("*.done"), key=lambda p: p.stat().st_mtime_ns)]
+    order = [
+        p.name.split(".")[0] for p in sorted((ref.dir / "stages").glob("*.done"), key=lambda p: p.stat().st_mtime_ns)
+    ]
     for stage in order[:-1]:
         cut_after(ref.dir, stage, order)
         resumed = run_recipe(r)
@@ -84,12 +95,39 @@ def test_three_local_shards_rank_as_one_process(plugin_path, tmp_path, name):
 @pytest.mark.parametrize("name", list(METHODS))
 def test_fashion_cir_end_to_end(plugin_path, tmp_path, name):
     bench = tmp_path / "fashion-cir"
-    subprocess.run([sys.executable, "-m", "agentcir.cli", "build-benchmark", "--csv", str(SHARED / "products.csv"),
-                    "--images", str(SHARED / "images"), "--out", str(bench), "--queries", "6", "--gallery-size", "80"],
-                   check=True, capture_output=True, env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
-    r = compose(["encoder=toy", "dataset=fashion_cir", f"dataset.root={bench}", "dataset.limit=6",
-                 f"run.root={tmp_path / 'runs'}", f"run.cache={tmp_path / 'cache.sqlite'}", "run.progress=false",
-                 *METHODS[name]])
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "agentcir.cli",
+            "build-benchmark",
+            "--csv",
+            str(SHARED / "products.csv"),
+            "--images",
+            str(SHARED / "images"),
+            "--out",
+            str(bench),
+            "--queries",
+            "6",
+            "--gallery-size",
+            "80",
+        ],
+        check=True,
+        capture_output=True,
+        env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"},
+    )
+    r = compose(
+        [
+            "encoder=toy",
+            "dataset=fashion_cir",
+            f"dataset.root={bench}",
+            "dataset.limit=6",
+            f"run.root={tmp_path / 'runs'}",
+            f"run.cache={tmp_path / 'cache.sqlite'}",
+            "run.progress=false",
+            *METHODS[name],
+        ]
+    )
     res = run_recipe(r)
     assert list(res.metrics["stages"]) == STAGES[name] and len(res.state.queries) == 6
     with pytest.MonkeyPatch.context() as m:
@@ -102,10 +140,17 @@ def test_fashion_cir_end_to_end(plugin_path, tmp_path, name):
 def sweep(plugin_path, tmp_path_factory):
     spec = importlib.util.spec_from_file_location("fault_sweep", ROOT / "benchmarks" / "fault_sweep.py")
     mod = importlib.util.module_from_spec(spec)
-    sys.modules["fault_sweep"] = mod   # dataclasses look their module up there
+    sys.modules["fault_sweep"] = mod  # dataclasses look their module up there
     spec.loader.exec_module(mod)
-    sw = mod.Sweep(tmp_path_factory.mktemp("sweep"), limit=4, concurrency=2, delay=0.05, seed=0,
-                   extra=("encoder=toy",), pythonpath=(str(plugin_path),))
+    sw = mod.Sweep(
+        tmp_path_factory.mktemp("sweep"),
+        limit=4,
+        concurrency=2,
+        delay=0.05,
+        seed=0,
+        extra=("encoder=toy",),
+        pythonpath=(str(plugin_path),),
+    )
     yield sw
     sw.close()
     sys.modules.pop("fault_sweep", None)
@@ -133,13 +178,36 @@ def test_agentcir_search_shows_the_loop(plugin_env, image_folder, tmp_path, name
     gal = tmp_path / "gallery"
     env = {**plugin_env, "PYTHONPATH": f"{ROOT}:{plugin_env['PYTHONPATH']}"}
     cli = [sys.executable, "-m", "agentcir.cli"]
-    r = subprocess.run([*cli, "index", str(image_folder), "--out", str(gal), "encoder=toy", "-q"], env=env,
-                       capture_output=True, text=True)
+    r = subprocess.run(
+        [*cli, "index", str(image_folder), "--out", str(gal), "encoder=toy", "-q"],
+        env=env,
+        capture_output=True,
+        text=True,
+    )
     assert r.returncode == 0, r.stderr
     ref = next(image_folder.glob("img01.png"))
-    r = subprocess.run([*cli, "search", "--gallery", str(gal), "--image", str(ref), "--text", "make it red", "-k", "3",
-                        "--json", "encoder=toy", *METHODS[name], f"run.cache={tmp_path / 'c.sqlite'}",
-                        f"run.root={tmp_path / 'runs'}"], env=env, capture_output=True, text=True)
+    r = subprocess.run(
+        [
+            *cli,
+            "search",
+            "--gallery",
+            str(gal),
+            "--image",
+            str(ref),
+            "--text",
+            "make it red",
+            "-k",
+            "3",
+            "--json",
+            "encoder=toy",
+            *METHODS[name],
+            f"run.cache={tmp_path / 'c.sqlite'}",
+            f"run.root={tmp_path / 'runs'}",
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+    )
     assert r.returncode == 0, r.stderr
     out = json.loads(r.stdout)
     trace = out["trace"]
@@ -148,4 +216,6 @@ def test_agentcir_search_shows_the_loop(plugin_env, image_folder, tmp_path, name
         assert {"plan", "round1"} <= set(trace) and "verdict" in trace["round1"] and "description" in trace["plan"]
     else:
         assert trace["reason"]["step2"] and "values" in trace["rerank"]
-        assert [v["rank"] for v in trace["search"]["verification"]] == list(range(1, len(trace["verify"]["verdicts"]) + 1))
+        assert [v["rank"] for v in trace["search"]["verification"]] == list(
+            range(1, len(trace["verify"]["verdicts"]) + 1)
+        )

@@ -23,8 +23,9 @@ def _removed(S: np.ndarray, world) -> np.ndarray:
     return S
 
 
-@pytest.mark.parametrize("key,image_w,text_w", [("image_only", 1.0, 0.0), ("text_only", 0.0, 1.0),
-                                                ("image_text_sum", 0.3, 0.7)])
+@pytest.mark.parametrize(
+    "key,image_w,text_w", [("image_only", 1.0, 0.0), ("text_only", 0.0, 1.0), ("image_text_sum", 0.3, 0.7)]
+)
 def test_embedding_baselines(world, key, image_w, text_w):
     method = METHODS.build(key, {"top_k": 5, "image_weight": 0.3}, encoder=world.encoder)
     state, _ = world.run(method, backend="numba")
@@ -49,8 +50,13 @@ def test_cirevl_retrieves_with_the_llm_target_caption(world):
 @pytest.mark.parametrize("ensemble", ["adaptive", "mean"])
 def test_ldre_adaptive_ensemble(world, ensemble):
     n, m, T = 4, 3, 0.04
-    method = METHODS.build("ldre", {"top_k": 6, "num_captions": n, "adaptive_topk": m, "temperature": T,
-                                    "ensemble": ensemble}, encoder=world.encoder, llm=world.llm, captioner=world.captioner)
+    method = METHODS.build(
+        "ldre",
+        {"top_k": 6, "num_captions": n, "adaptive_topk": m, "temperature": T, "ensemble": ensemble},
+        encoder=world.encoder,
+        llm=world.llm,
+        captioner=world.captioner,
+    )
     state, _ = world.run(method, backend="numba")
     I = world.I
     queries = []
@@ -59,8 +65,8 @@ def test_ldre_adaptive_ensemble(world, ensemble):
         b = enc_text(ref)
         E = np.stack([enc_text(f"{q.text} div{j}") for j in range(n)])
         if ensemble == "adaptive":
-            drops = np.maximum((b @ I.T)[None, :] - E @ I.T, 0.0)          # [n, N]
-            s = -np.sort(-drops, axis=1)[:, :m].sum(axis=1)                  # the m largest drops
+            drops = np.maximum((b @ I.T)[None, :] - E @ I.T, 0.0)  # [n, N]
+            s = -np.sort(-drops, axis=1)[:, :m].sum(axis=1)  # the m largest drops
             x = s / s.max() / T
             w = np.exp(x - x.max()) / np.exp(x - x.max()).sum()
         else:

@@ -27,8 +27,14 @@ def fenced(obj) -> str:
 
 def build(world, accept=(), **cfg):
     ver = SetVerifier(accept=accept)
-    m = METHODS.build("imagescope", {"top_k": 10, "k": 6, "alpha": 3, **cfg}, encoder=world.encoder, llm=world.llm,
-                      captioner=world.captioner, verifier=ver)
+    m = METHODS.build(
+        "imagescope",
+        {"top_k": 10, "k": 6, "alpha": 3, **cfg},
+        encoder=world.encoder,
+        llm=world.llm,
+        captioner=world.captioner,
+        verifier=ver,
+    )
     return m, ver
 
 
@@ -36,7 +42,9 @@ def stage1(world, tau=0.15):
     rows = []
     for q, ref in zip(world.queries, REFS):
         texts = [f"d1 {q.text}", f"d2 {ref}"]
-        rows.append(np.mean([(1 - tau) * enc_text(t) @ world.I.T + tau * enc_text(t) @ world.C.T for t in texts], axis=0))
+        rows.append(
+            np.mean([(1 - tau) * enc_text(t) @ world.I.T + tau * enc_text(t) @ world.C.T for t in texts], axis=0)
+        )
     S = np.stack(rows)
     S[0, world.row("g0")] = np.nan
     S[1, world.row("g1")] = np.nan
@@ -45,9 +53,14 @@ def stage1(world, tau=0.15):
 
 def script(world, answers=("True", "False")):
     world.llm.replies["imagescope_reason"] = lambda v: fenced(
-        {"step1": [["Modification", v["instruction"]], ["bad"]], "step2": [f"d1 {v['instruction']}", f"d2 {v['ref_image_desc']}"]})
+        {
+            "step1": [["Modification", v["instruction"]], ["bad"]],
+            "step2": [f"d1 {v['instruction']}", f"d2 {v['ref_image_desc']}"],
+        }
+    )
     world.llm.replies["imagescope_propositions"] = fenced(
-        {"step1": [], "step2": [["it is g3", answers[0]], ["it is g5", answers[1]], ["not a pair"]]})
+        {"step1": [], "step2": [["it is g3", answers[0]], ["it is g5", answers[1]], ["not a pair"]]}
+    )
 
 
 def test_stages_equal_the_released_steps(world):
@@ -81,7 +94,7 @@ def test_stages_equal_the_released_steps(world):
 
 
 def test_upstream_compat_answers_compare_as_strings(world):
-    script(world, answers=(True, False))   # JSON booleans: never equal to the released "True"/"False"
+    script(world, answers=(True, False))  # JSON booleans: never equal to the released "True"/"False"
     m, _ = build(world, upstream_compat=True, stages=["s1", "s2"])
     state, _ = world.run(m)
     np.testing.assert_array_equal(state.candidates.ids[:, :6], stage1(world)[0][:, :6])
@@ -100,7 +113,10 @@ def test_released_fallbacks_and_readings():
     assert parse_reason(ok, "inst", "ref") == {"step1": [["Addition", "a dog"]], "step2": ["x", "y"], "parsed": True}
     for compat in (False, True):
         assert parse_reason("no json", "inst", "ref", upstream_compat=compat) == {
-            "step1": [["Modification", "inst"]], "step2": ["ref"], "parsed": False}
+            "step1": [["Modification", "inst"]],
+            "step2": ["ref"],
+            "parsed": False,
+        }
         assert parse_reason(fenced({"step1": [], "step2": []}), "i", "ref", upstream_compat=compat)["step2"] == ["ref"]
     # the released brace fallback is non-greedy: a nested object is cut at its first "}" and repaired
     nested = 'Answer: {"step1": [["Addition", "x"]], "step2": ["a {b} c", "d"]}'
@@ -111,7 +127,9 @@ def test_released_fallbacks_and_readings():
     assert parse_propositions(bare, upstream_compat=True) is None
     assert parse_propositions(bare) == [{"question": "Is it red?", "raw": "True", "answer": True}]
     trailing = '```json\n{"step1": ["s"], "step2": [["Is it red?", "False"],],}\n```'
-    assert parse_propositions(trailing, upstream_compat=True) == [{"question": "Is it red?", "raw": "False", "answer": False}]
+    assert parse_propositions(trailing, upstream_compat=True) == [
+        {"question": "Is it red?", "raw": "False", "answer": False}
+    ]
     assert atomic_text([["A", "x"], ["bad"], ["B", "y"]]) == "\n   (1) A: x\n   (2) B: y\n"
 
 
@@ -131,21 +149,32 @@ def test_released_prompt_folder_placeholders(world, tmp_path):
     m, _ = build(world, prompts=str(d))
     p = load_prompt(m.cfg.reason_prompt)
     assert p.variables == {"instruction", "ref_image_desc"}
-    assert p.render({"instruction": "add a dog", "ref_image_desc": "a cat"}) == "Instruction: add a dog\nReference: a cat\n"
-    assert load_prompt(m.cfg.propositions_prompt).render(instruction="i", atomic_inst="\n   (1) A: x\n") == \
-        "Instruction: i\nAtomic:\n   (1) A: x\n"
+    assert (
+        p.render({"instruction": "add a dog", "ref_image_desc": "a cat"})
+        == "Instruction: add a dog\nReference: a cat\n"
+    )
+    assert (
+        load_prompt(m.cfg.propositions_prompt).render(instruction="i", atomic_inst="\n   (1) A: x\n")
+        == "Instruction: i\nAtomic:\n   (1) A: x\n"
+    )
     with pytest.raises(InputError, match="is not a folder"):
         build(world, prompts=str(tmp_path / "nope"))
 
 
 def test_rules_reply_in_the_released_format():
     r = RulesLLM()
-    got = parse_reason(r.run_task("imagescope_reason", {"instruction": "make it blue", "ref_image_desc": "a red dress"}),
-                       "make it blue", "a red dress", upstream_compat=True)
+    got = parse_reason(
+        r.run_task("imagescope_reason", {"instruction": "make it blue", "ref_image_desc": "a red dress"}),
+        "make it blue",
+        "a red dress",
+        upstream_compat=True,
+    )
     assert got["parsed"] and got["step1"][0][0] == "Modification" and len(got["step2"]) == 3
     assert all("blue" in d for d in got["step2"])
-    qs = parse_propositions(r.run_task("imagescope_propositions", {"instruction": "make it blue", "atomic_inst": "\n"}),
-                            upstream_compat=True)
+    qs = parse_propositions(
+        r.run_task("imagescope_propositions", {"instruction": "make it blue", "atomic_inst": "\n"}),
+        upstream_compat=True,
+    )
     assert qs and all(x["raw"] in ("True", "False") for x in qs)
 
 
@@ -157,5 +186,9 @@ def test_bad_config(world):
     m = METHODS.build("imagescope", {}, encoder=world.encoder, llm=world.llm, captioner=world.captioner)
     with pytest.raises(InputError, match="need a verifier"):
         m.stages()
-    assert [s.name for s in METHODS.build("imagescope", {"stages": ["s1"]}, encoder=world.encoder, llm=world.llm,
-                                          captioner=world.captioner).stages()] == ["reason", "retrieve"]
+    assert [
+        s.name
+        for s in METHODS.build(
+            "imagescope", {"stages": ["s1"]}, encoder=world.encoder, llm=world.llm, captioner=world.captioner
+        ).stages()
+    ] == ["reason", "retrieve"]

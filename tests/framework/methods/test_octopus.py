@@ -11,8 +11,8 @@ from agentcir.registry import METHODS, ConfigError
 
 from .conftest import FixedGenerator, SetVerifier, assert_ranking, enc_text, save_index_image, topk_desc, unit
 
-K = 5          # textual proxies asked for; the scripted LLM writes 3 (padded with the last)
-FRAMES = [0, 2, 4]   # 3 of the video's 5 keyframes, uniformly sampled
+K = 5  # textual proxies asked for; the scripted LLM writes 3 (padded with the last)
+FRAMES = [0, 2, 4]  # 3 of the video's 5 keyframes, uniformly sampled
 
 
 def build(world, tmp_path, *, accept=("g5",), **cfg):
@@ -21,13 +21,33 @@ def build(world, tmp_path, *, accept=("g5",), **cfg):
     gen = FixedGenerator(proxy_of={refined0: world.gallery.paths[3]}, outside=outside)
     ver = SetVerifier(accept=accept)
     base = {"top_k": 8, "num_keyframes": 3, "num_proxies": K, "gate": 0.0, "alpha": 6}
-    method = METHODS.build("octopus", {**base, **cfg}, encoder=world.encoder, llm=world.llm, captioner=world.captioner,
-                           generator=gen, detector=world.detector, verifier=ver)
+    method = METHODS.build(
+        "octopus",
+        {**base, **cfg},
+        encoder=world.encoder,
+        llm=world.llm,
+        captioner=world.captioner,
+        generator=gen,
+        detector=world.detector,
+        verifier=ver,
+    )
     return method, gen, ver
 
 
-def expected(world, *, reasoning=True, refinement=True, proxies=True, visual=True, objects=True, creator=True,
-             v2v=False, drop_visual=False, lam=0.2, tau=0.04):
+def expected(
+    world,
+    *,
+    reasoning=True,
+    refinement=True,
+    proxies=True,
+    visual=True,
+    objects=True,
+    creator=True,
+    v2v=False,
+    drop_visual=False,
+    lam=0.2,
+    tau=0.04,
+):
     """The OCTOPUS scores of the three queries, from the formulas (docs/design/methods.md)."""
     I, C = world.I, world.C
     frames = unit(np.stack([world.image_vector(20 + i) for i in FRAMES]))
@@ -39,10 +59,10 @@ def expected(world, *, reasoning=True, refinement=True, proxies=True, visual=Tru
         initial = f"{ref} then {q.text}" if reasoning else f"{ref}, {q.text}"
         target = f"refined {initial}" if refinement else initial
         has_gen = creator and visual
-        to_g3 = target == "refined caption of g0 then make it red"     # the generator's gallery proxy
+        to_g3 = target == "refined caption of g0 then make it red"  # the generator's gallery proxy
         gen_vec = world.image_vector(3) if to_g3 else world.image_vector(30)
         if creator and objects:
-            ref_stem = ["g0", "g1", "f2"][qi]            # the middle sampled keyframe of the video
+            ref_stem = ["g0", "g1", "f2"][qi]  # the middle sampled keyframe of the video
             gen_stem = ("g3" if to_g3 else "gen") if has_gen else None
             kept = [f"obj-{ref_stem}"] + ([f"obj-{gen_stem}"] if gen_stem else [])
         else:
@@ -54,7 +74,7 @@ def expected(world, *, reasoning=True, refinement=True, proxies=True, visual=Tru
             texts = [target]
         P = np.stack([enc_text(t) for t in texts])
         q_t = enc_text(target)
-        s = np.maximum((f_ref[qi] @ I.T)[None, :] - P @ I.T, 0.0).mean(axis=1)     # s_i = mean_j relu(S_r - S_E)
+        s = np.maximum((f_ref[qi] @ I.T)[None, :] - P @ I.T, 0.0).mean(axis=1)  # s_i = mean_j relu(S_r - S_E)
         w = np.exp((s - s.max()) / tau) / np.exp((s - s.max()) / tau).sum()
         e = unit(w @ P)
         S_t2v = ((e + q_t) / 2) @ I.T
@@ -68,7 +88,7 @@ def expected(world, *, reasoning=True, refinement=True, proxies=True, visual=Tru
             S_v2t = q_v @ (I if v2v else C).T
             S = lam * S_t2v + (1 - lam) * (S_v2t * S_t2v)
         if qi < 2:
-            S[qi] = -10.0                                 # the reference item is masked to -10
+            S[qi] = -10.0  # the reference item is masked to -10
         out["S"].append(S)
         out["targets"].append(target)
         out["proxies"].append(texts)
@@ -83,7 +103,10 @@ def test_full_octopus_matches_the_formulas(world, tmp_path):
     recs = [state.record(q, "create") for q in world.queries]
     assert [state.record(q, "perceive")["target_caption"] for q in world.queries] == exp["targets"]
     assert [r["proxies"] for r in recs] == exp["proxies"]
-    assert recs[0]["objects"] == ["obj-g0", "bad-g0", "obj-g3", "bad-g3"] and recs[0]["removed_objects"] == ["bad-g0", "bad-g3"]
+    assert recs[0]["objects"] == ["obj-g0", "bad-g0", "obj-g3", "bad-g3"] and recs[0]["removed_objects"] == [
+        "bad-g0",
+        "bad-g3",
+    ]
     assert gen.calls == exp["targets"]
     # perceive: the target description alone; create: the text-to-vision path alone
     q_t = np.stack([enc_text(t) for t in exp["targets"]])
@@ -99,7 +122,7 @@ def test_full_octopus_matches_the_formulas(world, tmp_path):
     for qi in range(3):
         row = list(ids[qi][:6])
         stop = row.index(g5) if g5 in row else len(row) - 1
-        asked += [world.gallery.ids[r] for r in row[:stop + 1]]
+        asked += [world.gallery.ids[r] for r in row[: stop + 1]]
         if g5 in row:
             final_ids[qi] = [g5] + [r for r in ids[qi] if r != g5]
             final_scores[qi] = [scores[qi].max() + 100.0] + [s for r, s in zip(ids[qi], scores[qi]) if r != g5]
@@ -109,17 +132,20 @@ def test_full_octopus_matches_the_formulas(world, tmp_path):
     assert ctx.stats["verify"].calls == len(asked)
 
 
-@pytest.mark.parametrize("switch,kw", [
-    ({"modification_reasoning": False}, {"reasoning": False}),
-    ({"refinement": False}, {"refinement": False}),
-    ({"textual_proxies": False}, {"proxies": False}),
-    ({"visual_proxy": False}, {"visual": False}),
-    ({"objects": False}, {"objects": False}),
-    ({"creator": False}, {"creator": False}),
-    ({"cross_modal": "v2v"}, {"v2v": True}),
-    ({"visual_proxy": False, "visual_without_proxy": "none"}, {"visual": False, "drop_visual": True}),
-    ({"lam": 0.6, "tau": 0.1}, {"lam": 0.6, "tau": 0.1}),
-])
+@pytest.mark.parametrize(
+    "switch,kw",
+    [
+        ({"modification_reasoning": False}, {"reasoning": False}),
+        ({"refinement": False}, {"refinement": False}),
+        ({"textual_proxies": False}, {"proxies": False}),
+        ({"visual_proxy": False}, {"visual": False}),
+        ({"objects": False}, {"objects": False}),
+        ({"creator": False}, {"creator": False}),
+        ({"cross_modal": "v2v"}, {"v2v": True}),
+        ({"visual_proxy": False, "visual_without_proxy": "none"}, {"visual": False, "drop_visual": True}),
+        ({"lam": 0.6, "tau": 0.1}, {"lam": 0.6, "tau": 0.1}),
+    ],
+)
 def test_ablation_switches(world, tmp_path, switch, kw):
     method, gen, ver = build(world, tmp_path, verification=False, **switch)
     state, ctx = world.run(method, backend="reference")
@@ -140,7 +166,7 @@ def test_uncertainty_gate_and_limits(world, tmp_path):
     S = expected(world)["S"]
     ids, scores = topk_desc(S, 8)
     H = []
-    for row in S:                                     # entropy of softmax(S / 0.02) over the whole gallery
+    for row in S:  # entropy of softmax(S / 0.02) over the whole gallery
         x = row / 0.02
         p = np.exp(x - x.max()) / np.exp(x - x.max()).sum()
         H.append(-(p * np.log(p)).sum())
@@ -152,8 +178,8 @@ def test_uncertainty_gate_and_limits(world, tmp_path):
     chosen = [i for i in np.argsort(-u, kind="stable") if u[i] >= 0.5][:1]
     verified = [q.id for q in world.queries if state.record(q, "verify")]
     assert verified == [world.queries[i].id for i in chosen]
-    assert len(ver.verify_calls) == 6 * len(chosen)   # nothing accepted: all alpha candidates judged
-    assert_ranking(state.candidates, ids, scores)      # nothing accepted: ranking unchanged
+    assert len(ver.verify_calls) == 6 * len(chosen)  # nothing accepted: all alpha candidates judged
+    assert_ranking(state.candidates, ids, scores)  # nothing accepted: ranking unchanged
 
 
 def test_a_single_query_counts_as_uncertain(world, tmp_path):
@@ -164,7 +190,7 @@ def test_a_single_query_counts_as_uncertain(world, tmp_path):
     u, chosen = method.gate_queries(scores, np.array([1.0], np.float32))
     assert u.tolist() == [1.0] and chosen.tolist() == [0]
     u, chosen = method.gate_queries(np.repeat(scores, 2, axis=0), np.array([1.0, 1.0], np.float32))
-    assert u.tolist() == [0.0, 0.0] and chosen.tolist() == []   # two equal queries: the released zeros
+    assert u.tolist() == [0.0, 0.0] and chosen.tolist() == []  # two equal queries: the released zeros
 
 
 def test_bad_configs_and_missing_verifier(world):
@@ -190,5 +216,5 @@ def test_a_rerun_is_resumed_without_model_calls(world, tmp_path):
     method2, gen2, ver2 = build(world, tmp_path)
     again, ctx = world.run(method2)
     assert len(world.llm.calls) == calls and gen2.calls == [] and ver2.verify_calls == []
-    assert all(s.resumed_queries == 3 for s in ctx.stats.values())   # every stage loaded from the run directory
+    assert all(s.resumed_queries == 3 for s in ctx.stats.values())  # every stage loaded from the run directory
     np.testing.assert_array_equal(again.candidates.ids, first.candidates.ids)

@@ -66,8 +66,15 @@ class ScriptGenerator(Generator):
 def build(world, **cfg):
     editor = ScriptEditor(root=world.root)
     generator = ScriptGenerator(ScriptGenerator.Config(salt=cfg.pop("salt", "")), root=world.root)
-    m = METHODS.build("paracosm", {"top_k": 10, **cfg}, encoder=world.encoder, editor=editor, generator=generator,
-                      captioner=world.captioner, llm=world.llm)
+    m = METHODS.build(
+        "paracosm",
+        {"top_k": 10, **cfg},
+        encoder=world.encoder,
+        editor=editor,
+        generator=generator,
+        captioner=world.captioner,
+        llm=world.llm,
+    )
     return m, editor, generator
 
 
@@ -121,8 +128,13 @@ def run_alone(world, method, folder: str):
     from agentcir.framework.method import RunState
     from agentcir.framework.runner import RunContext, Runner
 
-    ctx = RunContext(cache=CallCache(world.root / folder / "cache.sqlite"), run_dir=world.root / folder / "run",
-                     concurrency=4, progress=False, kernels="reference")
+    ctx = RunContext(
+        cache=CallCache(world.root / folder / "cache.sqlite"),
+        run_dir=world.root / folder / "run",
+        concurrency=4,
+        progress=False,
+        kernels="reference",
+    )
     state = RunState(queries=world.queries, gallery=world.gallery)
     asyncio.run(Runner(method, ctx, state).execute())
     return state, ctx
@@ -168,11 +180,18 @@ def test_query_texts_and_bad_configurations(world, tmp_path):
     with pytest.raises(InputError, match="'lam' must be in"):
         build(world, lam=1.5)
     with pytest.raises(InputError, match="describer=llm needs an llm"):
-        METHODS.build("paracosm", {"describer": "llm"}, encoder=world.encoder, editor=ScriptEditor(root=tmp_path),
-                      generator=ScriptGenerator(root=tmp_path), captioner=world.captioner)
+        METHODS.build(
+            "paracosm",
+            {"describer": "llm"},
+            encoder=world.encoder,
+            editor=ScriptEditor(root=tmp_path),
+            generator=ScriptGenerator(root=tmp_path),
+            captioner=world.captioner,
+        )
     needs = Paracosm.needs_for({"describer": "llm", "query_text": "composed"})
-    assert needs == {"llm": ("images", "task:paracosm_describe_mental", "task:paracosm_describe_gallery",
-                             "task:paracosm_compose")}
+    assert needs == {
+        "llm": ("images", "task:paracosm_describe_mental", "task:paracosm_describe_gallery", "task:paracosm_compose")
+    }
     assert Paracosm.needs_for({"describer": "captioner"}) == {}
 
 
@@ -196,8 +215,9 @@ def test_prompts_folder_points_every_prompt(world, tmp_path):
     assert state.record(world.queries[0], "imagine")["instruction"] == "EDIT make it red"
 
 
-@pytest.mark.skipif(not PARACOSM, reason="no Paracosm checkout: set AGENTCIR_PARACOSM_CHECKOUT to a checkout of "
-                                         "leowangtong/Paracosm")
+@pytest.mark.skipif(
+    not PARACOSM, reason="no Paracosm checkout: set AGENTCIR_PARACOSM_CHECKOUT to a checkout of leowangtong/Paracosm"
+)
 def test_equals_the_released_code():
     pytest.importorskip("torch")
     from .test_upstream_released import bench
@@ -208,8 +228,9 @@ def test_equals_the_released_code():
     assert res["fashioniq"]["query_vector_max_diff"] < 1e-5 and res["fashioniq"]["recall_diff"] < 1e-4, res
 
 
-@pytest.mark.skipif(not PARACOSM, reason="no Paracosm checkout: set AGENTCIR_PARACOSM_CHECKOUT to a checkout of "
-                                         "leowangtong/Paracosm")
+@pytest.mark.skipif(
+    not PARACOSM, reason="no Paracosm checkout: set AGENTCIR_PARACOSM_CHECKOUT to a checkout of leowangtong/Paracosm"
+)
 def test_released_prompts_export_with_the_variables(tmp_path):
     from .test_upstream_released import bench
 
@@ -245,5 +266,5 @@ def test_gallery_derived_arrays_are_checked(world):
     with pytest.raises(InputError, match="plain name"):
         g.derived_emb("../k", "v1")
     f = g.root / "derived" / "k" / "v1.npy"
-    f.write_bytes(f.read_bytes()[:-8] + b"\0" * 8)   # damaged: removed, to be recomputed
+    f.write_bytes(f.read_bytes()[:-8] + b"\0" * 8)  # damaged: removed, to be recomputed
     assert g.derived_emb("k", "v1") is None and not f.exists()

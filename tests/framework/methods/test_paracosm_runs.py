@@ -28,9 +28,19 @@ PARACOSM = ["method=paracosm", "editor=recolour"]
 def recipe(tmp_path, *extra, limit=4, dataset: Path | None = None):
     """The tiny composed benchmark (24 items, "make it <colour>" queries) by default, else the demo."""
     data = ["dataset=demo"] if dataset is None else ["dataset=composed", f"dataset.root={dataset}"]
-    return compose(["encoder=toy", *data, f"dataset.limit={limit}", f"run.root={tmp_path / 'runs'}",
-                    f"run.cache={tmp_path / 'cache.sqlite'}", "run.progress=false",
-                    f"editor.output_dir={tmp_path / 'edited'}", *PARACOSM, *extra])
+    return compose(
+        [
+            "encoder=toy",
+            *data,
+            f"dataset.limit={limit}",
+            f"run.root={tmp_path / 'runs'}",
+            f"run.cache={tmp_path / 'cache.sqlite'}",
+            "run.progress=false",
+            f"editor.output_dir={tmp_path / 'edited'}",
+            *PARACOSM,
+            *extra,
+        ]
+    )
 
 
 def no_call(m) -> None:
@@ -63,11 +73,13 @@ def test_run_rerun_and_resume_from_every_stage(plugin_path, tiny_dataset, tmp_pa
     assert cost["imagine"]["by_component"]["editor:recolour"] == 4
     rec = ref.state.record(ref.state.queries[0], "imagine")
     assert Path(rec["mental_image"]).parent == tmp_path / "edited" and rec["description"]
-    with monkeypatch.context() as m:   # the same recipe: every stage loaded, no model call
+    with monkeypatch.context() as m:  # the same recipe: every stage loaded, no model call
         no_call(m)
         again = run_recipe(r)
     assert again.metrics["final"] == ref.metrics["final"]
-    order = [p.name.split(".")[0] for p in sorted((ref.dir / "stages").glob("*.done"), key=lambda p: p.stat().st_mtime_ns)]
+    order = [
+        p.name.split(".")[0] for p in sorted((ref.dir / "stages").glob("*.done"), key=lambda p: p.stat().st_mtime_ns)
+    ]
     assert order == ["synthetic_gallery", "imagine", "retrieve"]
     for stage in order[:-1]:
         cut_after(ref.dir, stage, order)
@@ -76,8 +88,9 @@ def test_run_rerun_and_resume_from_every_stage(plugin_path, tiny_dataset, tmp_pa
         assert (resumed.dir / "rankings.jsonl").read_text() == (ref.dir / "rankings.jsonl").read_text()
     # another run over the same gallery (other queries, another run directory and call cache) reads
     # the gallery-side pass from the gallery: no description or drawing
-    other = run_recipe(recipe(tmp_path, "run.name=other", f"run.cache={tmp_path / 'other.sqlite'}", limit=6,
-                              dataset=tiny_dataset))
+    other = run_recipe(
+        recipe(tmp_path, "run.name=other", f"run.cache={tmp_path / 'other.sqlite'}", limit=6, dataset=tiny_dataset)
+    )
     assert calls(other, "synthetic_gallery") == 0 and calls(other, "imagine") >= 6
 
 
@@ -100,13 +113,21 @@ def test_plan_counts_the_gallery_pass_once_per_gallery(plugin_path, tiny_dataset
     n = len(run_gallery_items(r))
     assert n == 24
     assert rows[("synthetic_gallery", "captioner:tagger")].calls == n
-    assert rows[("synthetic_gallery", "generator:retrieval")].calls >= 1   # one per distinct description
-    assert rows[("synthetic_gallery", "encoder:toy")].calls == 3            # 24 images, 10 per call
+    assert rows[("synthetic_gallery", "generator:retrieval")].calls >= 1  # one per distinct description
+    assert rows[("synthetic_gallery", "encoder:toy")].calls == 3  # 24 images, 10 per call
     assert rows[("imagine", "editor:recolour")].calls == 4
     run_recipe(r)
     # another run of the same gallery plans no gallery-side call: it is stored with the gallery
-    later = plan_recipe(recipe(tmp_path, "method.encode_batch=10", "run.name=other",
-                               f"run.cache={tmp_path / 'other.sqlite'}", limit=6, dataset=tiny_dataset))
+    later = plan_recipe(
+        recipe(
+            tmp_path,
+            "method.encode_batch=10",
+            "run.name=other",
+            f"run.cache={tmp_path / 'other.sqlite'}",
+            limit=6,
+            dataset=tiny_dataset,
+        )
+    )
     assert not any(row.calls for (s, _, _), row in later.rows.items() if s == "synthetic_gallery")
     assert sum(row.calls for (s, c, _), row in later.rows.items() if s == "imagine" and c == "editor:recolour") == 6
 
@@ -130,12 +151,40 @@ def test_three_local_shards_rank_as_one_process(plugin_path, tiny_dataset, tmp_p
 @pytest.mark.skipif(not (SHARED / "products.csv").is_file(), reason=f"the fashion-products data is not at {SHARED}")
 def test_fashion_cir_end_to_end(plugin_path, tmp_path):
     bench = tmp_path / "fashion-cir"
-    subprocess.run([sys.executable, "-m", "agentcir.cli", "build-benchmark", "--csv", str(SHARED / "products.csv"),
-                    "--images", str(SHARED / "images"), "--out", str(bench), "--queries", "6", "--gallery-size", "80"],
-                   check=True, capture_output=True, env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
-    r = compose(["encoder=toy", "dataset=fashion_cir", f"dataset.root={bench}", "dataset.limit=6",
-                 f"run.root={tmp_path / 'runs'}", f"run.cache={tmp_path / 'cache.sqlite'}", "run.progress=false",
-                 f"editor.output_dir={tmp_path / 'edited'}", *PARACOSM])
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "agentcir.cli",
+            "build-benchmark",
+            "--csv",
+            str(SHARED / "products.csv"),
+            "--images",
+            str(SHARED / "images"),
+            "--out",
+            str(bench),
+            "--queries",
+            "6",
+            "--gallery-size",
+            "80",
+        ],
+        check=True,
+        capture_output=True,
+        env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"},
+    )
+    r = compose(
+        [
+            "encoder=toy",
+            "dataset=fashion_cir",
+            f"dataset.root={bench}",
+            "dataset.limit=6",
+            f"run.root={tmp_path / 'runs'}",
+            f"run.cache={tmp_path / 'cache.sqlite'}",
+            "run.progress=false",
+            f"editor.output_dir={tmp_path / 'edited'}",
+            *PARACOSM,
+        ]
+    )
     res = run_recipe(r)
     assert list(res.metrics["stages"]) == ["retrieve"] and len(res.state.queries) == 6
     with pytest.MonkeyPatch.context() as m:
@@ -148,11 +197,18 @@ def test_fashion_cir_end_to_end(plugin_path, tmp_path):
 def sweep(plugin_path, tmp_path_factory):
     spec = importlib.util.spec_from_file_location("fault_sweep", ROOT / "benchmarks" / "fault_sweep.py")
     mod = importlib.util.module_from_spec(spec)
-    sys.modules["fault_sweep"] = mod   # dataclasses look their module up there
+    sys.modules["fault_sweep"] = mod  # dataclasses look their module up there
     spec.loader.exec_module(mod)
     out = tmp_path_factory.mktemp("sweep")
-    sw = mod.Sweep(out, limit=4, concurrency=2, delay=0.01, seed=0,
-                   extra=("encoder=toy", f"editor.output_dir={out / 'edited'}"), pythonpath=(str(plugin_path),))
+    sw = mod.Sweep(
+        out,
+        limit=4,
+        concurrency=2,
+        delay=0.01,
+        seed=0,
+        extra=("encoder=toy", f"editor.output_dir={out / 'edited'}"),
+        pythonpath=(str(plugin_path),),
+    )
     yield sw
     sw.close()
     sys.modules.pop("fault_sweep", None)
@@ -178,14 +234,37 @@ def test_agentcir_search_shows_the_mental_image(plugin_env, image_folder, tmp_pa
     gal = tmp_path / "gallery"
     env = {**plugin_env, "PYTHONPATH": f"{ROOT}:{plugin_env['PYTHONPATH']}"}
     cli = [sys.executable, "-m", "agentcir.cli"]
-    r = subprocess.run([*cli, "index", str(image_folder), "--out", str(gal), "encoder=toy", "-q"], env=env,
-                       capture_output=True, text=True)
+    r = subprocess.run(
+        [*cli, "index", str(image_folder), "--out", str(gal), "encoder=toy", "-q"],
+        env=env,
+        capture_output=True,
+        text=True,
+    )
     assert r.returncode == 0, r.stderr
     ref = next(image_folder.glob("img01.png"))
-    r = subprocess.run([*cli, "search", "--gallery", str(gal), "--image", str(ref), "--text", "make it red", "-k", "3",
-                        "--json", "encoder=toy", *PARACOSM, f"editor.output_dir={tmp_path / 'edited'}",
-                        f"run.cache={tmp_path / 'c.sqlite'}", f"run.root={tmp_path / 'runs'}"],
-                       env=env, capture_output=True, text=True)
+    r = subprocess.run(
+        [
+            *cli,
+            "search",
+            "--gallery",
+            str(gal),
+            "--image",
+            str(ref),
+            "--text",
+            "make it red",
+            "-k",
+            "3",
+            "--json",
+            "encoder=toy",
+            *PARACOSM,
+            f"editor.output_dir={tmp_path / 'edited'}",
+            f"run.cache={tmp_path / 'c.sqlite'}",
+            f"run.root={tmp_path / 'runs'}",
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+    )
     assert r.returncode == 0, r.stderr
     out = json.loads(r.stdout)
     trace = out["trace"]

@@ -16,8 +16,16 @@ import numpy as np
 import pytest
 
 from agentcir.framework.errors import InputError
-from agentcir.framework.methods.wiser import (PROMPT_FILES, STOP_PHRASE, best_candidate, combined_instruction,
-                                              extract_suggestions, fuse_two_paths, says_stop, vqa_confidence)
+from agentcir.framework.methods.wiser import (
+    PROMPT_FILES,
+    STOP_PHRASE,
+    best_candidate,
+    combined_instruction,
+    extract_suggestions,
+    fuse_two_paths,
+    says_stop,
+    vqa_confidence,
+)
 from agentcir.framework.recipe import compose
 from agentcir.framework.runner import run_recipe
 from agentcir.framework.shards import ShardedGallery
@@ -37,16 +45,26 @@ def test_extract_suggestions_released_and_correct():
     assert extract_suggestions(plural, upstream_compat=True) == ""  # released: 'suggestion:' only
     assert extract_suggestions(plural) == "make it red"
     assert extract_suggestions("no advice here") == ""
-    assert says_stop("good retrieval, no more loops needed.") and not says_stop("good retrieval, no more loops needed.",
-                                                                               upstream_compat=True)
+    assert says_stop("good retrieval, no more loops needed.") and not says_stop(
+        "good retrieval, no more loops needed.", upstream_compat=True
+    )
     assert says_stop(f'"{STOP_PHRASE}."', upstream_compat=True)
 
 
 def test_combined_instruction_and_confidence():
     assert combined_instruction("is red.", '"make the collar round."') == "is red and make the collar round."
     assert combined_instruction(" ?has long sleeves, ", "  ") == "has long sleeves and ."
-    assert [vqa_confidence(r) for r in ("yes", "Y", "no", "N", "0.83", "**yes**", "", "maybe", "1.5")] == \
-        [1.0, 1.0, 0.0, 0.0, 0.83, 1.0, 0.0, 0.0, 0.0]
+    assert [vqa_confidence(r) for r in ("yes", "Y", "no", "N", "0.83", "**yes**", "", "maybe", "1.5")] == [
+        1.0,
+        1.0,
+        0.0,
+        0.0,
+        0.83,
+        1.0,
+        0.0,
+        0.0,
+        0.0,
+    ]
     assert best_candidate([0.2, 0.9, 0.9, 0.1]) == 1
     with pytest.raises(InputError):
         best_candidate([])
@@ -62,8 +80,9 @@ def test_fusion_sums_then_breaks_ties_as_released():
 
 @pytest.mark.parametrize("compat", [False, True])
 def test_demo_run_rerun_and_resume_from_every_stage(plugin_path, tmp_path, monkeypatch, compat):
-    r = recipe(tmp_path, *WISER, f"method.upstream_compat={str(compat).lower()}",
-               f"editor.output_dir={tmp_path / 'edited'}")
+    r = recipe(
+        tmp_path, *WISER, f"method.upstream_compat={str(compat).lower()}", f"editor.output_dir={tmp_path / 'edited'}"
+    )
     ref = run_recipe(r)
     assert list(ref.metrics["stages"]) == STAGES and set(ref.metrics["final"]) >= {"mAP@10", "R@10"}
     cost = json.loads((ref.dir / "metrics.json").read_text())["cost"]
@@ -76,13 +95,15 @@ def test_demo_run_rerun_and_resume_from_every_stage(plugin_path, tmp_path, monke
         return
     from agentcir.components.editors.standins import RecolourEditor
 
-    with monkeypatch.context() as m:   # the same recipe: every stage loaded, no model call, no edit
+    with monkeypatch.context() as m:  # the same recipe: every stage loaded, no model call, no edit
         no_call(m)
         m.setattr(RecolourEditor, "edit", lambda *a, **k: (_ for _ in ()).throw(AssertionError("an edit was made")))
         again = run_recipe(r)
     assert again.metrics["final"] == ref.metrics["final"]
     assert all(s.resumed_queries == 4 for s in again.stats.values())
-    order = [p.name.split(".")[0] for p in sorted((ref.dir / "stages").glob("*.done"), key=lambda p: p.stat().st_mtime_ns)]
+    order = [
+        p.name.split(".")[0] for p in sorted((ref.dir / "stages").glob("*.done"), key=lambda p: p.stat().st_mtime_ns)
+    ]
     for stage in order[:-1]:
         cut_after(ref.dir, stage, order)
         resumed = run_recipe(r)
@@ -96,8 +117,16 @@ def test_fusion_is_the_ranking_and_edits_feed_the_image_path(plugin_path, tmp_pa
     for i, q in enumerate(res.state.queries):
         rec = res.state.record(q, "round0")
         ranked = [g.ids[x] for x in res.candidates.ids[i] if x >= 0]
-        assert ranked == rec["fused"] == [n for n, _ in fuse_two_paths(rec["t2i"]["ids"], rec["t2i"]["confidence"],
-                                                                       rec["i2i"]["ids"], rec["i2i"]["confidence"])]
+        assert (
+            ranked
+            == rec["fused"]
+            == [
+                n
+                for n, _ in fuse_two_paths(
+                    rec["t2i"]["ids"], rec["t2i"]["confidence"], rec["i2i"]["ids"], rec["i2i"]["confidence"]
+                )
+            ]
+        )
         assert q.reference_id not in ranked and len(rec["t2i"]["ids"]) == 5
     plain = run_recipe(recipe(tmp_path, *WISER, "method.max_check_num=0", "editor=none"))
     images = [plain.state.record(q, "round0")["edited_image"] for q in plain.state.queries]
@@ -110,9 +139,12 @@ def open_paths():
     the verifier is unsure (0.5), the refiner always suggests, the caption editor writes its instruction."""
     from agentcir.framework.tasks import find_task, register_replier
 
-    scripted = {"wiser_verify": lambda v: "0.5", "wiser_check_t2i": lambda v: "Suggestion: make it blue",
-                "wiser_check_i2i": lambda v: "Suggestion: make it blue",
-                "wiser_redescribe": lambda v: f"Edited Description: {v['instruction']}"}
+    scripted = {
+        "wiser_verify": lambda v: "0.5",
+        "wiser_check_t2i": lambda v: "Suggestion: make it blue",
+        "wiser_check_i2i": lambda v: "Suggestion: make it blue",
+        "wiser_redescribe": lambda v: f"Edited Description: {v['instruction']}",
+    }
     old = {t: find_task(t).replier for t in scripted}
     for t, fn in scripted.items():
         register_replier(t, fn)
@@ -125,8 +157,15 @@ def test_upstream_compat_final_ranking_is_the_previous_rounds_fusion(plugin_path
     """Released: after the loop the lists verified at the start of the last round are fused (the last
     re-retrieval's verification does not reach them); by default the last round ranks by its own."""
     for compat in (True, False):
-        res = run_recipe(recipe(tmp_path, *WISER, "method.max_check_num=1", f"method.upstream_compat={str(compat).lower()}",
-                                f"run.cache={tmp_path / f'c{compat}.sqlite'}"))
+        res = run_recipe(
+            recipe(
+                tmp_path,
+                *WISER,
+                "method.max_check_num=1",
+                f"method.upstream_compat={str(compat).lower()}",
+                f"run.cache={tmp_path / f'c{compat}.sqlite'}",
+            )
+        )
         g, recs = res.state.gallery, [res.state.record(q, "round1") for q in res.state.queries]
         assert all(r["description"].endswith("and make it blue.") for r in recs)
         assert any(res.state.record(q, "round0")["fused"] != r["fused"] for q, r in zip(res.state.queries, recs))
@@ -146,12 +185,39 @@ def test_three_local_shards_rank_as_one_process(plugin_path, tmp_path):
 @pytest.mark.skipif(not (SHARED / "products.csv").is_file(), reason=f"the fashion-products data is not at {SHARED}")
 def test_fashion_cir_end_to_end(plugin_path, tmp_path):
     bench = tmp_path / "fashion-cir"
-    subprocess.run([sys.executable, "-m", "agentcir.cli", "build-benchmark", "--csv", str(SHARED / "products.csv"),
-                    "--images", str(SHARED / "images"), "--out", str(bench), "--queries", "6", "--gallery-size", "80"],
-                   check=True, capture_output=True, env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
-    r = compose(["encoder=toy", "dataset=fashion_cir", f"dataset.root={bench}", "dataset.limit=6",
-                 f"run.root={tmp_path / 'runs'}", f"run.cache={tmp_path / 'cache.sqlite'}", "run.progress=false",
-                 *WISER])
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "agentcir.cli",
+            "build-benchmark",
+            "--csv",
+            str(SHARED / "products.csv"),
+            "--images",
+            str(SHARED / "images"),
+            "--out",
+            str(bench),
+            "--queries",
+            "6",
+            "--gallery-size",
+            "80",
+        ],
+        check=True,
+        capture_output=True,
+        env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"},
+    )
+    r = compose(
+        [
+            "encoder=toy",
+            "dataset=fashion_cir",
+            f"dataset.root={bench}",
+            "dataset.limit=6",
+            f"run.root={tmp_path / 'runs'}",
+            f"run.cache={tmp_path / 'cache.sqlite'}",
+            "run.progress=false",
+            *WISER,
+        ]
+    )
     res = run_recipe(r)
     assert list(res.metrics["stages"]) == STAGES and len(res.state.queries) == 6
     with pytest.MonkeyPatch.context() as m:
@@ -175,7 +241,9 @@ def test_prompts_folder_and_bad_config(plugin_path, tmp_path):
     d = tmp_path / "authors"
     d.mkdir()
     for f in PROMPT_FILES.values():
-        (d / f).write_text("{{modification}} {{instruction}} {{reference_caption}}" if "verify" not in f else "{{modification}}")
+        (d / f).write_text(
+            "{{modification}} {{instruction}} {{reference_caption}}" if "verify" not in f else "{{modification}}"
+        )
     from agentcir.registry import METHODS
 
     m = METHODS.build("wiser", {"prompts": str(d)}, encoder=object(), llm=object(), captioner=object())
@@ -191,14 +259,37 @@ def test_agentcir_search_shows_the_loop(plugin_env, image_folder, tmp_path):
     gal = tmp_path / "gallery"
     env = {**plugin_env, "PYTHONPATH": f"{ROOT}:{plugin_env['PYTHONPATH']}"}
     cli = [sys.executable, "-m", "agentcir.cli"]
-    r = subprocess.run([*cli, "index", str(image_folder), "--out", str(gal), "encoder=toy", "-q"], env=env,
-                       capture_output=True, text=True)
+    r = subprocess.run(
+        [*cli, "index", str(image_folder), "--out", str(gal), "encoder=toy", "-q"],
+        env=env,
+        capture_output=True,
+        text=True,
+    )
     assert r.returncode == 0, r.stderr
     ref = next(image_folder.glob("img01.png"))
-    r = subprocess.run([*cli, "search", "--gallery", str(gal), "--image", str(ref), "--text", "make it red", "-k", "3",
-                        "--json", "encoder=toy", *WISER, f"editor.output_dir={tmp_path / 'ed'}",
-                        f"run.cache={tmp_path / 'c.sqlite'}", f"run.root={tmp_path / 'runs'}"],
-                       env=env, capture_output=True, text=True)
+    r = subprocess.run(
+        [
+            *cli,
+            "search",
+            "--gallery",
+            str(gal),
+            "--image",
+            str(ref),
+            "--text",
+            "make it red",
+            "-k",
+            "3",
+            "--json",
+            "encoder=toy",
+            *WISER,
+            f"editor.output_dir={tmp_path / 'ed'}",
+            f"run.cache={tmp_path / 'c.sqlite'}",
+            f"run.root={tmp_path / 'runs'}",
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+    )
     assert r.returncode == 0, r.stderr
     out = json.loads(r.stdout)
     trace = out["trace"]

@@ -16,14 +16,15 @@ from .conftest import SetVerifier, assert_ranking, enc_text, topk_desc
 
 VIDEO = " + ".join(f"caption of f{i}" for i in range(5))
 REFS = ["caption of g0", "caption of g1", VIDEO]
-QUESTIONS = [("it is g3", True), ("it is g5", False), ("it is g7", True)]   # the first 3 of the LLM's 4
+QUESTIONS = [("it is g3", True), ("it is g5", False), ("it is g7", True)]  # the first 3 of the LLM's 4
 
 
 def build(world, accept=(), **cfg):
     ver = SetVerifier(accept=accept)
     base = {"top_k": 10, "k_prime": 6, "alpha": 4}
-    method = METHODS.build("xr", {**base, **cfg}, encoder=world.encoder, llm=world.llm, captioner=world.captioner,
-                           verifier=ver)
+    method = METHODS.build(
+        "xr", {**base, **cfg}, encoder=world.encoder, llm=world.llm, captioner=world.captioner, verifier=ver
+    )
     return method, ver
 
 
@@ -52,7 +53,7 @@ def rrf(world, sims):
     for q in range(fused.shape[0]):
         total = {}
         for S in sims.values():
-            ids, _ = topk_desc(S[q:q + 1], N)
+            ids, _ = topk_desc(S[q : q + 1], N)
             for r, i in enumerate(ids[0][ids[0] >= 0], start=1):
                 total[i] = total.get(i, 0.0) + 1.0 / (60 + r)
         for i, s in total.items():
@@ -69,7 +70,7 @@ def fine(world, ids, sims, *, H=6, qa_weight=0.5, image=True, caption=True, comp
         for r in head:
             stem = world.gallery.ids[r]
             img = sum((st.split()[-1] == stem) == ans for st, ans in QUESTIONS) / 3
-            if compat:   # every caption reply holds "not" -> no; expected answers bool("...") -> all true
+            if compat:  # every caption reply holds "not" -> no; expected answers bool("...") -> all true
                 txt = sum(False == bool(str(ans)) for _, ans in QUESTIONS) / 3  # noqa: E712
             else:
                 txt = sum((st.split()[-1] == stem) == ans for st, ans in QUESTIONS) / 3
@@ -79,7 +80,7 @@ def fine(world, ids, sims, *, H=6, qa_weight=0.5, image=True, caption=True, comp
         mm = (s - s.min()) / (s.max() - s.min())
         w = qa_weight if (image and caption) else (1.0 if image else 0.0)
         score = (w * np.array(qa) + (1 - w) * np.array(cap)) * mm
-        order = sorted(range(H), key=lambda j: -score[j])        # stable: ties keep their order
+        order = sorted(range(H), key=lambda j: -score[j])  # stable: ties keep their order
         out_ids[q, :H] = head[order]
         out_s[q, :H] = score[order]
     return out_ids, out_s
@@ -128,7 +129,7 @@ def test_stage3_moves_the_first_yes_to_the_front(world):
     for q in range(3):
         row = list(ids[q][:4])
         hit = next((j for j, r in enumerate(row) if r in acc), None)
-        asked += [world.gallery.ids[r] for r in row[:(hit + 1 if hit is not None else 4)]]
+        asked += [world.gallery.ids[r] for r in row[: (hit + 1 if hit is not None else 4)]]
         if hit is not None:
             r, best = row[hit], s[q].max()
             keep = [j for j in range(10) if ids[q, j] != r]
@@ -138,31 +139,37 @@ def test_stage3_moves_the_first_yes_to_the_front(world):
 
 
 def test_upstream_compat_reproduces_the_released_parsing(world):
-    statements = ('{"questions": [{"statement": "it is g3", "answer": "True"}, '
-                  '{"statement": "it is g5", "answer": "False"}, '
-                  '{"statement": "it is g7", "answer": "True"}]}')
-    judge = lambda v: ("Yes, it is not wrong" if v["statement"].split()[-1] in v["caption"].split()  # noqa: E731
-                       else "No.")
+    statements = (
+        '{"questions": [{"statement": "it is g3", "answer": "True"}, '
+        '{"statement": "it is g5", "answer": "False"}, '
+        '{"statement": "it is g7", "answer": "True"}]}'
+    )
+    judge = lambda v: (
+        "Yes, it is not wrong"
+        if v["statement"].split()[-1] in v["caption"].split()  # noqa: E731
+        else "No."
+    )
     world.llm.replies.update({"questions": statements, "entail": judge})
     strict, _ = build(world)
     state, _ = world.run(strict, name="strict")
     ids, s = topk_desc(variant_sims(world)["aug"], 10)
-    assert_ranking(state.candidates, *fine(world, ids, s))                 # "Yes, ..." is yes; "False" is false
+    assert_ranking(state.candidates, *fine(world, ids, s))  # "Yes, ..." is yes; "False" is false
     # compat asks with the released prompts, unchecked task names: the replies are read as released
     world.llm.replies.update({"xr_statements_released": statements, "xr_entail_released": judge})
     compat, _ = build(world, upstream_compat=True)
     state, _ = world.run(compat, name="compat")
     qs = state.record(world.queries[0], "questions")["questions"]
-    assert [x["caption_answer"] for x in qs] == [True, True, True]       # bool("False") is True
-    assert [x["raw"] for x in qs] == ["True", "False", "True"]            # the image path compares the text
+    assert [x["caption_answer"] for x in qs] == [True, True, True]  # bool("False") is True
+    assert [x["raw"] for x in qs] == ["True", "False", "True"]  # the image path compares the text
     assert_ranking(state.candidates, *fine(world, ids, s, compat=True))
 
 
 def test_upstream_compat_image_path_never_matches_json_booleans(world):
     # the released QA path compares "True"/"False" strings with the raw answer: JSON booleans
     # (this project's statements prompt) never match, so every image score is 0
-    world.llm.replies["xr_statements_released"] = ('{"questions": [{"statement": "it is g3", "answer": true}, '
-                                                   '{"statement": "it is g5", "answer": false}]}')
+    world.llm.replies["xr_statements_released"] = (
+        '{"questions": [{"statement": "it is g3", "answer": true}, {"statement": "it is g5", "answer": false}]}'
+    )
     world.llm.replies["xr_entail_released"] = "No"
     compat, _ = build(world, upstream_compat=True)
     state, _ = world.run(compat, name="compat-bool")
@@ -175,17 +182,27 @@ def test_upstream_compat_image_path_never_matches_json_booleans(world):
 def test_upstream_readers():
     assert upstream_is_yes("Yes") and upstream_is_yes("yes.")
     for reply in ("Yes, but I do not know", "yes - cannot tell", "No", "false", "Yes, nothing else", "true", "True"):
-        assert not upstream_is_yes(reply)   # the released caption path counts only "yes" (and no "no")
-    qs = upstream_questions('{"questions": [{"statement": "a", "answer": "False"}, {"statement": "b", "answer": false},'
-                            ' {"statement": "c", "answer": "maybe"}, {"statement": " "}]}')
+        assert not upstream_is_yes(reply)  # the released caption path counts only "yes" (and no "no")
+    qs = upstream_questions(
+        '{"questions": [{"statement": "a", "answer": "False"}, {"statement": "b", "answer": false},'
+        ' {"statement": "c", "answer": "maybe"}, {"statement": " "}]}'
+    )
     assert [(x["statement"], x["answer"], x["caption_answer"]) for x in qs] == [
-        ("a", False, True), ("b", False, False), ("c", None, True)]
+        ("a", False, True),
+        ("b", False, False),
+        ("c", None, True),
+    ]
     # the released format: step2 pairs, every one of them (no cut), malformed entries skipped
-    qs = upstream_questions('{"step1": "x", "step2": [["Is it red?", "True"], ["Is it big?", "False"], ["bad"], '
-                            '["Is it round?", "True"], ["Is it old?", "False"]]}')
+    qs = upstream_questions(
+        '{"step1": "x", "step2": [["Is it red?", "True"], ["Is it big?", "False"], ["bad"], '
+        '["Is it round?", "True"], ["Is it old?", "False"]]}'
+    )
     assert [(x["statement"], x["raw"], x["caption_answer"]) for x in qs] == [
-        ("Is it red?", "True", True), ("Is it big?", "False", True), ("Is it round?", "True", True),
-        ("Is it old?", "False", True)]
+        ("Is it red?", "True", True),
+        ("Is it big?", "False", True),
+        ("Is it round?", "True", True),
+        ("Is it old?", "False", True),
+    ]
     assert upstream_image_match(True, "True") and upstream_image_match(False, "False")
     assert not upstream_image_match(True, True) and not upstream_image_match(False, "false")
 
@@ -196,14 +213,21 @@ def test_upstream_compat_experiment_composes():
     assert recipe["verifier"]["name"] == "vlm" and recipe["verifier"]["reading"] == "released"
 
 
-@pytest.mark.parametrize("name,tau,stages", [("xr_visual_sim", 0.0, ["coarse"]), ("xr_text_sim", 0.15, ["coarse"]),
-                                             ("xr_text_qa", 0.15, ["coarse", "fine"]),
-                                             ("xr_visual_qa", 0.15, ["coarse", "fine"])])
+@pytest.mark.parametrize(
+    "name,tau,stages",
+    [
+        ("xr_visual_sim", 0.0, ["coarse"]),
+        ("xr_text_sim", 0.15, ["coarse"]),
+        ("xr_text_qa", 0.15, ["coarse", "fine"]),
+        ("xr_visual_qa", 0.15, ["coarse", "fine"]),
+    ],
+)
 def test_ablation_rows(world, name, tau, stages):
     recipe = compose([f"+experiment={name}", "method.top_k=10", "method.k_prime=6"])
     cfg = {k: v for k, v in recipe["method"].items() if k != "name"}
-    method = METHODS.build("xr", cfg, encoder=world.encoder, llm=world.llm, captioner=world.captioner,
-                           verifier=SetVerifier())
+    method = METHODS.build(
+        "xr", cfg, encoder=world.encoder, llm=world.llm, captioner=world.captioner, verifier=SetVerifier()
+    )
     state, _ = world.run(method)
     assert list(state.stage_candidates) == stages
     ids, s = topk_desc(variant_sims(world, tau)["aug"], 10)
@@ -216,14 +240,16 @@ def test_ablation_rows(world, name, tau, stages):
 
 def test_bad_configs(world):
     deps = dict(encoder=world.encoder, llm=world.llm, captioner=world.captioner)
-    for cfg, msg in [({"variants": ["v3"]}, "field 'variants' must list some of v1, v2, aug, got \\['v3'\\]"),
-                     ({"variants": ["v1", "v1"]}, "repeats a variant"),
-                     ({"stage2_source": "best"}, "field 'stage2_source': must be one of aug, fused, v1, v2, got 'best'"),
-                     ({"variants": ["v1"], "stage2_source": "fused"}, "stage2_source=fused needs at least two variants"),
-                     ({"variants": ["v1", "v2"], "stage2_source": "aug"}, "stage2_source=aug is not one of the ranked"),
-                     ({"s2_mode": "all"}, "field 's2_mode': must be one of both, qa, caption, none"),
-                     ({"k_prime": 0}, "field 'k_prime': must be at least 1, got 0"),
-                     ({"tau": 2.0}, "field 'tau': must be within 0..1, got 2")]:
+    for cfg, msg in [
+        ({"variants": ["v3"]}, "field 'variants' must list some of v1, v2, aug, got \\['v3'\\]"),
+        ({"variants": ["v1", "v1"]}, "repeats a variant"),
+        ({"stage2_source": "best"}, "field 'stage2_source': must be one of aug, fused, v1, v2, got 'best'"),
+        ({"variants": ["v1"], "stage2_source": "fused"}, "stage2_source=fused needs at least two variants"),
+        ({"variants": ["v1", "v2"], "stage2_source": "aug"}, "stage2_source=aug is not one of the ranked"),
+        ({"s2_mode": "all"}, "field 's2_mode': must be one of both, qa, caption, none"),
+        ({"k_prime": 0}, "field 'k_prime': must be at least 1, got 0"),
+        ({"tau": 2.0}, "field 'tau': must be within 0..1, got 2"),
+    ]:
         with pytest.raises((InputError, ConfigError), match=msg):
             METHODS.build("xr", cfg, **deps)
     with pytest.raises(InputError, match="s2_mode=both asks questions on the candidate images and needs a verifier"):
@@ -231,4 +257,8 @@ def test_bad_configs(world):
     with pytest.raises(InputError, match="stage3=true needs a verifier"):
         METHODS.build("xr", {"s2_mode": "caption", "stage3": True}, **deps).stages()
     assert [s.name for s in METHODS.build("xr", {"s2_mode": "caption"}, **deps).stages()] == [
-        "imagine", "coarse", "questions", "fine"]
+        "imagine",
+        "coarse",
+        "questions",
+        "fine",
+    ]

@@ -29,8 +29,8 @@ class ToyEncoder(Encoder):
     class Config:
         batch_size: int = 16
         seed: int = 0
-        domain: str = ""   # a folder of photos: its domain_sample (agentcir.framework.domain)
-        log: str = ""      # a file: one line per image batch, naming the program that embedded it
+        domain: str = ""  # a folder of photos: its domain_sample (agentcir.framework.domain)
+        log: str = ""  # a file: one line per image batch, naming the program that embedded it
 
     dim = DIM
     volatile_fields = (*Encoder.volatile_fields, "log")
@@ -71,7 +71,9 @@ class CountingLLM(LLM):
         suffix: str = "edited"
 
     def chat(self, messages, *, tools=None, json_mode=False):
-        text = messages[-1]["content"] if isinstance(messages[-1]["content"], str) else messages[-1]["content"][0]["text"]
+        text = (
+            messages[-1]["content"] if isinstance(messages[-1]["content"], str) else messages[-1]["content"][0]["text"]
+        )
         time.sleep(self.cfg.delay)
         if self.cfg.counter:
             with open(self.cfg.counter, "a") as f:

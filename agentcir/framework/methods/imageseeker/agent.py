@@ -77,7 +77,6 @@ class OfflineJudge(Choice):
     encoder = "encoder"
 
 
-
 @dataclass
 class UserStore:
     """What the tools need about one user, built once per run."""
@@ -191,16 +190,23 @@ class ImageSeeker(Method):
         super().__init__(cfg, **deps)
         c = self.cfg
         if c.planner == "llm" and not self._llm_can_call_tools():
-            raise InputError("method 'imageseeker': planner=llm needs an llm that can call tools (llm=openai or "
-                             "transformers); the recipe has " + (f"llm={self.llm.registry_key}" if self.llm else "no llm"))
+            raise InputError(
+                "method 'imageseeker': planner=llm needs an llm that can call tools (llm=openai or "
+                "transformers); the recipe has " + (f"llm={self.llm.registry_key}" if self.llm else "no llm")
+            )
         if c.max_steps < 1 or c.top_k < 1 or c.max_answer < 1:
-            raise InputError(f"method 'imageseeker': max_steps, top_k and max_answer must be positive "
-                             f"(got {c.max_steps}, {c.top_k}, {c.max_answer})")
+            raise InputError(
+                f"method 'imageseeker': max_steps, top_k and max_answer must be positive "
+                f"(got {c.max_steps}, {c.top_k}, {c.max_answer})"
+            )
         # the memories come from the recipe pool; built directly (e.g. METHODS.build in a script), the
         # method makes them by registry key from its own fields
         if self.context_memory is None:
-            self.context_memory = MEMORIES.build("context", self.memory_config("context_memory", vars(c)),
-                                                 **({"llm": self.llm} if self.llm is not None else {}))
+            self.context_memory = MEMORIES.build(
+                "context",
+                self.memory_config("context_memory", vars(c)),
+                **({"llm": self.llm} if self.llm is not None else {}),
+            )
         if self.subset_memory is None:
             self.subset_memory = MEMORIES.build("subsets", {})
         self.web = make_web_search(c.web_search, c.web_search_url)
@@ -214,8 +220,12 @@ class ImageSeeker(Method):
         ``summarizer`` fields; the subsets memory keeps each session's subsets in the run directory."""
         c = cls.Config(**{f.name: node[f.name] for f in dataclasses.fields(cls.Config) if f.name in node})
         if dependency == "context_memory":
-            return {"budget": c.context_budget, "keep_last": c.context_keep_last, "token_counter": c.token_counter,
-                    "summarizer": c.summarizer}
+            return {
+                "budget": c.context_budget,
+                "keep_last": c.context_keep_last,
+                "token_counter": c.token_counter,
+                "summarizer": c.summarizer,
+            }
         return {}
 
     def visual_pass(self, phrase: str, vocab: ClueVocabulary | None) -> str:
@@ -252,8 +262,11 @@ class ImageSeeker(Method):
     async def _vocabulary(self, ctx: RunContext) -> ClueVocabulary:
         if self._vocab is None:
             names, syns = ClueVocabulary.terms(self.cfg.clue_vocab)
-            emb = (await ctx.call(self.encoder, "encode_texts", texts=[PROMPT.format(n) for n in names])) if names else \
-                np.zeros((0, 1), np.float32)
+            emb = (
+                (await ctx.call(self.encoder, "encode_texts", texts=[PROMPT.format(n) for n in names]))
+                if names
+                else np.zeros((0, 1), np.float32)
+            )
             self._vocab = ClueVocabulary(names, syns, l2_normalize(np.asarray(emb, np.float32)))
         return self._vocab
 
@@ -265,9 +278,13 @@ class ImageSeeker(Method):
 
     async def _build_store(self, ctx: RunContext, gallery, user: str | None) -> UserStore:
         if user not in self._users:
-            coll = PhotoCollection(gallery, user, event_gap_hours=self.cfg.event_gap_hours, file_dates=self.cfg.file_dates)
+            coll = PhotoCollection(
+                gallery, user, event_gap_hours=self.cfg.event_gap_hours, file_dates=self.cfg.file_dates
+            )
             vocab = await self._vocabulary(ctx)
-            tags = vocab.tags(coll.embeddings, self.cfg.clue_tags) if self.cfg.clue_tags > 0 else [[] for _ in coll.photos]
+            tags = (
+                vocab.tags(coll.embeddings, self.cfg.clue_tags) if self.cfg.clue_tags > 0 else [[] for _ in coll.photos]
+            )
             graph = None
             if self.cfg.graph:
                 gcfg = GraphConfig(similarity=self.cfg.graph_similarity, similar_k=self.cfg.graph_similar_k)
@@ -280,8 +297,11 @@ class ImageSeeker(Method):
         out = {}
         for u in users:
             store = await self.user_store(ctx, state.gallery, u)
-            out[str(u)] = {"photos": len(store.collection), "events": len(store.collection.events),
-                           "graph": store.graph.stats() if store.graph else None}
+            out[str(u)] = {
+                "photos": len(store.collection),
+                "events": len(store.collection.events),
+                "graph": store.graph.stats() if store.graph else None,
+            }
             if ctx.run_dir is not None and store.graph is not None:
                 d = ctx.run_dir / "graphs"
                 d.mkdir(parents=True, exist_ok=True)
@@ -318,11 +338,21 @@ class ImageSeeker(Method):
             return out
 
         enabled = [t for t in TOOLS if t != "expand_graph" or store.graph is not None]
-        return Toolbox(coll, subsets, embed_text=embed_text, view=view, web=self.web, graph=store.graph,
-                       view_images=self.cfg.view_images and self.use_llm(), default_top_k=self.cfg.top_k, enabled=enabled)
+        return Toolbox(
+            coll,
+            subsets,
+            embed_text=embed_text,
+            view=view,
+            web=self.web,
+            graph=store.graph,
+            view_images=self.cfg.view_images and self.use_llm(),
+            default_top_k=self.cfg.top_k,
+            enabled=enabled,
+        )
 
-    async def _verify(self, ctx: RunContext, store: UserStore, photos: list[Photo], phrase: str, views: list[dict],
-                      contrast: str = "") -> list[bool]:
+    async def _verify(
+        self, ctx: RunContext, store: UserStore, photos: list[Photo], phrase: str, views: list[dict], contrast: str = ""
+    ) -> list[bool]:
         """Offline "does the photo show ``phrase``?". Judged by caption (:meth:`judge_by_caption`):
         the caption names the phrase or a synonym. Else: the phrase ranks within ``verify_rank`` of
         the vocabulary terms, or (given a ``contrast``, e.g. the question's other object) the photo
@@ -341,7 +371,9 @@ class ImageSeeker(Method):
         for i, (r, v) in enumerate(zip(ranks, views)):
             cap = str(v.get("caption") or "").lower() if by_caption else ""
             if cap:  # a (real) captioner's caption is a better judge than zero-shot similarity
-                out.append(bool(groups & vocab.group_of(cap)) or any(re.search(rf"\b{re.escape(w)}\b", cap) for w in words))
+                out.append(
+                    bool(groups & vocab.group_of(cap)) or any(re.search(rf"\b{re.escape(w)}\b", cap) for w in words)
+                )
             else:
                 out.append(bool(r < self.cfg.verify_rank) or bool(closer[i]))
         return out
@@ -355,8 +387,10 @@ class ImageSeeker(Method):
                 rec = await self._llm_session(ctx, tb, q)
             else:
                 rec = await self._offline_session(ctx, store, tb, q)
-            rec["answer_size"] = len(rec["ids"])   # the answer is a set: these ids, in answer order, lead the candidates
-            exact = rec["planner"] == "offline" and rec.get("visual_check") is None and not rec["decomposition"].get("clue")
+            rec["answer_size"] = len(rec["ids"])  # the answer is a set: these ids, in answer order, lead the candidates
+            exact = (
+                rec["planner"] == "offline" and rec.get("visual_check") is None and not rec["decomposition"].get("clue")
+            )
             if len(rec["ids"]) > self.cfg.max_answer and not exact:  # a metadata-only answer is exact: never cut
                 rec["truncated_from"] = len(rec["ids"])
                 rec["ids"] = rec["ids"][: self.cfg.max_answer]
@@ -373,8 +407,8 @@ class ImageSeeker(Method):
         for qi, a in enumerate(answers):
             rows = [g.index_of(i) for i in a]
             rows = [r for r in rows if r >= 0]
-            ids[qi, :len(rows)] = rows
-            scores[qi, :len(rows)] = 1.0 - np.arange(len(rows), dtype=np.float32) / max(1, width)
+            ids[qi, : len(rows)] = rows
+            scores[qi, : len(rows)] = 1.0 - np.arange(len(rows), dtype=np.float32) / max(1, width)
         state.candidates = Candidates(ids, scores)
 
     def _chain(self, tb: Toolbox, subset: str | None, ids: list[str]) -> list[str]:
@@ -397,18 +431,39 @@ class ImageSeeker(Method):
         vocab = await self._vocabulary(ctx) if self.cfg.visual_pass == "auto" and not self.judge_by_caption() else None
 
         async def score(phrase: str) -> dict[str, float]:  # the calibration population: all the user's photos
-            te = l2_normalize(np.asarray(await ctx.call(self.encoder, "encode_texts", texts=[PROMPT.format(phrase)]), np.float32))[0]
+            te = l2_normalize(
+                np.asarray(await ctx.call(self.encoder, "encode_texts", texts=[PROMPT.format(phrase)]), np.float32)
+            )[0]
             return dict(zip(coll.ids, (coll.embeddings @ te).tolist()))
 
-        planner = OfflinePlanner(tb, lambda photos, phrase, views, contrast: self._verify(ctx, store, photos, phrase, views, contrast),
-                                 PlanConfig(self.cfg.episode_top_k, self.cfg.target_top_k, self.cfg.verify_max,
-                                            min_answer=self.cfg.min_answer, keep_top=self.cfg.keep_top,
-                                            visual_z=self.cfg.visual_z, visual_pass="auto"), scorer=score,
-                                 pass_rule=lambda phrase: self.visual_pass(phrase, vocab))
+        planner = OfflinePlanner(
+            tb,
+            lambda photos, phrase, views, contrast: self._verify(ctx, store, photos, phrase, views, contrast),
+            PlanConfig(
+                self.cfg.episode_top_k,
+                self.cfg.target_top_k,
+                self.cfg.verify_max,
+                min_answer=self.cfg.min_answer,
+                keep_top=self.cfg.keep_top,
+                visual_z=self.cfg.visual_z,
+                visual_pass="auto",
+            ),
+            scorer=score,
+            pass_rule=lambda phrase: self.visual_pass(phrase, vocab),
+        )
         res = await planner.run(d)
-        rec = {"planner": "offline", "ids": res.ids, "reasoning": res.reasoning,
-               "subset_chain": self._chain(tb, res.subset, res.ids), "decomposition": d.to_json(), "filters": res.filters,
-               "visual_check": res.visual, "unparsed": d.unparsed, "stopped": "answered", "no_match": res.no_match}
+        rec = {
+            "planner": "offline",
+            "ids": res.ids,
+            "reasoning": res.reasoning,
+            "subset_chain": self._chain(tb, res.subset, res.ids),
+            "decomposition": d.to_json(),
+            "filters": res.filters,
+            "visual_check": res.visual,
+            "unparsed": d.unparsed,
+            "stopped": "answered",
+            "no_match": res.no_match,
+        }
         if d.count:
             rec["count"] = len(res.ids)
         return rec
@@ -422,11 +477,22 @@ class ImageSeeker(Method):
             def cached_summary(goal: str, findings: list[str], session_memory: str, history: list[str]) -> dict:
                 from ...parsing import parse_task_reply
 
-                variables = {"goal": goal, "findings": findings or ["(none yet)"], "session_memory": session_memory or "(empty)",
-                             "history": "\n".join(history)}
+                variables = {
+                    "goal": goal,
+                    "findings": findings or ["(none yet)"],
+                    "session_memory": session_memory or "(empty)",
+                    "history": "\n".join(history),
+                }
                 fut = asyncio.run_coroutine_threadsafe(
-                    ctx.call(self.llm, "run_task", task="compress_context", variables=variables,
-                             prompt=self.context_memory.cfg.prompt), loop)
+                    ctx.call(
+                        self.llm,
+                        "run_task",
+                        task="compress_context",
+                        variables=variables,
+                        prompt=self.context_memory.cfg.prompt,
+                    ),
+                    loop,
+                )
                 return parse_task_reply("compress_context", fut.result())
 
             summarize = cached_summary
@@ -439,15 +505,22 @@ class ImageSeeker(Method):
     def _system(self, tb: Toolbox) -> str:
         whens = [p.when for p in tb.c.photos if p.when is not None]
         return load_prompt(self.cfg.prompt).render(
-            num_photos=len(tb.c), first_date=format_timestamp(min(whens)) if whens else "unknown",
-            last_date=format_timestamp(max(whens)) if whens else "unknown", num_events=len(tb.c.events),
-            fields=", ".join(METADATA_FIELDS), max_steps=self.cfg.max_steps)
+            num_photos=len(tb.c),
+            first_date=format_timestamp(min(whens)) if whens else "unknown",
+            last_date=format_timestamp(max(whens)) if whens else "unknown",
+            num_events=len(tb.c.events),
+            fields=", ".join(METADATA_FIELDS),
+            max_steps=self.cfg.max_steps,
+        )
 
     @staticmethod
     def _reply(raw: Any) -> ChatReply:
         if isinstance(raw, ChatReply):
             return raw
-        calls = [ToolCall(str(t.get("id")), str(t.get("name")), t.get("arguments") or {}) for t in raw.get("tool_calls") or []]
+        calls = [
+            ToolCall(str(t.get("id")), str(t.get("name")), t.get("arguments") or {})
+            for t in raw.get("tool_calls") or []
+        ]
         return ChatReply(str(raw.get("text") or ""), calls)
 
     async def _llm_session(self, ctx: RunContext, tb: Toolbox, q: Query) -> dict:
@@ -465,7 +538,9 @@ class ImageSeeker(Method):
             try:
                 reply = self._reply(await ctx.call(self.llm, "chat", messages=context.messages(), tools=schemas))
             except ReplyParseError as e:  # e.g. tool arguments that are not JSON: tell the model, go on
-                await context.aadd(user_message(f"Your last reply could not be used: {e}. Call the tools with JSON arguments."))
+                await context.aadd(
+                    user_message(f"Your last reply could not be used: {e}. Call the tools with JSON arguments.")
+                )
                 continue
             await context.aadd(assistant_message(reply))
             if not reply.tool_calls:
@@ -476,8 +551,14 @@ class ImageSeeker(Method):
                     parsed = None
                 if isinstance(parsed, dict) and any(k in parsed for k in ("ids", "targets", "subset")):
                     try:
-                        answer = parse_arguments("answer", {"ids": parsed.get("ids") or parsed.get("targets") or [],
-                                                            "subset": parsed.get("subset"), "reasoning": str(parsed.get("reasoning", ""))})
+                        answer = parse_arguments(
+                            "answer",
+                            {
+                                "ids": parsed.get("ids") or parsed.get("targets") or [],
+                                "subset": parsed.get("subset"),
+                                "reasoning": str(parsed.get("reasoning", "")),
+                            },
+                        )
                         ids = tb.answer_ids(answer)
                         stopped = "answered"
                         break
@@ -512,9 +593,23 @@ class ImageSeeker(Method):
             last = tb.subsets.list()[-1]["name"] if len(tb.subsets) else None
             ids = tb.subsets.ids(last)[: self.cfg.max_answer] if last else []
             subset = last
-        reasoning = answer.reasoning if answer else (
-            f"step budget of {self.cfg.max_steps} turns spent without an answer; answered with the latest subset "
-            f"'{subset}'" if subset else f"step budget of {self.cfg.max_steps} turns spent without an answer")
-        return {"planner": "llm", "ids": ids, "reasoning": reasoning, "subset_chain": self._chain(tb, subset, ids),
-                "stopped": stopped, "turns": turns, "compressions": [vars(c) for c in context.compressions],
-                "context": {"session_memory": context.session_memory, "working_memory": context.working_memory}}
+        reasoning = (
+            answer.reasoning
+            if answer
+            else (
+                f"step budget of {self.cfg.max_steps} turns spent without an answer; answered with the latest subset "
+                f"'{subset}'"
+                if subset
+                else f"step budget of {self.cfg.max_steps} turns spent without an answer"
+            )
+        )
+        return {
+            "planner": "llm",
+            "ids": ids,
+            "reasoning": reasoning,
+            "subset_chain": self._chain(tb, subset, ids),
+            "stopped": stopped,
+            "turns": turns,
+            "compressions": [vars(c) for c in context.compressions],
+            "context": {"session_memory": context.session_memory, "working_memory": context.working_memory},
+        }

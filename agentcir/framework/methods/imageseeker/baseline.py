@@ -50,5 +50,5 @@ class HistoryTopK(Method):
         for qi, q in enumerate(state.queries):
             mask = None if q.user is None else users == str(q.user)
             rows, s = cosine_topk(emb[qi], g.image_emb, k, mask)
-            ids[qi, :len(rows)], scores[qi, :len(rows)] = rows, s
+            ids[qi, : len(rows)], scores[qi, : len(rows)] = rows, s
         state.candidates = Candidates(ids, scores)

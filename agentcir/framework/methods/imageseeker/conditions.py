@@ -41,43 +41,162 @@ from typing import Callable
 from .dates import MONTHS, SEASONS, month_period, parse_period, season_period
 from .places import Gazetteer, fold
 
-_WORDS = {"one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6, "seven": 7, "eight": 8, "nine": 9, "ten": 10,
-          "a": 1, "an": 1}
+_WORDS = {
+    "one": 1,
+    "two": 2,
+    "three": 3,
+    "four": 4,
+    "five": 5,
+    "six": 6,
+    "seven": 7,
+    "eight": 8,
+    "nine": 9,
+    "ten": 10,
+    "a": 1,
+    "an": 1,
+}
 _MONTH_RX = "|".join(sorted(MONTHS, key=len, reverse=True))
 _SEASON_RX = "|".join(SEASONS)
 WEEKDAY_NAMES = ("monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday")
 #: times of day as hour ranges (both ends included; night wraps past midnight)
-TIMES_OF_DAY = {"morning": (5, 11), "afternoon": (12, 16), "evening": (17, 20), "night": (21, 4),
-                "noon": (12, 12), "midday": (12, 12), "midnight": (0, 0)}
+TIMES_OF_DAY = {
+    "morning": (5, 11),
+    "afternoon": (12, 16),
+    "evening": (17, 20),
+    "night": (21, 4),
+    "noon": (12, 12),
+    "midday": (12, 12),
+    "midnight": (0, 0),
+}
 #: camera makes (an ambiguous everyday word only counts when capitalised)
-MAKES = ("canon", "nikon", "sony", "fujifilm", "fuji", "olympus", "kodak", "panasonic", "lumix", "pentax", "samsung",
-         "apple", "iphone", "casio", "ricoh", "sanyo", "konica", "minolta", "leica", "google", "pixel", "huawei", "xiaomi",
-         "nokia", "hmd", "jolla", "polaroid", "gopro", "dji", "hasselblad", "sigma", "oneplus", "motorola", "lg", "epson",
-         "kyocera", "sharp", "toshiba", "hp", "benq", "vivitar", "reconyx", "wwl", "jvc")
+MAKES = (
+    "canon",
+    "nikon",
+    "sony",
+    "fujifilm",
+    "fuji",
+    "olympus",
+    "kodak",
+    "panasonic",
+    "lumix",
+    "pentax",
+    "samsung",
+    "apple",
+    "iphone",
+    "casio",
+    "ricoh",
+    "sanyo",
+    "konica",
+    "minolta",
+    "leica",
+    "google",
+    "pixel",
+    "huawei",
+    "xiaomi",
+    "nokia",
+    "hmd",
+    "jolla",
+    "polaroid",
+    "gopro",
+    "dji",
+    "hasselblad",
+    "sigma",
+    "oneplus",
+    "motorola",
+    "lg",
+    "epson",
+    "kyocera",
+    "sharp",
+    "toshiba",
+    "hp",
+    "benq",
+    "vivitar",
+    "reconyx",
+    "wwl",
+    "jvc",
+)
 _AMBIGUOUS_MAKES = {"apple", "pixel", "google", "sigma", "sharp", "hp", "lg"}
 _MAKE_ALIAS = {"fuji": "fujifilm", "lumix": "panasonic"}
-_CAMERA_GENERIC = {"company", "digital", "camera", "zoom", "co", "ltd", "electric", "corporation", "optical", "inc", "the",
-                   "and", "of", "computer", "eastman", "techwin", "imaging", "mp3", "v05", "00"}
-_MODEL_WORDS = {"coolpix", "powershot", "ixus", "eos", "finepix", "cybershot", "cyber", "dimage", "caplio", "exilim",
-                "iphone", "galaxy", "pixel", "alpha", "lumix", "digimax", "hyperfire"}
+_CAMERA_GENERIC = {
+    "company",
+    "digital",
+    "camera",
+    "zoom",
+    "co",
+    "ltd",
+    "electric",
+    "corporation",
+    "optical",
+    "inc",
+    "the",
+    "and",
+    "of",
+    "computer",
+    "eastman",
+    "techwin",
+    "imaging",
+    "mp3",
+    "v05",
+    "00",
+}
+_MODEL_WORDS = {
+    "coolpix",
+    "powershot",
+    "ixus",
+    "eos",
+    "finepix",
+    "cybershot",
+    "cyber",
+    "dimage",
+    "caplio",
+    "exilim",
+    "iphone",
+    "galaxy",
+    "pixel",
+    "alpha",
+    "lumix",
+    "digimax",
+    "hyperfire",
+}
 #: a place written in lower case is read only when it is a country, a region or a city this large
 LOWERCASE_PLACE_POPULATION = 100_000
-_TAG_STOP = {"place", "places", "events", "event", "tag", "tags", "photo", "photos", "image", "images", "picture", "xmp",
-             "test", "file", "jpg", "jpeg", "photoshop"}
+_TAG_STOP = {
+    "place",
+    "places",
+    "events",
+    "event",
+    "tag",
+    "tags",
+    "photo",
+    "photos",
+    "image",
+    "images",
+    "picture",
+    "xmp",
+    "test",
+    "file",
+    "jpg",
+    "jpeg",
+    "photoshop",
+}
 
 #: place prepositions of other languages ("fotos de Italia", "Bilder aus Deutschland", "photos prises en Italie")
 FOREIGN_PREP = r"de|del|della|da|dal|dalla|di|aus|von|en|desde|dans|nach|uit|em|do|na|nella|alla"
 NEG = r"(?P<neg>\b(?:not|except(?:\s+for)?|excluding|exclude|without|but\s+not|other\s+than|outside(?:\s+of)?|apart\s+from|never|no)\s+(?:(?:taken|shot|photographed)\s+)?)?"
 PREP = r"(?:\b(?:taken|shot|photographed|captured)\s+)?(?:\b(?:in|on|during|from|of|at)\s+(?:the\s+)?)?"
 #: a clause after an episode word ("the evening I photographed a hat") makes it an episode, not a time
-_CLAUSE_AFTER = re.compile(r"^\s+(?:when|where|while|that|which|on\s+which|in\s+which|at\s+which|i|we|you|my|our)\b", re.I)
+_CLAUSE_AFTER = re.compile(
+    r"^\s+(?:when|where|while|that|which|on\s+which|in\s+which|at\s+which|i|we|you|my|our)\b", re.I
+)
 
 # a date value: a day, a month, a season of a year, or a year
 _DAY1 = rf"(\d{{1,2}})(?:st|nd|rd|th)?\s+(?:of\s+)?({_MONTH_RX})\.?,?\s+(\d{{4}})"
 _DAY2 = rf"({_MONTH_RX})\.?\s+(\d{{1,2}})(?:st|nd|rd|th)?,?\s+(\d{{4}})"
-_DV = (rf"(?:\d{{4}}-\d{{1,2}}-\d{{1,2}}|\d{{4}}-\d{{1,2}}(?!\d)|\d{{1,2}}(?:st|nd|rd|th)?\s+(?:of\s+)?(?:{_MONTH_RX})\.?,?\s+\d{{4}}"
-       rf"|(?:{_MONTH_RX})\.?\s+\d{{1,2}}(?:st|nd|rd|th)?,?\s+\d{{4}}|(?:{_MONTH_RX})\.?\s+(?:of\s+)?\d{{4}}"
-       rf"|(?:the\s+)?(?:{_SEASON_RX})\s+(?:of\s+)?\d{{4}}|(?:18|19|20)\d{{2}})")
+_DV = (
+    rf"(?:\d{{4}}-\d{{1,2}}-\d{{1,2}}|\d{{4}}-\d{{1,2}}(?!\d)|\d{{1,2}}(?:st|nd|rd|th)?\s+(?:of\s+)?(?:{_MONTH_RX})\.?,?\s+\d{{4}}"
+    rf"|(?:{_MONTH_RX})\.?\s+\d{{1,2}}(?:st|nd|rd|th)?,?\s+\d{{4}}|(?:{_MONTH_RX})\.?\s+(?:of\s+)?\d{{4}}"
+    rf"|(?:the\s+)?(?:{_SEASON_RX})\s+(?:of\s+)?\d{{4}}|(?:18|19|20)\d{{2}})"
+)
 
 
 def date_value(text: str) -> tuple[datetime, datetime] | None:
@@ -125,7 +244,7 @@ class Condition:
     expr: str
     text: str
     negated: bool = False
-    period: tuple[str, str] | None = None    # for kind=date: the [start, end) it stands for
+    period: tuple[str, str] | None = None  # for kind=date: the [start, end) it stands for
 
     def expression(self) -> str:
         return f"not ({self.expr})" if self.negated else self.expr
@@ -165,7 +284,9 @@ class Facts:
                 tags[t] = 1
             if p.title:
                 titles[p.title] = 1
-            if p.when is not None:  # a file's time is when it was written (a copy, an edit): counted only without others
+            if (
+                p.when is not None
+            ):  # a file's time is when it was written (a copy, an edit): counted only without others
                 (file_whens if p.meta.get("time_source") == "file:mtime" else whens).append(p.when)
         whens = whens or file_whens
         return cls(list(people), list(albums), list(cameras), list(tags), list(titles), max(whens) if whens else None)
@@ -197,13 +318,20 @@ class _Reader:
         self.unparsed: list[str] = []
         self.notes: list[str] = []
 
-    def sub(self, pattern: str, make: Callable[[re.Match], list[Condition] | None], *, flags: int = re.I,
-            negatable: bool = True, guard_clause: bool = False) -> None:
+    def sub(
+        self,
+        pattern: str,
+        make: Callable[[re.Match], list[Condition] | None],
+        *,
+        flags: int = re.I,
+        negatable: bool = True,
+        guard_clause: bool = False,
+    ) -> None:
         """Replace every match of ``NEG? pattern`` whose ``make`` returns conditions by a space."""
         rx = re.compile((NEG if negatable else "") + pattern, flags)
 
         def repl(m: re.Match) -> str:
-            if guard_clause and _CLAUSE_AFTER.match(m.string[m.end():]):
+            if guard_clause and _CLAUSE_AFTER.match(m.string[m.end() :]):
                 return m.group(0)
             got = make(m)
             if got is None:
@@ -232,7 +360,11 @@ class _Reader:
             if which == "this":
                 p = season_period(ref.year, unit)
             else:  # the most recent season that ended before the newest photo
-                p = next(season_period(y, unit) for y in range(ref.year, ref.year - 3, -1) if season_period(y, unit)[1] <= ref)
+                p = next(
+                    season_period(y, unit)
+                    for y in range(ref.year, ref.year - 3, -1)
+                    if season_period(y, unit)[1] <= ref
+                )
         elif unit == "year":
             y = ref.year if which == "this" else ref.year - 1
             p = (datetime(y, 1, 1), datetime(y + 1, 1, 1))
@@ -295,57 +427,106 @@ class _Reader:
             return None
         word = " ".join(m.group("op").lower().split())
         a, b = _fmt(p[0]), _fmt(p[1])
-        expr = {"before": f"date < {a}", "prior to": f"date < {a}", "until": f"date < {b}", "till": f"date < {b}",
-                "up to": f"date < {b}", "after": f"date >= {b}", "since": f"date >= {a}", "from": f"date >= {a}"}[word]
+        expr = {
+            "before": f"date < {a}",
+            "prior to": f"date < {a}",
+            "until": f"date < {b}",
+            "till": f"date < {b}",
+            "up to": f"date < {b}",
+            "after": f"date >= {b}",
+            "since": f"date >= {a}",
+            "from": f"date >= {a}",
+        }[word]
         return [Condition("date", expr, "")]
 
     def _hour_bound(self, m: re.Match) -> list[Condition] | None:
         h = int(m.group("h")) % 12 + (12 if m.group("ap").lower().startswith("p") else 0)
         op = m.group("op").lower()
-        expr = {"before": f"hour < {h}", "after": f"hour >= {h}", "at": f"hour = {h}", "around": f"hour in {max(0, h - 1)}..{min(23, h + 1)}"}[op]
+        expr = {
+            "before": f"hour < {h}",
+            "after": f"hour >= {h}",
+            "at": f"hour = {h}",
+            "around": f"hour in {max(0, h - 1)}..{min(23, h + 1)}",
+        }[op]
         return [Condition("time", expr, "")]
 
     def dates(self) -> None:
         unit = rf"(?P<unit>{_SEASON_RX}|year|month|week)"
         self.sub(rf"{PREP}\b(?P<which>last|this|past|previous)\s+{unit}\b", self._relative)
-        self.sub(r"\b(?P<n>\d+|one|two|three|four|five|six|seven|eight|nine|ten|a|an)\s+(?P<unit>years?|months?)\s+ago\b", self._ago)
-        self.sub(r"\b(?:in|over|during|within|from)?\s*the\s+(?:last|past)\s+(?P<n>\d+|two|three|four|five|six|seven|eight|nine|ten)"
-                 r"\s+(?P<unit>years|months|weeks|days)\b", self._past)
-        self.sub(rf"{PREP}\b(?:between\s+|from\s+)?(?P<m1>{_MONTH_RX})\.?(?:\s*(?:-|–)\s*|\s+(?:and|to|until|till|through|thru)\s+)"
-                 rf"(?P<m2>{_MONTH_RX})\.?,?\s+(?:of\s+)?(?P<y>(?:18|19|20)\d{{2}})\b", self._month_range)
+        self.sub(
+            r"\b(?P<n>\d+|one|two|three|four|five|six|seven|eight|nine|ten|a|an)\s+(?P<unit>years?|months?)\s+ago\b",
+            self._ago,
+        )
+        self.sub(
+            r"\b(?:in|over|during|within|from)?\s*the\s+(?:last|past)\s+(?P<n>\d+|two|three|four|five|six|seven|eight|nine|ten)"
+            r"\s+(?P<unit>years|months|weeks|days)\b",
+            self._past,
+        )
+        self.sub(
+            rf"{PREP}\b(?:between\s+|from\s+)?(?P<m1>{_MONTH_RX})\.?(?:\s*(?:-|–)\s*|\s+(?:and|to|until|till|through|thru)\s+)"
+            rf"(?P<m2>{_MONTH_RX})\.?,?\s+(?:of\s+)?(?P<y>(?:18|19|20)\d{{2}})\b",
+            self._month_range,
+        )
         self.sub(rf"{PREP}\bbetween\s+(?P<a>{_DV})\s+and\s+(?P<b>{_DV})", self._range)
         self.sub(rf"{PREP}\bfrom\s+(?P<a>{_DV})\s+(?:to|until|till|through|thru)\s+(?P<b>{_DV})", self._range)
-        self.sub(rf"{PREP}\b(?:the\s+)?(?P<c>(?:18|19|20)\d)0s\b",
-                 lambda m: self._date("date", (datetime(int(m.group("c")) * 10, 1, 1), datetime(int(m.group("c")) * 10 + 10, 1, 1))))
+        self.sub(
+            rf"{PREP}\b(?:the\s+)?(?P<c>(?:18|19|20)\d)0s\b",
+            lambda m: self._date(
+                "date", (datetime(int(m.group("c")) * 10, 1, 1), datetime(int(m.group("c")) * 10 + 10, 1, 1))
+            ),
+        )
         self.sub(rf"{PREP}\b(?P<a>(?:18|19|20)\d{{2}})\s*(?:-|–|to)\s*(?P<b>(?:18|19|20)\d{{2}})\b", self._range)
-        self.sub(rf"(?:\b(?:taken|shot|photographed)\s+)?\b(?P<op>before|after|since|until|till|up\s+to|prior\s+to)\s+(?P<d>{_DV})\b",
-                 self._bound)
+        self.sub(
+            rf"(?:\b(?:taken|shot|photographed)\s+)?\b(?P<op>before|after|since|until|till|up\s+to|prior\s+to)\s+(?P<d>{_DV})\b",
+            self._bound,
+        )
         self.sub(rf"{PREP}\b(?P<d>{_DV})\b", lambda m: self._date("date", date_value(m.group("d"))))
-        self.sub(r"(?:\b(?:taken|shot)\s+)?\b(?P<op>before|after|at|around)\s+(?P<h>\d{1,2})(?::00)?\s*(?P<ap>am|pm|a\.m\.|p\.m\.)",
-                 self._hour_bound)
+        self.sub(
+            r"(?:\b(?:taken|shot)\s+)?\b(?P<op>before|after|at|around)\s+(?P<h>\d{1,2})(?::00)?\s*(?P<ap>am|pm|a\.m\.|p\.m\.)",
+            self._hour_bound,
+        )
         # months and seasons of any year, weekdays, times of day
         month = lambda m: [Condition("date", f"month = {MONTHS[m.group('m').lower()]}", "")]
-        self.sub(rf"(?:\b(?:taken|shot)\s+)?\b(?:in|during)\s+(?:the\s+month\s+of\s+)?(?P<m>{_MONTH_RX})\b(?!\.?\s*\d)", month)
-        self.sub(rf"{PREP}\b(?P<m>January|February|March|April|June|July|August|September|October|November|December)\b(?!\.?\s*\d)",
-                 month, flags=0)
+        self.sub(
+            rf"(?:\b(?:taken|shot)\s+)?\b(?:in|during)\s+(?:the\s+month\s+of\s+)?(?P<m>{_MONTH_RX})\b(?!\.?\s*\d)",
+            month,
+        )
+        self.sub(
+            rf"{PREP}\b(?P<m>January|February|March|April|June|July|August|September|October|November|December)\b(?!\.?\s*\d)",
+            month,
+            flags=0,
+        )
         self.sub(r"(?:\b(?:taken|shot)\s+)?\b(?:from|of|since|or|and)\s+(?P<m>May)\b(?!\.?\s*\d)", month, flags=0)
-        self.sub(rf"{PREP}\b(?<!last )(?<!this )(?<!past )(?<!previous )(?P<s>{_SEASON_RX})s?\b(?:\s+(?:photos|pictures|shots))?",
-                 lambda m: [Condition("date", "month in {}..{}".format(*SEASONS[m.group("s").lower()]), "")],
-                 guard_clause=True)
-        self.sub(r"(?:\bon\s+(?:a\s+)?)?\b(?P<d>monday|tuesday|wednesday|thursday|friday|saturday|sunday)s?\b",
-                 lambda m: [Condition("weekday", f"weekday = {m.group('d').lower()}", "")])
-        self.sub(r"(?:\b(?:on|at|during|over)\s+(?:the\s+|a\s+)?)?\bweekends?\b",
-                 lambda m: [Condition("weekday", "weekday in [saturday, sunday]", "")], guard_clause=True)
-        self.sub(r"(?:\b(?:on|during)\s+(?:the\s+|a\s+)?)?\b(?:weekdays|workdays|working\s+days)\b",
-                 lambda m: [Condition("weekday", "weekday in monday..friday", "")], guard_clause=True)
+        self.sub(
+            rf"{PREP}\b(?<!last )(?<!this )(?<!past )(?<!previous )(?P<s>{_SEASON_RX})s?\b(?:\s+(?:photos|pictures|shots))?",
+            lambda m: [Condition("date", "month in {}..{}".format(*SEASONS[m.group("s").lower()]), "")],
+            guard_clause=True,
+        )
+        self.sub(
+            r"(?:\bon\s+(?:a\s+)?)?\b(?P<d>monday|tuesday|wednesday|thursday|friday|saturday|sunday)s?\b",
+            lambda m: [Condition("weekday", f"weekday = {m.group('d').lower()}", "")],
+        )
+        self.sub(
+            r"(?:\b(?:on|at|during|over)\s+(?:the\s+|a\s+)?)?\bweekends?\b",
+            lambda m: [Condition("weekday", "weekday in [saturday, sunday]", "")],
+            guard_clause=True,
+        )
+        self.sub(
+            r"(?:\b(?:on|during)\s+(?:the\s+|a\s+)?)?\b(?:weekdays|workdays|working\s+days)\b",
+            lambda m: [Condition("weekday", "weekday in monday..friday", "")],
+            guard_clause=True,
+        )
 
         def tod(m: re.Match) -> list[Condition]:
             a, b = TIMES_OF_DAY[m.group("t").lower()]
             expr = f"hour = {a}" if a == b else f"(hour >= {a} or hour <= {b})" if b < a else f"hour in {a}..{b}"
             return [Condition("time", expr, "")]
 
-        self.sub(r"(?:\b(?:taken|shot)\s+)?(?:\b(?:in|at|during|from|by)\s+(?:the\s+)?)?\b(?P<t>morning|afternoon|evening|night|noon|midday|midnight)s?\b",
-                 tod, guard_clause=True)
+        self.sub(
+            r"(?:\b(?:taken|shot)\s+)?(?:\b(?:in|at|during|from|by)\s+(?:the\s+)?)?\b(?P<t>morning|afternoon|evening|night|noon|midday|midnight)s?\b",
+            tod,
+            guard_clause=True,
+        )
 
     # -- ratings ----------------------------------------------------------------------------------
     def ratings(self) -> None:
@@ -379,9 +560,14 @@ class _Reader:
         cue = r"(?:album|folder|directory)s?"
         if names:
             make = lambda m: [Condition("album", f"album = {_quote(self._canon(m.group('a'), self.facts.albums))}", "")]
-            self.sub(rf"(?:\b(?:in|from)\s+)?(?:the\s+|my\s+)?\b{cue}\s+(?:called\s+|named\s+)?[\"'“]?(?P<a>{names})[\"'”]?(?![\w/])", make)
+            self.sub(
+                rf"(?:\b(?:in|from)\s+)?(?:the\s+|my\s+)?\b{cue}\s+(?:called\s+|named\s+)?[\"'“]?(?P<a>{names})[\"'”]?(?![\w/])",
+                make,
+            )
             self.sub(rf"(?:\b(?:in|from)\s+)?(?:the\s+|my\s+)?[\"'“]?(?<![\w/])(?P<a>{names})[\"'”]?\s+{cue}\b", make)
-        for m in re.finditer(rf"\b{cue}\s+(?:called\s+|named\s+)?[\"'“]?([\w/-]+)|[\"'“]?([\w/-]+)[\"'”]?\s+{cue}\b", self.t, re.I):
+        for m in re.finditer(
+            rf"\b{cue}\s+(?:called\s+|named\s+)?[\"'“]?([\w/-]+)|[\"'“]?([\w/-]+)[\"'”]?\s+{cue}\b", self.t, re.I
+        ):
             word = m.group(1) or m.group(2)
             if fold(word) not in ("the", "my", "an", "a", "this", "that", "which", "same", "photos", "whole"):
                 self.unparsed.append(f"album '{word}': no album (folder) of that name")
@@ -394,14 +580,21 @@ class _Reader:
         names = self.facts.people
         if names:
             alt = _alternation(names)
-            self.sub(rf"(?:\b(?:of|with|showing|featuring|by)\s+)?\b(?P<p>{alt})\b",
-                     lambda m: [Condition("person", f"person ~ {_quote(self._canon(m.group('p'), names))}", "")])
+            self.sub(
+                rf"(?:\b(?:of|with|showing|featuring|by)\s+)?\b(?P<p>{alt})\b",
+                lambda m: [Condition("person", f"person ~ {_quote(self._canon(m.group('p'), names))}", "")],
+            )
             parts = {w for n in names for w in n.split() if len(w) >= 3 and w[0].isupper()}
             if parts:
-                self.sub(rf"(?:\b(?:of|with|showing|featuring|by)\s+)?\b(?P<p>{_alternation(parts)})\b",
-                         lambda m: [Condition("person", f"person ~ {_quote(m.group('p'))}", "")], flags=0)
-        self.sub(r"(?:\b(?:of|with|showing)\s+)?\b(?:tagged\s+)?(?:people|persons|faces|someone|anyone|somebody)(?:\s+in\s+(?:them|it))?\b",
-                 lambda m: [Condition("person", "has(people)", "")])
+                self.sub(
+                    rf"(?:\b(?:of|with|showing|featuring|by)\s+)?\b(?P<p>{_alternation(parts)})\b",
+                    lambda m: [Condition("person", f"person ~ {_quote(m.group('p'))}", "")],
+                    flags=0,
+                )
+        self.sub(
+            r"(?:\b(?:of|with|showing)\s+)?\b(?:tagged\s+)?(?:people|persons|faces|someone|anyone|somebody)(?:\s+in\s+(?:them|it))?\b",
+            lambda m: [Condition("person", "has(people)", "")],
+        )
 
     def cameras(self) -> None:
         cams = self.facts.cameras
@@ -433,7 +626,11 @@ class _Reader:
             if len(toks) == 1 and toks[0] in MAKES:
                 expr = f"camera ~ {_quote(toks[0])}"
             else:
-                match = [c for c in cams if set(toks) <= set(fold(c).split()) | {_MAKE_ALIAS.get(t, t) for t in fold(c).split()}]
+                match = [
+                    c
+                    for c in cams
+                    if set(toks) <= set(fold(c).split()) | {_MAKE_ALIAS.get(t, t) for t in fold(c).split()}
+                ]
                 if not match:
                     self.unparsed.append(f"camera '{' '.join(w.group(0) for w in run)}': no photo was taken with it")
                     expr = f"camera ~ {_quote(' '.join(toks))}"
@@ -442,10 +639,15 @@ class _Reader:
             spans.append((run[0].start(), run[-1].end(), expr))
         for start, end, expr in reversed(spans):
             pre = self.t[:start]
-            lead = re.search(r"(?:\b(?:taken|shot|photographed)\s+)?(?:\b(?:with|on|by|using)\s+)?(?:(?:a|an|the|my|our)\s+)?"
-                             r"(?:(?:camera|phone)\s+)?$", pre)
+            lead = re.search(
+                r"(?:\b(?:taken|shot|photographed)\s+)?(?:\b(?:with|on|by|using)\s+)?(?:(?:a|an|the|my|our)\s+)?"
+                r"(?:(?:camera|phone)\s+)?$",
+                pre,
+            )
             cut = lead.start() if lead else start
-            neg = re.search(r"\b(?:not|except(?:\s+for)?|excluding|without|but\s+not|other\s+than|never|no)\s+$", pre[:cut])
+            neg = re.search(
+                r"\b(?:not|except(?:\s+for)?|excluding|without|but\s+not|other\s+than|never|no)\s+$", pre[:cut]
+            )
             if neg:
                 cut = neg.start()
             self.conds.append(Condition("camera", expr, " ".join(self.t[cut:end].split()), negated=bool(neg)))
@@ -455,50 +657,77 @@ class _Reader:
         tags = self.facts.tags
         alt = _alternation(tags)
         if alt:
-            self.sub(rf"\b(?:tagged|tag|tags|keyword|keywords|labell?ed)\s+(?:with\s+|as\s+)?(?:the\s+)?(?:(?:tag|keyword)\s+)?[\"'“]?(?P<k>{alt})[\"'”]?(?!\w)",
-                     lambda m: [Condition("keyword", f"tag = {_quote(self._canon(m.group('k'), tags))}", "")])
-            self.sub(rf"\bwith\s+(?:the\s+)?(?:tag|keyword)\s+[\"'“]?(?P<k>{alt})[\"'”]?(?!\w)",
-                     lambda m: [Condition("keyword", f"tag = {_quote(self._canon(m.group('k'), tags))}", "")])
-        self.sub(r"\b(?:tagged|keyword|with\s+the\s+tag|with\s+the\s+keyword)\s+[\"“'](?P<k>[^\"”']+)[\"”']",
-                 lambda m: [Condition("keyword", f"tag ~ {_quote(m.group('k'))}", "")])
+            self.sub(
+                rf"\b(?:tagged|tag|tags|keyword|keywords|labell?ed)\s+(?:with\s+|as\s+)?(?:the\s+)?(?:(?:tag|keyword)\s+)?[\"'“]?(?P<k>{alt})[\"'”]?(?!\w)",
+                lambda m: [Condition("keyword", f"tag = {_quote(self._canon(m.group('k'), tags))}", "")],
+            )
+            self.sub(
+                rf"\bwith\s+(?:the\s+)?(?:tag|keyword)\s+[\"'“]?(?P<k>{alt})[\"'”]?(?!\w)",
+                lambda m: [Condition("keyword", f"tag = {_quote(self._canon(m.group('k'), tags))}", "")],
+            )
+        self.sub(
+            r"\b(?:tagged|keyword|with\s+the\s+tag|with\s+the\s+keyword)\s+[\"“'](?P<k>[^\"”']+)[\"”']",
+            lambda m: [Condition("keyword", f"tag ~ {_quote(m.group('k'))}", "")],
+        )
         # "tagged volcano": an explicit keyword that no photo has is still a keyword condition (it keeps
         # no photo, and the answer says so) rather than a guess by the eyes
-        stop = (r"(?:from|in|on|at|during|taken|shot|with|without|and|or|but|not|between|before|after|since|until|by|of|near"
-                r"|that|which|where|when|people|persons|faces|someone|anyone|photos?|pictures?|images?)\b")
-        self.sub(rf"\b(?:tagged|labell?ed|(?:with\s+)?(?:the\s+)?(?:tag|keyword))\s+(?:with\s+|as\s+)?(?:the\s+)?(?!{stop})"
-                 rf"(?P<k>[^\W\d_][\w'-]*(?:\s+(?!{stop})[^\W\d_][\w'-]*){{0,2}})",
-                 lambda m: self._unknown_keyword(m.group("k")))
+        stop = (
+            r"(?:from|in|on|at|during|taken|shot|with|without|and|or|but|not|between|before|after|since|until|by|of|near"
+            r"|that|which|where|when|people|persons|faces|someone|anyone|photos?|pictures?|images?)\b"
+        )
+        self.sub(
+            rf"\b(?:tagged|labell?ed|(?:with\s+)?(?:the\s+)?(?:tag|keyword))\s+(?:with\s+|as\s+)?(?:the\s+)?(?!{stop})"
+            rf"(?P<k>[^\W\d_][\w'-]*(?:\s+(?!{stop})[^\W\d_][\w'-]*){{0,2}})",
+            lambda m: self._unknown_keyword(m.group("k")),
+        )
 
     def _unknown_keyword(self, word: str) -> list[Condition]:
         self.notes.append(f"'{word}' is read as a keyword; no photo of this collection has it")
         return [Condition("keyword", f"tag = {_quote(word)}", "")]
 
     def titles(self) -> None:
-        self.sub(r"(?:\b(?:with\s+)?(?:the\s+)?(?:titled|entitled|title|called|named|captioned|described\s+as|description)\s+)[\"“'](?P<x>[^\"”']+)[\"”']",
-                 lambda m: [Condition("text", f"text ~ {_quote(m.group('x'))}", "")])
+        self.sub(
+            r"(?:\b(?:with\s+)?(?:the\s+)?(?:titled|entitled|title|called|named|captioned|described\s+as|description)\s+)[\"“'](?P<x>[^\"”']+)[\"”']",
+            lambda m: [Condition("text", f"text ~ {_quote(m.group('x'))}", "")],
+        )
         titles = [t for t in self.facts.titles if len(t) >= 4]
         if titles:
-            self.sub(rf"(?:\b(?:titled|entitled|called|named)\s+)?[\"“']?\b(?P<x>{_alternation(titles)})\b[\"”']?",
-                     lambda m: [Condition("text", f"text ~ {_quote(self._canon(m.group('x'), titles))}", "")])
-        self.sub(r"(?:\b(?:titled|entitled|called|named)\s+)?[\"“](?P<x>[^\"”]+)[\"”]",
-                 lambda m: [Condition("text", f"(text ~ {_quote(m.group('x'))} or tag ~ {_quote(m.group('x'))})", "")])
+            self.sub(
+                rf"(?:\b(?:titled|entitled|called|named)\s+)?[\"“']?\b(?P<x>{_alternation(titles)})\b[\"”']?",
+                lambda m: [Condition("text", f"text ~ {_quote(self._canon(m.group('x'), titles))}", "")],
+            )
+        self.sub(
+            r"(?:\b(?:titled|entitled|called|named)\s+)?[\"“](?P<x>[^\"”]+)[\"”]",
+            lambda m: [Condition("text", f"(text ~ {_quote(m.group('x'))} or tag ~ {_quote(m.group('x'))})", "")],
+        )
 
     # -- places -----------------------------------------------------------------------------------
     def places(self) -> None:
         found = self.gaz.find_places(self.t, min_population=self.min_population)
         # written in lower case after a place preposition: countries, regions and cities of 100,000+ people
-        for m in re.finditer(r"\b(?:in|at|from|near|around)\s+(?:the\s+)?([a-z][a-z'-]+(?:\s+[a-z][a-z'-]+){0,2})", self.t):
+        for m in re.finditer(
+            r"\b(?:in|at|from|near|around)\s+(?:the\s+)?([a-z][a-z'-]+(?:\s+[a-z][a-z'-]+){0,2})", self.t
+        ):
             words = m.group(1).split()
             for j in range(len(words), 0, -1):
                 cand = " ".join(words[:j])
-                if cand not in found and self.gaz.find_places(cand.title(), min_population=LOWERCASE_PLACE_POPULATION) == [cand.title()]:
+                if cand not in found and self.gaz.find_places(
+                    cand.title(), min_population=LOWERCASE_PLACE_POPULATION
+                ) == [cand.title()]:
                     found.append(cand)
                     break
         positive: list[tuple[str, str]] = []
         for p in found:
-            m = re.search(NEG + r"(?:\b(?:taken|shot|photographed)\s+)?(?:\b(?:in|at|from|to|near|around|of|" + FOREIGN_PREP
-                          + r")\s+(?:the\s+)?)?\b"
-                          + re.escape(p) + r"\b", self.t, re.I)
+            m = re.search(
+                NEG
+                + r"(?:\b(?:taken|shot|photographed)\s+)?(?:\b(?:in|at|from|to|near|around|of|"
+                + FOREIGN_PREP
+                + r")\s+(?:the\s+)?)?\b"
+                + re.escape(p)
+                + r"\b",
+                self.t,
+                re.I,
+            )
             if not m:
                 continue
             words = " ".join(m.group(0).split())
@@ -506,7 +735,7 @@ class _Reader:
                 self.conds.append(Condition("place", f"place ~ {_quote(p)}", words, negated=True))
             else:
                 positive.append((p, words))
-            self.t = self.t[:m.start()] + " " + self.t[m.end():]
+            self.t = self.t[: m.start()] + " " + self.t[m.end() :]
         for m in list(re.finditer(NEG + r"\b(?P<d>[A-Z][a-z]+(?:\s+[A-Z][a-z]+)?)\b", self.t)):
             place = self.gaz.demonym(m.group("d"))
             if place:
@@ -517,20 +746,26 @@ class _Reader:
                 self.t = self.t.replace(m.group(0), " ", 1)
         if positive:
             ors = " or ".join(f"place ~ {_quote(p)}" for p, _ in positive)
-            self.conds.append(Condition("place", f"({ors})" if len(positive) > 1 else ors, ", ".join(w for _, w in positive)))
+            self.conds.append(
+                Condition("place", f"({ors})" if len(positive) > 1 else ors, ", ".join(w for _, w in positive))
+            )
         for m in re.finditer(r"\b(?:in|at|from|near|around)\s+(?:the\s+)?([A-Z][\w'-]+(?:\s+[A-Z][\w'-]+)*)", self.t):
             if _HOLIDAY.fullmatch(m.group(1)):
                 continue
-            self.unparsed.append(f"place '{m.group(1)}': not in the gazetteer (cities of {self.min_population:,}+ people, "
-                                 "regions, countries)")
+            self.unparsed.append(
+                f"place '{m.group(1)}': not in the gazetteer (cities of {self.min_population:,}+ people, "
+                "regions, countries)"
+            )
 
     def unmarked_keywords(self) -> None:
         tags = [t for t in self.facts.tags if len(t) >= 4 and fold(t) not in _TAG_STOP]
         if tags:
+
             def make(m: re.Match) -> list[Condition]:
                 tag = self._canon(m.group("k"), tags)
                 self.notes.append(f"read '{m.group('k')}' as the keyword '{tag}' of tagged photos")
                 return [Condition("keyword", f"tag = {_quote(tag)}", "")]
+
             self.sub(rf"\b(?P<k>{_alternation(tags)})\b", make)
 
     def leftovers(self) -> None:
@@ -540,8 +775,11 @@ class _Reader:
             self.unparsed.append(f"rating '{m.group(0)}': no rating read")
 
 
-_HOLIDAY = re.compile(r"\b(?:christmas|easter|thanksgiving|halloween|new\s+year'?s?(?:\s+eve)?|birthday|yesterday|today|"
-                      r"tomorrow|recently|lately|ago|last\s+\w+|next\s+\w+|earlier|later)\b", re.I)
+_HOLIDAY = re.compile(
+    r"\b(?:christmas|easter|thanksgiving|halloween|new\s+year'?s?(?:\s+eve)?|birthday|yesterday|today|"
+    r"tomorrow|recently|lately|ago|last\s+\w+|next\s+\w+|earlier|later)\b",
+    re.I,
+)
 
 
 #: an elided article or preposition before a capitalised name ("photos d'Italie", "foto dall'Italia") is split off
@@ -549,8 +787,9 @@ _ELIDED = {"d": "de", "l": "la", "dall": "dalla", "dell": "della", "nell": "nell
 _ELISION = re.compile(r"\b(d|l|dall|dell|nell|all)['’](?=[A-ZÀ-Þ])", re.I)
 
 
-def parse_conditions(text: str, gazetteer: Gazetteer, facts: Facts | None = None, *,
-                     min_population: int = 15000) -> Parsed:
+def parse_conditions(
+    text: str, gazetteer: Gazetteer, facts: Facts | None = None, *, min_population: int = 15000
+) -> Parsed:
     """The metadata conditions of ``text`` (see the module docstring)."""
     text = _ELISION.sub(lambda m: _ELIDED[m.group(1).lower()] + " ", " ".join(str(text).split()))
     r = _Reader(text, gazetteer, facts or Facts(), min_population)
@@ -558,7 +797,7 @@ def parse_conditions(text: str, gazetteer: Gazetteer, facts: Facts | None = None
     m = re.search(r"\b(?:how\s+many|number\s+of|count(?:\s+the)?|total\s+of)\b", r.t, re.I)
     if m:
         count = True
-        r.t = r.t[:m.start()] + " " + r.t[m.end():]
+        r.t = r.t[: m.start()] + " " + r.t[m.end() :]
     r.titles()
     r.keywords()
     r.dates()

@@ -17,8 +17,10 @@ MONTHS.update({m.lower(): i for i, m in enumerate(calendar.month_abbr) if m})
 MONTHS["sept"] = 9
 SEASONS = {"spring": (3, 5), "summer": (6, 8), "autumn": (9, 11), "fall": (9, 11), "winter": (12, 2)}
 
-_TS = re.compile(r"^\s*(\d{4})[-:/.](\d{1,2})[-:/.](\d{1,2})(?:[T\s]+(\d{1,2}):(\d{2})(?::(\d{2})(?:[.,]\d+)?)?)?"
-                 r"\s*(?:Z|[+-]\d{2}:?\d{2})?\s*$")
+_TS = re.compile(
+    r"^\s*(\d{4})[-:/.](\d{1,2})[-:/.](\d{1,2})(?:[T\s]+(\d{1,2}):(\d{2})(?::(\d{2})(?:[.,]\d+)?)?)?"
+    r"\s*(?:Z|[+-]\d{2}:?\d{2})?\s*$"
+)
 _PERIOD = re.compile(r"^\s*(\d{4})(?:-(\d{1,2})(?:-(\d{1,2})(?:[T\s](\d{1,2}):(\d{2}))?)?)?\s*$")
 
 

@@ -79,9 +79,11 @@ class ScanReport:
     partial: list[tuple[str, list[str]]] = field(default_factory=list)
 
     def line(self) -> str:
-        return (f"metadata of {self.files} photo(s): {self.with_time} with a date, {self.with_gps} with GPS, "
-                f"{self.with_people} with named people; {len(self.partial)} partial record(s) (unreadable or "
-                f"malformed metadata)")
+        return (
+            f"metadata of {self.files} photo(s): {self.with_time} with a date, {self.with_gps} with GPS, "
+            f"{self.with_people} with named people; {len(self.partial)} partial record(s) (unreadable or "
+            f"malformed metadata)"
+        )
 
 
 # -- EXIF ----------------------------------------------------------------------------------------
@@ -146,10 +148,15 @@ def _exif_exifread(path: Path) -> dict[str, Any]:
         s = str(t.printable if hasattr(t, "printable") else t).strip().strip("\x00").strip() if t is not None else ""
         return s or None
 
-    out: dict[str, Any] = {"DateTimeOriginal": text("EXIF DateTimeOriginal"),
-                           "DateTimeDigitized": text("EXIF DateTimeDigitized"), "DateTime": text("Image DateTime"),
-                           "Make": text("Image Make"), "Model": text("Image Model"),
-                           "ImageDescription": text("Image ImageDescription"), "GPSDate": text("GPS GPSDate")}
+    out: dict[str, Any] = {
+        "DateTimeOriginal": text("EXIF DateTimeOriginal"),
+        "DateTimeDigitized": text("EXIF DateTimeDigitized"),
+        "DateTime": text("Image DateTime"),
+        "Make": text("Image Make"),
+        "Model": text("Image Model"),
+        "ImageDescription": text("Image ImageDescription"),
+        "GPSDate": text("GPS GPSDate"),
+    }
     lat, lon = get("GPS GPSLatitude"), get("GPS GPSLongitude")
     if lat is not None and lon is not None:
         out["lat"] = _dms(lat.values, text("GPS GPSLatitudeRef") or "N")
@@ -176,9 +183,15 @@ def _exif_pillow(path: Path) -> dict[str, Any]:
         ex = im.getexif()
         sub = ex.get_ifd(0x8769)
         gps = ex.get_ifd(0x8825)
-    out: dict[str, Any] = {"DateTimeOriginal": sub.get(36867), "DateTimeDigitized": sub.get(36868),
-                           "DateTime": ex.get(306), "Make": ex.get(271), "Model": ex.get(272),
-                           "ImageDescription": ex.get(270), "GPSDate": gps.get(29)}
+    out: dict[str, Any] = {
+        "DateTimeOriginal": sub.get(36867),
+        "DateTimeDigitized": sub.get(36868),
+        "DateTime": ex.get(306),
+        "Make": ex.get(271),
+        "Model": ex.get(272),
+        "ImageDescription": ex.get(270),
+        "GPSDate": gps.get(29),
+    }
     out = {k: (str(v).strip("\x00 ") or None) if v is not None else None for k, v in out.items()}
     if gps.get(2) and gps.get(4):
         out["lat"], out["lon"] = _dms(gps[2], gps.get(1, "N")), _dms(gps[4], gps.get(3, "E"))
@@ -198,7 +211,9 @@ def read_exif(path: str | os.PathLike) -> dict[str, Any]:
         import warnings
 
         try:
-            with warnings.catch_warnings():  # Pillow warns about the corrupt EXIF of broken files: they stay partial records
+            with (
+                warnings.catch_warnings()
+            ):  # Pillow warns about the corrupt EXIF of broken files: they stay partial records
                 warnings.simplefilter("ignore")
                 out.update({k: v for k, v in _exif_pillow(Path(path)).items() if v is not None})
         except Exception:  # a file Pillow cannot read either: keep exifread's (empty) answer
@@ -238,8 +253,8 @@ def _decode_xmp(raw: bytes) -> str | None:
     i, j = text.find("<x:xmpmeta"), text.rfind("</x:xmpmeta>")
     if i < 0:
         i, j = text.find("<rdf:RDF"), text.rfind("</rdf:RDF>")
-        return text[i:j + len("</rdf:RDF>")] if i >= 0 and j > i else None
-    return text[i:j + len("</x:xmpmeta>")] if j > i else None
+        return text[i : j + len("</rdf:RDF>")] if i >= 0 and j > i else None
+    return text[i : j + len("</x:xmpmeta>")] if j > i else None
 
 
 def find_xmp(path: str | os.PathLike) -> list[str]:
@@ -253,7 +268,7 @@ def find_xmp(path: str | os.PathLike) -> list[str]:
         if i >= 0:
             j = data.find(b"</x:xmpmeta>", i)
             if j > i:
-                packets.append(data[i:j + 12].decode("utf-8", errors="replace"))
+                packets.append(data[i : j + 12].decode("utf-8", errors="replace"))
         sidecars = [p.with_suffix(".xmp"), p.with_suffix(".XMP"), p.with_name(p.name + ".xmp")]
     else:
         sidecars = [p]
@@ -297,21 +312,34 @@ def parse_xmp(packet: str) -> dict[str, Any]:
         raise ValueError(f"XMP is not well-formed XML ({e})") from None
     out: dict[str, Any] = {"people": [], "tags": [], "albums": []}
     for desc in root.iter(f"{{{NS['rdf']}}}Description"):
-        for key, tag in (("DateCreated", "photoshop:DateCreated"), ("DateTimeOriginal", "exif:DateTimeOriginal"),
-                         ("CreateDate", "xmp:CreateDate"), ("title", "dc:title"), ("description", "dc:description"),
-                         ("Rating", "xmp:Rating"), ("GPSLatitude", "exif:GPSLatitude"),
-                         ("GPSLongitude", "exif:GPSLongitude"), ("Make", "tiff:Make"), ("Model", "tiff:Model"),
-                         ("GPSTimeStamp", "exif:GPSTimeStamp")):
+        for key, tag in (
+            ("DateCreated", "photoshop:DateCreated"),
+            ("DateTimeOriginal", "exif:DateTimeOriginal"),
+            ("CreateDate", "xmp:CreateDate"),
+            ("title", "dc:title"),
+            ("description", "dc:description"),
+            ("Rating", "xmp:Rating"),
+            ("GPSLatitude", "exif:GPSLatitude"),
+            ("GPSLongitude", "exif:GPSLongitude"),
+            ("Make", "tiff:Make"),
+            ("Model", "tiff:Model"),
+            ("GPSTimeStamp", "exif:GPSTimeStamp"),
+        ):
             v = _values(desc, tag)
             if v and key not in out:
                 out[key] = v[0]
         out["albums"] += _values(desc, "xmpDM:album")
         subjects = _values(desc, "dc:subject")
-        hier = [h.replace("|", "/") for h in _values(desc, "lr:hierarchicalSubject") + _values(desc, "digiKam:TagsList")]
-        people_h = [h.split("/", 1)[1].split("/")[-1] for h in hier if "/" in h and h.split("/", 1)[0].lower() in _PEOPLE_ROOTS]
+        hier = [
+            h.replace("|", "/") for h in _values(desc, "lr:hierarchicalSubject") + _values(desc, "digiKam:TagsList")
+        ]
+        people_h = [
+            h.split("/", 1)[1].split("/")[-1] for h in hier if "/" in h and h.split("/", 1)[0].lower() in _PEOPLE_ROOTS
+        ]
         out["people"] += people_h
-        out["tags"] += [s for s in subjects if s not in people_h] + [h.split("/")[-1] for h in hier
-                                                                    if h.split("/", 1)[0].lower() not in _PEOPLE_ROOTS]
+        out["tags"] += [s for s in subjects if s not in people_h] + [
+            h.split("/")[-1] for h in hier if h.split("/", 1)[0].lower() not in _PEOPLE_ROOTS
+        ]
         # MWG regions: mwg-rs:RegionList/rdf:Bag/rdf:li/rdf:Description[@mwg-rs:Name, @mwg-rs:Type]
         for region in desc.iter(f"{{{NS['rdf']}}}Description"):
             name = region.attrib.get(_q("mwg-rs:Name")) or next(iter(_values(region, "mwg-rs:Name")), None)
@@ -327,8 +355,12 @@ def parse_xmp(packet: str) -> dict[str, Any]:
     return out
 
 
-_LOOSE = {"DateCreated": r"photoshop:DateCreated=\"([^\"]+)\"", "CreateDate": r"xmp:CreateDate=\"([^\"]+)\"",
-          "DateTimeOriginal": r"exif:DateTimeOriginal=\"([^\"]+)\"", "Rating": r"xmp:Rating=\"([^\"]+)\""}
+_LOOSE = {
+    "DateCreated": r"photoshop:DateCreated=\"([^\"]+)\"",
+    "CreateDate": r"xmp:CreateDate=\"([^\"]+)\"",
+    "DateTimeOriginal": r"exif:DateTimeOriginal=\"([^\"]+)\"",
+    "Rating": r"xmp:Rating=\"([^\"]+)\"",
+}
 
 
 def parse_xmp_loose(packet: str) -> dict[str, Any]:
@@ -356,8 +388,9 @@ def _camera(make: str | None, model: str | None) -> str | None:
     return " ".join(x for x in (make, model) if x) or None
 
 
-def read_metadata(path: str | os.PathLike, *, root: str | os.PathLike | None = None, gazetteer=None,
-                  max_km: float = 50.0) -> tuple[dict[str, Any], list[str]]:
+def read_metadata(
+    path: str | os.PathLike, *, root: str | os.PathLike | None = None, gazetteer=None, max_km: float = 50.0
+) -> tuple[dict[str, Any], list[str]]:
     """The metadata record of one photo (see the module docstring) and the problems met.
 
     Never raises for a bad file: unreadable EXIF or XMP is a problem in the list and the
@@ -401,9 +434,14 @@ def read_metadata(path: str | os.PathLike, *, root: str | os.PathLike | None = N
     except Exception as e:  # a broken IPTC block: keep going without its keywords
         problems.append(f"IPTC unreadable ({type(e).__name__}: {str(e)[:120]})")
     # time
-    candidates = [("exif:DateTimeOriginal", exif.get("DateTimeOriginal")), ("exif:DateTimeDigitized", exif.get("DateTimeDigitized")),
-                  ("xmp:photoshop:DateCreated", xmp.get("DateCreated")), ("xmp:exif:DateTimeOriginal", xmp.get("DateTimeOriginal")),
-                  ("xmp:CreateDate", xmp.get("CreateDate")), ("exif:DateTime", exif.get("DateTime"))]
+    candidates = [
+        ("exif:DateTimeOriginal", exif.get("DateTimeOriginal")),
+        ("exif:DateTimeDigitized", exif.get("DateTimeDigitized")),
+        ("xmp:photoshop:DateCreated", xmp.get("DateCreated")),
+        ("xmp:exif:DateTimeOriginal", xmp.get("DateTimeOriginal")),
+        ("xmp:CreateDate", xmp.get("CreateDate")),
+        ("exif:DateTime", exif.get("DateTime")),
+    ]
     if exif.get("GPSDate"):
         candidates.append(("exif:GPSDateTime", f"{exif['GPSDate']} {exif.get('GPSTime', '00:00:00')}"))
     candidates.append(("xmp:exif:GPSTimeStamp", xmp.get("GPSTimeStamp")))
@@ -438,7 +476,11 @@ def read_metadata(path: str | os.PathLike, *, root: str | os.PathLike | None = N
     if camera:
         meta["capturedevice"] = camera
     if root is not None:
-        rel = p.resolve().parent.relative_to(Path(root).resolve()) if p.resolve().is_relative_to(Path(root).resolve()) else None
+        rel = (
+            p.resolve().parent.relative_to(Path(root).resolve())
+            if p.resolve().is_relative_to(Path(root).resolve())
+            else None
+        )
         if rel is not None and rel.parts:
             meta["album"] = rel.as_posix()
     if xmp["albums"]:
@@ -462,8 +504,9 @@ def read_metadata(path: str | os.PathLike, *, root: str | os.PathLike | None = N
     return meta, problems
 
 
-def scan_folder(paths: Iterable[str | os.PathLike], root: str | os.PathLike, *, gazetteer=None,
-                progress: bool | None = None) -> tuple[list[dict[str, Any]], ScanReport]:
+def scan_folder(
+    paths: Iterable[str | os.PathLike], root: str | os.PathLike, *, gazetteer=None, progress: bool | None = None
+) -> tuple[list[dict[str, Any]], ScanReport]:
     """Metadata records of ``paths`` (in order) and a :class:`ScanReport`; problems are logged
     with a count, never raised."""
     from tqdm.auto import tqdm
@@ -471,8 +514,13 @@ def scan_folder(paths: Iterable[str | os.PathLike], root: str | os.PathLike, *, 
     paths = list(paths)
     report = ScanReport(files=len(paths))
     records = []
-    for path in tqdm(paths, desc="photo metadata", unit="img", disable=progress is False or (progress is None and len(paths) < 200),
-                     leave=False):
+    for path in tqdm(
+        paths,
+        desc="photo metadata",
+        unit="img",
+        disable=progress is False or (progress is None and len(paths) < 200),
+        leave=False,
+    ):
         meta, problems = read_metadata(path, root=root, gazetteer=gazetteer)
         if problems:
             meta["metadata_problems"] = problems

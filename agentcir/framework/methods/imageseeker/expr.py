@@ -71,7 +71,7 @@ class ExpressionError(InputError):
 # -- tokens --------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Token:
-    kind: str      # STRING NUMBER DATE WORD OP RANGE LPAREN RPAREN LBRACK RBRACK COMMA AND OR NOT IN END
+    kind: str  # STRING NUMBER DATE WORD OP RANGE LPAREN RPAREN LBRACK RBRACK COMMA AND OR NOT IN END
     text: str
     pos: int
 
@@ -79,7 +79,8 @@ class Token:
         return "the end" if self.kind == "END" else f"'{self.text}'"
 
 
-_TOKEN = re.compile(r"""
+_TOKEN = re.compile(
+    r"""
     (?P<ws>\s+)
   | (?P<string>"(?:[^"\\]|\\.)*"|'(?:[^'\\]|\\.)*')
   | (?P<date>\d{4}-\d{1,2}(?:-\d{1,2}(?:[T\ ]\d{1,2}:\d{2})?)?)
@@ -88,7 +89,9 @@ _TOKEN = re.compile(r"""
   | (?P<op>==|!=|<=|>=|!~|&&|\|\||[=<>~!])
   | (?P<lparen>\() | (?P<rparen>\)) | (?P<lbrack>\[) | (?P<rbrack>\]) | (?P<comma>,)
   | (?P<word>[A-Za-z_][\w-]*)
-""", re.VERBOSE)
+""",
+    re.VERBOSE,
+)
 _KEYWORDS = {"and": "AND", "or": "OR", "not": "NOT", "in": "IN"}
 
 
@@ -121,7 +124,7 @@ def tokenize(text: str) -> list[Token]:
 # -- the tree ------------------------------------------------------------------------------------
 @dataclass
 class Value:
-    kind: str     # STRING NUMBER DATE WORD
+    kind: str  # STRING NUMBER DATE WORD
     text: str
     pos: int
 
@@ -143,7 +146,7 @@ class Call:
 
 @dataclass
 class BoolOp:
-    op: str       # and | or
+    op: str  # and | or
     parts: list[Any]
 
 
@@ -153,14 +156,41 @@ class Not:
 
 
 FIELDS = {
-    "date": "date", "time": "date", "taken_time": "date", "datetime": "date",
-    "year": "year", "month": "month", "day": "day", "hour": "hour", "weekday": "weekday",
-    "place": "place", "address": "place", "city": "place", "country": "place", "region": "place", "location": "place",
-    "album": "album", "event": "event", "photoset": "event",
-    "person": "person", "people": "person", "tag": "tag", "tags": "tag",
-    "camera": "camera", "capturedevice": "camera", "device": "camera",
-    "text": "text", "title": "text", "description": "text",
-    "id": "id", "photo_id": "id", "lat": "lat", "latitude": "lat", "lon": "lon", "longitude": "lon", "rating": "rating",
+    "date": "date",
+    "time": "date",
+    "taken_time": "date",
+    "datetime": "date",
+    "year": "year",
+    "month": "month",
+    "day": "day",
+    "hour": "hour",
+    "weekday": "weekday",
+    "place": "place",
+    "address": "place",
+    "city": "place",
+    "country": "place",
+    "region": "place",
+    "location": "place",
+    "album": "album",
+    "event": "event",
+    "photoset": "event",
+    "person": "person",
+    "people": "person",
+    "tag": "tag",
+    "tags": "tag",
+    "camera": "camera",
+    "capturedevice": "camera",
+    "device": "camera",
+    "text": "text",
+    "title": "text",
+    "description": "text",
+    "id": "id",
+    "photo_id": "id",
+    "lat": "lat",
+    "latitude": "lat",
+    "lon": "lon",
+    "longitude": "lon",
+    "rating": "rating",
 }
 CALLS = {"match_address": 1, "near": 3, "has": 1, "same_day_as": 1}
 WEEKDAYS = {d: i for i, d in enumerate(["monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday"])}
@@ -244,7 +274,9 @@ class Parser:
             self.take(), self.take()
             return Not(Cmp(FIELDS[key], "in", self.parse_operand(op, allow_set=True), name.pos))
         if op.kind != "OP" or op.text in ("!",):
-            raise self.fail(op, f"expected an operator (=, !=, <, <=, >, >=, ~, !~, in) after '{name.text}', found {op.show()}")
+            raise self.fail(
+                op, f"expected an operator (=, !=, <, <=, >, >=, ~, !~, in) after '{name.text}', found {op.show()}"
+            )
         self.take()
         operand = self.parse_operand(op, allow_set=False)
         return Cmp(FIELDS[key], "=" if op.text == "==" else op.text, operand, name.pos)
@@ -311,7 +343,9 @@ class Compiler:
     def compile(self, node: Any) -> Pred:
         if isinstance(node, BoolOp):
             parts = [self.compile(p) for p in node.parts]
-            return (lambda ph: all(p(ph) for p in parts)) if node.op == "and" else (lambda ph: any(p(ph) for p in parts))
+            return (
+                (lambda ph: all(p(ph) for p in parts)) if node.op == "and" else (lambda ph: any(p(ph) for p in parts))
+            )
         if isinstance(node, Not):
             inner = self.compile(node.part)
             return lambda ph: not inner(ph)
@@ -363,11 +397,19 @@ class Compiler:
                 return lambda ph, v: any(fold(v) in fold(a) for a in ph.albums)
             return lambda ph, v: any(fold(v) in (fold(a), fold(a.rsplit("/", 1)[-1])) for a in ph.albums)
         if f == "event":
-            return (lambda ph, v: fold(v) in fold(ph.event or "")) if mode == "~" else (lambda ph, v: (ph.event or "") == v)
+            return (
+                (lambda ph, v: fold(v) in fold(ph.event or ""))
+                if mode == "~"
+                else (lambda ph, v: (ph.event or "") == v)
+            )
         if f == "id":
             return lambda ph, v: ph.id == v
-        seq = {"person": lambda ph: ph.people, "tag": lambda ph: ph.tags, "camera": lambda ph: [ph.camera] if ph.camera else [],
-               "text": lambda ph: [ph.title or "", ph.description or ""]}[f]
+        seq = {
+            "person": lambda ph: ph.people,
+            "tag": lambda ph: ph.tags,
+            "camera": lambda ph: [ph.camera] if ph.camera else [],
+            "text": lambda ph: [ph.title or "", ph.description or ""],
+        }[f]
         if mode == "~" or f == "text":
             return lambda ph, v: any(fold(v) in fold(x) for x in seq(ph))
         return lambda ph, v: any(fold(v) == fold(x) for x in seq(ph))
@@ -392,17 +434,27 @@ class Compiler:
         if op == "!=":
             return lambda ph: ph.when is not None and not any(s <= ph.when < e for s, e in spans)
         s, e = spans[0]
-        return {"<": lambda ph: ph.when is not None and ph.when < s, "<=": lambda ph: ph.when is not None and ph.when < e,
-                ">": lambda ph: ph.when is not None and ph.when >= e, ">=": lambda ph: ph.when is not None and ph.when >= s}[op]
+        return {
+            "<": lambda ph: ph.when is not None and ph.when < s,
+            "<=": lambda ph: ph.when is not None and ph.when < e,
+            ">": lambda ph: ph.when is not None and ph.when >= e,
+            ">=": lambda ph: ph.when is not None and ph.when >= s,
+        }[op]
 
     def num_cmp(self, c: Cmp) -> Pred:
         f, op, operand = c.field, c.op, c.operand
         if op in ("~", "!~"):
             raise self.fail(c.pos, f"field '{f}' is a number: use =, !=, <, <=, >, >= or in, not '~'")
-        get = {"year": lambda ph: ph.when and ph.when.year, "month": lambda ph: ph.when and ph.when.month,
-               "day": lambda ph: ph.when and ph.when.day, "hour": lambda ph: ph.when and ph.when.hour,
-               "weekday": lambda ph: ph.when and ph.when.weekday(), "lat": lambda ph: ph.lat, "lon": lambda ph: ph.lon,
-               "rating": lambda ph: ph.rating}[f]
+        get = {
+            "year": lambda ph: ph.when and ph.when.year,
+            "month": lambda ph: ph.when and ph.when.month,
+            "day": lambda ph: ph.when and ph.when.day,
+            "hour": lambda ph: ph.when and ph.when.hour,
+            "weekday": lambda ph: ph.when and ph.when.weekday(),
+            "lat": lambda ph: ph.lat,
+            "lon": lambda ph: ph.lon,
+            "rating": lambda ph: ph.rating,
+        }[f]
 
         def val(ph):
             v = get(ph)
@@ -417,8 +469,14 @@ class Compiler:
             nums = {self.number(v, f) for v in operand[1]}
             return lambda ph: val(ph) in nums
         x = self.number(operand, f)
-        ops = {"=": lambda v: v == x, "!=": lambda v: v != x, "<": lambda v: v < x, "<=": lambda v: v <= x,
-               ">": lambda v: v > x, ">=": lambda v: v >= x}
+        ops = {
+            "=": lambda v: v == x,
+            "!=": lambda v: v != x,
+            "<": lambda v: v < x,
+            "<=": lambda v: v <= x,
+            ">": lambda v: v > x,
+            ">=": lambda v: v >= x,
+        }
         test = ops[op]
         return lambda ph: (v := val(ph)) is not None and test(v)
 
@@ -432,11 +490,19 @@ class Compiler:
             if key not in FIELDS:
                 raise self.fail(c.args[0].pos, f"unknown field '{c.args[0].text}' in has()")
             f = FIELDS[key]
-            present = {"date": lambda ph: ph.when is not None, "place": lambda ph: bool(ph.address_parts),
-                       "album": lambda ph: bool(ph.albums), "person": lambda ph: bool(ph.people), "tag": lambda ph: bool(ph.tags),
-                       "camera": lambda ph: bool(ph.camera), "lat": lambda ph: ph.lat is not None,
-                       "lon": lambda ph: ph.lon is not None, "event": lambda ph: bool(ph.event),
-                       "text": lambda ph: bool(ph.title or ph.description), "rating": lambda ph: ph.rating is not None}
+            present = {
+                "date": lambda ph: ph.when is not None,
+                "place": lambda ph: bool(ph.address_parts),
+                "album": lambda ph: bool(ph.albums),
+                "person": lambda ph: bool(ph.people),
+                "tag": lambda ph: bool(ph.tags),
+                "camera": lambda ph: bool(ph.camera),
+                "lat": lambda ph: ph.lat is not None,
+                "lon": lambda ph: ph.lon is not None,
+                "event": lambda ph: bool(ph.event),
+                "text": lambda ph: bool(ph.title or ph.description),
+                "rating": lambda ph: ph.rating is not None,
+            }
             return present.get(f, lambda ph: ph.when is not None)
         if c.name == "near":
             lat, lon, km = (self.number(v, "near") for v in c.args)

@@ -79,9 +79,14 @@ class MemoryGraph:
         by_type: dict[str, int] = defaultdict(int)
         for n in self.nodes.values():
             by_type[n["type"]] += 1
-        return {"nodes": dict(by_type), "edges": {"structural": sum(self.counts[r] for r in STRUCTURAL),
-                                                   "associative": sum(self.counts[r] for r in ASSOCIATIVE),
-                                                   "by_relation": {r: self.counts[r] for r in (*STRUCTURAL, *ASSOCIATIVE)}}}
+        return {
+            "nodes": dict(by_type),
+            "edges": {
+                "structural": sum(self.counts[r] for r in STRUCTURAL),
+                "associative": sum(self.counts[r] for r in ASSOCIATIVE),
+                "by_relation": {r: self.counts[r] for r in (*STRUCTURAL, *ASSOCIATIVE)},
+            },
+        }
 
     def neighbours(self, node: str, relations: Iterable[str]) -> list[tuple[str, str, float]]:
         rel = set(relations)
@@ -98,7 +103,7 @@ class MemoryGraph:
 
         def reach(node: str, rel: str, w: float) -> None:
             if node not in seeds and self.nodes.get(node, {}).get("type") == "Photo":
-                pid = node[len("photo:"):]
+                pid = node[len("photo:") :]
                 if pid not in out or out[pid][1] < w:
                     out[pid] = (rel, w)
 
@@ -131,7 +136,9 @@ class MemoryGraph:
         return {"nodes": self.nodes, "edges": edges, "stats": self.stats()}
 
 
-def build_graph(collection: PhotoCollection, clues: Sequence[Sequence[str]] = (), cfg: GraphConfig | None = None) -> MemoryGraph:
+def build_graph(
+    collection: PhotoCollection, clues: Sequence[Sequence[str]] = (), cfg: GraphConfig | None = None
+) -> MemoryGraph:
     """Build the memory graph of ``collection``.
 
     Args:
@@ -153,10 +160,14 @@ def build_graph(collection: PhotoCollection, clues: Sequence[Sequence[str]] = ()
             if fold(c):
                 g.add_edge(node, g.add_node(f"clue:{fold(c)}", "VisualClue", label=c), "shows_clue")
         for name in p.people:
-            g.add_edge(node, g.add_node(f"person:{fold(name)}", "Person", label=name, source="metadata"), "shows_person")
+            g.add_edge(
+                node, g.add_node(f"person:{fold(name)}", "Person", label=name, source="metadata"), "shows_person"
+            )
     # same day / same place: link each photo to its nearest neighbours in time within the group
-    for key, relation in ((lambda p: p.when.date() if p.when else None, "same_day"),
-                          (lambda p: fold(p.city) if p.city else None, "same_place")):
+    for key, relation in (
+        (lambda p: p.when.date() if p.when else None, "same_day"),
+        (lambda p: fold(p.city) if p.city else None, "same_place"),
+    ):
         groups: dict = defaultdict(list)
         for p in photos:
             k = key(p)
@@ -165,7 +176,7 @@ def build_graph(collection: PhotoCollection, clues: Sequence[Sequence[str]] = ()
         for members in groups.values():
             members.sort(key=lambda p: (p.when is None, p.when.isoformat() if p.when else "", p.id))
             for j, p in enumerate(members):
-                for q in members[j + 1: j + 1 + cfg.max_links]:
+                for q in members[j + 1 : j + 1 + cfg.max_links]:
                     g.add_edge(f"photo:{p.id}", f"photo:{q.id}", relation)
     # associative: visual similarity across photosets (each pair once)
     emb = collection.embeddings
@@ -174,7 +185,7 @@ def build_graph(collection: PhotoCollection, clues: Sequence[Sequence[str]] = ()
         event_ids = {e: n for n, e in enumerate(dict.fromkeys(p.event for p in photos))}
         events = np.array([event_ids[p.event] for p in photos])
         for start in range(0, len(photos), 1024):
-            sims = emb[start:start + 1024] @ emb.T
+            sims = emb[start : start + 1024] @ emb.T
             for r in range(sims.shape[0]):
                 i = start + r
                 row = np.where(events == events[i], -np.inf, sims[r])
@@ -192,7 +203,7 @@ def build_graph(collection: PhotoCollection, clues: Sequence[Sequence[str]] = ()
                     clue_sets[ps].add(node)
     sets = sorted(clue_sets)
     for a_i, a in enumerate(sets):
-        for b in sets[a_i + 1:]:
+        for b in sets[a_i + 1 :]:
             shared = len(clue_sets[a] & clue_sets[b])
             if shared:
                 g.add_edge(a, b, "shared_clue", float(shared))

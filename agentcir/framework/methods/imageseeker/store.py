@@ -29,7 +29,7 @@ from .places import fold, load_gazetteer
 @dataclass
 class Photo:
     id: str
-    row: int                       # gallery row
+    row: int  # gallery row
     path: str
     when: datetime | None = None
     lat: float | None = None
@@ -63,14 +63,35 @@ class Photo:
 
     def describe(self, fields: Sequence[str] | None = None) -> dict[str, Any]:
         """A JSON-able record of the photo (all fields, or ``fields``)."""
-        full = {"id": self.id, "date": format_timestamp(self.when), "address": self.address or None,
-                "latitude": self.lat, "longitude": self.lon, "album": self.albums[0] if self.albums else None,
-                "albums": self.albums or None, "event": self.event or None, "people": self.people or None,
-                "tags": self.tags or None, "camera": self.camera or None, "title": self.title or None,
-                "description": self.description or None, "rating": self.rating}
+        full = {
+            "id": self.id,
+            "date": format_timestamp(self.when),
+            "address": self.address or None,
+            "latitude": self.lat,
+            "longitude": self.lon,
+            "album": self.albums[0] if self.albums else None,
+            "albums": self.albums or None,
+            "event": self.event or None,
+            "people": self.people or None,
+            "tags": self.tags or None,
+            "camera": self.camera or None,
+            "title": self.title or None,
+            "description": self.description or None,
+            "rating": self.rating,
+        }
         if fields:
-            alias = {"taken_time": "date", "time": "date", "place": "address", "location": "address", "photoset": "event",
-                     "person": "people", "tag": "tags", "capturedevice": "camera", "lat": "latitude", "lon": "longitude"}
+            alias = {
+                "taken_time": "date",
+                "time": "date",
+                "place": "address",
+                "location": "address",
+                "photoset": "event",
+                "person": "people",
+                "tag": "tags",
+                "capturedevice": "camera",
+                "lat": "latitude",
+                "lon": "longitude",
+            }
             out = {"id": self.id}
             for f in fields:
                 key = alias.get(f, f)
@@ -79,12 +100,26 @@ class Photo:
         return {k: v for k, v in full.items() if v is not None}
 
 
-METADATA_FIELDS = ("date", "address", "latitude", "longitude", "album", "albums", "event", "people", "tags",
-                   "camera", "title", "description", "rating")
+METADATA_FIELDS = (
+    "date",
+    "address",
+    "latitude",
+    "longitude",
+    "album",
+    "albums",
+    "event",
+    "people",
+    "tags",
+    "camera",
+    "title",
+    "description",
+    "rating",
+)
 
 
 def photo_from_meta(item_id: str, row: int, path: str, meta: dict[str, Any]) -> Photo:
     """Parse a gallery item's ``meta`` into a :class:`Photo` (unknown fields are kept in ``meta``)."""
+
     def num(x: Any) -> float | None:
         try:
             v = float(x)
@@ -95,12 +130,23 @@ def photo_from_meta(item_id: str, row: int, path: str, meta: dict[str, Any]) -> 
     albums = [str(a) for a in ([meta["album"]] if meta.get("album") else []) + list(meta.get("albums") or [])]
     people = meta.get("people") or []
     tags = meta.get("tags") or []
-    return Photo(id=item_id, row=row, path=path, when=parse_timestamp(meta.get("taken_time")),
-                 lat=num(meta.get("latitude")), lon=num(meta.get("longitude")), address=str(meta.get("address") or ""),
-                 albums=list(dict.fromkeys(albums)), people=[str(p) for p in people] if isinstance(people, list) else [str(people)],
-                 tags=[str(t) for t in tags] if isinstance(tags, list) else [str(tags)],
-                 camera=str(meta.get("capturedevice") or meta.get("camera") or ""), title=str(meta.get("title") or ""),
-                 description=str(meta.get("description") or ""), rating=num(meta.get("rating")), meta=dict(meta))
+    return Photo(
+        id=item_id,
+        row=row,
+        path=path,
+        when=parse_timestamp(meta.get("taken_time")),
+        lat=num(meta.get("latitude")),
+        lon=num(meta.get("longitude")),
+        address=str(meta.get("address") or ""),
+        albums=list(dict.fromkeys(albums)),
+        people=[str(p) for p in people] if isinstance(people, list) else [str(people)],
+        tags=[str(t) for t in tags] if isinstance(tags, list) else [str(tags)],
+        camera=str(meta.get("capturedevice") or meta.get("camera") or ""),
+        title=str(meta.get("title") or ""),
+        description=str(meta.get("description") or ""),
+        rating=num(meta.get("rating")),
+        meta=dict(meta),
+    )
 
 
 #: ``time_source`` of a photo dated by its file's modification time (no date in its metadata)
@@ -173,7 +219,10 @@ class PhotoCollection:
             p = self.get(str(i))
             (out if p is not None else bad).append(p if p is not None else str(i))
         if bad:
-            raise InputError(f"unknown {what}(s) for this user: {', '.join(bad[:5])}" + (f" (+{len(bad) - 5} more)" if len(bad) > 5 else ""))
+            raise InputError(
+                f"unknown {what}(s) for this user: {', '.join(bad[:5])}"
+                + (f" (+{len(bad) - 5} more)" if len(bad) > 5 else "")
+            )
         return out
 
     @property
@@ -194,8 +243,11 @@ class PhotoCollection:
         dated = sorted((p for p in self.photos if p.when is not None), key=lambda p: (p.when, p.id))
         n, prev = 0, None
         for p in dated:
-            if prev is None or (p.when - prev.when).total_seconds() > gap_hours * 3600 or (
-                    p.city and prev.city and fold(p.city) != fold(prev.city)):
+            if (
+                prev is None
+                or (p.when - prev.when).total_seconds() > gap_hours * 3600
+                or (p.city and prev.city and fold(p.city) != fold(prev.city))
+            ):
                 n += 1
             p.event = f"{prefix}e{n}"
             prev = p

@@ -42,7 +42,7 @@ from .scoring import cosine_topk
 from .store import METADATA_FIELDS, Photo, PhotoCollection
 
 MAX_TOP_K = 1000
-LISTED = 40   # photos listed in a result (a saved subset holds them all)
+LISTED = 40  # photos listed in a result (a saved subset holds them all)
 
 
 def _doc(text: str, default: Any = dataclasses.MISSING, factory: Any = dataclasses.MISSING) -> Any:
@@ -59,8 +59,11 @@ class ImageSearchArgs:
     """Find this user's photos most similar to a text description and/or to given photos."""
 
     query: str = _doc("what to look for, described in words (may be empty when photo_ids are given)", "")
-    photo_ids: list[str] = _doc("photos to use as visual queries (image-to-image search; averaged, "
-                                "and combined with the text when both are given)", factory=list)
+    photo_ids: list[str] = _doc(
+        "photos to use as visual queries (image-to-image search; averaged, "
+        "and combined with the text when both are given)",
+        factory=list,
+    )
     top_k: int = _doc("how many photos to return (default: the method's top_k)", 50)
     search_within: str | None = _doc("name of a saved subset to search within (default: all photos)", None)
     save_as: str | None = _doc("name to save the result under (default: image_search_<n>)", None)
@@ -79,11 +82,13 @@ class GetMetadataArgs:
 class FilterMetadataArgs:
     """Photos whose metadata satisfies a boolean expression."""
 
-    expression: str = _doc('e.g. date in 2023-06..2023-08 and place ~ "Rome"; fields date, year, month, day, '
-                           'hour, weekday, place (aliases such as "NYC" match), album, event, person, tag, camera, '
-                           'text, id, lat, lon; operators = != < <= > >= ~ (contains/place match) in [a, b] a..b; '
-                           'and, or, not, parentheses; functions match_address("x"), near(lat, lon, km), has(field), '
-                           'same_day_as("photo id")')
+    expression: str = _doc(
+        'e.g. date in 2023-06..2023-08 and place ~ "Rome"; fields date, year, month, day, '
+        'hour, weekday, place (aliases such as "NYC" match), album, event, person, tag, camera, '
+        "text, id, lat, lon; operators = != < <= > >= ~ (contains/place match) in [a, b] a..b; "
+        'and, or, not, parentheses; functions match_address("x"), near(lat, lon, km), has(field), '
+        'same_day_as("photo id")'
+    )
     filter_within: str | None = _doc("name of a saved subset to filter (default: all photos)", None)
     save_as: str | None = _doc("name to save the result under (default: filter_metadata_<n>)", None)
 
@@ -110,8 +115,9 @@ class ExpandGraphArgs:
 
     ids: list[str] = _doc("photo ids to start from", factory=list)
     subset: str | None = _doc("or: a saved subset to start from", None)
-    relations: list[str] = _doc("links to follow: " + "; ".join(f"{k} = {v}" for k, v in EXPANSIONS.items()),
-                                factory=lambda: ["photoset"])
+    relations: list[str] = _doc(
+        "links to follow: " + "; ".join(f"{k} = {v}" for k, v in EXPANSIONS.items()), factory=lambda: ["photoset"]
+    )
     save_as: str | None = _doc("name to save the result under (default: expand_graph_<n>)", None)
 
 
@@ -124,9 +130,15 @@ class AnswerArgs:
     reasoning: str = _doc("how the photos were found (the clues and steps)", "")
 
 
-TOOLS: dict[str, type] = {"image_search": ImageSearchArgs, "get_metadata": GetMetadataArgs,
-                          "filter_metadata": FilterMetadataArgs, "view_photos": ViewPhotosArgs,
-                          "web_search": WebSearchArgs, "expand_graph": ExpandGraphArgs, "answer": AnswerArgs}
+TOOLS: dict[str, type] = {
+    "image_search": ImageSearchArgs,
+    "get_metadata": GetMetadataArgs,
+    "filter_metadata": FilterMetadataArgs,
+    "view_photos": ViewPhotosArgs,
+    "web_search": WebSearchArgs,
+    "expand_graph": ExpandGraphArgs,
+    "answer": AnswerArgs,
+}
 
 
 # -- results -----------------------------------------------------------------------------------
@@ -187,8 +199,14 @@ class ToolOutcome:
         return json.dumps(self.result, ensure_ascii=False, default=str)
 
     def to_json(self) -> dict:
-        return {"tool": self.name, "arguments": self.arguments, "error": self.error, "saved": self.saved,
-                "result": self.result, "images": self.images}
+        return {
+            "tool": self.name,
+            "arguments": self.arguments,
+            "error": self.error,
+            "saved": self.saved,
+            "result": self.result,
+            "images": self.images,
+        }
 
 
 # -- schemas -----------------------------------------------------------------------------------
@@ -199,8 +217,12 @@ def _json_type(tp: Any) -> dict:
         return _json_type(args[0]) if len(args) == 1 else {"anyOf": [_json_type(a) for a in args]}
     if origin in (list, Sequence):
         return {"type": "array", "items": _json_type(typing.get_args(tp)[0])}
-    return {str: {"type": "string"}, int: {"type": "integer"}, float: {"type": "number"},
-            bool: {"type": "boolean"}}.get(tp, {"type": "string"})
+    return {
+        str: {"type": "string"},
+        int: {"type": "integer"},
+        float: {"type": "number"},
+        bool: {"type": "boolean"},
+    }.get(tp, {"type": "string"})
 
 
 def tool_schema(name: str, cls: type) -> dict:
@@ -214,7 +236,10 @@ def tool_schema(name: str, cls: type) -> dict:
     params = {"type": "object", "properties": props, "additionalProperties": False}
     if required:
         params["required"] = required
-    return {"type": "function", "function": {"name": name, "description": (cls.__doc__ or "").strip(), "parameters": params}}
+    return {
+        "type": "function",
+        "function": {"name": name, "description": (cls.__doc__ or "").strip(), "parameters": params},
+    }
 
 
 class ToolArgumentError(InputError):
@@ -265,8 +290,9 @@ def parse_arguments(name: str, arguments: Any) -> Any:
     names = [f.name for f in dataclasses.fields(cls)]
     unknown = sorted(set(arguments) - set(names))
     if unknown:
-        raise ToolArgumentError(f"unknown argument(s) {', '.join(repr(u) for u in unknown)} for {name}; "
-                                f"arguments: {', '.join(names)}")
+        raise ToolArgumentError(
+            f"unknown argument(s) {', '.join(repr(u) for u in unknown)} for {name}; arguments: {', '.join(names)}"
+        )
     values = {}
     for f in dataclasses.fields(cls):
         if f.name in arguments:
@@ -296,9 +322,19 @@ class Toolbox:
         default_top_k: image_search's top_k when the model gives none.
     """
 
-    def __init__(self, collection: PhotoCollection, subsets, *, embed_text: TextEmbedder, view: PhotoViewer | None = None,
-                 web: WebSearcher | None = None, graph: MemoryGraph | None = None, view_images: bool = True,
-                 default_top_k: int = 50, enabled: Sequence[str] | None = None):
+    def __init__(
+        self,
+        collection: PhotoCollection,
+        subsets,
+        *,
+        embed_text: TextEmbedder,
+        view: PhotoViewer | None = None,
+        web: WebSearcher | None = None,
+        graph: MemoryGraph | None = None,
+        view_images: bool = True,
+        default_top_k: int = 50,
+        enabled: Sequence[str] | None = None,
+    ):
         self.c = collection
         self.subsets = subsets
         self.embed_text = embed_text
@@ -348,8 +384,13 @@ class Toolbox:
     def _brief(self, p: Photo, score: float | None = None) -> PhotoBrief:
         from .dates import format_timestamp
 
-        return PhotoBrief(p.id, format_timestamp(p.when), p.address or None, p.event or None,
-                          None if score is None else round(float(score), 4))
+        return PhotoBrief(
+            p.id,
+            format_timestamp(p.when),
+            p.address or None,
+            p.event or None,
+            None if score is None else round(float(score), 4),
+        )
 
     def _events(self, photos: list[Photo]) -> list[dict]:
         """Events of a result: id, photos of the result in it, date span, place."""
@@ -361,18 +402,35 @@ class Toolbox:
         out = []
         for ev, ps in sorted(groups.items(), key=lambda kv: -len(kv[1]))[:20]:
             start, end = self.c.event_span(ev)
-            out.append({"event": ev, "photos_here": len(ps), "event_size": len(self.c.events.get(ev, [])),
-                        "from": format_timestamp(start), "to": format_timestamp(end),
-                        "place": next((p.address for p in ps if p.address), None)})
+            out.append(
+                {
+                    "event": ev,
+                    "photos_here": len(ps),
+                    "event_size": len(self.c.events.get(ev, [])),
+                    "from": format_timestamp(start),
+                    "to": format_timestamp(end),
+                    "place": next((p.address for p in ps if p.address), None),
+                }
+            )
         return out
 
-    def _save(self, tool: str, save_as: str | None, photos: list[Photo], scores: Sequence[float] | None,
-              source: str, parents: Sequence[str], note: str = "") -> tuple[SubsetResult, list[str], str]:
+    def _save(
+        self,
+        tool: str,
+        save_as: str | None,
+        photos: list[Photo],
+        scores: Sequence[float] | None,
+        source: str,
+        parents: Sequence[str],
+        note: str = "",
+    ) -> tuple[SubsetResult, list[str], str]:
         name = self._name(tool, save_as)
         self.subsets.save(name, [p.id for p in photos], source=source, parents=[p for p in parents if p])
         briefs = [self._brief(p, None if scores is None else scores[i]) for i, p in enumerate(photos[:LISTED])]
         if len(photos) > LISTED:
-            note = (note + " " if note else "") + f"{len(photos)} photos; the first {LISTED} are listed, all are in subset '{name}'."
+            note = (
+                note + " " if note else ""
+            ) + f"{len(photos)} photos; the first {LISTED} are listed, all are in subset '{name}'."
         return SubsetResult(len(photos), name, briefs, self._events(photos), note.strip()), [], name
 
     # tools
@@ -395,15 +453,35 @@ class Toolbox:
             mask &= ~self.c.mask(set(a.photo_ids))
         rows, scores = cosine_topk(q, self.c.embeddings, k, mask)
         photos = [self.c.photos[int(r)] for r in rows]
-        src = f"image_search(query={a.query!r}" + (f", photo_ids={a.photo_ids}" if a.photo_ids else "") + f", top_k={k})"
+        src = (
+            f"image_search(query={a.query!r}" + (f", photo_ids={a.photo_ids}" if a.photo_ids else "") + f", top_k={k})"
+        )
         return self._save("image_search", a.save_as, photos, scores.tolist(), src, [a.search_within or ""])
 
     async def _get_metadata(self, a: GetMetadataArgs):
         photos = self._ids_or_subset(a.ids, a.subset, "get_metadata")
-        bad = [f for f in a.fields if f not in METADATA_FIELDS and f not in ("taken_time", "place", "location", "photoset",
-                                                                               "person", "tag", "capturedevice", "lat", "lon", "time")]
+        bad = [
+            f
+            for f in a.fields
+            if f not in METADATA_FIELDS
+            and f
+            not in (
+                "taken_time",
+                "place",
+                "location",
+                "photoset",
+                "person",
+                "tag",
+                "capturedevice",
+                "lat",
+                "lon",
+                "time",
+            )
+        ]
         if bad:
-            raise ToolArgumentError(f"get_metadata: unknown field(s) {', '.join(bad)}; fields: {', '.join(METADATA_FIELDS)}")
+            raise ToolArgumentError(
+                f"get_metadata: unknown field(s) {', '.join(bad)}; fields: {', '.join(METADATA_FIELDS)}"
+            )
         note = f"{len(photos)} photos; the first 200 are described." if len(photos) > 200 else ""
         return MetadataResult([p.describe(a.fields or None) for p in photos[:200]], note), [], None
 
@@ -413,8 +491,15 @@ class Toolbox:
         photos = [p for p in self.c.photos if (allowed is None or p.id in allowed) and pred(p)]
         photos.sort(key=lambda p: (p.when is None, p.when.isoformat() if p.when else "", p.id))
         note = "" if photos else "no photo matches"
-        return self._save("filter_metadata", a.save_as, photos, None, f"filter_metadata({a.expression!r})",
-                          [a.filter_within or ""], note)
+        return self._save(
+            "filter_metadata",
+            a.save_as,
+            photos,
+            None,
+            f"filter_metadata({a.expression!r})",
+            [a.filter_within or ""],
+            note,
+        )
 
     async def _view_photos(self, a: ViewPhotosArgs):
         n = min(max(1, a.max), 20)
@@ -443,14 +528,22 @@ class Toolbox:
             raise ToolArgumentError("expand_graph: the memory graph is off for this run (method.graph=false)")
         bad = [r for r in a.relations if r not in EXPANSIONS]
         if bad or not a.relations:
-            raise ToolArgumentError(f"expand_graph: unknown relation(s) {', '.join(bad) or '(none given)'}; "
-                                    f"relations: {', '.join(EXPANSIONS)}")
+            raise ToolArgumentError(
+                f"expand_graph: unknown relation(s) {', '.join(bad) or '(none given)'}; "
+                f"relations: {', '.join(EXPANSIONS)}"
+            )
         seeds = self._ids_or_subset(a.ids, a.subset, "expand_graph")
         found = self.graph.expand([p.id for p in seeds], a.relations)
         ordered = sorted(found.items(), key=lambda kv: (-kv[1][1], self.c.index(kv[0])))
         photos = [self.c.get(pid) for pid, _ in ordered]
-        return self._save("expand_graph", a.save_as, photos, [w for _, (_, w) in ordered],
-                          f"expand_graph(relations={a.relations})", [a.subset or ""])
+        return self._save(
+            "expand_graph",
+            a.save_as,
+            photos,
+            [w for _, (_, w) in ordered],
+            f"expand_graph(relations={a.relations})",
+            [a.subset or ""],
+        )
 
     def answer_ids(self, args: AnswerArgs) -> list[str]:
         """The photo ids of an ``answer`` call (its ids, then its subset's), checked."""

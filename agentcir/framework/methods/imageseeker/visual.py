@@ -20,16 +20,30 @@ import numpy as np
 from ...vocab import load_vocab
 
 PROMPT = "a photo of {}"
-_FUNCTION_WORDS = {"a", "an", "the", "of", "some", "any", "one", "pair", "pairs", "photo", "photos", "picture", "pictures"}
+_FUNCTION_WORDS = {
+    "a",
+    "an",
+    "the",
+    "of",
+    "some",
+    "any",
+    "one",
+    "pair",
+    "pairs",
+    "photo",
+    "photos",
+    "picture",
+    "pictures",
+}
 
 
 @dataclass
 class ClueVocabulary:
     """Synonym groups of the clue vocabularies and their text embeddings."""
 
-    names: list[str]             # canonical term per group
+    names: list[str]  # canonical term per group
     synonyms: list[tuple[str, ...]]
-    emb: np.ndarray               # [G, d], L2-normalised
+    emb: np.ndarray  # [G, d], L2-normalised
 
     @classmethod
     def terms(cls, vocabs: Sequence[str], vocab_dir: str | None = None) -> tuple[list[str], list[tuple[str, ...]]]:
@@ -60,7 +74,9 @@ class ClueVocabulary:
             return False
         known = {w for g in groups for s in self.synonyms[g] for w in s.split()}
         words = re.findall(r"[a-z0-9-]+", phrase.lower())
-        return any(w not in known and w[:-1] not in known and w[:-2] not in known and w not in _FUNCTION_WORDS for w in words)
+        return any(
+            w not in known and w[:-1] not in known and w[:-2] not in known and w not in _FUNCTION_WORDS for w in words
+        )
 
     def tags(self, photo_emb: np.ndarray, top: int = 2) -> list[list[tuple[str, float]]]:
         """Top ``top`` terms per photo with their cosine."""

@@ -43,8 +43,11 @@ def make_web_search(backend: str, url: str = "", max_results: int = 5, timeout: 
                 data = r.json()
         except Exception as e:  # a search failure is a note to the model, not a crash
             return [], f"web search failed ({type(e).__name__}: {str(e)[:160]})"
-        rows = [{"title": x.get("title", ""), "url": x.get("url", ""), "snippet": (x.get("content") or "")[:300]}
-                for x in (data.get("results") or [])[:max_results] if isinstance(x, dict)]
+        rows = [
+            {"title": x.get("title", ""), "url": x.get("url", ""), "snippet": (x.get("content") or "")[:300]}
+            for x in (data.get("results") or [])[:max_results]
+            if isinstance(x, dict)
+        ]
         return rows, "" if rows else "no results"
 
     return searxng
