@@ -1,6 +1,6 @@
 # make run   : create .venv (torch CPU first), install agentcir, run the default recipe on the bundled demo
 # make test  : install the dev extras and run the test suite on every core (then the open_clip tests in .venv-clip)
-# make lint  : ruff check . (ruff.toml)
+# make lint  : ruff check . and ruff format --check . (ruff.toml)
 # make docs  : build the documentation site into site/ (mkdocs.yml, strict)
 # make bench : run the pytest-benchmark suites (results saved as JSON under benchmarks/results/)
 VENV   ?= .venv
@@ -45,6 +45,7 @@ test: $(VENV)/.dev-deps
 
 lint: $(VENV)/.dev-deps
 	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
 
 docs: $(VENV)/.dev-deps
 	$(VENV)/bin/mkdocs build --strict --site-dir site
