@@ -34,6 +34,9 @@ STEP_KEYS = ("round", "description", "step2", "suggestions", "verdict", "verdict
 def _text(v: Any) -> str | None:
     if v is None:
         return None
+    if isinstance(v, dict):  # per path (WISER: {"text": ..., "image": ...})
+        parts = [f"{k}: {t}" for k, x in v.items() if (t := _text(x))]
+        return "; ".join(parts) or None
     if isinstance(v, (list, tuple)):
         v = v[0] if v else None
         return _text(v)
@@ -65,6 +68,11 @@ def loop_steps(trace: dict[str, Any]) -> list[dict[str, Any]]:
             verdicts = None
         accepted = rec.get("accepted")
         stopped = rec.get("stopped")
+        suggestions = rec.get("suggestions")
+        if isinstance(stopped, dict):  # per path (WISER): stopped when every path settled
+            if isinstance(suggestions, dict):
+                suggestions = {k: v for k, v in suggestions.items() if not stopped.get(k)}
+            stopped = all(stopped.values()) if stopped else None
         steps.append(
             {
                 "stage": name,
@@ -72,7 +80,7 @@ def loop_steps(trace: dict[str, Any]) -> list[dict[str, Any]]:
                 "description": _text(
                     rec.get("description") if rec.get("description") is not None else rec.get("step2")
                 ),
-                "suggestions": _text(rec.get("suggestions")) if not stopped else None,
+                "suggestions": _text(suggestions) if not stopped else None,
                 "verdict": _text(rec.get("verdict")),
                 "questions": questions if isinstance(questions, list) else None,
                 "checked": len(checked)

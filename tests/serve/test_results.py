@@ -323,6 +323,20 @@ def test_loop_steps_read_rounds_suggestions_and_verdicts():
     assert s[0]["description"] == "A red t-shirt." and s[1]["questions"] == ["The item is red."]
     assert s[2]["satisfied"] == [1, 0] and s[3]["verdicts"] == [False, True] and s[3]["accepted_rank"] == 2
     assert "best candidate satisfies 1 of 1 statements" in format_loop(s) and "accepted rank 2" in format_loop(s)
+    # WISER: suggestions, verdicts and stops per retrieval path
+    w = loop_steps(
+        {
+            "round0": {"round": 0, "description": "a red shirt", "active": {"t2i": True, "i2i": True}},
+            "round1": {
+                "round": 1,
+                "suggestions": {"t2i": "make it darker", "i2i": "Good retrieval"},
+                "verdict": {"t2i": "No, too light", "i2i": "Yes"},
+                "stopped": {"t2i": False, "i2i": True},
+            },
+        }
+    )
+    assert w[1]["stopped"] is False and w[1]["suggestions"] == "t2i: make it darker"
+    assert w[1]["verdict"] == "t2i: No, too light; i2i: Yes"
     # a one-shot method has no loop
     assert loop_steps({"perceive": {"target_caption": "x"}, "verify": {"verdicts": [True], "accepted": 0}}) == []
 
