@@ -355,3 +355,58 @@ def test_a_looped_method_shows_its_rounds(page, gallery, artifacts, tmp_path):
         assert "the loop of autocir" in page.text_content("#trace")
         _shot(page, artifacts, "14-loop-trace")
     assert not page.problems, page.problems
+
+
+def test_a_photo_landing_in_the_watched_folder_appears_in_the_page(page, gallery, artifacts, tmp_path):
+    """`serve --watch`: a photo copied into the folder while the page is open is found by the next
+    search from the page (a crop of it as the reference, no text: "more like this")."""
+    from PIL import Image
+
+    from agentcir.framework.recipe import compose
+    from agentcir.framework.search import Searcher
+    from agentcir.serve import ServeConfig, create_app
+
+    folder, gdir, _, _ = gallery
+    photos, g2 = tmp_path / "photos", tmp_path / "g"
+    shutil.copytree(folder, photos)
+    shutil.copytree(gdir, g2)
+    s = Searcher(compose([f"run.root={tmp_path}", "run.progress=false"]), g2)
+    app = create_app(
+        s,
+        uploads=tmp_path / "up",
+        thumbs=tmp_path / "th",
+        config=ServeConfig(warm_up=False, prepare=False, reload_s=0.1),
+    )
+    st = app.state.serve
+    generation = lambda: st.status()["gallery"]["generation"]
+    try:
+        with running_app(app) as port:
+            _open(page, f"http://127.0.0.1:{port}")
+            st.watch(photos, debounce_s=0.2, settle_s=0.3, observer="polling", poll_s=0.05)
+            end = time.monotonic() + 60
+            while generation() < 1 and time.monotonic() < end:  # the copied folder's first update
+                time.sleep(0.05)
+            before, n = generation(), len(s.gallery)
+            new = sorted((ROOT / "agentcir" / "data" / "demo" / "images").iterdir())[40]
+            t0 = time.monotonic()
+            shutil.copy(new, photos / "arrived.jpg")
+            end = time.monotonic() + 60
+            while not (generation() > before and len(s.gallery) == n + 1) and time.monotonic() < end:
+                time.sleep(0.05)
+            assert len(s.gallery) == n + 1, "the new photo was not indexed"
+            landed = time.monotonic() - t0
+            im = Image.open(new).convert("RGB")
+            w, h = im.size
+            crop = tmp_path / "crop.jpg"
+            im.crop((w // 10, h // 10, w - w // 10, h - h // 10)).save(crop, "JPEG")
+            page.set_input_files("#file", str(crop))
+            _expect(page.locator("#ref-img")).to_be_visible()
+            page.fill("#text", "")
+            page.click("#go")
+            _wait_results(page)
+            assert _hit_ids(page)[0] == "arrived"
+            _shot(page, artifacts, "15-watched-photo")
+            print(f"landing -> indexed: {landed:.1f} s; then found from the page")
+    finally:
+        st.close()
+    assert not page.problems, page.problems
