@@ -15,8 +15,8 @@ keyed by row is rewritten in the new order: embeddings, ``items.jsonl`` (ids, pa
 metadata), stored captions and their embeddings (kept when every row's photo had one, else
 left to the next search that needs them). Thumbnails of ``agentcir serve`` are keyed by file,
 not row, so they stay valid. The approximate (faiss) indexes of a sharded gallery are made for
-its old rows: an update drops them (``build-index`` makes them again), and the shards are
-rewritten with the reused embeddings.
+its old rows: an update builds each again over the new rows with the settings its folder records
+(one that records none is dropped), and the shards are rewritten with the reused embeddings.
 
 **Kill-safe.** The new gallery is built beside the old one (``.G.update``, resumable like any
 build) and swapped in by one atomic rename (Linux ``renameat2(RENAME_EXCHANGE)``; elsewhere two
@@ -91,6 +91,8 @@ class Change:
     reused: int = 0
     #: artefacts dropped because they were made for the old rows (rebuilt on demand)
     dropped: list[str] = field(default_factory=list)
+    #: approximate indexes built again over the new rows, with the settings they were built with
+    rebuilt: list[str] = field(default_factory=list)
 
     @property
     def rows_changed(self) -> bool:
@@ -104,6 +106,8 @@ class Change:
             + "; "
             f"embedded {self.embedded} image(s), reused {self.reused} embedding(s)"
         )
+        if self.rebuilt:
+            s += f"; built again over the new rows: {', '.join(self.rebuilt)}"
         if self.dropped:
             s += f"; dropped (made for the old rows): {', '.join(self.dropped)}"
         return s
@@ -119,6 +123,7 @@ class Change:
             "embedded": self.embedded,
             "reused": self.reused,
             "dropped": self.dropped,
+            "rebuilt": self.rebuilt,
         }
 
 
@@ -369,7 +374,10 @@ def _update(out: Path, items: Sequence[GalleryItem], encoder, *, scale, dtype, r
     if scale is None:
         change.dropped += _carry_captions(old, g, old_sha, new_sha, encoder)
     else:
-        change.dropped += [p.name for p in (out.iterdir()) if p.name in ("ann", "captions", "caption_emb")]
+        change.dropped += [p.name for p in (out.iterdir()) if p.name in ("captions", "caption_emb")]
+        rebuilt, dropped = _rebuild_indexes(out, g, progress=bool(progress))
+        change.rebuilt += rebuilt
+        change.dropped += dropped
     for name in KEPT_FILES:  # not row-keyed: the new gallery keeps them
         if (out / name).is_file() and not (staged / name).exists():
             shutil.copy2(out / name, staged / name)
@@ -408,6 +416,33 @@ def _diff(old: Gallery, items: Sequence[GalleryItem], old_sha: dict[str, str], n
     moved = {a for a, _ in c.renamed}
     c.removed = [i for i in old.ids if i not in new_ids and i not in moved]
     return c
+
+
+def _rebuild_indexes(old_root: Path, new, *, progress: bool) -> tuple[list[str], list[str]]:
+    """The approximate indexes of the gallery at ``old_root`` built again over the rows of ``new``
+    (the staged sharded gallery), each folder with the settings it records; a folder that records
+    none (or unreadable ones) is dropped. Returns (rebuilt, dropped) folder names."""
+    from .scale import scale_settings
+    from .scale.ann import SETTINGS_FILE, build_indexes
+
+    rebuilt: list[str] = []
+    dropped: list[str] = []
+    ann = old_root / "ann"
+    if not ann.is_dir():
+        return rebuilt, dropped
+    folders = sorted(p for p in ann.iterdir() if p.is_dir())
+    for d in folders:
+        try:
+            scale = scale_settings(json.loads((d / SETTINGS_FILE).read_text()), where=f"'{d / SETTINGS_FILE}'")
+        except (OSError, ValueError, InputError) as e:
+            log.warning("approximate index '%s' is dropped: its settings cannot be read (%s)", d, e)
+            dropped.append(f"ann/{d.name}")
+            continue
+        build_indexes(new, scale, progress=progress)
+        rebuilt.append(f"ann/{d.name}")
+    if not folders:
+        dropped.append("ann")
+    return rebuilt, dropped
 
 
 def _carry_captions(old: Gallery, new: Gallery, old_sha: dict[str, str], new_sha: dict[str, str], encoder) -> list[str]:

@@ -10,6 +10,7 @@ over the candidates the index finds, with ``exclude`` applied as in ``cosine_top
 
 from __future__ import annotations
 
+import json
 import math
 import time
 from pathlib import Path
@@ -34,6 +35,9 @@ ADD_ROWS = 262144
 #: ``scale.sq`` -> faiss scalar quantizer of ``ivf_sq``: fp16 keeps a half gallery's values
 #: exactly (IVF-Flat's lists at half its bytes), 8bit a quarter of them
 SQ_TYPES = {"fp16": "QT_fp16", "8bit": "QT_8bit"}
+#: the settings an index folder was built with (``{"search": kind, <BUILD_PARAMS>}``): an update of
+#: the gallery builds the folder's indexes again over the new rows with them
+SETTINGS_FILE = "settings.json"
 #: training sample per shard: 40 vectors per IVF list (at least 10,000), at most this many
 TRAIN_MAX = 262144
 
@@ -164,11 +168,14 @@ def search_index(
 
 def build_indexes(gallery, scale: dict, *, progress: bool = True) -> list[dict]:
     """Build the ``scale['search']`` index of every shard of a sharded gallery not built yet."""
-    from . import ann_dir
+    from . import BUILD_PARAMS, ann_dir
 
     if scale["search"] == "exact":
         raise InputError("build-index needs an approximate kind: scale.search=ivf_flat, ivf_sq, ivf_pq or hnsw")
     d = ann_dir(gallery, scale)
+    d.mkdir(parents=True, exist_ok=True)
+    kind = scale["search"]
+    atomic_write_text(d / SETTINGS_FILE, json.dumps({"search": kind, **{p: scale[p] for p in BUILD_PARAMS[kind]}}))
     out = []
     for s, shard in enumerate(gallery.shards):
         f = d / f"{shard['dir']}.faiss"
