@@ -5,11 +5,7 @@ ranking as one process."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import subprocess
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -17,10 +13,9 @@ import pytest
 from agentcir.framework.recipe import compose
 from agentcir.framework.runner import run_recipe
 from agentcir.framework.shards import ShardedGallery
+from tests.framework.methods.runs_kit import SHARED, fashion_cir_recipe, fault_sweep, search_json
 from tests.framework.test_resume_points import cut_after
 
-ROOT = Path(__file__).resolve().parents[3]
-SHARED = ROOT.parent / "shared" / "data" / "fashion-products"
 METHODS = {
     "autocir": ["method=autocir", "method.max_check_num=2"],
     "imagescope": ["method=imagescope", "method.k=5", "method.alpha=3"],
@@ -94,40 +89,7 @@ def test_three_local_shards_rank_as_one_process(plugin_path, tmp_path, name):
 @pytest.mark.skipif(not (SHARED / "products.csv").is_file(), reason=f"the fashion-products data is not at {SHARED}")
 @pytest.mark.parametrize("name", list(METHODS))
 def test_fashion_cir_end_to_end(plugin_path, tmp_path, name):
-    bench = tmp_path / "fashion-cir"
-    subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "agentcir.cli",
-            "build-benchmark",
-            "--csv",
-            str(SHARED / "products.csv"),
-            "--images",
-            str(SHARED / "images"),
-            "--out",
-            str(bench),
-            "--queries",
-            "6",
-            "--gallery-size",
-            "80",
-        ],
-        check=True,
-        capture_output=True,
-        env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"},
-    )
-    r = compose(
-        [
-            "encoder=toy",
-            "dataset=fashion_cir",
-            f"dataset.root={bench}",
-            "dataset.limit=6",
-            f"run.root={tmp_path / 'runs'}",
-            f"run.cache={tmp_path / 'cache.sqlite'}",
-            "run.progress=false",
-            *METHODS[name],
-        ]
-    )
+    r = fashion_cir_recipe(tmp_path, *METHODS[name])
     res = run_recipe(r)
     assert list(res.metrics["stages"]) == STAGES[name] and len(res.state.queries) == 6
     with pytest.MonkeyPatch.context() as m:
@@ -138,22 +100,8 @@ def test_fashion_cir_end_to_end(plugin_path, tmp_path, name):
 
 @pytest.fixture(scope="module")
 def sweep(plugin_path, tmp_path_factory):
-    spec = importlib.util.spec_from_file_location("fault_sweep", ROOT / "benchmarks" / "fault_sweep.py")
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules["fault_sweep"] = mod  # dataclasses look their module up there
-    spec.loader.exec_module(mod)
-    sw = mod.Sweep(
-        tmp_path_factory.mktemp("sweep"),
-        limit=4,
-        concurrency=2,
-        delay=0.05,
-        seed=0,
-        extra=("encoder=toy",),
-        pythonpath=(str(plugin_path),),
-    )
-    yield sw
-    sw.close()
-    sys.modules.pop("fault_sweep", None)
+    with fault_sweep(tmp_path_factory.mktemp("sweep"), plugin_path, delay=0.05) as sw:
+        yield sw
 
 
 @pytest.mark.slow
@@ -175,41 +123,7 @@ def test_sigkill_inside_a_model_stage_and_after_a_boundary(sweep, name):
 def test_agentcir_search_shows_the_loop(plugin_env, image_folder, tmp_path, name):
     """``agentcir search --json`` with the new methods: the trace holds their rounds, suggestions
     and verdicts (what the web app's trace view renders, stage by stage)."""
-    gal = tmp_path / "gallery"
-    env = {**plugin_env, "PYTHONPATH": f"{ROOT}:{plugin_env['PYTHONPATH']}"}
-    cli = [sys.executable, "-m", "agentcir.cli"]
-    r = subprocess.run(
-        [*cli, "index", str(image_folder), "--out", str(gal), "encoder=toy", "-q"],
-        env=env,
-        capture_output=True,
-        text=True,
-    )
-    assert r.returncode == 0, r.stderr
-    ref = next(image_folder.glob("img01.png"))
-    r = subprocess.run(
-        [
-            *cli,
-            "search",
-            "--gallery",
-            str(gal),
-            "--image",
-            str(ref),
-            "--text",
-            "make it red",
-            "-k",
-            "3",
-            "--json",
-            "encoder=toy",
-            *METHODS[name],
-            f"run.cache={tmp_path / 'c.sqlite'}",
-            f"run.root={tmp_path / 'runs'}",
-        ],
-        env=env,
-        capture_output=True,
-        text=True,
-    )
-    assert r.returncode == 0, r.stderr
-    out = json.loads(r.stdout)
+    out, _ = search_json(plugin_env, image_folder, tmp_path, *METHODS[name])
     trace = out["trace"]
     assert len(out["hits"]) == 3 and trace["search"]["method"] == name and trace["search"]["mode"] == "composed"
     if name == "autocir":

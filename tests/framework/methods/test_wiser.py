@@ -8,8 +8,6 @@ stage boundary, a 3-shard gallery, real SIGKILLs, ``--plan`` counting the edits 
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -26,10 +24,10 @@ from agentcir.framework.methods.wiser import (
     says_stop,
     vqa_confidence,
 )
-from agentcir.framework.recipe import compose
 from agentcir.framework.runner import run_recipe
 from agentcir.framework.shards import ShardedGallery
-from tests.framework.methods.test_autocir_imagescope_runs import SHARED, no_call, recipe
+from tests.framework.methods.runs_kit import SHARED, fashion_cir_recipe, fault_sweep, search_json
+from tests.framework.methods.test_autocir_imagescope_runs import no_call, recipe
 from tests.framework.test_resume_points import cut_after
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -184,40 +182,7 @@ def test_three_local_shards_rank_as_one_process(plugin_path, tmp_path):
 
 @pytest.mark.skipif(not (SHARED / "products.csv").is_file(), reason=f"the fashion-products data is not at {SHARED}")
 def test_fashion_cir_end_to_end(plugin_path, tmp_path):
-    bench = tmp_path / "fashion-cir"
-    subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "agentcir.cli",
-            "build-benchmark",
-            "--csv",
-            str(SHARED / "products.csv"),
-            "--images",
-            str(SHARED / "images"),
-            "--out",
-            str(bench),
-            "--queries",
-            "6",
-            "--gallery-size",
-            "80",
-        ],
-        check=True,
-        capture_output=True,
-        env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"},
-    )
-    r = compose(
-        [
-            "encoder=toy",
-            "dataset=fashion_cir",
-            f"dataset.root={bench}",
-            "dataset.limit=6",
-            f"run.root={tmp_path / 'runs'}",
-            f"run.cache={tmp_path / 'cache.sqlite'}",
-            "run.progress=false",
-            *WISER,
-        ]
-    )
+    r = fashion_cir_recipe(tmp_path, *WISER)
     res = run_recipe(r)
     assert list(res.metrics["stages"]) == STAGES and len(res.state.queries) == 6
     with pytest.MonkeyPatch.context() as m:
@@ -256,42 +221,7 @@ def test_prompts_folder_and_bad_config(plugin_path, tmp_path):
 
 
 def test_agentcir_search_shows_the_loop(plugin_env, image_folder, tmp_path):
-    gal = tmp_path / "gallery"
-    env = {**plugin_env, "PYTHONPATH": f"{ROOT}:{plugin_env['PYTHONPATH']}"}
-    cli = [sys.executable, "-m", "agentcir.cli"]
-    r = subprocess.run(
-        [*cli, "index", str(image_folder), "--out", str(gal), "encoder=toy", "-q"],
-        env=env,
-        capture_output=True,
-        text=True,
-    )
-    assert r.returncode == 0, r.stderr
-    ref = next(image_folder.glob("img01.png"))
-    r = subprocess.run(
-        [
-            *cli,
-            "search",
-            "--gallery",
-            str(gal),
-            "--image",
-            str(ref),
-            "--text",
-            "make it red",
-            "-k",
-            "3",
-            "--json",
-            "encoder=toy",
-            *WISER,
-            f"editor.output_dir={tmp_path / 'ed'}",
-            f"run.cache={tmp_path / 'c.sqlite'}",
-            f"run.root={tmp_path / 'runs'}",
-        ],
-        env=env,
-        capture_output=True,
-        text=True,
-    )
-    assert r.returncode == 0, r.stderr
-    out = json.loads(r.stdout)
+    out, _ = search_json(plugin_env, image_folder, tmp_path, *WISER, f"editor.output_dir={tmp_path / 'ed'}")
     trace = out["trace"]
     assert len(out["hits"]) == 3 and trace["search"]["method"] == "wiser"
     assert {"round0", "round1"} <= set(trace) and "suggestions" in trace["round1"] and "fused" in trace["round0"]
@@ -300,9 +230,8 @@ def test_agentcir_search_shows_the_loop(plugin_env, image_folder, tmp_path):
 @pytest.fixture(scope="module")
 def sweep(plugin_path, tmp_path_factory):
     """The fault sweep of ``benchmarks/fault_sweep.py`` (as the AutoCIR / ImageScope runs use it)."""
-    from tests.framework.methods import test_autocir_imagescope_runs as runs
-
-    yield from runs.sweep.__wrapped__(plugin_path, tmp_path_factory)
+    with fault_sweep(tmp_path_factory.mktemp("sweep"), plugin_path, delay=0.05) as sw:
+        yield sw
 
 
 @pytest.mark.slow
