@@ -682,6 +682,8 @@ def cmd_kernels(args) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from .framework import gallery_files as gf  # the servers' default limits (no heavy import)
+
     ap = argparse.ArgumentParser(prog="agentcir", description="Training-free agentic image retrieval.")
     ap.add_argument("-v", "--verbose", action="store_true", help="debug logging and full tracebacks")
     sub = ap.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -825,11 +827,20 @@ def build_parser() -> argparse.ArgumentParser:
         "refused (DNS rebinding)",
     )
     p.add_argument(
-        "--max-upload-mb", type=float, default=20.0, help="largest upload, refused while streaming (default 20)"
+        "--max-upload-mb",
+        type=float,
+        default=gf.MAX_UPLOAD_MB,
+        help="largest upload, refused while streaming (default 20)",
     )
-    p.add_argument("--max-pixels", type=int, default=50_000_000, help="largest image decoded, in pixels (default 50M)")
-    p.add_argument("--uploads-mb", type=float, default=200.0, help="stored uploads kept under this (default 200)")
-    p.add_argument("--thumbs-mb", type=float, default=256.0, help="thumbnail cache kept under this (default 256)")
+    p.add_argument(
+        "--max-pixels", type=int, default=gf.MAX_PIXELS, help="largest image decoded, in pixels (default 50M)"
+    )
+    p.add_argument(
+        "--uploads-mb", type=float, default=gf.UPLOADS_MB, help="stored uploads kept under this (default 200)"
+    )
+    p.add_argument(
+        "--thumbs-mb", type=float, default=gf.THUMBS_MB, help="thumbnail cache kept under this (default 256)"
+    )
     p.add_argument(
         "--no-questions",
         action="store_true",
@@ -888,9 +899,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--uploads", help="folder for reference images sent as bytes (default <run.root>/_uploads)")
     p.add_argument("--thumbs", help="thumbnail cache folder (default <run.root>/_thumbs)")
     p.add_argument(
-        "--max-upload-mb", type=float, default=20.0, help="largest reference image sent as bytes (default 20)"
+        "--max-upload-mb",
+        type=float,
+        default=gf.MAX_UPLOAD_MB,
+        help="largest reference image sent as bytes (default 20)",
     )
-    p.add_argument("--max-pixels", type=int, default=50_000_000, help="largest image decoded, in pixels (default 50M)")
+    p.add_argument(
+        "--max-pixels", type=int, default=gf.MAX_PIXELS, help="largest image decoded, in pixels (default 50M)"
+    )
     p.add_argument("--max-k", type=int, default=100, help="most hits a search returns (default 100)")
     p.add_argument("--no-questions", action="store_true", help="no ask_history tool answers (no ImageSeeker agent)")
     p.add_argument("--no-updates", action="store_true", help="no update_index tool")

@@ -49,7 +49,13 @@ from typing import Any, Callable, Optional
 
 from .framework.errors import AgentcirError, InputError, require
 from .framework.gallery_files import (
+    DECODE_CONCURRENCY,
+    MAX_PIXELS,
+    MAX_UPLOAD_MB,
     THUMB_SIZES,
+    THUMBS_MB,
+    UPLOADS_FILES,
+    UPLOADS_MB,
     BoundedDir,
     Decoder,
     GalleryFiles,
@@ -117,12 +123,12 @@ class MCPConfig:
     host: str = "127.0.0.1"
     allow_hosts: tuple[str, ...] = ()
     roots: tuple[str, ...] = ()
-    max_upload_mb: float = 20.0
-    max_pixels: int = 50_000_000
-    decode_concurrency: int = 2
-    uploads_mb: float = 200.0
-    uploads_files: int = 500
-    thumbs_mb: float = 256.0
+    max_upload_mb: float = MAX_UPLOAD_MB
+    max_pixels: int = MAX_PIXELS
+    decode_concurrency: int = DECODE_CONCURRENCY
+    uploads_mb: float = UPLOADS_MB
+    uploads_files: int = UPLOADS_FILES
+    thumbs_mb: float = THUMBS_MB
     max_k: int = 100
     updates: bool = True
 

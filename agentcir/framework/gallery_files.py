@@ -33,6 +33,11 @@ from .plain import ACCEPTED, unreadable_image
 
 #: thumbnail edge lengths served (a closed set, so the cache stays bounded by item count)
 THUMB_SIZES = (128, 256, 512)
+#: the default limits of the servers over a gallery (``agentcir serve`` and ``agentcir mcp``): the
+#: largest upload (MB), the largest image decoded (pixels), decodes at once, the stored uploads'
+#: bounds (MB, files) and the thumbnail cache's (MB)
+MAX_UPLOAD_MB, MAX_PIXELS, DECODE_CONCURRENCY = 20.0, 50_000_000, 2
+UPLOADS_MB, UPLOADS_FILES, THUMBS_MB = 200.0, 500, 256.0
 UPLOAD_NAME = re.compile(r"^[0-9a-f]{32}\.(jpg|png|webp|gif|bmp|tif|heic|avif)$")
 _FORMAT_SUFFIX = {
     "JPEG": "jpg",

@@ -24,6 +24,14 @@ from pathlib import Path
 from typing import Any, Callable, Optional
 
 from ..framework.errors import InputError, StorageError
+from ..framework.gallery_files import (
+    DECODE_CONCURRENCY,
+    MAX_PIXELS,
+    MAX_UPLOAD_MB,
+    THUMBS_MB,
+    UPLOADS_FILES,
+    UPLOADS_MB,
+)
 from ..framework.http_guard import COOKIE  # noqa: F401  (re-exported: serve.app, serve.guard)
 from ..framework.plain import plain
 from ..framework.search import Searcher, WarmUp
@@ -67,12 +75,12 @@ class ServeConfig:
     token: str = ""
     host: str = "127.0.0.1"
     allow_hosts: tuple[str, ...] = ()
-    max_upload_mb: float = 20.0
-    max_pixels: int = 50_000_000
-    decode_concurrency: int = 2
-    uploads_mb: float = 200.0
-    uploads_files: int = 500
-    thumbs_mb: float = 256.0
+    max_upload_mb: float = MAX_UPLOAD_MB
+    max_pixels: int = MAX_PIXELS
+    decode_concurrency: int = DECODE_CONCURRENCY
+    uploads_mb: float = UPLOADS_MB
+    uploads_files: int = UPLOADS_FILES
+    thumbs_mb: float = THUMBS_MB
     prepare: bool = True
     warm_up: bool = True
     dup_threshold: float = 0.97
