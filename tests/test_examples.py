@@ -18,7 +18,8 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE = ROOT / "examples" / "agentcir-refine-loop"
 
-pytestmark = pytest.mark.slow
+# one worker runs the module, so that its tests share the offline run of ``offline_run``
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("examples")]
 
 
 @pytest.fixture(scope="module")
@@ -138,11 +139,28 @@ class Endpoint:
         return f"http://127.0.0.1:{self.port}/v1"
 
 
-def test_the_example_runs_offline_and_its_loop_refines(example_site, dataset, tmp_path):
-    env = env_for(example_site, tmp_path / "cache.sqlite")
-    agentcir_run(run_args(dataset, tmp_path / "runs", "offline"), env)
-    run = tmp_path / "runs" / "offline"
-    m = metrics(run)
+@pytest.fixture(scope="module")
+def offline_run(example_site, dataset, tmp_path_factory) -> dict:
+    """One offline run of the example from an editable copy of its installed package: its folder,
+    cache and environment, and the rankings and metrics it first wrote (the tests below rerun it)."""
+    work = tmp_path_factory.mktemp("offline")
+    site = work / "site"
+    shutil.copytree(example_site, site)
+    env = env_for(site, work / "cache.sqlite")
+    agentcir_run(run_args(dataset, work / "runs", "offline"), env)
+    run = work / "runs" / "offline"
+    return {
+        "work": work,
+        "site": site,
+        "env": env,
+        "dir": run,
+        "metrics": metrics(run),
+        "rankings": (run / "rankings.jsonl").read_bytes(),
+    }
+
+
+def test_the_example_runs_offline_and_its_loop_refines(offline_run):
+    run, m = offline_run["dir"], offline_run["metrics"]
     assert m["num_queries"] == 8 and set(m["cost"]) == {"gallery_captions", "plan", "refine", "retrieve"}
     assert m["cost"]["plan"]["by_component"] == {"llm:rules": 8}  # the plugin's task, answered offline
     records = [json.loads(line)["record"] for line in (run / "stages" / "refine.jsonl").read_text().splitlines()]
@@ -191,33 +209,34 @@ def test_killed_and_resumed_against_the_scripted_endpoint_gives_identical_result
     assert (cut / "rankings.jsonl").read_bytes() == (tmp_path / "runs" / "whole" / "rankings.jsonl").read_bytes()
 
 
-def test_a_recomputed_run_makes_zero_model_calls(example_site, dataset, tmp_path):
-    env = env_for(example_site, tmp_path / "cache.sqlite")
-    agentcir_run(run_args(dataset, tmp_path / "runs", "r"), env)
-    first = metrics(tmp_path / "runs" / "r")
+def test_a_recomputed_run_makes_zero_model_calls(offline_run, dataset):
+    first = offline_run["metrics"]
     assert model_calls(first) > 0
-    rankings = (tmp_path / "runs" / "r" / "rankings.jsonl").read_bytes()
-    agentcir_run(run_args(dataset, tmp_path / "runs", "r", "run.fresh=true"), env)  # every stage recomputed
-    again = metrics(tmp_path / "runs" / "r")
+    # every stage recomputed, with the example as it was installed
+    agentcir_run(run_args(dataset, offline_run["work"] / "runs", "offline", "run.fresh=true"), offline_run["env"])
+    again = metrics(offline_run["dir"])
     assert model_calls(again) == 0, again["cost"]
     assert sum(int(s["cache_hits"]) for s in again["cost"].values()) > 0
     assert again["final"] == first["final"]
-    assert (tmp_path / "runs" / "r" / "rankings.jsonl").read_bytes() == rankings
+    assert (offline_run["dir"] / "rankings.jsonl").read_bytes() == offline_run["rankings"]
 
 
-def test_editing_the_method_recomputes(example_site, dataset, tmp_path):
+def test_editing_the_method_recomputes(offline_run, dataset, tmp_path):
+    """The same run folder and cache as the offline run, with the method's code edited in a copy of
+    the package: the edit is seen, never the old rankings."""
     site = tmp_path / "site"
-    shutil.copytree(example_site, site)
-    env = env_for(site, tmp_path / "cache.sqlite")
-    agentcir_run(run_args(dataset, tmp_path / "runs", "e"), env)
-    before = (tmp_path / "runs" / "e" / "rankings.jsonl").read_bytes()
+    shutil.copytree(offline_run["site"], site)
     method = site / "agentcir_refine_loop" / "method.py"
     old = 'texts = [state.record(q, "refine")["description"] for q in state.queries]'
     assert old in method.read_text()
     # rank by the modification text alone: other rankings
     method.write_text(method.read_text().replace(old, "texts = [q.text for q in state.queries]"))
-    agentcir_run(run_args(dataset, tmp_path / "runs", "e"), env)
-    assert (tmp_path / "runs" / "e" / "rankings.jsonl").read_bytes() != before
+    env = {
+        **offline_run["env"],
+        "PYTHONPATH": offline_run["env"]["PYTHONPATH"].replace(str(offline_run["site"]), str(site)),
+    }
+    agentcir_run(run_args(dataset, offline_run["work"] / "runs", "offline"), env)
+    assert (offline_run["dir"] / "rankings.jsonl").read_bytes() != offline_run["rankings"]
 
 
 def test_the_packages_own_tests_pass(example_site, tmp_path):
