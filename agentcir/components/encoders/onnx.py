@@ -9,7 +9,7 @@
 
 For the ``catalog`` encoder the text graph is the whole locked MiniLM tower (BERT +
 attention-masked mean pooling), so the ``onnx`` backend needs neither torch nor
-sentence-transformers: it runs numpy/Pillow preprocessing (:mod:`.common`, the same code
+transformers: it runs numpy/Pillow preprocessing (:mod:`.common`, the same code
 as the torch encoder), the ``tokenizers`` tokenizer, and onnxruntime (the CUDA provider
 when onnxruntime offers it, else the CPU one). Embeddings match the torch encoder within
 1e-4 (tested), but the identity differs, so a gallery indexed by one is not silently
