@@ -6,10 +6,11 @@ process's sgemm on gallery tiles, each tile folded into the running heaps) and `
 numba kernels of this module in two launch shapes:
 
 * few queries (``Q <= DIRECT_MAX_Q``): one pass of ``_direct_kernel`` over the gallery,
-  which is memory-bound: each row is read (and widened from fp16/bf16 bits) once, in order,
-  dotted with every query and offered to per-chunk heaps; the chunk heaps are merged at the
-  end. Half-precision galleries read half the bytes, hence about twice as fast. Rows are
-  also requested ``PREFETCH_BYTES`` ahead.
+  which is memory-bound: each row is read (and widened from fp16/bf16 bits or int8 codes)
+  once, in order, dotted with every query and offered to per-chunk heaps; the chunk heaps are
+  merged at the end. Half-precision galleries read half the bytes, int8 a quarter (each
+  code widened inside the dot loop, the dot multiplied by the row scale once per row). Rows
+  are also requested ``PREFETCH_BYTES`` ahead.
 * many queries: ``_blocked_kernel``, one parallel pass over gallery chunks (dynamically
   scheduled, :mod:`._threads`): each chunk walks L2-sized sub-tiles, scores them with the
   register-blocked product of :mod:`._gemm` (no BLAS, no ``[Q, N]`` buffer: a
@@ -40,7 +41,7 @@ from ._common import (
     select_row,
     sorted_from_heaps,
 )
-from ._gemm import chunk_count, chunk_span, pad_rows, sub_rows, sweep
+from ._gemm import chunk_count, chunk_span, no_scales, pad_rows, scale_columns, sub_rows, sweep
 from ._threads import balanced
 
 #: at most this many queries use the direct (BLAS-free, memory-bound) kernel
@@ -66,21 +67,25 @@ def _offer(s, r, q, c, excl, ex_value, hs, hi, cnt):
 
 
 @njit(parallel=True, cache=True)
-def _direct_kernel(X, G, kind, excl, ex_value, n_chunks, pf, hs, hi, cnt):
+def _direct_kernel(X, G, kind, scales, excl, ex_value, n_chunks, pf, hs, hi, cnt):
     N = G.shape[0]
     Q = X.shape[0]
+    scaled = scales.shape[0] > 0  # int8 codes: each dot times the row's scale
     chunk = (N + n_chunks - 1) // n_chunks
     for c in prange(n_chunks):
         buf = np.empty(G.shape[1], dtype=np.float32)
         for r in range(c * chunk, min(N, (c + 1) * chunk)):
             if r + pf < N:
                 prefetch_row(G, r + pf)
+            sr = scales[r] if scaled else np.float32(1.0)
             if Q == 1:  # one fused decode + dot pass over the row
-                _offer(row_dot(X[0], G, r, kind), r, 0, c, excl, ex_value, hs, hi, cnt)
+                s = row_dot(X[0], G, r, kind)
+                _offer(s * sr if scaled else s, r, 0, c, excl, ex_value, hs, hi, cnt)
             else:  # decode the row once, dot it with every query
                 row = row_f32(G, r, kind, buf)
                 for q in range(Q):
-                    _offer(dot(X[q], row), r, q, c, excl, ex_value, hs, hi, cnt)
+                    s = dot(X[q], row)
+                    _offer(s * sr if scaled else s, r, q, c, excl, ex_value, hs, hi, cnt)
 
 
 @njit(cache=True)
@@ -94,18 +99,24 @@ def _merge_chunks(hs, hi, cnt, out_hs, out_hi, out_cnt):
 
 
 @njit(parallel=True, cache=True)
-def _blocked_kernel(X, Q, G, kind, excl, ex_value, n_chunks, sub, hs, hi, cnt):
+def _blocked_kernel(X, Q, G, kind, scales, excl, ex_value, n_chunks, sub, hs, hi, cnt):
     for c in prange(n_chunks):
         S = np.empty((X.shape[0], sub), dtype=np.float32)
         lo, end = chunk_span(c, n_chunks, G.shape[0])
         for t0 in range(lo, end, sub):
             t1 = min(end, t0 + sub)
             sweep(X, G, kind, t0, t1, S)
+            scale_columns(S, Q, scales, t0, t1)
             for q in range(Q):
                 row = S[q, : t1 - t0]
                 if excl.shape[1]:
                     patch_excluded(row, q, t0, excl, ex_value)
                 cnt[c, q] = select_row(row, t0, hs[c, q], hi[c, q], cnt[c, q])
+
+
+def _scales(gallery: Gallery) -> np.ndarray:
+    """The row scales of an int8 gallery, an empty array for a float one."""
+    return np.ascontiguousarray(gallery.scales, dtype=np.float32) if gallery.kind == "int8" else no_scales()
 
 
 def _chunk_heaps(n_chunks: int, Q: int, k: int):
@@ -129,7 +140,9 @@ def direct_topk(X: np.ndarray, gallery: Gallery, k: int, excl: np.ndarray, ex_va
     hs, hi, cnt = _chunk_heaps(n_chunks, Q, k)
     pf = max(1, -(-PREFETCH_BYTES // (gallery.shape[1] * gallery.data.itemsize)))  # rows
     with balanced():
-        _direct_kernel(X, gallery.data, KIND_CODES[gallery.kind], excl, ex_value, n_chunks, pf, hs, hi, cnt)
+        _direct_kernel(
+            X, gallery.data, KIND_CODES[gallery.kind], _scales(gallery), excl, ex_value, n_chunks, pf, hs, hi, cnt
+        )
     return _merged(hs, hi, cnt)
 
 
@@ -146,6 +159,7 @@ def blocked_topk(X: np.ndarray, gallery: Gallery, k: int, excl: np.ndarray, ex_v
             Q,
             gallery.data,
             KIND_CODES[gallery.kind],
+            _scales(gallery),
             excl,
             ex_value,
             n_chunks,
