@@ -4,8 +4,10 @@ Encodes a photo folder with the catalog encoder (image embeddings; the bundled d
 ``agentcir/data/demo`` and ``../shared/data/fashion-products`` when present), quantises it
 (:func:`agentcir.kernels.quantize_int8`) and compares, for image->image queries (every photo
 against the others, itself excluded) and text->image queries (the product names of the catalogue
-CSV), ``cosine_topk(int8, rerank=float32)`` at the default shortlist ``max(4k, k + 64)`` with the
-float32 ``cosine_topk``. Also prints, per k, the smallest shortlist that would have sufficed (the
+CSV), ``cosine_topk(int8, rerank=float32)`` at the default shortlist ``max(4k, k + 64)`` with the exact
+ranking of the float32 rows (the reference backend: float64 products, lower id on ties), next to
+the float32 scan itself (float32 sums: equal or nearly equal rows, e.g. duplicate photos, may
+swap). Also prints, per k, the smallest shortlist that would have sufficed (the
 worst int8 rank of a float32 top-k member) and how often the int8 scan alone already gives the
 float32 top-k.
 
@@ -76,7 +78,8 @@ def compare(label: str, X: np.ndarray, G: np.ndarray, exclude: np.ndarray | None
         if k >= N:
             continue
         L = default_shortlist(k)
-        ref = cosine_topk(X, G, k, exclude=exclude)
+        ref = cosine_topk(X, G, k, exclude=exclude, backend="reference")  # the exact float32-row ranking
+        f32 = cosine_topk(X, G, k, exclude=exclude)  # the float32 scan (float32 sums)
         got = cosine_topk(X, g8, k, exclude=exclude, rerank=G)
         scan = cosine_topk(X, g8, k, exclude=exclude)
         need = 0  # the int8 rank of the worst-placed float32 top-k member, + 1
@@ -93,6 +96,7 @@ def compare(label: str, X: np.ndarray, G: np.ndarray, exclude: np.ndarray | None
             f"{label:42s} k={k:3d} shortlist={L:4d}: top-k identical to fp32: {same} "
             f"({int((got.ids == ref.ids).all(axis=1).sum())}/{X.shape[0]} queries); "
             f"int8 scan alone identical {int((scan.ids == ref.ids).all(axis=1).sum())}/{X.shape[0]}; "
+            f"float32 scan identical {int((f32.ids == ref.ids).all(axis=1).sum())}/{X.shape[0]}; "
             f"smallest sufficient shortlist {need}"
         )
     return ok_all

@@ -220,10 +220,14 @@ def chunk_span(c, n_chunks, N):
     return lo, min(N, lo + chunk)
 
 
-@njit(parallel=True, cache=True)
-def product(X, G, kind, start, stop, sub, S, scales):
+def product(X, G, kind, start, stop, sub, S, scales=None):
     """``S[:, :stop-start] = X @ float32(G[start:stop]).T``, sub-tiles of ``sub`` rows in parallel
-    (int8 codes: times the row ``scales``; empty ``scales`` for float galleries)."""
+    (int8 codes: times the row ``scales``)."""
+    _product(X, G, kind, start, stop, sub, S, no_scales() if scales is None else scales)
+
+
+@njit(parallel=True, cache=True)
+def _product(X, G, kind, start, stop, sub, S, scales):
     n = (stop - start + sub - 1) // sub
     for b in prange(n):
         lo = start + b * sub
