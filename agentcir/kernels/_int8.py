@@ -29,6 +29,7 @@ from ._inputs import (
     KernelInputError,
     _numpy_of,
     _shape,
+    bits_to_float32,
     check_gallery,
     dtype_name,
     is_torch,
@@ -76,18 +77,17 @@ class Int8Gallery:
 def quantize_int8(gallery: Any, *, out: Int8Gallery | None = None) -> Int8Gallery:
     """Symmetric per-row int8 quantisation of a float ``[N, d]`` gallery (numpy, memory map or torch).
 
-    ``scale = max|row| / 127`` (float32), ``codes = round(row / scale)`` (round half to even,
-    within ``[-127, 127]``); an all-zero row gets scale 0 and zero codes. Rows are read
+    ``scale = max|row| / 127`` (float32), ``codes = round(row / scale)`` (the row times the float32
+    reciprocal of the scale, rounded half to even, within ``[-127, 127]``); an all-zero row gets scale 0 and zero codes. Rows are read
     ``QUANTIZE_CHUNK_ROWS`` at a time; ``out`` (e.g. memory maps opened for writing) receives
     the result instead of new arrays.
     """
     g = check_gallery(gallery, "gallery")
+    bf16 = dtype_name(g) == "bfloat16"
     if is_torch(g):
-        g = _numpy_of(g)
-    if dtype_name(g) == "bfloat16":
-        from ._inputs import bits_to_float32
-
-        g = bits_to_float32(np.asarray(g).view(np.uint16), "bfloat16")
+        g = _numpy_of(g)  # bfloat16: its uint16 bits
+    elif bf16:
+        g = np.asarray(g).view(np.uint16)
     N, d = _shape(g)
     if out is None:
         codes = np.empty((N, d), dtype=np.int8)
@@ -100,7 +100,7 @@ def quantize_int8(gallery: Any, *, out: Int8Gallery | None = None) -> Int8Galler
             raise KernelInputError(f"out.scales: expected float32 ({N},), got {scales.dtype} {_shape(scales)}")
     for a in range(0, N, QUANTIZE_CHUNK_ROWS):
         b = min(N, a + QUANTIZE_CHUNK_ROWS)
-        x = np.asarray(g[a:b], dtype=np.float32)
+        x = bits_to_float32(np.asarray(g[a:b]), "bfloat16") if bf16 else np.asarray(g[a:b], dtype=np.float32)
         if not np.isfinite(x).all():
             raise KernelInputError("gallery: contains NaN or infinite values (cannot be quantised)")
         s = (np.abs(x).max(axis=1) / np.float32(127.0)).astype(np.float32)

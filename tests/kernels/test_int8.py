@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from kernel_checks import check_topk, unit_rows
+from kernel_checks import KINDS, as_kind, check_topk, unit_rows
 from test_gallery_ops import CASES, excludes
 
 from agentcir import kernels as K
@@ -32,6 +32,9 @@ def test_quantize_hand_computed_and_error_bound():
     out = Int8Gallery(np.zeros((500, 33), np.int8), np.zeros(500, np.float32))
     assert quantize_int8(X.astype(np.float16), out=out) is out
     np.testing.assert_array_equal(np.abs(out.codes.astype(int) - q.codes).max() <= 1, True)
+    if "bfloat16" in KINDS:  # bfloat16 rows are read as their float32 values
+        b = as_kind(X, "bfloat16")
+        np.testing.assert_array_equal(quantize_int8(b).codes, quantize_int8(np.asarray(b, np.float32)).codes)
 
 
 @pytest.fixture
@@ -87,7 +90,10 @@ def test_numba_direct_scan_reads_int8_codes():
     rng = np.random.default_rng(1)
     q8 = quantize_int8(unit_rows(rng, 64, 16))
     K.cosine_topk(unit_rows(rng, 1, 16), q8, 3, backend="numba")
-    assert any(str(sig[1]).startswith("array(int8, 2d") for sig in cosine._direct_kernel.signatures)
+    assert any(str(sig[2]).startswith("array(int8, 2d") for sig in cosine._direct_kernel_i8.signatures)
+    Xq, xs = cosine.int16_queries(np.array([[0.5, -1.0, 0.0]], np.float32))
+    np.testing.assert_array_equal(Xq, [[16384, -32767, 0]])  # 0.5 * 32767 = 16383.5 -> 16384 (half to even)
+    assert cosine.int16_queries(np.ones((1, 1024), np.float32))[0].max() == (2**31 - 1) // (127 * 1024)
 
 
 def test_octopus_ops_int8_match_reference(backend):

@@ -8,9 +8,11 @@ numba kernels of this module in two launch shapes:
 * few queries (``Q <= DIRECT_MAX_Q``): one pass of ``_direct_kernel`` over the gallery,
   which is memory-bound: each row is read (and widened from fp16/bf16 bits or int8 codes)
   once, in order, dotted with every query and offered to per-chunk heaps; the chunk heaps are
-  merged at the end. Half-precision galleries read half the bytes, int8 a quarter (each
-  code widened inside the dot loop, the dot multiplied by the row scale once per row). Rows
-  are also requested ``PREFETCH_BYTES`` ahead.
+  merged at the end. Half-precision galleries read half the bytes. An int8 gallery reads a
+  quarter (``_direct_kernel_i8``): each query is rounded to int16 (:func:`int16_queries`), dotted
+  with the int8 codes in exact int32 sums (multiply-add pairs: twice the rate of widening to
+  float32), and the sum multiplied by the query's and the row's scales once per row. Rows are
+  also requested ``PREFETCH_BYTES`` ahead.
 * many queries: ``_blocked_kernel``, one parallel pass over gallery chunks (dynamically
   scheduled, :mod:`._threads`): each chunk walks L2-sized sub-tiles, scores them with the
   register-blocked product of :mod:`._gemm` (no BLAS, no ``[Q, N]`` buffer: a
@@ -89,6 +91,45 @@ def _direct_kernel(X, G, kind, scales, excl, ex_value, n_chunks, pf, hs, hi, cnt
 
 
 @njit(cache=True)
+def _idot(xq, c):
+    """``sum_j int32(xq[j]) * int32(c[j])`` of an int16 query and an int8 row (exact; LLVM turns it
+    into multiply-add pairs, ``vpmaddwd``: twice the float widen + FMA rate)."""
+    s = np.int32(0)
+    for j in range(xq.shape[0]):  # kept int32 (numba would widen to int64 and lose the pairs)
+        s = np.int32(s + np.int32(xq[j]) * np.int32(c[j]))
+    return s
+
+
+@njit(parallel=True, cache=True)
+def _direct_kernel_i8(Xq, xs, C, scales, excl, ex_value, n_chunks, pf, hs, hi, cnt):
+    """The direct scan of an int8 gallery: integer dots of the int16-rounded queries with the codes
+    (1 byte per element read), times ``xs[q] * scales[r]`` once per row."""
+    N = C.shape[0]
+    Q = Xq.shape[0]
+    chunk = (N + n_chunks - 1) // n_chunks
+    for c in prange(n_chunks):
+        for r in range(c * chunk, min(N, (c + 1) * chunk)):
+            if r + pf < N:
+                prefetch_row(C, r + pf)
+            row = C[r]
+            sr = scales[r]
+            for q in range(Q):
+                s = np.float32(_idot(Xq[q], row)) * (xs[q] * sr)
+                _offer(s, r, q, c, excl, ex_value, hs, hi, cnt)
+
+
+def int16_queries(X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(Xq, xs)``: each query row rounded to int16 with its scale ``xs = max|x| / m``, ``m =
+    min(32767, (2^31 - 1) // (127 d))`` so that an int32 sum of ``d`` products with int8 codes is exact."""
+    d = X.shape[1]
+    m = np.float32(min(32767, (2**31 - 1) // (127 * max(d, 1))))
+    xs = (np.abs(X).max(axis=1) / m).astype(np.float32)
+    inv = np.divide(np.float32(1.0), xs, out=np.zeros_like(xs), where=xs > 0)
+    Xq = np.clip(np.rint(X * inv[:, None]), -m, m).astype(np.int16)
+    return Xq, xs
+
+
+@njit(cache=True)
 def _merge_chunks(hs, hi, cnt, out_hs, out_hi, out_cnt):
     for q in range(out_hs.shape[0]):
         n = 0
@@ -139,6 +180,11 @@ def direct_topk(X: np.ndarray, gallery: Gallery, k: int, excl: np.ndarray, ex_va
     n_chunks = max(1, min(numba.get_num_threads() * 4, gallery.shape[0] // DIRECT_CHUNK_ROWS))
     hs, hi, cnt = _chunk_heaps(n_chunks, Q, k)
     pf = max(1, -(-PREFETCH_BYTES // (gallery.shape[1] * gallery.data.itemsize)))  # rows
+    if gallery.kind == "int8":
+        Xq, xs = int16_queries(X)
+        with balanced():
+            _direct_kernel_i8(Xq, xs, gallery.data, _scales(gallery), excl, ex_value, n_chunks, pf, hs, hi, cnt)
+        return _merged(hs, hi, cnt)
     with balanced():
         _direct_kernel(
             X, gallery.data, KIND_CODES[gallery.kind], _scales(gallery), excl, ex_value, n_chunks, pf, hs, hi, cnt
