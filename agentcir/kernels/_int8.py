@@ -172,26 +172,44 @@ def check_shortlist(shortlist: Any, k: int) -> int:
     return int(shortlist)
 
 
-def _top_of(ids: np.ndarray, s64: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
-    """The best ``k`` of candidate ``ids`` scored ``s64`` (score desc, lower id first), padded."""
-    out_s = np.full(k, -np.inf, dtype=np.float32)
-    out_i = np.full(k, -1, dtype=np.int32)
-    keep = s64 != -np.inf
-    ids, s64 = ids[keep], s64[keep]
-    order = np.lexsort((ids, -s64))[:k]
-    out_s[: order.size] = s64[order].astype(np.float32)
-    out_i[: order.size] = ids[order]
-    return out_s, out_i
+#: float64 elements of the gathered candidate rows per block of queries (bounds the re-rank's memory)
+RERANK_BLOCK_ELEMENTS = 1 << 22
 
 
-def _excluded_scores(ids: np.ndarray, s64: np.ndarray, ex_row: np.ndarray | None, exclude_score: float | None):
-    if ex_row is None:
-        return s64
-    hit = np.isin(ids, ex_row[ex_row >= 0])
-    if hit.any():
-        s64 = s64.copy()
-        s64[hit] = -np.inf if exclude_score is None else float(np.float32(exclude_score))
-    return s64
+def _blocks(Q: int, L: int, d: int):
+    step = max(1, RERANK_BLOCK_ELEMENTS // max(1, L * d))
+    for a in range(0, Q, step):
+        yield a, min(Q, a + step)
+
+
+def _candidates(short_ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Each row's candidate ids in increasing order (padding ``-1`` last) and their validity."""
+    big = np.iinfo(np.int64).max
+    key = np.where(short_ids >= 0, short_ids.astype(np.int64), big)
+    ids = np.sort(key, axis=1)
+    valid = ids != big
+    return np.where(valid, ids, 0), valid
+
+
+def _gathered(rows: np.ndarray, ids: np.ndarray) -> np.ndarray:
+    """float64 ``[B, L, d]`` rows of the candidates (one fancy-index read of a memory map)."""
+    B, L = ids.shape
+    return np.asarray(rows[ids.reshape(-1)], dtype=np.float64).reshape(B, L, -1)
+
+
+def _finish(ids, valid, s64, exclude, exclude_score, k, out_s, out_i) -> None:
+    """Exclusions, then the best ``k`` per row (score desc; the ids are ascending, so a stable sort
+    keeps the lower id first among equal scores), padded with ``(-inf, -1)``."""
+    s64 = np.where(valid, s64, -np.inf)
+    if exclude is not None:
+        hit = (ids[:, :, None] == exclude[:, None, :]).any(axis=2) & valid
+        s64 = np.where(hit, -np.inf if exclude_score is None else float(np.float32(exclude_score)), s64)
+    order = np.argsort(-s64, axis=1, kind="stable")[:, :k]
+    top = np.take_along_axis(s64, order, axis=1)
+    n = top.shape[1]
+    out_s[:, :n] = top.astype(np.float32)
+    out_i[:, :n] = np.where(top == -np.inf, -1, np.take_along_axis(ids, order, axis=1))
+    out_s[:, n:], out_i[:, n:] = -np.inf, -1
 
 
 def rerank_topk(
@@ -204,15 +222,14 @@ def rerank_topk(
 ) -> tuple[np.ndarray, np.ndarray]:
     """Exact re-rank of a cosine shortlist: ``float64(x) . float64(rows[id])`` per candidate,
     exclusions as in the scan, then the top ``k`` (float32 scores, int32 ids)."""
-    Q = queries.shape[0]
+    Q, L = short_ids.shape
     out_s = np.empty((Q, k), dtype=np.float32)
     out_i = np.empty((Q, k), dtype=np.int32)
-    for q in range(Q):
-        ids = short_ids[q][short_ids[q] >= 0]
-        s64 = np.asarray(rows[np.sort(ids)], dtype=np.float64) @ queries[q].astype(np.float64)
-        ids = np.sort(ids)
-        s64 = _excluded_scores(ids, s64, None if exclude is None else exclude[q], exclude_score)
-        out_s[q], out_i[q] = _top_of(ids, s64, k)
+    ids, valid = _candidates(short_ids)
+    for a, b in _blocks(Q, L, queries.shape[1]):
+        s64 = np.einsum("qld,qd->ql", _gathered(rows, ids[a:b]), queries[a:b].astype(np.float64))
+        ex = None if exclude is None else exclude[a:b]
+        _finish(ids[a:b], valid[a:b], s64, ex, exclude_score, k, out_s[a:b], out_i[a:b])
     return out_s, out_i
 
 
@@ -236,15 +253,15 @@ def rerank_octopus(
 ) -> tuple[np.ndarray, np.ndarray]:
     """Exact re-rank of an OCTOPUS shortlist: ``S = lam t.I + (1 - lam) (v.C)(t.I)`` in float64
     from the float32 rows, exclusions as in the scan, then the top ``k``."""
-    Q = t.shape[0]
+    Q, L = short_ids.shape
     out_s = np.empty((Q, k), dtype=np.float32)
     out_i = np.empty((Q, k), dtype=np.int32)
-    for q in range(Q):
-        ids = np.sort(short_ids[q][short_ids[q] >= 0])
-        st = np.asarray(images[ids], dtype=np.float64) @ t[q]
+    ids, valid = _candidates(short_ids)
+    for a, b in _blocks(Q, L, t.shape[1]):
+        st = np.einsum("qld,qd->ql", _gathered(images, ids[a:b]), t[a:b])
         if visual is not None:
-            sv = np.asarray(captions[ids], dtype=np.float64) @ visual[q].astype(np.float64)
+            sv = np.einsum("qld,qd->ql", _gathered(captions, ids[a:b]), visual[a:b].astype(np.float64))
             st = lam * st + (1.0 - lam) * (sv * st)
-        st = _excluded_scores(ids, st, None if exclude is None else exclude[q], exclude_score)
-        out_s[q], out_i[q] = _top_of(ids, st, k)
+        ex = None if exclude is None else exclude[a:b]
+        _finish(ids[a:b], valid[a:b], st, ex, exclude_score, k, out_s[a:b], out_i[a:b])
     return out_s, out_i
