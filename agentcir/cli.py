@@ -745,7 +745,12 @@ def build_parser() -> argparse.ArgumentParser:
         required=True,
         help="gallery directory to write, or to update: only new and changed files are embedded (docs/library.md)",
     )
-    p.add_argument("--dtype", default="float32", choices=["float32", "float16"], help="embedding storage")
+    p.add_argument(
+        "--dtype",
+        default="float32",
+        choices=["float32", "float16", "int8"],
+        help="embedding storage (int8: float32 rows plus int8 codes; searches scan the codes, re-ranked exactly)",
+    )
     p.add_argument("--user", help="user id stored in every item's metadata (photo histories of several users)")
     p.add_argument(
         "--no-metadata",

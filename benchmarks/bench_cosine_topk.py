@@ -1,4 +1,5 @@
-"""cosine_topk: numba (autotuned product path, and each path forced) / torch backends vs straightforward numpy and torch, the exact-search peers
+"""cosine_topk: numba (autotuned product path, and each path forced; float32, half and int8 galleries,
+int8 with and without the exact float32 re-rank) / torch backends vs straightforward numpy and torch, the exact-search peers
 (faiss IndexFlatIP at its default and with the BLAS threshold lowered, its best setting; usearch
 exact search; hnswlib BFIndex) and the memory-bandwidth bound (numpy reading the gallery).
 
@@ -40,6 +41,10 @@ def _half(x, kind):
     return lazy(x, kind, lambda: as_kind(x["G"], kind))
 
 
+def _int8(x):
+    return lazy(x, "int8", lambda: K.quantize_int8(x["G"]))
+
+
 def _faiss(x):
     return lazy(x, "faiss", lambda: FaissFlatIP(x["G"]))
 
@@ -57,6 +62,10 @@ PROVIDERS = {
     "numba-f32": lambda x: K.cosine_topk(x["q"], x["G"], x["k"], backend="numba"),
     "numba-f16": lambda x: K.cosine_topk(x["q"], _half(x, "float16"), x["k"], backend="numba"),
     "numba-bf16": lambda x: K.cosine_topk(x["q"], _half(x, "bfloat16"), x["k"], backend="numba"),
+    # int8 gallery (per-row scales): the scan alone, and with the exact fp32 re-rank of the
+    # default shortlist max(4k, k + 64)
+    "numba-int8": lambda x: K.cosine_topk(x["q"], _int8(x), x["k"], backend="numba"),
+    "numba-int8-rerank": lambda x: K.cosine_topk(x["q"], _int8(x), x["k"], rerank=x["G"], backend="numba"),
 }
 #: the two product paths of the numba backend, forced (numba-f32 takes the autotuned one)
 PROVIDERS["numba-loop-f32"] = forced("loop", PROVIDERS["numba-f32"])

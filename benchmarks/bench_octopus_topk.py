@@ -41,6 +41,15 @@ def _kernel(x, kind, backend):
     )
 
 
+def _int8(x, rerank: bool):
+    I = lazy(x, "I-int8", lambda: K.quantize_int8(x["I"]))
+    C = lazy(x, "C-int8", lambda: K.quantize_int8(x["C"]))
+    kw = dict(rerank_images=x["I"], rerank_captions=x["C"]) if rerank else {}
+    return K.octopus_topk(
+        x["ref"], x["P"], x["qt"], I, x["k"], visual=x["qv"], captions=C, exclude=x["exclude"], backend="numba", **kw
+    )
+
+
 def _torch_backend(x):
     t = x["t"]
     return K.octopus_topk(
@@ -66,6 +75,8 @@ PROVIDERS = {
     "numba-f32": lambda x: _kernel(x, "float32", "numba"),
     "numba-f16": lambda x: _kernel(x, "float16", "numba"),
     "numba-bf16": lambda x: _kernel(x, "bfloat16", "numba"),
+    "numba-int8": lambda x: _int8(x, False),
+    "numba-int8-rerank": lambda x: _int8(x, True),
 }
 #: the two product paths of the numba backend, forced (numba-f32 takes the autotuned one)
 PROVIDERS["numba-loop-f32"] = forced("loop", PROVIDERS["numba-f32"])

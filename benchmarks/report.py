@@ -378,6 +378,20 @@ def targets_portable(groups) -> list[tuple[str, bool | None, str]]:
                 f"numba-f32 {f32 * 1e3:.1f} ms / {p} {m * 1e3:.1f} ms = {f32 / m:.2f}",
             )
         )
+    i8 = _get(groups, c1, "numba-int8-rerank")
+    if f32 and i8:
+        scan = _get(groups, c1, "numba-int8")
+        agree = i8.get("agree_topk_vs_fp32")
+        out.append(
+            (
+                "int8 Q=1 N=1M >= 3x fp32 (scan + exact fp32 re-rank)",
+                f32 / i8["median"] >= 3.0,
+                f"numba-f32 {f32 * 1e3:.1f} ms / numba-int8-rerank {i8['median'] * 1e3:.1f} ms = "
+                f"{f32 / i8['median']:.2f}x"
+                + (f"; scan alone {f32 / scan['median']:.2f}x" if scan else "")
+                + (f"; top-k agreement with fp32 {agree:.3f}" if agree is not None else ""),
+            )
+        )
     return out
 
 

@@ -5,6 +5,9 @@ A gallery lives in a directory::
     gallery.json            format, size, dim, dtype, encoder identity, skipped files
     items.jsonl             one row per item: id, path, caption (optional), meta
     image_emb.npy           [N, dim] float32 or float16, opened memory-mapped
+    image_codes.npy         int8 galleries (dtype ``int8``): [N, dim] int8 codes and
+    image_scales.npy        [N] float32 per-row scales of image_emb.npy (float32 there, for the
+                            exact re-rank; :mod:`.int8_rows`)
     captions/<hash>.jsonl   captions made by a captioner (identity-keyed)
     caption_emb/<hash>.npy  their embeddings by the gallery's encoder
     derived/<kind>/<key>.npy  [N, d] arrays a method derives from every item (identity-keyed,
@@ -56,7 +59,14 @@ log = logging.getLogger(__name__)
 FORMAT = 1
 CHUNK = 2048
 #: the files of a built gallery, each with a checksum sidecar
-GALLERY_FILES = ("gallery.json", "items.jsonl", "image_emb.npy")
+GALLERY_FILES = ("gallery.json", "items.jsonl", "image_emb.npy", "image_codes.npy", "image_scales.npy")
+#: storage dtypes of the image embeddings; ``int8`` stores float32 rows plus their int8 codes and scales
+GALLERY_DTYPES = ("float32", "float16", "int8")
+
+
+def float_dtype(dtype: str) -> str:
+    """The dtype of a gallery's float arrays (image rows, caption and derived embeddings): ``float32`` for int8."""
+    return "float32" if dtype == "int8" else dtype
 
 
 def rebuild_hint(root: Path, info: dict | None = None) -> str:
@@ -84,6 +94,44 @@ def remove_gallery_files(root: Path) -> None:
     """Remove a built gallery's own files (their sidecars too); captions and caption embeddings stay."""
     for name in GALLERY_FILES:
         remove_with_sidecar(root / name)
+
+
+def _write_int8(root: Path, emb: np.ndarray) -> None:
+    """``image_codes.npy`` and ``image_scales.npy`` of the float32 rows ``emb`` (sealed like image_emb.npy)."""
+    from ..kernels import Int8Gallery, quantize_int8
+
+    N, d = emb.shape
+    with atomic_path(root / "image_codes.npy") as codes_tmp, atomic_path(root / "image_scales.npy") as scales_tmp:
+        codes = np.lib.format.open_memmap(codes_tmp, mode="w+", dtype=np.int8, shape=(N, d))
+        scales = np.lib.format.open_memmap(scales_tmp, mode="w+", dtype=np.float32, shape=(N,))
+        quantize_int8(emb, out=Int8Gallery(codes, scales))
+        codes.flush()
+        scales.flush()
+        del codes, scales
+    write_sidecar(root / "image_codes.npy", rows=N)
+    write_sidecar(root / "image_scales.npy", rows=N)
+
+
+def _with_int8(root: Path, emb: np.ndarray) -> np.ndarray:
+    """The float32 rows ``emb`` carrying their checked int8 codes and scales (:class:`.int8_rows.Int8Rows`)."""
+    from ..kernels import Int8Gallery
+    from .int8_rows import Int8Rows
+
+    N, d = emb.shape
+    codes = _check_emb(root / "image_codes.npy", N, d)
+    f = root / "image_scales.npy"
+    rec = check_sidecar(f)
+    try:
+        scales = np.load(f, mmap_mode="r")
+    except (ValueError, OSError, EOFError) as e:
+        raise Damaged(f, f"cannot be read ({e})") from None
+    if rec is None:
+        raise Damaged(f, "has no checksum sidecar")
+    if codes.dtype != np.int8 or scales.shape != (N,) or scales.dtype != np.float32:
+        raise Damaged(
+            f, f"codes {codes.dtype} {codes.shape} / scales {scales.dtype} {scales.shape} do not fit ({N}, {d})"
+        )
+    return Int8Rows.wrap(emb, Int8Gallery(codes, scales))
 
 
 def _seal_legacy(root: Path, path: Path, **extra) -> None:
@@ -270,8 +318,8 @@ class Gallery:
         root = Path(root)
         if not items:
             raise InputError(f"cannot build gallery '{root}': no items")
-        if dtype not in ("float32", "float16"):
-            raise InputError(f"gallery dtype must be 'float32' or 'float16', got '{dtype}'")
+        if dtype not in GALLERY_DTYPES:
+            raise InputError(f"gallery dtype must be one of {', '.join(GALLERY_DTYPES)}, got '{dtype}'")
         ids = [it.id for it in items]
         if len(set(ids)) != len(ids):
             dup = next(i for i in ids if ids.count(i) > 1)
@@ -375,7 +423,7 @@ class Gallery:
                     with atomic_path(done) as tmp:
                         np.savez(
                             tmp,
-                            emb=emb.astype(dtype),
+                            emb=emb.astype(float_dtype(dtype)),
                             kept=kept,
                             skipped=np.array(json.dumps([[s.index + c * CHUNK, s.path, s.reason] for s in skipped])),
                         )
@@ -398,6 +446,8 @@ class Gallery:
         with atomic_path(root / "image_emb.npy") as tmp:
             np.save(tmp, emb)
         write_sidecar(root / "image_emb.npy", rows=len(kept_all))
+        if dtype == "int8":
+            _write_int8(root, np.load(root / "image_emb.npy", mmap_mode="r"))
         _write_items(root, [items[i] for i in kept_all])
         info = {
             "format": FORMAT,
@@ -440,6 +490,8 @@ class Gallery:
             items = _read_items(root / "items.jsonl", int(info.get("n", -1)))
             g = cls(root, info, items)
             g._image_emb = _check_emb(root / "image_emb.npy", len(items), int(info.get("dim") or 0))
+            if info.get("dtype") == "int8":
+                g._image_emb = _with_int8(root, g._image_emb)
         except Damaged as e:
             raise IntegrityError(f"gallery file {e}; {rebuild_hint(root, info)}") from None
         return g
@@ -465,10 +517,12 @@ class Gallery:
 
     @property
     def image_emb(self) -> np.ndarray:
-        """``[N, dim]`` embeddings, memory-mapped read-only."""
+        """``[N, dim]`` embeddings, memory-mapped read-only (an int8 gallery: the float32 rows as an
+        :class:`~.int8_rows.Int8Rows`, whose gallery ops scan the int8 codes and re-rank exactly)."""
         if self._image_emb is None:
             try:
-                self._image_emb = _check_emb(self.root / "image_emb.npy", len(self), self.dim)
+                emb = _check_emb(self.root / "image_emb.npy", len(self), self.dim)
+                self._image_emb = _with_int8(self.root, emb) if self.info.get("dtype") == "int8" else emb
             except Damaged as e:
                 raise IntegrityError(f"gallery file {e}; {rebuild_hint(self.root, self.info)}") from None
         return self._image_emb
@@ -556,7 +610,7 @@ class Gallery:
         f = self._caption_emb_file(key, encoder)
         d = f.parent
         if not self.has_caption_emb(key, encoder):
-            emb = encoder.encode_texts(caps).astype(dtype or self.info["dtype"])
+            emb = encoder.encode_texts(caps).astype(dtype or float_dtype(self.info["dtype"]))
             with storage_errors(d, "the gallery's caption embeddings"):
                 d.mkdir(exist_ok=True)
                 with atomic_path(f) as tmp:
@@ -601,7 +655,7 @@ class Gallery:
         with storage_errors(f.parent, "the gallery's derived arrays"):
             f.parent.mkdir(parents=True, exist_ok=True)
             with atomic_path(f) as tmp:
-                np.save(tmp, emb.astype(self.info["dtype"]))
+                np.save(tmp, emb.astype(float_dtype(self.info["dtype"])))
             write_sidecar(f, rows=len(self))
         return self.derived_emb(kind, key)
 

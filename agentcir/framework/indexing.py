@@ -99,7 +99,8 @@ def index_folder(
         recipe: a resolved recipe (:func:`agentcir.framework.recipe.compose`); its ``encoder``.
         folder: the photo folder; unreadable images and non-image files are skipped and counted.
         out: the gallery directory (an unfinished build there resumes; a finished one is reused).
-        dtype: embedding storage, ``float32`` or ``float16``.
+        dtype: embedding storage, ``float32``, ``float16`` or ``int8`` (float32 rows plus int8 codes:
+            int8 scans with an exact float32 re-rank).
         user: a user id stored in every item's metadata (photo histories of several users).
         metadata: read each photo's EXIF/XMP metadata into its item's ``meta``.
         scale: a sharded build's settings (:func:`scale_for`); None: unsharded.
@@ -171,8 +172,8 @@ def _index_folder(
     from .gallery import items_from_folder
     from .library import index_into
 
-    if dtype not in ("float32", "float16"):
-        raise InputError(f"dtype must be float32 or float16, got '{dtype}'")
+    if dtype not in ("float32", "float16", "int8"):
+        raise InputError(f"dtype must be float32, float16 or int8, got '{dtype}'")
     if recipe.get("encoder", {}).get("name") in (None, "none"):
         raise InputError("indexing needs an encoder: the recipe selects none")
     folder = Path(folder)

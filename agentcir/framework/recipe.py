@@ -37,6 +37,7 @@ class GalleryDType(Choice):
 
     float32 = "float32"
     float16 = "float16"
+    int8 = "int8"  # float32 rows + int8 codes and per-row scales: int8 scans, exact float32 re-rank
 
 
 class GalleryCaptions(Choice):
@@ -59,7 +60,8 @@ class RunConfig:
             unless their recipe caps them (``llm.concurrency``).
         cache: sqlite file of the model-call cache; default ``<root>/cache.sqlite``.
         progress: progress bars on stderr.
-        gallery_dtype: storage of gallery embeddings (``float32`` or ``float16``).
+        gallery_dtype: storage of gallery embeddings (``float32``, ``float16``, or ``int8``: float32
+            rows plus int8 codes that the gallery scans read, re-ranked exactly against the rows).
         gallery_captions: ``auto`` (dataset captions when the dataset has them, else the
             captioner), ``dataset`` or ``captioner``.
         show: how many queries' rankings to print at the end.

@@ -7,6 +7,7 @@ imported when first used. See README.md in this folder for each op's contract.
 """
 
 from ._inputs import GALLERY_KINDS, KernelInputError
+from ._int8 import Int8Gallery, default_shortlist, quantize_int8
 from ._types import OctopusTopK, TopK
 from .api import (
     cosine_topk,
@@ -29,11 +30,13 @@ __all__ = [
     "BACKENDS",
     "ENV_VAR",
     "GALLERY_KINDS",
+    "Int8Gallery",
     "BackendUnavailableError",
     "KernelInputError",
     "OctopusTopK",
     "TopK",
     "cosine_topk",
+    "default_shortlist",
     "fuse_scores",
     "ldre_top_drops",
     "ldre_weights",
@@ -43,6 +46,7 @@ __all__ = [
     "octopus_weights",
     "promote_first_accepted",
     "proxy_scores_topk",
+    "quantize_int8",
     "resolve",
     "rrf",
     "uncertainty",

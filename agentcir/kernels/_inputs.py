@@ -7,7 +7,9 @@ numpy (``reference``, ``numba``) or torch tensors (``torch``, ``triton``).
 
 Half-precision galleries travel as :class:`Gallery`: for numpy backends the data is
 float32 or the raw ``uint16`` bits of a float16 / bfloat16 array, with ``kind`` naming
-the format, so no backend needs ``ml_dtypes`` to handle bfloat16.
+the format, so no backend needs ``ml_dtypes`` to handle bfloat16. An int8 gallery
+(:class:`agentcir.kernels.Int8Gallery`) travels as ``kind="int8"``: the ``int8`` codes as
+``data`` and the float32 per-row ``scales`` (row ``r`` = ``scales[r] * data[r]``).
 """
 
 from __future__ import annotations
@@ -37,11 +39,14 @@ class Gallery:
     Attributes:
         data: numpy float32 or uint16 bits (numpy backends), or a torch tensor of
             dtype float32 / float16 / bfloat16 (torch backends).
-        kind: ``float32``, ``float16`` or ``bfloat16``.
+        kind: ``float32``, ``float16``, ``bfloat16`` or ``int8``.
+        scales: for ``int8``: float32 ``[N]`` per-row scales (numpy or torch, like ``data``);
+            row ``r`` is ``scales[r] * data[r]``. None otherwise.
     """
 
     data: Any
     kind: str
+    scales: Any = None
 
     @property
     def shape(self) -> tuple[int, int]:
@@ -131,6 +136,11 @@ def check_gallery(g: Any, name: str = "gallery", *, dim: int | None = None, rows
     Finite values are the caller's contract: scanning the gallery would cost as much
     as scoring it.
     """
+    if type(g).__name__ == "Int8Gallery":
+        raise KernelInputError(
+            f"{name}: an int8 gallery is accepted by cosine_topk, octopus_topk, octopus_weights and "
+            "octopus_gap_sums only; pass the float rows here"
+        )
     g = _as_array(g, name)
     shape = _shape(g)
     if len(shape) != 2:
@@ -245,6 +255,16 @@ def to_backend_float(x: Any, native: str) -> Any:
 
 def to_backend_gallery(g: Any, native: str) -> Gallery:
     """A checked gallery -> :class:`Gallery` in the backend's native type."""
+    if isinstance(g, Gallery):  # an int8 gallery (agentcir.kernels.Int8Gallery.view)
+        if native == "numpy":
+            return Gallery(np.ascontiguousarray(_numpy_of(g.data)), g.kind, np.ascontiguousarray(_numpy_of(g.scales)))
+        import torch
+
+        t = lambda a: a.contiguous() if is_torch(a) else torch.from_numpy(np.ascontiguousarray(a))  # noqa: E731
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)  # read-only memory maps: the kernels only read them
+            codes = t(g.data)
+            return Gallery(codes, g.kind, t(g.scales).to(codes.device))
     kind = dtype_name(g)
     if native == "numpy":
         a = _numpy_of(g)
@@ -272,12 +292,20 @@ def to_backend_ids(a: np.ndarray | None, native: str, device: Any = None) -> Any
 
 
 def bits_to_float32(bits: np.ndarray, kind: str) -> np.ndarray:
-    """float32 values of a numpy gallery in :class:`Gallery` form (exact)."""
+    """float32 values of a numpy gallery in :class:`Gallery` form (exact; not for ``int8``,
+    whose values need the scales: :func:`gallery_float64`)."""
     if kind == "float32":
         return bits
     if kind == "float16":
         return bits.view(np.float16).astype(np.float32)
     return (bits.astype(np.uint32) << 16).view(np.float32)
+
+
+def gallery_float64(g: Gallery) -> np.ndarray:
+    """float64 values of a numpy :class:`Gallery` (``int8``: codes times the row scales)."""
+    if g.kind == "int8":
+        return g.data.astype(np.float64) * g.scales.astype(np.float64)[:, None]
+    return bits_to_float32(g.data, g.kind).astype(np.float64)
 
 
 def float32_to_bfloat16_bits(x: np.ndarray) -> np.ndarray:

@@ -18,6 +18,7 @@ import numpy as np
 
 from . import dispatch
 from ._inputs import (
+    Gallery,
     KernelInputError,
     check_bool_mask,
     check_choice,
@@ -34,6 +35,15 @@ from ._inputs import (
     to_backend_gallery,
     to_backend_ids,
     to_numpy_out,
+)
+from ._int8 import (
+    Int8Gallery,
+    check_int8,
+    check_rerank,
+    check_shortlist,
+    octopus_t,
+    rerank_octopus,
+    rerank_topk,
 )
 from ._types import OctopusTopK, TopK
 
@@ -95,6 +105,26 @@ def _exclude_score(x: float | None) -> float | None:
     return None if x is None else check_finite_number(x, "exclude_score")
 
 
+def _gallery(g: Any, name: str = "gallery", *, dim: int | None = None, rows: int | None = None) -> Any:
+    """:func:`check_gallery`, or for an :class:`Int8Gallery` its checked ``kind="int8"`` view."""
+    if isinstance(g, Int8Gallery):
+        return check_int8(g, name, dim=dim, rows=rows)
+    return check_gallery(g, name, dim=dim, rows=rows)
+
+
+def _like(g: Any) -> Any:
+    """The array whose type (numpy or a torch device) the outputs follow: an int8 gallery's codes."""
+    return g.codes if isinstance(g, Int8Gallery) else g
+
+
+def _backend_for(be: Any, g: Any) -> Any:
+    """The backend module for gallery ``g``: an int8 gallery on the triton backend runs the torch
+    backend's ops (the Triton kernels read float rows only)."""
+    if getattr(g, "kind", None) == "int8" and be.__name__.endswith(".triton"):
+        return dispatch.backend_module("torch")
+    return be
+
+
 # -- scoring against a gallery ---------------------------------------------------------
 @_routable("gallery")
 def cosine_topk(
@@ -104,35 +134,50 @@ def cosine_topk(
     *,
     exclude: Any = None,
     exclude_score: float | None = None,
+    rerank: Any = None,
+    shortlist: int | None = None,
     backend: str = "auto",
 ) -> TopK:
     """Top-k inner products of each query with the gallery, streamed in tiles.
 
     Args:
         queries: float ``[Q, d]`` (L2-normalised rows for cosine similarity).
-        gallery: ``[N, d]`` float32, float16 or bfloat16 (L2-normalised rows).
+        gallery: ``[N, d]`` float32, float16 or bfloat16 (L2-normalised rows), or an
+            :class:`~agentcir.kernels.Int8Gallery` (int8 codes + per-row scales).
         k: how many to return; ``k > N`` pads with ``(-inf, -1)``.
         exclude: ids to exclude per query, ``[Q]`` or ``[Q, m]`` (``-1`` = none), e.g. the
             reference item.
         exclude_score: ``None`` removes excluded items; a number gives them that score.
+        rerank: float32 ``[N, d]`` rows of the same items (array or memory map), e.g. those an
+            int8 gallery was quantised from: the scan keeps the best ``shortlist`` per query,
+            which are scored again exactly (float64 products of the float32 rows) and the top
+            ``k`` of those returned (same tie and exclusion rules).
+        shortlist: candidates per query for ``rerank`` (``>= k``; default ``max(4k, k + 64)``).
         backend: ``auto`` or a name from ``BACKENDS``.
 
     Returns:
         :class:`TopK`: float32 scores and int32 ids ``[Q, k]``, best first, ties by lower id.
     """
-    g = check_gallery(gallery)
+    g = _gallery(gallery)
     N, d = g.shape
     q = check_float(queries, "queries", 2, dim=d)
     k = check_k(k)
     ex = check_exclude(exclude, q.shape[0], N)
     es = _exclude_score(exclude_score)
-    be = dispatch.backend_module(backend)
+    if rerank is None and shortlist is not None:
+        raise KernelInputError("shortlist: only used with rerank (the float32 rows to re-score)")
+    rows = None if rerank is None else check_rerank(rerank, "rerank", (N, d))
+    L = None if rerank is None else check_shortlist(shortlist, k)
+    be = _backend_for(dispatch.backend_module(backend), g)
+    like = _like(gallery)
     if q.shape[0] == 0:
-        return TopK(*_empty(k, gallery))
+        return TopK(*_empty(k, like))
     out = be.cosine_topk(
-        to_backend_float(q, be.NATIVE), to_backend_gallery(g, be.NATIVE), k, _ids_dev(ex, be, gallery), es
+        to_backend_float(q, be.NATIVE), to_backend_gallery(g, be.NATIVE), L or k, _ids_dev(ex, be, like), es
     )
-    return TopK(*_out(out, gallery))
+    if rows is not None:
+        out = rerank_topk(to_numpy_out(q), to_numpy_out(out[1]), rows, k, ex, es)
+    return TopK(*_out(out, like))
 
 
 @_routable("gallery")
@@ -205,21 +250,22 @@ def octopus_weights(reference: Any, proxies: Any, gallery: Any, *, tau: float = 
     """OCTOPUS adaptive proxy weights (docs/design/methods.md): ``w = softmax(s / tau)`` with
     ``s_i = mean_j relu(S_r[j] - S_E[i, j])``, ``S_r = ref . I^T``, ``S_E[i] = P_i . I^T``.
 
-    One streamed pass over the gallery; returns float32 ``[Q, K]`` (rows sum to 1).
+    One streamed pass over the gallery; returns float32 ``[Q, K]`` (rows sum to 1). ``gallery``
+    may be an :class:`~agentcir.kernels.Int8Gallery` (the gaps of its dequantised rows).
     """
-    g = check_gallery(gallery)
+    g = _gallery(gallery)
     N, d = g.shape
     p = check_float(proxies, "proxies", 3, dim=d)
     if p.shape[1] == 0:
         raise KernelInputError("proxies: needs at least one proxy per query (K >= 1)")
     r = check_float(reference, "reference", 2, dim=d, rows=p.shape[0])
     tau = check_positive(tau, "tau")
-    be = dispatch.backend_module(backend)
+    be = _backend_for(dispatch.backend_module(backend), g)
     if p.shape[0] == 0:
-        return _empty(1, gallery, (0, p.shape[1]))[2]
+        return _empty(1, _like(gallery), (0, p.shape[1]))[2]
     nat = be.NATIVE
     w = be.octopus_weights(to_backend_float(r, nat), to_backend_float(p, nat), to_backend_gallery(g, nat), tau)
-    return _out([w], gallery)[0]
+    return _out([w], _like(gallery))[0]
 
 
 @_routable("gallery")
@@ -229,13 +275,13 @@ def octopus_gap_sums(reference: Any, proxies: Any, gallery: Any, *, backend: str
     gallery add up, so the weights of a sharded gallery are ``softmax(sum_s sums_s / (N * tau))``
     (how :mod:`agentcir.framework.shards` merges them). One streamed pass.
     """
-    g = check_gallery(gallery)
+    g = _gallery(gallery)
     N, d = g.shape
     p = check_float(proxies, "proxies", 3, dim=d)
     r = check_float(reference, "reference", 2, dim=d, rows=p.shape[0])
-    be = dispatch.backend_module(backend)
+    be = _backend_for(dispatch.backend_module(backend), g)
     if p.shape[0] == 0 or p.shape[1] == 0:
-        return _out([np.zeros(p.shape[:2], dtype=np.float64)], gallery)[0]
+        return _out([np.zeros(p.shape[:2], dtype=np.float64)], _like(gallery))[0]
     nat = be.NATIVE
     return _out(
         [be.octopus_gap_sums(to_backend_float(r, nat), to_backend_float(p, nat), to_backend_gallery(g, nat))], gallery
@@ -309,6 +355,9 @@ def octopus_topk(
     entropy_tau: float = 0.02,
     exclude: Any = None,
     exclude_score: float | None = -10.0,
+    rerank_images: Any = None,
+    rerank_captions: Any = None,
+    shortlist: int | None = None,
     backend: str = "auto",
 ) -> OctopusTopK:
     """OCTOPUS bidirectional fused scoring with top-k (docs/design/methods.md), in two streamed passes.
@@ -328,11 +377,18 @@ def octopus_topk(
         captions: gallery caption embeddings ``C`` ``[N, d]`` (required with ``visual``).
         lam: λ of the fusion. tau: τ_w of the proxy weights. entropy_tau: temperature of
             the streamed entropy (the uncertainty gate's 0.02).
+        rerank_images / rerank_captions: float32 ``[N, d]`` rows of the same items (arrays or
+            memory maps; ``rerank_captions`` required with ``captions``), e.g. those an int8
+            ``images`` / ``captions`` were quantised from: the scan keeps the best ``shortlist``
+            per query, whose fused scores are computed again exactly (float64 from the float32
+            rows, with the scan's weights) and the top ``k`` of those returned. The weights,
+            entropy and log partition are the scan's (over every item of ``images``/``captions``).
+        shortlist: candidates per query for the re-rank (``>= k``; default ``max(4k, k + 64)``).
 
     Returns:
         :class:`OctopusTopK` (scores, ids, weights ``[Q, K]``, entropy and log partition ``[Q]``).
     """
-    I = check_gallery(images, "images")
+    I = _gallery(images, "images")
     N, d = I.shape
     p = check_float(proxies, "proxies", 3, dim=d)
     Q = p.shape[0]
@@ -343,15 +399,31 @@ def octopus_topk(
     if (visual is None) != (captions is None):
         raise KernelInputError("visual/captions: give both (bidirectional fusion) or neither (text-to-image only)")
     v = None if visual is None else check_float(visual, "visual", 2, dim=d, rows=Q)
-    C = None if captions is None else check_gallery(captions, "captions", dim=d, rows=N)
+    C = None if captions is None else _gallery(captions, "captions", dim=d, rows=N)
     k = check_k(k)
     lam = check_finite_number(lam, "lam", lo=0.0, hi=1.0)
     tau = check_positive(tau, "tau")
     entropy_tau = check_positive(entropy_tau, "entropy_tau")
     ex = check_exclude(exclude, Q, N)
+    es = _exclude_score(exclude_score)
+    if rerank_images is None and (rerank_captions is not None or shortlist is not None):
+        what = "rerank_captions" if rerank_captions is not None else "shortlist"
+        raise KernelInputError(f"{what}: only used with rerank_images (the float32 image rows to re-score)")
+    ri = None if rerank_images is None else check_rerank(rerank_images, "rerank_images", (N, d))
+    rc = None
+    if ri is not None and C is not None:
+        if rerank_captions is None:
+            raise KernelInputError("rerank_captions: required with captions and rerank_images")
+        rc = check_rerank(rerank_captions, "rerank_captions", (N, d))
+    elif rerank_captions is not None:
+        raise KernelInputError("rerank_captions: only used with captions")
+    L = None if ri is None else check_shortlist(shortlist, k)
     be = dispatch.backend_module(backend)
+    if isinstance(images, Int8Gallery) or isinstance(captions, Int8Gallery):
+        be = _backend_for(be, Gallery(None, "int8"))
+    like = _like(images)
     if Q == 0:
-        return OctopusTopK(*_empty(k, images, (0, p.shape[1]), (0,), (0,)))
+        return OctopusTopK(*_empty(k, like, (0, p.shape[1]), (0,), (0,)))
     nat = be.NATIVE
     f = lambda x: None if x is None else to_backend_float(x, nat)  # noqa: E731
     out = be.octopus_topk(
@@ -361,14 +433,20 @@ def octopus_topk(
         f(v),
         to_backend_gallery(I, nat),
         None if C is None else to_backend_gallery(C, nat),
-        k,
+        L or k,
         lam,
         tau,
         entropy_tau,
-        _ids_dev(ex, be, images),
-        _exclude_score(exclude_score),
+        _ids_dev(ex, be, like),
+        es,
     )
-    return OctopusTopK(*_out(out, images))
+    if ri is not None:
+        w = to_numpy_out(out[2])
+        tq = octopus_t(to_numpy_out(p), w, to_numpy_out(t)).astype(np.float32).astype(np.float64)
+        vq = None if v is None else to_numpy_out(v)
+        s, i = rerank_octopus(tq, vq, to_numpy_out(out[1]), ri, rc, k, lam, ex, es)
+        out = (s, i, *out[2:])
+    return OctopusTopK(*_out(out, like))
 
 
 def octopus_visual_query(generated: Any, reference: Any) -> np.ndarray:

@@ -19,14 +19,14 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._inputs import Gallery, bits_to_float32
+from ._inputs import Gallery, gallery_float64
 
 NATIVE = "numpy"
 
 
 # -- shared helpers -------------------------------------------------------------------
 def _gal(g: Gallery) -> np.ndarray:
-    return bits_to_float32(g.data, g.kind).astype(np.float64)
+    return gallery_float64(g)
 
 
 def _normalize(x: np.ndarray) -> np.ndarray:

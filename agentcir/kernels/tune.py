@@ -280,7 +280,7 @@ def tune(kind: str, rows: int) -> dict:
 
 
 def choose(kind: str, rows: int) -> str:
-    """The product path for a ``kind`` gallery (``float32`` / ``float16`` / ``bfloat16``) and
+    """The product path for a ``kind`` gallery (``float32`` / ``float16`` / ``bfloat16`` / ``int8``) and
     ``rows`` product rows: forced > cached choice > measured now > :data:`FALLBACK`."""
     forced = _forced()
     if forced:

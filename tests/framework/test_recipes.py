@@ -90,8 +90,11 @@ def test_unknown_run_field_and_bad_values():
         compose(["+run.speed=3"])
     with pytest.raises(ConfigError, match="run: field 'concurrency': must be at least 1"):
         compose(["run.concurrency=0"])
-    with pytest.raises(ConfigError, match="run: field 'gallery_dtype': must be one of float32, float16, got 'int8'"):
-        compose(["run.gallery_dtype=int8"])
+    with pytest.raises(
+        ConfigError, match="run: field 'gallery_dtype': must be one of float32, float16, int8, got 'int4'"
+    ):
+        compose(["run.gallery_dtype=int4"])
+    assert compose(["run.gallery_dtype=int8"])["run"]["gallery_dtype"] == "int8"
 
 
 def test_unknown_recipe_option_is_one_clear_line():

@@ -63,3 +63,16 @@ def test_portable_targets_pass_and_miss():
         "half galleries never slower than fp32 (every size and Q)": False,
         "cosine Q=1 N=1M fp32 within 1.15x of the best read of the same bytes": False,
     }
+
+
+def test_int8_target_pass_and_miss():
+    def target(f32, int8):
+        g = _groups({"cosine_topk Q1-N1M-d512": {"numba-f32": f32, "numba-int8": int8 / 2, "numba-int8-rerank": int8}})
+        g["cosine_topk Q1-N1M-d512"]["numba-int8-rerank"]["agree_topk_vs_fp32"] = 1.0
+        (hit,) = [t for t in report.targets_portable(g) if t[0].startswith("int8 Q=1 N=1M")]
+        return hit
+
+    ok, detail = target(0.045, 0.012)[1:]
+    assert ok and "3.75x" in detail and "scan alone 7.50x" in detail and "agreement with fp32 1.000" in detail
+    assert target(0.045, 0.020)[1] is False
+    assert not [t for t in report.targets_portable(_groups({"cosine_topk Q1-N1M-d512": {"numba-f32": 1.0}}))]

@@ -3,7 +3,7 @@
 ``tiles`` yields ``X_m @ float32(G_m[a:b]).T`` for a few float32 row blocks, computed by numpy's
 ``matmul`` (the BLAS numpy was built with: OpenBLAS picks its kernels per ISA at run time, MKL
 and Accelerate likewise), as faiss does. A float16 / bfloat16 tile is first widened exactly into
-a float32 buffer of ``BLAS_TILE_BYTES`` (a serial numba pass: cache-resident, no second thread
+a float32 buffer of ``BLAS_TILE_BYTES`` (an int8 tile: its codes times the row scales) (a serial numba pass: cache-resident, no second thread
 pool). The passes after the product (selection, aggregation, fusion) are the numba backend's
 own, run serial: a parallel numba region right after a BLAS call would wait for the BLAS
 threads to go idle (``_common`` "Threads"), and those passes are cheap next to the product.
@@ -57,6 +57,17 @@ def widen(G, kind, start, stop, out):
                 dst[j] = bf16_to_f32(src[j])
 
 
+@njit(cache=True)
+def dequantize(C, scales, start, stop, out):
+    """``out[:stop-start] = scales[r] * float32(C[r])`` for the int8 rows ``start..stop``."""
+    for r in range(stop - start):
+        src = C[start + r]
+        dst = out[r]
+        s = scales[start + r]
+        for j in range(src.shape[0]):
+            dst[j] = np.float32(src[j]) * s
+
+
 def tiles(
     gallery: Gallery, mats: Sequence[np.ndarray], tile: int, galleries: Sequence[Gallery] | None = None
 ) -> Iterator[tuple[int, int, list[np.ndarray]]]:
@@ -75,6 +86,9 @@ def tiles(
             S = buf[: x.shape[0] * T].reshape(x.shape[0], T)
             if g.kind == "float32":
                 np.matmul(x, g.data[start:stop].T, out=S)
+            elif g.kind == "int8":
+                dequantize(g.data, g.scales, start, stop, wide)
+                np.matmul(x, wide[:T].T, out=S)
             else:
                 widen(g.data, KIND_CODES[g.kind], start, stop, wide)
                 np.matmul(x, wide[:T].T, out=S)
@@ -114,6 +128,9 @@ def _synthetic(kind: str, rows: int) -> tuple[np.ndarray, Gallery]:
     n = MEASURE_SCAN_ROWS if rows <= 4 else int(min(MEASURE_SCAN_ROWS, max(1024, MEASURE_FLOPS / (2 * rows * d))))
     G = rng.standard_normal((n, d), dtype=np.float32)
     X = rng.standard_normal((rows, d), dtype=np.float32)
+    if kind == "int8":
+        s = (np.abs(G).max(axis=1) / 127).astype(np.float32)
+        return X, Gallery(np.rint(G / s[:, None]).astype(np.int8), kind, s)
     if kind == "float16":
         data = G.astype(np.float16).view(np.uint16)
     elif kind == "bfloat16":

@@ -25,7 +25,7 @@ from llvmlite import ir as _ir
 from numba import njit, types
 from numba.extending import intrinsic, overload
 
-KIND_CODES = {"float32": 0, "float16": 1, "bfloat16": 2}
+KIND_CODES = {"float32": 0, "float16": 1, "bfloat16": 2, "int8": 3}
 #: list-op kernels go parallel from this many input elements (below it a launch costs more than it saves)
 PARALLEL_MIN_WORK = 2_000_000
 
@@ -238,19 +238,36 @@ def bf16_to_f32(h):
     return np.uint32(np.uint32(h) << np.uint32(16)).view(np.float32)
 
 
+@njit(inline="always", cache=True)
+def i8_to_f32(c):
+    """An int8 code as float32 (exact; the row scale is applied once per row, after the dot)."""
+    return np.float32(c)
+
+
 def row_f32(G, r, kind, buf):  # pragma: no cover - replaced by the overload in numba code
     raise NotImplementedError
 
 
 @overload(row_f32, inline="always")
 def _row_f32(G, r, kind, buf):
-    """Row ``r`` of a gallery as float32: a view for float32 data, decoded into ``buf`` for half bits."""
+    """Row ``r`` of a gallery as float32: a view for float32 data, decoded into ``buf`` for half bits
+    and int8 codes (unscaled: the caller multiplies its dots by the row scale)."""
     if G.dtype == types.float32:
 
         def impl(G, r, kind, buf):
             return G[r]
 
         return impl
+
+    if G.dtype == types.int8:
+
+        def impl_i8(G, r, kind, buf):
+            row = G[r]
+            for j in range(row.shape[0]):
+                buf[j] = i8_to_f32(row[j])
+            return buf
+
+        return impl_i8
 
     def impl_half(G, r, kind, buf):
         row = G[r]
@@ -315,6 +332,7 @@ def _same(v):
 
 _dot_f16 = _dot_loop(f16_to_f32)
 _dot_bf16 = _dot_loop(bf16_to_f32)
+_dot_i8 = _dot_loop(i8_to_f32)
 
 
 @overload(row_dot)
@@ -327,6 +345,8 @@ def _row_dot(x, G, r, kind):
     time reaches it (README.md "Few queries")."""
     if G.dtype == types.float32:
         return lambda x, G, r, kind: dot(x, G[r])
+    if G.dtype == types.int8:  # the unscaled dot ``x . codes[r]`` (1 byte per element read)
+        return lambda x, G, r, kind: _dot_i8(x, G[r])
 
     def impl_half(x, G, r, kind):
         if kind == 1:

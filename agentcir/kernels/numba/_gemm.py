@@ -27,7 +27,7 @@ from numba import njit, prange, types
 from numba.extending import overload
 
 from .. import _tiling
-from ._common import FASTMATH, _same, bf16_to_f32, f16_to_f32
+from ._common import FASTMATH, _same, bf16_to_f32, f16_to_f32, i8_to_f32
 
 #: query rows and gallery rows of one register block
 QB, RB = 4, 6
@@ -131,6 +131,7 @@ def _block41_loop(conv):
 
 _b46_f32, _b46_f16, _b46_bf16 = (_block46_loop(conv) for conv in (_same, f16_to_f32, bf16_to_f32))
 _b41_f32, _b41_f16, _b41_bf16 = (_block41_loop(conv) for conv in (_same, f16_to_f32, bf16_to_f32))
+_b46_i8, _b41_i8 = _block46_loop(i8_to_f32), _block41_loop(i8_to_f32)
 
 
 def sweep(X, G, kind, lo, hi, S):  # pragma: no cover - replaced by the overload in numba code
@@ -141,7 +142,23 @@ def sweep(X, G, kind, lo, hi, S):  # pragma: no cover - replaced by the overload
 def _sweep(X, G, kind, lo, hi, S):
     """``S[:, :hi-lo] = X @ float32(G[lo:hi]).T`` (serial): every query block sweeps the rows ``lo..hi``.
 
-    ``kind`` 0 float32 data, 1 float16 bits, 2 bfloat16 bits (``G`` uint16 for 1 and 2)."""
+    ``kind`` 0 float32 data, 1 float16 bits, 2 bfloat16 bits (``G`` uint16 for 1 and 2), 3 int8
+    codes (``G`` int8: the products of the unscaled codes; :func:`scale_columns` applies the row
+    scales)."""
+    if G.dtype == types.int8:
+
+        def impl_i8(X, G, kind, lo, hi, S):
+            for q in range(0, X.shape[0], 4):
+                r = lo
+                while r + 6 <= hi:
+                    _b46_i8(X, G, q, r, S, r - lo)
+                    r += 6
+                while r < hi:
+                    _b41_i8(X, G, q, r, S, r - lo)
+                    r += 1
+
+        return impl_i8
+
     if G.dtype == types.float32:
 
         def impl(X, G, kind, lo, hi, S):
@@ -175,6 +192,20 @@ def _sweep(X, G, kind, lo, hi, S):
     return impl_half
 
 
+@njit(inline="always", cache=True)
+def scale_columns(S, rows, scales, lo, hi):
+    """``S[:rows, j] *= scales[lo + j]`` for ``j < hi - lo`` (int8 tiles; no-op when ``scales`` is empty)."""
+    if scales.shape[0]:
+        for q in range(rows):
+            for j in range(hi - lo):
+                S[q, j] *= scales[lo + j]
+
+
+def no_scales() -> np.ndarray:
+    """The ``scales`` argument of a kernel on a float gallery: an empty float32 array."""
+    return np.empty(0, dtype=np.float32)
+
+
 def chunk_count(N: int, sub: int) -> int:
     """Chunks of a fused kernel over ``N`` gallery rows in sub-tiles of ``sub`` rows:
     ``CHUNKS_PER_THREAD`` per numba thread, at most one per sub-tile, at least one."""
@@ -189,11 +220,17 @@ def chunk_span(c, n_chunks, N):
     return lo, min(N, lo + chunk)
 
 
+def product(X, G, kind, start, stop, sub, S, scales=None):
+    """``S[:, :stop-start] = X @ float32(G[start:stop]).T``, sub-tiles of ``sub`` rows in parallel
+    (int8 codes: times the row ``scales``)."""
+    _product(X, G, kind, start, stop, sub, S, no_scales() if scales is None else scales)
+
+
 @njit(parallel=True, cache=True)
-def product(X, G, kind, start, stop, sub, S):
-    """``S[:, :stop-start] = X @ float32(G[start:stop]).T``, sub-tiles of ``sub`` rows in parallel."""
+def _product(X, G, kind, start, stop, sub, S, scales):
     n = (stop - start + sub - 1) // sub
     for b in prange(n):
         lo = start + b * sub
         hi = min(stop, lo + sub)
         sweep(X, G, kind, lo, hi, S[:, lo - start :])
+        scale_columns(S[:, lo - start :], X.shape[0], scales, lo, hi)

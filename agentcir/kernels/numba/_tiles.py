@@ -30,7 +30,7 @@ from .. import tune
 from .._inputs import Gallery
 from . import _blas
 from ._common import KIND_CODES, f16_to_f32
-from ._gemm import pad_rows, product, sub_rows
+from ._gemm import no_scales, pad_rows, product, sub_rows
 from ._threads import balanced
 
 
@@ -98,7 +98,8 @@ def exact_tiles(
         for m, p, g, buf in zip(mats, padded, gals, flat):
             S = buf[: p.shape[0] * T].reshape(p.shape[0], T)
             with balanced():
-                product(p, g.data, KIND_CODES[g.kind], start, stop, sub_rows(d, g.data.itemsize), S)
+                sc = g.scales if g.kind == "int8" else no_scales()
+                product(p, g.data, KIND_CODES[g.kind], start, stop, sub_rows(d, g.data.itemsize), S, sc)
             outs.append(S[: m.shape[0]])
         yield start, stop, outs
 

@@ -6,9 +6,12 @@ process's sgemm on gallery tiles, each tile folded into the running heaps) and `
 numba kernels of this module in two launch shapes:
 
 * few queries (``Q <= DIRECT_MAX_Q``): one pass of ``_direct_kernel`` over the gallery,
-  which is memory-bound: each row is read (and widened from fp16/bf16 bits) once, in order,
-  dotted with every query and offered to per-chunk heaps; the chunk heaps are merged at the
-  end. Half-precision galleries read half the bytes, hence about twice as fast. Rows are
+  which is memory-bound: each row is read (and widened from fp16/bf16 bits or int8 codes)
+  once, in order, dotted with every query and offered to per-chunk heaps; the chunk heaps are
+  merged at the end. Half-precision galleries read half the bytes. An int8 gallery reads a
+  quarter (``_direct_kernel_i8``): each query is rounded to int16 (:func:`int16_queries`), dotted
+  with the int8 codes in exact int32 sums (multiply-add pairs: twice the rate of widening to
+  float32), and the sum multiplied by the query's and the row's scales once per row. Rows are
   also requested ``PREFETCH_BYTES`` ahead.
 * many queries: ``_blocked_kernel``, one parallel pass over gallery chunks (dynamically
   scheduled, :mod:`._threads`): each chunk walks L2-sized sub-tiles, scores them with the
@@ -40,7 +43,7 @@ from ._common import (
     select_row,
     sorted_from_heaps,
 )
-from ._gemm import chunk_count, chunk_span, pad_rows, sub_rows, sweep
+from ._gemm import chunk_count, chunk_span, no_scales, pad_rows, scale_columns, sub_rows, sweep
 from ._threads import balanced
 
 #: at most this many queries use the direct (BLAS-free, memory-bound) kernel
@@ -66,21 +69,64 @@ def _offer(s, r, q, c, excl, ex_value, hs, hi, cnt):
 
 
 @njit(parallel=True, cache=True)
-def _direct_kernel(X, G, kind, excl, ex_value, n_chunks, pf, hs, hi, cnt):
+def _direct_kernel(X, G, kind, scales, excl, ex_value, n_chunks, pf, hs, hi, cnt):
     N = G.shape[0]
     Q = X.shape[0]
+    scaled = scales.shape[0] > 0  # int8 codes: each dot times the row's scale
     chunk = (N + n_chunks - 1) // n_chunks
     for c in prange(n_chunks):
         buf = np.empty(G.shape[1], dtype=np.float32)
         for r in range(c * chunk, min(N, (c + 1) * chunk)):
             if r + pf < N:
                 prefetch_row(G, r + pf)
+            sr = scales[r] if scaled else np.float32(1.0)
             if Q == 1:  # one fused decode + dot pass over the row
-                _offer(row_dot(X[0], G, r, kind), r, 0, c, excl, ex_value, hs, hi, cnt)
+                s = row_dot(X[0], G, r, kind)
+                _offer(s * sr if scaled else s, r, 0, c, excl, ex_value, hs, hi, cnt)
             else:  # decode the row once, dot it with every query
                 row = row_f32(G, r, kind, buf)
                 for q in range(Q):
-                    _offer(dot(X[q], row), r, q, c, excl, ex_value, hs, hi, cnt)
+                    s = dot(X[q], row)
+                    _offer(s * sr if scaled else s, r, q, c, excl, ex_value, hs, hi, cnt)
+
+
+@njit(cache=True)
+def _idot(xq, c):
+    """``sum_j int32(xq[j]) * int32(c[j])`` of an int16 query and an int8 row (exact; LLVM turns it
+    into multiply-add pairs, ``vpmaddwd``: twice the float widen + FMA rate)."""
+    s = np.int32(0)
+    for j in range(xq.shape[0]):  # kept int32 (numba would widen to int64 and lose the pairs)
+        s = np.int32(s + np.int32(xq[j]) * np.int32(c[j]))
+    return s
+
+
+@njit(parallel=True, cache=True)
+def _direct_kernel_i8(Xq, xs, C, scales, excl, ex_value, n_chunks, pf, hs, hi, cnt):
+    """The direct scan of an int8 gallery: integer dots of the int16-rounded queries with the codes
+    (1 byte per element read), times ``xs[q] * scales[r]`` once per row."""
+    N = C.shape[0]
+    Q = Xq.shape[0]
+    chunk = (N + n_chunks - 1) // n_chunks
+    for c in prange(n_chunks):
+        for r in range(c * chunk, min(N, (c + 1) * chunk)):
+            if r + pf < N:
+                prefetch_row(C, r + pf)
+            row = C[r]
+            sr = scales[r]
+            for q in range(Q):
+                s = np.float32(_idot(Xq[q], row)) * (xs[q] * sr)
+                _offer(s, r, q, c, excl, ex_value, hs, hi, cnt)
+
+
+def int16_queries(X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(Xq, xs)``: each query row rounded to int16 with its scale ``xs = max|x| / m``, ``m =
+    min(32767, (2^31 - 1) // (127 d))`` so that an int32 sum of ``d`` products with int8 codes is exact."""
+    d = X.shape[1]
+    m = np.float32(min(32767, (2**31 - 1) // (127 * max(d, 1))))
+    xs = (np.abs(X).max(axis=1) / m).astype(np.float32)
+    inv = np.divide(np.float32(1.0), xs, out=np.zeros_like(xs), where=xs > 0)
+    Xq = np.clip(np.rint(X * inv[:, None]), -m, m).astype(np.int16)
+    return Xq, xs
 
 
 @njit(cache=True)
@@ -94,18 +140,24 @@ def _merge_chunks(hs, hi, cnt, out_hs, out_hi, out_cnt):
 
 
 @njit(parallel=True, cache=True)
-def _blocked_kernel(X, Q, G, kind, excl, ex_value, n_chunks, sub, hs, hi, cnt):
+def _blocked_kernel(X, Q, G, kind, scales, excl, ex_value, n_chunks, sub, hs, hi, cnt):
     for c in prange(n_chunks):
         S = np.empty((X.shape[0], sub), dtype=np.float32)
         lo, end = chunk_span(c, n_chunks, G.shape[0])
         for t0 in range(lo, end, sub):
             t1 = min(end, t0 + sub)
             sweep(X, G, kind, t0, t1, S)
+            scale_columns(S, Q, scales, t0, t1)
             for q in range(Q):
                 row = S[q, : t1 - t0]
                 if excl.shape[1]:
                     patch_excluded(row, q, t0, excl, ex_value)
                 cnt[c, q] = select_row(row, t0, hs[c, q], hi[c, q], cnt[c, q])
+
+
+def _scales(gallery: Gallery) -> np.ndarray:
+    """The row scales of an int8 gallery, an empty array for a float one."""
+    return np.ascontiguousarray(gallery.scales, dtype=np.float32) if gallery.kind == "int8" else no_scales()
 
 
 def _chunk_heaps(n_chunks: int, Q: int, k: int):
@@ -128,8 +180,15 @@ def direct_topk(X: np.ndarray, gallery: Gallery, k: int, excl: np.ndarray, ex_va
     n_chunks = max(1, min(numba.get_num_threads() * 4, gallery.shape[0] // DIRECT_CHUNK_ROWS))
     hs, hi, cnt = _chunk_heaps(n_chunks, Q, k)
     pf = max(1, -(-PREFETCH_BYTES // (gallery.shape[1] * gallery.data.itemsize)))  # rows
+    if gallery.kind == "int8":
+        Xq, xs = int16_queries(X)
+        with balanced():
+            _direct_kernel_i8(Xq, xs, gallery.data, _scales(gallery), excl, ex_value, n_chunks, pf, hs, hi, cnt)
+        return _merged(hs, hi, cnt)
     with balanced():
-        _direct_kernel(X, gallery.data, KIND_CODES[gallery.kind], excl, ex_value, n_chunks, pf, hs, hi, cnt)
+        _direct_kernel(
+            X, gallery.data, KIND_CODES[gallery.kind], _scales(gallery), excl, ex_value, n_chunks, pf, hs, hi, cnt
+        )
     return _merged(hs, hi, cnt)
 
 
@@ -146,6 +205,7 @@ def blocked_topk(X: np.ndarray, gallery: Gallery, k: int, excl: np.ndarray, ex_v
             Q,
             gallery.data,
             KIND_CODES[gallery.kind],
+            _scales(gallery),
             excl,
             ex_value,
             n_chunks,

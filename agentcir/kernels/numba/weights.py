@@ -28,7 +28,7 @@ from .._inputs import Gallery
 from .._tiling import tile_rows
 from . import _blas
 from ._common import FASTMATH, KIND_CODES, score_f32
-from ._gemm import chunk_count, chunk_span, fused_sub_rows, pad_rows, sweep
+from ._gemm import chunk_count, chunk_span, fused_sub_rows, no_scales, pad_rows, scale_columns, sweep
 from ._threads import balanced
 from ._tiles import coarse_is_faster, coarse_tiles
 
@@ -55,14 +55,16 @@ def _relu_sums(S, split, acc):
 
 
 @njit(parallel=True, cache=True, fastmath=FASTMATH)
-def _fused_relu_sums(D, R, G, kind, n_chunks, sub, acc):
-    """``acc[c, p] = sum_j relu(D[p] . G[j])`` over the rows ``j`` of chunk ``c`` (``D`` padded, ``R`` real rows)."""
+def _fused_relu_sums(D, R, G, kind, scales, n_chunks, sub, acc):
+    """``acc[c, p] = sum_j relu(D[p] . G[j])`` over the rows ``j`` of chunk ``c`` (``D`` padded, ``R`` real
+    rows; int8 codes times their ``scales``, empty for float galleries)."""
     for c in prange(n_chunks):
         S = np.empty((D.shape[0], sub), dtype=np.float32)
         lo, end = chunk_span(c, n_chunks, G.shape[0])
         for t0 in range(lo, end, sub):
             t1 = min(end, t0 + sub)
             sweep(D, G, kind, t0, t1, S)
+            scale_columns(S, R, scales, t0, t1)
             for p in range(R):
                 t = np.float32(0.0)
                 for j in range(t1 - t0):
@@ -87,7 +89,7 @@ def octopus_gap_sums(reference: np.ndarray, proxies: np.ndarray, gallery: Galler
     D = np.ascontiguousarray((reference[:, None, :] - proxies).reshape(Q * K, d))
     acc = np.zeros((Q, K), dtype=np.float64)
     tile = tile_rows(Q * K, d, N)
-    if gallery.kind != "float32" and N >= COARSE_MIN_ITEMS and coarse_is_faster():
+    if gallery.kind in ("float16", "bfloat16") and N >= COARSE_MIN_ITEMS and coarse_is_faster():
         for _, _, S in coarse_tiles(gallery, D, tile):
             _relu_sums(S, True, acc)
     elif tune.choose(gallery.kind, Q * K) == "blas":
@@ -98,7 +100,10 @@ def octopus_gap_sums(reference: np.ndarray, proxies: np.ndarray, gallery: Galler
         n_chunks = chunk_count(N, sub)
         part = np.zeros((n_chunks, Q * K), dtype=np.float64)
         with balanced():
-            _fused_relu_sums(pad_rows(D), Q * K, gallery.data, KIND_CODES[gallery.kind], n_chunks, min(sub, N), part)
+            sc = gallery.scales if gallery.kind == "int8" else no_scales()
+            _fused_relu_sums(
+                pad_rows(D), Q * K, gallery.data, KIND_CODES[gallery.kind], sc, n_chunks, min(sub, N), part
+            )
         acc = part.sum(axis=0).reshape(Q, K)
     return acc
 

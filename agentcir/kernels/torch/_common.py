@@ -23,11 +23,15 @@ def as_device(x: torch.Tensor | None, device: torch.device) -> torch.Tensor | No
 
 
 def tiles(gallery: Gallery, tile: int) -> Iterator[tuple[int, int, torch.Tensor]]:
-    """Yield ``(start, stop, float32 gallery rows)``; half-precision tiles are widened exactly."""
+    """Yield ``(start, stop, float32 gallery rows)``; half-precision tiles are widened exactly, int8
+    tiles dequantised (codes times the row scales)."""
     G = gallery.data
     for start in range(0, G.shape[0], tile):
         stop = min(G.shape[0], start + tile)
-        yield start, stop, G[start:stop].float()
+        if gallery.kind == "int8":
+            yield start, stop, G[start:stop].float() * gallery.scales[start:stop, None]
+        else:
+            yield start, stop, G[start:stop].float()
 
 
 def pack(scores: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
