@@ -317,7 +317,16 @@ class Hnswlib:
         self.index.set_ef(v)
 
     def search(self, q, k):
-        return self.index.knn_query(q, k=k, num_threads=1)[0]
+        try:
+            return self.index.knn_query(q, k=k, num_threads=1)[0]
+        except RuntimeError:  # a query reaching fewer than k rows fails the batch: one by one, -1 padded
+            out = np.full((len(q), k), -1, np.int64)
+            for i in range(len(q)):
+                try:
+                    out[i] = self.index.knn_query(q[i : i + 1], k=k, num_threads=1)[0][0]
+                except RuntimeError:
+                    pass
+            return out
 
     def knobs(self, k):
         return EF10 if k <= 10 else EF100

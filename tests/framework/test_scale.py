@@ -396,6 +396,36 @@ def test_hnswlib_index_records_its_settings_and_refuses_a_damaged_file(tmp_path,
     assert load_index(f, 16, 64).ntotal == 1000
 
 
+def test_hnswlib_search_widens_a_walk_that_ends_short():
+    """hnswlib fails a whole batch when one query's walk reaches fewer than k rows; such a query is
+    searched alone with a wider ef, the others keep theirs."""
+    from agentcir.framework.scale.ann import HnswlibIndex
+
+    rows = clustered(200, D, 5)
+
+    class Graph:
+        ef, calls = 0, []
+
+        def get_current_count(self):
+            return len(rows)
+
+        def set_ef(self, ef):
+            self.ef = ef
+
+        def knn_query(self, q, k):
+            self.calls.append((len(q), self.ef))
+            if any(abs(x[0] - rows[7, 0]) < 1e-6 for x in q) and self.ef < 40:
+                raise RuntimeError("Cannot return the results in a contiguous 2D array. Probably ef or M is too small")
+            s = q @ rows.T
+            ids = np.argsort(-s, axis=1, kind="stable")[:, :k]
+            return ids.astype(np.uint64), 1.0 - np.take_along_axis(s, ids, 1)
+
+    g = Graph()
+    s, i = HnswlibIndex(g, ef_search=10).search(rows[[3, 7, 9]], 5)
+    assert i[:, 0].tolist() == [3, 7, 9] and np.allclose(s[:, 0], 1, atol=1e-5)
+    assert g.calls == [(3, 10), (1, 10), (1, 10), (1, 40), (1, 10)]
+
+
 def _rss_mb() -> float:
     return int(next(l for l in open("/proc/self/status") if l.startswith("VmRSS")).split()[1]) / 1024
 

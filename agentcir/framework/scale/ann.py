@@ -68,12 +68,31 @@ class HnswlibIndex:
 
     def search(self, q: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
         kk = min(k, self.ntotal)
-        self.index.set_ef(max(self.ef_search, kk))  # hnswlib needs ef >= k
-        ids, dist = self.index.knn_query(q, k=kk)
         s = np.full((len(q), k), -np.inf, np.float32)
         i = np.full((len(q), k), -1, np.int64)
-        s[:, :kk], i[:, :kk] = 1.0 - dist, ids.astype(np.int64)  # space 'ip' answers 1 - q.x
+        ef = max(self.ef_search, kk)  # hnswlib needs ef >= k
+        todo = np.arange(len(q))
+        while len(todo):
+            self.index.set_ef(ef)
+            try:
+                ids, dist = self.index.knn_query(q[todo], k=kk)
+            except RuntimeError:  # a query reaching fewer than k rows fails its batch: one by one
+                if len(todo) > 1:
+                    for r in todo:
+                        s[r : r + 1], i[r : r + 1] = self._one(q[r : r + 1], k, kk, ef)
+                    return s, i
+                if ef >= self.ntotal:
+                    raise
+                ef = min(4 * ef, self.ntotal)  # the graph's walk ended early: search wider
+                continue
+            s[todo, :kk], i[todo, :kk] = 1.0 - dist, ids.astype(np.int64)  # space 'ip' answers 1 - q.x
+            todo = todo[:0]
         return s, i
+
+    def _one(self, q: np.ndarray, k: int, kk: int, ef: int) -> tuple[np.ndarray, np.ndarray]:
+        sub = HnswlibIndex(self.index, ef)
+        sub.ntotal = self.ntotal
+        return sub.search(q, k)
 
 
 def _build_hnswlib(emb: np.ndarray, scale: dict, out: Path, seed: int) -> None:
