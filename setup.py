@@ -49,8 +49,6 @@ EXTRAS = {
     # (agentcir/framework/scale/), per-shard faiss indexes (`agentcir build-index`); faiss is also
     # benchmarks/bench_cosine_topk.py's IndexFlatIP baseline
     "scale": ["ray[data]>=2.40", "faiss-cpu>=1.8"],
-    # the hnswlib per-shard graph (`agentcir build-index --kind hnswlib`, scale.search=hnswlib)
-    "hnswlib": ["hnswlib>=0.8"],
     # watch mode (agentcir/framework/watch.py): `agentcir index --watch`, `agentcir serve --watch`
     # follow a photo folder through the platform's file events (a polling observer where none work)
     "watch": ["watchdog>=4"],
@@ -103,7 +101,7 @@ EXTRAS["dev"] = sorted(
         # tests/serve: the API fuzzed from its OpenAPI schema; the page driven in Debian's chromium (.ci/run)
         "schemathesis>=4.0",
         "playwright>=1.40",
-        # benchmarks/bench_cosine_topk.py and benchmarks/ann_crossmodal.py: the search peers (usearch, hnswlib)
+        # benchmarks/bench_cosine_topk.py (exact-search peers) and benchmarks/ann_crossmodal.py (graph indexes)
         "usearch>=2.0",
         "hnswlib>=0.8",
     }

@@ -267,7 +267,7 @@ def cmd_build_index(args) -> int:
 
     recipe = _compose(args)
     scale = dict(recipe.get("scale") or {}, search=args.kind)
-    for flag in ("nlist", "sq", "pq_m", "hnsw_m", "ef_construction"):
+    for flag in ("nlist", "sq", "pq_m", "hnsw_m"):
         if getattr(args, flag) is not None:
             scale[flag] = getattr(args, flag)
     scale = scale_settings(scale)
@@ -772,7 +772,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser(
         "build-index",
-        help="build per-shard approximate indexes (faiss, hnswlib) of a sharded gallery",
+        help="build per-shard approximate indexes (faiss) of a sharded gallery",
         description="Train and fill a faiss index per shard (resumable); search with scale.search=KIND.",
     )
     p.add_argument("gallery", help="sharded gallery directory")
@@ -782,8 +782,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--nlist", type=int, help="IVF lists per shard (default about 4*sqrt(rows))")
     p.add_argument("--sq", choices=SQ, help="IVF-SQ codes (default fp16: a half gallery's values exactly)")
     p.add_argument("--pq-m", dest="pq_m", type=int, help="IVF-PQ sub-quantizers (divides the dim)")
-    p.add_argument("--hnsw-m", dest="hnsw_m", type=int, help="HNSW neighbours per node (hnsw, hnswlib)")
-    p.add_argument("--ef-construction", dest="ef_construction", type=int, help="hnswlib's build breadth")
+    p.add_argument("--hnsw-m", dest="hnsw_m", type=int, help="HNSW neighbours per node")
     p.add_argument("-q", "--quiet", action="store_true")
     _add_recipe_args(p)
 

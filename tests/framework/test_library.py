@@ -332,33 +332,30 @@ def test_a_sharded_gallery_is_updated_too(tmp_path):
             assert np.allclose(np.asarray(g.image_emb[g.index_of(i)]), keep[i])
 
 
-@pytest.mark.parametrize(
-    "kind,settings", [("ivf_flat", {"nlist": 2}), ("hnswlib", {"hnsw_m": 8, "ef_construction": 40})]
-)
-def test_an_update_builds_the_approximate_indexes_again_over_the_new_rows(tmp_path, kind, settings):
+def test_an_update_builds_the_approximate_indexes_again_over_the_new_rows(tmp_path):
     """An index folder made by build-index records its settings; an update builds it again over the
     new rows (the old one was made for the old row numbers), and search through it finds the new photo."""
-    pytest.importorskip("hnswlib" if kind == "hnswlib" else "faiss")
+    pytest.importorskip("faiss")
     from agentcir import kernels
     from agentcir.framework.galleries import open_gallery
     from agentcir.framework.scale import ann_dir, scale_settings
-    from agentcir.framework.scale.ann import SETTINGS_FILE, build_indexes, check_index, index_suffix
+    from agentcir.framework.scale.ann import SETTINGS_FILE, build_indexes, check_index
 
     folder = folder_of(tmp_path / "photos", 24)
     scale = scale_settings({"shards": 2})
     enc = CountingEncoder()
     g, _ = index_into(tmp_path / "g", items_with_meta(folder), enc, scale=scale, progress=False)
-    ann = scale_settings({"shards": 2, "search": kind, **settings})
+    ann = scale_settings({"shards": 2, "search": "ivf_flat", "nlist": 2})
     build_indexes(g, ann, progress=False)
     d = ann_dir(g, ann)
-    assert json.loads((d / SETTINGS_FILE).read_text()) == {"search": kind, **settings}
+    assert json.loads((d / SETTINGS_FILE).read_text()) == {"search": "ivf_flat", "nlist": 2}
     (tmp_path / "g" / "ann" / "made-elsewhere").mkdir()  # records no settings: dropped
     folder_of(folder, 3, start=50)
     (folder / "p002.png").unlink()
     g, change = index_into(tmp_path / "g", items_with_meta(folder), enc, scale=scale, progress=False)
     assert change.rebuilt == [f"ann/{d.name}"] and change.dropped == ["ann/made-elsewhere"]
     assert "built again over the new rows" in change.line()
-    assert sum(check_index(d / f"{s['dir']}{index_suffix(kind)}")["n"] for s in g.shards) == len(g) == 26
+    assert sum(check_index(d / f"{s['dir']}.faiss")["n"] for s in g.shards) == len(g) == 26
     searched = open_gallery(tmp_path / "g", scale=ann)
     q = np.asarray(g.image_emb[g.index_of("p051")], np.float32)[None]
     assert searched.ids[int(kernels.cosine_topk(q, searched.image_emb, 1).ids[0, 0])] == "p051"

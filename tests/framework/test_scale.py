@@ -330,11 +330,10 @@ def clustered(n: int, d: int, centers: int, seed: int = 0, noise: float = 0.35) 
         ("ivf_sq", {"nprobe": 8, "sq": "8bit"}),
         ("ivf_pq", {"nprobe": 8, "pq_m": 8, "refine": 10}),
         ("hnsw", {"ef_search": 64, "hnsw_m": 16}),
-        ("hnswlib", {"ef_search": 64, "hnsw_m": 16, "ef_construction": 100}),
     ],
 )
 def test_approximate_index_per_shard(tmp_path, kind, extra):
-    pytest.importorskip("hnswlib" if kind == "hnswlib" else "faiss")
+    pytest.importorskip("faiss")
     from agentcir.framework.scale.ann import build_indexes
 
     n = 3000
@@ -358,72 +357,6 @@ def test_approximate_index_per_shard(tmp_path, kind, extra):
         assert r not in set(approx.ids[r].tolist())  # the excluded item is removed, as in exact search
     recall = np.mean([len(set(a) & set(e)) / 10 for a, e in zip(approx.ids.tolist(), exact.ids.tolist())])
     assert recall >= 0.9, recall
-
-
-def test_hnswlib_index_records_its_settings_and_refuses_a_damaged_file(tmp_path, capsys):
-    """`agentcir build-index G --kind hnswlib`: a graph per shard in the folder named by hnsw_m and
-    ef_construction (recorded in settings.json); a damaged graph is refused naming the command, and
-    build-index builds that shard again."""
-    pytest.importorskip("hnswlib")
-    import json
-
-    from agentcir.cli import main
-    from agentcir.framework.integrity import IntegrityError
-    from agentcir.framework.scale import ann_dir, scale_settings
-    from agentcir.framework.scale.ann import SETTINGS_FILE, load_index
-
-    n = 2000
-    x = clustered(n, D, 20)
-    g = build_sharded(tmp_path / "g", items(n), TableEncoder(x), {"shards": 2}, progress=False)
-    cmd = ["build-index", str(tmp_path / "g"), "--kind", "hnswlib", "--hnsw-m", "8", "--ef-construction", "40", "-q"]
-    assert main(cmd) == 0
-    assert "built hnswlib indexes of 2 shard(s)" in capsys.readouterr().out
-    scale = scale_settings({"shards": 2, "search": "hnswlib", "hnsw_m": 8, "ef_construction": 40})
-    d = ann_dir(g, scale)
-    assert json.loads((d / SETTINGS_FILE).read_text()) == {"search": "hnswlib", "hnsw_m": 8, "ef_construction": 40}
-    got = kernels.cosine_topk(x[:5], open_gallery(tmp_path / "g", scale=scale).image_emb, 3)
-    assert got.ids[:, 0].tolist() == [0, 1, 2, 3, 4]
-    with pytest.raises(InputError, match=r"no hnswlib index .* --kind hnswlib --hnsw-m 8 --ef-construction 200$"):
-        kernels.cosine_topk(x[:1], open_gallery(tmp_path / "g", scale={**scale, "ef_construction": 200}).image_emb, 3)
-    f = d / "shard-00001.hnswlib"
-    with open(f, "r+b") as fh:
-        fh.seek(f.stat().st_size // 2)
-        fh.write(b"\xff" * 64)
-    with pytest.raises(IntegrityError, match=r"shard-00001.hnswlib.*agentcir build-index .* --kind hnswlib"):
-        load_index(f, 16, 64)
-    assert main(cmd) == 0
-    assert "(1 new)" in capsys.readouterr().out
-    assert load_index(f, 16, 64).ntotal == 1000
-
-
-def test_hnswlib_search_widens_a_walk_that_ends_short():
-    """hnswlib fails a whole batch when one query's walk reaches fewer than k rows; such a query is
-    searched alone with a wider ef, the others keep theirs."""
-    from agentcir.framework.scale.ann import HnswlibIndex
-
-    rows = clustered(200, D, 5)
-
-    class Graph:
-        ef, calls = 0, []
-
-        def get_current_count(self):
-            return len(rows)
-
-        def set_ef(self, ef):
-            self.ef = ef
-
-        def knn_query(self, q, k):
-            self.calls.append((len(q), self.ef))
-            if any(abs(x[0] - rows[7, 0]) < 1e-6 for x in q) and self.ef < 40:
-                raise RuntimeError("Cannot return the results in a contiguous 2D array. Probably ef or M is too small")
-            s = q @ rows.T
-            ids = np.argsort(-s, axis=1, kind="stable")[:, :k]
-            return ids.astype(np.uint64), 1.0 - np.take_along_axis(s, ids, 1)
-
-    g = Graph()
-    s, i = HnswlibIndex(g, ef_search=10).search(rows[[3, 7, 9]], 5)
-    assert i[:, 0].tolist() == [3, 7, 9] and np.allclose(s[:, 0], 1, atol=1e-5)
-    assert g.calls == [(3, 10), (1, 10), (1, 10), (1, 40), (1, 10)]
 
 
 def _rss_mb() -> float:

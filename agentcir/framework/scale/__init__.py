@@ -7,7 +7,7 @@ default) is the single-process gallery. The pieces:
 * :mod:`.embed` — building a sharded gallery (``engine=local``: in this process; ``engine=ray``:
   a Ray Data ``map_batches`` job with encoder actors), resumable shard by shard;
 * :mod:`.ray_search` — one Ray actor per shard (restarted when it dies);
-* :mod:`.ann` — per-shard faiss indexes (IVF-Flat, IVF-PQ, HNSW) or hnswlib graphs, built by ``agentcir build-index``.
+* :mod:`.ann` — per-shard faiss indexes (IVF-Flat, IVF-PQ, HNSW), built by ``agentcir build-index``.
 
 Ray and faiss come with ``pip install 'agentcir[scale]'``; the core imports without them.
 See docs/scale.md.
@@ -39,7 +39,6 @@ class SearchKind(Choice):
     ivf_sq = "ivf_sq"
     ivf_pq = "ivf_pq"
     hnsw = "hnsw"
-    hnswlib = "hnswlib"
 
 
 class ScalarQuantizer(Choice):
@@ -65,12 +64,10 @@ class ScaleConfig:
         shards: split the gallery into this many shards (0: one unsharded gallery).
         search: ``exact`` (the scoring core over every shard) or a per-shard approximate index
             built by ``agentcir build-index``: ``ivf_flat``, ``ivf_sq`` (scalar-quantized lists),
-            ``ivf_pq``, ``hnsw`` (faiss) or ``hnswlib`` (an hnswlib graph: the faster graph on
-            text queries, benchmarks/results/2026-12-03-ann-crossmodal.md).
+            ``ivf_pq`` or ``hnsw``.
         nlist: IVF lists per shard (0: about ``4 * sqrt(rows)``). sq: IVF-SQ's codes, ``fp16``
             (a half gallery's values exactly, half IVF-Flat's bytes) or ``8bit``. pq_m: IVF-PQ
-            sub-quantizers (``dim`` must divide by it). hnsw_m: HNSW neighbours per node (``hnsw``
-            and ``hnswlib``). ef_construction: ``hnswlib``'s build breadth.
+            sub-quantizers (``dim`` must divide by it). hnsw_m: HNSW neighbours per node.
         nprobe: IVF lists visited per query. ef_search: HNSW search breadth.
         refine: 0, or R: the index proposes ``R * k`` candidates per shard, re-scored exactly
             from the shard's embeddings (recovers IVF-PQ's recall).
@@ -94,7 +91,6 @@ class ScaleConfig:
     sq: ScalarQuantizer = ScalarQuantizer.fp16
     pq_m: int = 64
     hnsw_m: int = 32
-    ef_construction: int = 200
     nprobe: int = 16
     ef_search: int = 64
     refine: int = 0
@@ -122,7 +118,7 @@ def scale_settings(raw: dict[str, Any] | None, *, where: str = "scale") -> dict[
     ):
         if cfg[f] < 0:
             raise ConfigError(f"{where}: field '{f}': must be >= 0, got {cfg[f]}")
-    for f in ("pq_m", "hnsw_m", "ef_construction", "nprobe", "ef_search"):
+    for f in ("pq_m", "hnsw_m", "nprobe", "ef_search"):
         if cfg[f] < 1:
             raise ConfigError(f"{where}: field '{f}': must be >= 1, got {cfg[f]}")
     return cfg
@@ -169,13 +165,7 @@ def init_ray(scale: dict[str, Any]):
 
 
 #: the build settings of each index kind (they name its folder)
-BUILD_PARAMS = {
-    "ivf_flat": ("nlist",),
-    "ivf_sq": ("nlist", "sq"),
-    "ivf_pq": ("nlist", "pq_m"),
-    "hnsw": ("hnsw_m",),
-    "hnswlib": ("hnsw_m", "ef_construction"),
-}
+BUILD_PARAMS = {"ivf_flat": ("nlist",), "ivf_sq": ("nlist", "sq"), "ivf_pq": ("nlist", "pq_m"), "hnsw": ("hnsw_m",)}
 
 
 def ann_dir(gallery, scale: dict[str, Any]) -> Path:
@@ -189,9 +179,7 @@ def ann_dir(gallery, scale: dict[str, Any]) -> Path:
 def ann_paths(gallery, scale: dict[str, Any]) -> list[Path]:
     """The index file of every shard; an index not built yet is an error naming the command."""
     d = ann_dir(gallery, scale)
-    from .ann import index_suffix
-
-    paths = [d / f"{s['dir']}{index_suffix(scale['search'])}" for s in gallery.shards]
+    paths = [d / f"{s['dir']}.faiss" for s in gallery.shards]
     missing = [p for p in paths if not p.is_file()]
     if missing:
         kind = scale["search"]

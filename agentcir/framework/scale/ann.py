@@ -1,12 +1,9 @@
-"""Per-shard approximate indexes (inner product): faiss IVF-Flat, IVF-SQ, IVF-PQ and HNSW, and
-hnswlib's HNSW graph (``hnswlib``).
+"""Per-shard approximate indexes (faiss, inner product): IVF-Flat, IVF-SQ, IVF-PQ and HNSW.
 
 ``build_indexes`` writes one index file per shard under ``<gallery>/ann/<kind>-<settings hash>/``
-(atomically; finished shards are kept when a build is interrupted). faiss indexes are
+(atomically; finished shards are kept when a build is interrupted). Indexes are
 memory-mapped when searched (``IO_FLAG_MMAP``): a shard worker maps its file as it maps its
-embeddings, so workers on one node share the pages and a 10 GB index opens at once; an hnswlib
-graph is read into the worker's memory (benchmarks/ann_crossmodal.py compares the kinds on text
-queries against image embeddings). Search
+embeddings, so workers on one node share the pages and a 10 GB index opens at once. Search
 returns the scoring core's ranking rule (score descending, ties by the lower id, ``(-inf, -1)`` padding)
 over the candidates the index finds, with ``exclude`` applied as in ``cosine_topk``.
 """
@@ -49,64 +46,6 @@ def _faiss():
     return require("faiss", "scale", feature="approximate search (scale.search)")
 
 
-def _hnswlib():
-    return require("hnswlib", "hnswlib", feature="the hnswlib index (scale.search=hnswlib)")
-
-
-def index_suffix(kind: str) -> str:
-    """The file suffix of a shard's index of ``kind``."""
-    return ".hnswlib" if kind == "hnswlib" else ".faiss"
-
-
-class HnswlibIndex:
-    """An hnswlib graph (space ``ip``) answering as a faiss index does: ``ntotal``,
-    ``search(q, k) -> (inner products, int64 ids)`` with ``-1`` padding."""
-
-    def __init__(self, index, ef_search: int):
-        self.index, self.ef_search = index, ef_search
-        self.ntotal = index.get_current_count()
-
-    def search(self, q: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
-        kk = min(k, self.ntotal)
-        s = np.full((len(q), k), -np.inf, np.float32)
-        i = np.full((len(q), k), -1, np.int64)
-        ef = max(self.ef_search, kk)  # hnswlib needs ef >= k
-        todo = np.arange(len(q))
-        while len(todo):
-            self.index.set_ef(ef)
-            try:
-                ids, dist = self.index.knn_query(q[todo], k=kk)
-            except RuntimeError:  # a query reaching fewer than k rows fails its batch: one by one
-                if len(todo) > 1:
-                    for r in todo:
-                        s[r : r + 1], i[r : r + 1] = self._one(q[r : r + 1], k, kk, ef)
-                    return s, i
-                if ef >= self.ntotal:
-                    raise
-                ef = min(4 * ef, self.ntotal)  # the graph's walk ended early: search wider
-                continue
-            s[todo, :kk], i[todo, :kk] = 1.0 - dist, ids.astype(np.int64)  # space 'ip' answers 1 - q.x
-            todo = todo[:0]
-        return s, i
-
-    def _one(self, q: np.ndarray, k: int, kk: int, ef: int) -> tuple[np.ndarray, np.ndarray]:
-        sub = HnswlibIndex(self.index, ef)
-        sub.ntotal = self.ntotal
-        return sub.search(q, k)
-
-
-def _build_hnswlib(emb: np.ndarray, scale: dict, out: Path, seed: int) -> None:
-    hnswlib = _hnswlib()
-    n, d = emb.shape
-    index = hnswlib.Index(space="ip", dim=d)
-    index.init_index(max_elements=n, M=scale["hnsw_m"], ef_construction=scale["ef_construction"], random_seed=seed)
-    for start in range(0, n, ADD_ROWS):
-        rows = np.ascontiguousarray(emb[start : start + ADD_ROWS], np.float32)
-        index.add_items(rows, np.arange(start, start + len(rows)))
-    with atomic_path(out) as tmp:
-        index.save_index(str(tmp))
-
-
 def nlist_for(n: int, nlist: int) -> int:
     return max(1, min(nlist or int(round(4 * math.sqrt(n))), n // 39 or 1))
 
@@ -134,13 +73,9 @@ def make_index(kind: str, d: int, n: int, scale: dict):
 
 def build_index(emb: np.ndarray, kind: str, scale: dict, out: Path, *, seed: int = 0) -> dict:
     """Train and fill one index over ``emb`` (any float dtype, memory-mapped is fine) into ``out``."""
+    faiss = _faiss()
     t0 = time.perf_counter()
     n, d = emb.shape
-    out.parent.mkdir(parents=True, exist_ok=True)
-    if kind == "hnswlib":
-        _build_hnswlib(emb, scale, out, seed)
-        return _record(out, kind, n, d, t0)
-    faiss = _faiss()
     index = make_index(kind, d, n, scale)
     if not index.is_trained:
         rng = np.random.default_rng(seed)
@@ -149,12 +84,9 @@ def build_index(emb: np.ndarray, kind: str, scale: dict, out: Path, *, seed: int
         index.train(np.ascontiguousarray(emb[sample], np.float32))
     for start in range(0, n, ADD_ROWS):
         index.add(np.ascontiguousarray(emb[start : start + ADD_ROWS], np.float32))
+    out.parent.mkdir(parents=True, exist_ok=True)
     with atomic_path(out) as tmp:
         faiss.write_index(index, str(tmp))
-    return _record(out, kind, n, d, t0)
-
-
-def _record(out: Path, kind: str, n: int, d: int, t0: float) -> dict:
     info = {"kind": kind, "n": n, "dim": d, "build_s": round(time.perf_counter() - t0, 3)}
     atomic_write_text(out.with_suffix(".json"), seal({**info, "file": file_record(out)}))
     return info
@@ -174,9 +106,9 @@ def check_index(path: str | Path) -> dict:
 
 
 def load_index(path: str | Path, nprobe: int, ef_search: int):
-    """Index file ``path`` memory-mapped (an hnswlib graph: read), checked first against its recorded
-    digest (a damaged index is an :class:`~agentcir.framework.integrity.IntegrityError` naming the
-    rebuilding command)."""
+    """Index file ``path`` memory-mapped, checked first against its recorded digest (a damaged index
+    is an :class:`~agentcir.framework.integrity.IntegrityError` naming the rebuilding command)."""
+    faiss = _faiss()
     path = Path(path)
     try:
         info = check_index(path)
@@ -187,13 +119,7 @@ def load_index(path: str | Path, nprobe: int, ef_search: int):
             f"approximate index {e}; delete it and rebuild with: agentcir build-index '{gallery}' "
             f"--kind {kind} (with the same settings)"
         ) from None
-    if path.suffix == ".hnswlib":
-        graph = _hnswlib().Index(space="ip", dim=int(info["dim"]))
-        graph.load_index(str(path), max_elements=int(info["n"]))
-        index = HnswlibIndex(graph, ef_search)
-    else:
-        faiss = _faiss()
-        index = faiss.read_index(str(path), faiss.IO_FLAG_MMAP | faiss.IO_FLAG_READ_ONLY)
+    index = faiss.read_index(str(path), faiss.IO_FLAG_MMAP | faiss.IO_FLAG_READ_ONLY)
     if int(info.get("n", index.ntotal)) != index.ntotal:
         raise IntegrityError(
             f"approximate index '{path}' holds {index.ntotal} rows, {info['n']} were built; "
@@ -245,16 +171,14 @@ def build_indexes(gallery, scale: dict, *, progress: bool = True) -> list[dict]:
     from . import BUILD_PARAMS, ann_dir
 
     if scale["search"] == "exact":
-        raise InputError(
-            "build-index needs an approximate kind: scale.search=ivf_flat, ivf_sq, ivf_pq, hnsw or hnswlib"
-        )
+        raise InputError("build-index needs an approximate kind: scale.search=ivf_flat, ivf_sq, ivf_pq or hnsw")
     d = ann_dir(gallery, scale)
     d.mkdir(parents=True, exist_ok=True)
     kind = scale["search"]
     atomic_write_text(d / SETTINGS_FILE, json.dumps({"search": kind, **{p: scale[p] for p in BUILD_PARAMS[kind]}}))
     out = []
     for s, shard in enumerate(gallery.shards):
-        f = d / f"{shard['dir']}{index_suffix(kind)}"
+        f = d / f"{shard['dir']}.faiss"
         if f.is_file() and f.with_suffix(".json").is_file():
             try:
                 info = check_index(f)
