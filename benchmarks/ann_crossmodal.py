@@ -14,8 +14,8 @@ by brute force (``agentcir.kernels.cosine_topk``, numba).
 
 Indexes, every search on ONE thread: agentcir's per-shard faiss indexes built by
 ``agentcir.framework.scale.ann.build_index`` (IVF-Flat, IVF-SQ 8bit and fp16, HNSW: the
-project's settings; ``hnsw_m`` swept), hnswlib and usearch (``M`` / ``connectivity`` and
-``ef_construction`` / ``expansion_add`` swept). For each index and query kind the search knob
+project's settings; ``hnsw_m`` 32 and 16), hnswlib and usearch (``M`` / ``connectivity`` 16 and 32
+at ``ef_construction`` 200 / ``expansion_add`` 128; ``INDEXES``, ``--indexes`` picks). For each index and query kind the search knob
 (``nprobe``; ``ef``) is raised until recall@10 (searching k=10) and recall@100 (k=100) reach
 ``--target``; the lowest such setting's queries per second of one core is reported (queries
 over the CPU time of the searching thread, every library searching in the calling thread, so
@@ -28,13 +28,17 @@ the same way to ``--octopus-n`` rows (captions too): exact over the whole galler
 (``kernels.octopus_topk``) against exact fused scores over the union of the ANN candidates of
 its two query vectors (``(e + q_t) / 2`` and ``q_v``, ``--octopus-candidates`` each; the proxy
 weights stay whole-gallery scans, as on a sharded gallery), per index at the setting chosen for
-recall@100 on text queries. Reported: fashion_cir's metrics (mAP@k, R@k) for both.
+recall@100 on text queries, and over exact candidates of the same two vectors (what the
+candidate path loses before any index does). Reported: fashion_cir's metrics (mAP@k, R@k) and
+the overlap of each top-10 with the exact one.
 
 Everything built is cached under ``--out`` (embeddings, gallery, ground truth, indexes, each
 sweep's result), keyed by the inputs and this module's code: a killed run continues.
 
-    python benchmarks/ann_crossmodal.py --n 1000000 --out runs/_bench/ann-crossmodal \\
-        --json benchmarks/results/ann-crossmodal-1m.json
+    python benchmarks/ann_crossmodal.py --n 1000000 --nlist 1024 --text-queries 500 \\
+        --image-queries 500 --octopus-n 100000 --json benchmarks/results/ann-crossmodal-1m.json
+
+(figures: benchmarks/results/2026-12-03-ann-crossmodal.md)
 """
 
 from __future__ import annotations
