@@ -104,7 +104,7 @@ EXTRAS["dev"] = sorted(
         # tests/serve: the API fuzzed from its OpenAPI schema; the page driven in Debian's chromium (.ci/run)
         "schemathesis>=4.0",
         "playwright>=1.40",
-        # benchmarks/bench_cosine_topk.py only: the exact-search peers (usearch exact search, hnswlib BFIndex)
+        # benchmarks/bench_cosine_topk.py (exact-search peers) and benchmarks/ann_crossmodal.py (graph indexes)
         "usearch>=2.0",
         "hnswlib>=0.8",
     }
