@@ -93,10 +93,21 @@ def plugin_env(plugin_path, tmp_path) -> dict:
 pytest_plugins = ["agentcir.testing.pytest_plugin"]
 
 
+#: test packages whose package-scoped fixtures (a built gallery, a running server) are costly: under
+#: ``--dist loadgroup`` each runs on one worker, so those fixtures are built once, not once per worker
+GROUPED_PACKAGES = ("serve", "mcp_server")
+
+
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist's worker hook reads the xdist_group marks
 def pytest_collection_modifyitems(config, items):
     """The modules holding a test marked ``slow`` run first, each module's tests kept together and
     in their order (so module-scoped fixtures are set up once). Under pytest-xdist the long tests
     then start early, on either worker, and the run ends on short ones instead of one worker
-    finishing a long test alone."""
+    finishing a long test alone. The tests of ``GROUPED_PACKAGES`` get an ``xdist_group`` mark."""
+    tests = ROOT / "tests"
+    for item in items:
+        parts = item.path.relative_to(tests).parts if item.path.is_relative_to(tests) else ()
+        if len(parts) > 1 and parts[0] in GROUPED_PACKAGES and not item.get_closest_marker("xdist_group"):
+            item.add_marker(pytest.mark.xdist_group(parts[0]))
     slow_files = {item.path for item in items if item.get_closest_marker("slow")}
     items.sort(key=lambda item: item.path not in slow_files)

@@ -377,12 +377,13 @@ def octopus_topk(
         captions: gallery caption embeddings ``C`` ``[N, d]`` (required with ``visual``).
         lam: λ of the fusion. tau: τ_w of the proxy weights. entropy_tau: temperature of
             the streamed entropy (the uncertainty gate's 0.02).
-        rerank_images / rerank_captions: float32 ``[N, d]`` rows of the same items (arrays or
-            memory maps; ``rerank_captions`` required with ``captions``), e.g. those an int8
-            ``images`` / ``captions`` were quantised from: the scan keeps the best ``shortlist``
-            per query, whose fused scores are computed again exactly (float64 from the float32
-            rows, with the scan's weights) and the top ``k`` of those returned. The weights,
-            entropy and log partition are the scan's (over every item of ``images``/``captions``).
+        rerank_images: float32 ``[N, d]`` rows of the same items as ``images`` (an array or a
+            memory map), e.g. those an int8 ``images`` was quantised from: the scan keeps the best
+            ``shortlist`` per query, whose fused scores are computed again exactly (float64 from
+            the float32 rows, with the scan's weights) and the top ``k`` of those returned. The
+            weights, entropy and log partition are the scan's (over every item of ``images``).
+        rerank_captions: float32 ``[N, d]`` rows of the same items as ``captions``, for the
+            same re-rank (required with ``captions`` and ``rerank_images``).
         shortlist: candidates per query for the re-rank (``>= k``; default ``max(4k, k + 64)``).
 
     Returns:

@@ -25,6 +25,10 @@ TEXTS = [
 ]
 
 
+# one worker runs the module, so that the export below is made once
+pytestmark = pytest.mark.xdist_group("onnx")
+
+
 @pytest.fixture(scope="module")
 def exported(catalog_encoder, tmp_path_factory):
     """The bundled catalog encoder exported through the command line."""
