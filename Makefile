@@ -33,12 +33,11 @@ venv: $(VENV)/.run-deps
 run: $(VENV)/.run-deps
 	$(VENV)/bin/agentcir run $(ARGS)
 
-# the suite runs on every core, one pytest-xdist worker more than the cores (many tests wait on
-# subprocesses, servers and sleeps; JOBS=N to choose); `loadgroup`: the tests marked
-# xdist_group("name") share one worker (the Ray tests: one local Ray at a time); the tests that
+# the suite runs on every core (pytest-xdist, JOBS workers; `loadgroup`: the tests marked
+# xdist_group("name") share one worker: the Ray tests, one local Ray at a time); the tests that
 # need an idle machine (marker `serial`) run alone afterwards, collected from the files that carry
 # the marker only
-JOBS ?= $(shell python3 -c "import os; print(len(os.sched_getaffinity(0)) + 1)")
+JOBS ?= auto
 SERIAL_FILES = $(shell grep -rlE '@pytest\.mark\.serial|^pytestmark.*mark\.serial' tests --include='test_*.py')
 test: $(VENV)/.dev-deps
 	$(PY) -m pytest -q -n $(JOBS) --dist loadgroup -m "not serial" $(PYTEST_ARGS)
