@@ -148,15 +148,21 @@ def check_gallery(g: Any, name: str = "gallery", *, dim: int | None = None, rows
     kind = dtype_name(g)
     if kind not in GALLERY_KINDS:
         raise KernelInputError(f"{name}: dtype {kind} is not supported; use one of {', '.join(GALLERY_KINDS)}")
+    check_gallery_shape(shape, name, dim, rows)
+    return g
+
+
+def check_gallery_shape(shape: tuple, name: str, dim: int | None, rows: int | None, *, part: str = "") -> None:
+    """The limits every gallery matrix meets: ids fit int32, ``d > 0``, and the expected ``d`` and
+    row count when given (``part`` names the matrix inside ``name``, e.g. ``.codes``)."""
     if shape[0] > MAX_ITEMS:
-        raise KernelInputError(f"{name}: {shape[0]} rows exceed the int32 id range")
+        raise KernelInputError(f"{name}{part}: {shape[0]} rows exceed the int32 id range")
     if shape[1] == 0:
-        raise KernelInputError(f"{name}: embedding dimension is 0")
+        raise KernelInputError(f"{name}{part}: embedding dimension is 0")
     if dim is not None and shape[1] != dim:
         raise KernelInputError(f"{name}: has dimension {shape[1]}, expected {dim}")
     if rows is not None and shape[0] != rows:
         raise KernelInputError(f"{name}: has {shape[0]} rows, expected {rows} (one per gallery item)")
-    return g
 
 
 def check_k(k: Any, name: str = "k") -> int:

@@ -24,13 +24,13 @@ from typing import Any
 import numpy as np
 
 from ._inputs import (
-    MAX_ITEMS,
     Gallery,
     KernelInputError,
     _numpy_of,
     _shape,
     bits_to_float32,
     check_gallery,
+    check_gallery_shape,
     dtype_name,
     is_torch,
 )
@@ -125,14 +125,7 @@ def check_int8(g: Int8Gallery, name: str, *, dim: int | None = None, rows: int |
         raise KernelInputError(f"{name}.codes: expected a 2-d [N, d] matrix, got shape {shape}")
     if dtype_name(codes) != "int8":
         raise KernelInputError(f"{name}.codes: expected dtype int8, got {dtype_name(codes)}")
-    if shape[0] > MAX_ITEMS:
-        raise KernelInputError(f"{name}.codes: {shape[0]} rows exceed the int32 id range")
-    if shape[1] == 0:
-        raise KernelInputError(f"{name}.codes: embedding dimension is 0")
-    if dim is not None and shape[1] != dim:
-        raise KernelInputError(f"{name}: has dimension {shape[1]}, expected {dim}")
-    if rows is not None and shape[0] != rows:
-        raise KernelInputError(f"{name}: has {shape[0]} rows, expected {rows} (one per gallery item)")
+    check_gallery_shape(shape, name, dim, rows, part=".codes")
     if _shape(scales) != (shape[0],):
         raise KernelInputError(f"{name}.scales: expected shape ({shape[0]},) (one per row), got {_shape(scales)}")
     if dtype_name(scales) != "float32":
