@@ -18,9 +18,9 @@ import pytest
 pytest.importorskip("ray")
 pytest.importorskip("faiss")
 
-# the benchmarks start their own local Ray (`address="local"`), never one named in Ray's address
-# file: they may run beside the `ray` group, on one pytest-xdist worker of their own
-pytestmark = pytest.mark.xdist_group("ray-benchmarks")
+# beside the Ray tests on one pytest-xdist worker (`--dist loadgroup`): the benchmark's plain
+# ray.init() would join the cluster that test_scale_ray.py's two-node test names in Ray's address file
+pytestmark = pytest.mark.xdist_group("ray")
 
 ROOT = Path(__file__).resolve().parents[2]
 DEMO = ROOT / "agentcir" / "data" / "demo" / "images"
