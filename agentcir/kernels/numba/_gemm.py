@@ -145,30 +145,17 @@ def _sweep(X, G, kind, lo, hi, S):
     ``kind`` 0 float32 data, 1 float16 bits, 2 bfloat16 bits (``G`` uint16 for 1 and 2), 3 int8
     codes (``G`` int8: the products of the unscaled codes; :func:`scale_columns` applies the row
     scales)."""
-    if G.dtype == types.int8:
-
-        def impl_i8(X, G, kind, lo, hi, S):
-            for q in range(0, X.shape[0], 4):
-                r = lo
-                while r + 6 <= hi:
-                    _b46_i8(X, G, q, r, S, r - lo)
-                    r += 6
-                while r < hi:
-                    _b41_i8(X, G, q, r, S, r - lo)
-                    r += 1
-
-        return impl_i8
-
-    if G.dtype == types.float32:
+    if G.dtype in (types.int8, types.float32):  # one block pair per gallery dtype, chosen at typing time
+        b46, b41 = (_b46_i8, _b41_i8) if G.dtype == types.int8 else (_b46_f32, _b41_f32)
 
         def impl(X, G, kind, lo, hi, S):
             for q in range(0, X.shape[0], 4):
                 r = lo
                 while r + 6 <= hi:
-                    _b46_f32(X, G, q, r, S, r - lo)
+                    b46(X, G, q, r, S, r - lo)
                     r += 6
                 while r < hi:
-                    _b41_f32(X, G, q, r, S, r - lo)
+                    b41(X, G, q, r, S, r - lo)
                     r += 1
 
         return impl
