@@ -8,6 +8,9 @@
   in ``extra_info`` the op, size, baseline, round, and in round 0 the top-k agreement with
   the float32 result and, where asked, the peak extra memory measured in a fresh
   subprocess (:mod:`memory`);
+* before each timed call the machine settles (``_data.quiet``: under 0.3 busy cores, at most
+  3 s; ``AGENTCIR_BENCH_SETTLE=0`` turns it off): a BLAS or OpenMP pool spins on for up to
+  ~0.2 s after its call, and would otherwise slow down whichever provider comes next;
 * ``benchmarks/report.py`` turns the saved JSON into ratio tables and target checks.
 """
 
@@ -24,6 +27,8 @@ import pytest
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))  # bench files import _data and sizes (pytest runs in importlib mode)
+
+from _data import quiet  # noqa: E402
 
 
 def pytest_collect_file(file_path, parent):
@@ -115,7 +120,16 @@ def run_provider(
                     for k, v in memory_in_subprocess(Path(module.__file__).name, size["name"], provider).items()
                 }
             )
-    benchmark.pedantic(fn, args=(inputs,), rounds=1, iterations=1, warmup_rounds=0)
+    settle = os.environ.get("AGENTCIR_BENCH_SETTLE", "1").strip().lower() not in ("0", "false", "no", "off")
+
+    def setup():
+        # the previous provider's thread pools (OpenBLAS, MKL / OpenMP) keep spinning for up to
+        # ~0.2 s after its call: timed now, they would take cores from this one
+        if settle:
+            info["settle_s"] = max(info.get("settle_s", 0.0), quiet(below=0.3, limit=3.0))
+        return (inputs,), {}
+
+    benchmark.pedantic(fn, setup=setup, rounds=1, iterations=1, warmup_rounds=0)
 
 
 def as_numpy_ids(out) -> np.ndarray:

@@ -93,9 +93,11 @@ def plugin_env(plugin_path, tmp_path) -> dict:
 pytest_plugins = ["agentcir.testing.pytest_plugin"]
 
 
-#: test packages whose package-scoped fixtures (a built gallery, a running server) are costly: under
-#: ``--dist loadgroup`` each runs on one worker, so those fixtures are built once, not once per worker
-GROUPED_PACKAGES = ("serve", "mcp_server")
+#: test packages run on one worker each under ``--dist loadgroup``: ``serve`` and ``mcp_server``
+#: build costly package-scoped fixtures (a gallery, a running server) once, not once per worker;
+#: ``kernels`` compiles the numba kernels once (on a fresh checkout, two workers would compile the
+#: same kernels at the same time, before either has written numba's cache)
+GROUPED_PACKAGES = ("serve", "mcp_server", "kernels")
 
 
 @pytest.hookimpl(tryfirst=True)  # before pytest-xdist's worker hook reads the xdist_group marks

@@ -5,7 +5,9 @@
 * ``backend="auto"``: the ``AGENTCIR_KERNELS`` environment variable when set (an explicit
   choice: it raises the same way when it cannot run), else the capability probe:
   ``triton`` when a CUDA device and triton are present, else ``numba``, else ``torch``,
-  else ``reference``. Each automatic fallback is logged once per process.
+  else ``reference``. Each automatic fallback is logged once per process. On Linux a machine
+  without a GPU device node (:func:`gpu_device_nodes`) has no CUDA device, so the probe does
+  not import torch (about a second of CPU) to ask.
 
 The probe result is memoised per process; the environment variable is read on every
 call, so it can be changed at run time.
@@ -13,10 +15,12 @@ call, so it can be changed at run time.
 
 from __future__ import annotations
 
+import glob
 import importlib
 import importlib.util
 import logging
 import os
+import sys
 from functools import cache
 from types import ModuleType
 
@@ -45,6 +49,17 @@ def _has(module: str) -> bool:
         return False
 
 
+#: the device nodes of a GPU that torch can use as a CUDA device: NVIDIA's, ROCm's, and WSL's
+GPU_DEVICE_NODES = ("/dev/nvidia[0-9]*", "/dev/kfd", "/dev/dxg")
+
+
+def gpu_device_nodes() -> list[str] | None:
+    """The GPU device nodes present (Linux), or None where device nodes do not tell (other systems)."""
+    if not sys.platform.startswith("linux"):
+        return None
+    return [path for pattern in GPU_DEVICE_NODES for path in glob.glob(pattern)]
+
+
 def why_unavailable(name: str, *, probing: bool = False) -> str | None:
     """``None`` when backend ``name`` can run in this process, else the reason (one line).
 
@@ -66,6 +81,8 @@ def why_unavailable(name: str, *, probing: bool = False) -> str | None:
             return "the packages 'triton' and 'torch' are needed (pip install 'agentcir[gpu]')"
         if os.environ.get("TRITON_INTERPRET") == "1" and not probing:
             return None
+        if gpu_device_nodes() == []:
+            return f"no GPU device ({', '.join(GPU_DEVICE_NODES)} absent)"
         import torch
 
         if not torch.cuda.is_available():

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import importlib.util
 import logging
+import os
 import subprocess
 import sys
 
@@ -57,6 +59,41 @@ def test_probe_prefers_triton_only_with_cuda(monkeypatch, fresh_probe):
     if not torch.cuda.is_available():
         assert dispatch.resolve("auto") != "triton"
         assert dispatch.why_unavailable("triton") is None  # explicit: the interpreter is fine
+
+
+def test_probe_without_gpu_device_nodes_does_not_import_torch(tmp_path):
+    """Linux without /dev/nvidia*, /dev/kfd or /dev/dxg: the probe answers numba without importing
+    torch; with a device node it asks torch (here: torch stubbed to report no CUDA device)."""
+    if dispatch.gpu_device_nodes() != []:
+        pytest.skip("needs Linux without a GPU device node")
+    code = (
+        "import sys\n"
+        "from agentcir.kernels import dispatch\n"
+        "print(dispatch.resolve('auto'), 'torch' in sys.modules, dispatch.why_unavailable('triton', probing=True))"
+    )
+    env = {**os.environ, "TRITON_INTERPRET": "1"}
+    env.pop(dispatch.ENV_VAR, None)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env).stdout
+    backend, torch_imported, reason = out.strip().split(" ", 2)
+    assert backend == "numba" and torch_imported == "False"
+    if importlib.util.find_spec("triton") and importlib.util.find_spec("torch"):
+        assert reason.startswith("no GPU device (/dev/nvidia[0-9]*, /dev/kfd, /dev/dxg absent)")
+    fake = tmp_path / "torch"  # a device node present: torch is asked
+    fake.mkdir()
+    (fake / "__init__.py").write_text("class cuda:\n    is_available = staticmethod(lambda: False)\n")
+    code = (
+        "import sys\n"
+        "from agentcir.kernels import dispatch\n"
+        "dispatch.gpu_device_nodes = lambda: ['/dev/nvidia0']\n"
+        "print(dispatch.why_unavailable('triton', probing=True), 'torch' in sys.modules)"
+    )
+    env["PYTHONPATH"] = os.pathsep.join([str(tmp_path), env.get("PYTHONPATH", "")])
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env).stdout
+    if importlib.util.find_spec("triton"):
+        assert (
+            out.strip()
+            == "no CUDA device is visible (TRITON_INTERPRET=1 runs the kernels in the slow interpreter) True"
+        )
 
 
 def test_auto_fallback_is_logged_once(monkeypatch, fresh_probe, caplog):
