@@ -70,6 +70,37 @@ def test_blocked_cosine_ties_across_chunks(monkeypatch):
         check_exact(K.cosine_topk(X, G, k, backend="numba"), ref)
 
 
+#: the features of an AVX2 CPU (Haswell), forced on whatever CPU runs the test
+AVX2_FEATURES = "+64bit,+avx,+avx2,+bmi,+bmi2,+cmov,+cx16,+f16c,+fma,+fxsr,+lzcnt,+mmx,+movbe,+popcnt,+sse,+sse2,+sse3,+sse4.1,+sse4.2,+ssse3"
+
+
+@pytest.mark.parametrize("forced", [False, True], ids=["host", "avx2-forced"])
+def test_block_width_follows_the_vector_registers(forced, tmp_path):
+    """4 x 6 blocks with AVX-512's 32 vector registers, 4 x 3 with AVX2's 16 (forced here through
+    NUMBA_CPU_FEATURES, as the benchmarks force a lower ISA); either block gives exact products."""
+    import llvmlite.binding as llvm
+
+    host_avx512 = "+avx512f" in llvm.get_host_cpu_features().flatten().split(",")
+    code = (
+        "import numpy as np\n"
+        "from agentcir.kernels.numba import _gemm\n"
+        "rng = np.random.default_rng(0)\n"
+        "X = _gemm.pad_rows(rng.standard_normal((9, 40)).astype(np.float32))\n"
+        "G = rng.standard_normal((50, 40)).astype(np.float32)\n"
+        "S = np.zeros((X.shape[0], 47), np.float32)\n"
+        "_gemm.product(X, G, 0, 2, 49, 13, S)\n"
+        "err = np.abs(S[:9] - X[:9].astype(np.float64) @ G[2:49].astype(np.float64).T).max()\n"
+        "print(_gemm.RB, err < 1e-4)\n"
+    )
+    env = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path)}
+    env.pop("NUMBA_CPU_FEATURES", None)
+    env.pop("NUMBA_CPU_NAME", None)
+    if forced:
+        env |= {"NUMBA_CPU_NAME": "haswell", "NUMBA_CPU_FEATURES": AVX2_FEATURES}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    assert out.stdout.split() == [str(6 if host_avx512 and not forced else 3), "True"], out.stderr[-2000:]
+
+
 def test_balanced_restores_the_chunk_size():
     import numba
 
