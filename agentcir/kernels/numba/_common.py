@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import types as _pytypes
 
+import numba
 import numpy as np
 from llvmlite import binding as _llvm
 from llvmlite import ir as _ir
@@ -220,11 +221,20 @@ def _f16_to_f32_sw(h):
     return np.uint32(bits | np.uint32((hu & np.uint32(0x8000)) << np.uint32(16))).view(np.float32)
 
 
-def _has_f16c() -> bool:
+def target_has(feature: str) -> bool:
+    """Whether the CPU numba compiles for has ``feature`` (an LLVM name, e.g. ``f16c``,
+    ``avx512f``): from ``NUMBA_CPU_FEATURES`` when set (a lower ISA forced on this host), else the host's."""
+    forced = numba.config.CPU_FEATURES
+    if forced:
+        return f"+{feature}" in forced.split(",")
     try:
-        return bool(_llvm.get_host_cpu_features().get("f16c", False))
+        return bool(_llvm.get_host_cpu_features().get(feature, False))
     except Exception:  # pragma: no cover - exotic hosts
         return False
+
+
+def _has_f16c() -> bool:
+    return target_has("f16c")
 
 
 #: binary16 bits -> float32: the F16C instruction where the CPU has it (without it LLVM would

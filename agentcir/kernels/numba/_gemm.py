@@ -29,19 +29,17 @@ from __future__ import annotations
 
 import numba
 import numpy as np
-from llvmlite import binding as _llvm
 from numba import njit, prange, types
 from numba.extending import overload
 
 from .. import _tiling
-from ._common import FASTMATH, _same, bf16_to_f32, f16_to_f32, i8_to_f32
+from ._common import FASTMATH, _same, bf16_to_f32, f16_to_f32, i8_to_f32, target_has
 
 
 def wide_registers() -> bool:
-    """Whether the CPU numba compiles for has AVX-512's 32 wide vector registers: the features of
-    ``NUMBA_CPU_FEATURES`` when set (e.g. AVX2 forced on an AVX-512 host), else the host's."""
-    features = numba.config.CPU_FEATURES or _llvm.get_host_cpu_features().flatten()
-    return "+avx512f" in features.split(",")
+    """Whether the CPU numba compiles for has AVX-512's 32 wide vector registers
+    (:func:`._common.target_has`: AVX2 forced on an AVX-512 host has not)."""
+    return target_has("avx512f")
 
 
 #: query rows and gallery rows of one register block (the gallery rows per CPU: module docstring)
