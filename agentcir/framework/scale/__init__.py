@@ -75,7 +75,7 @@ class ScaleConfig:
             encoder's own ``batch_size``, as a local build does); 0 (the default): as many as
             the cluster's CPUs (GPUs with ``num_gpus``) hold, at most one per batch.
         num_gpus: GPUs per encoder actor (0 on CPU nodes). num_cpus: CPUs per encoder actor.
-        shard_threads: kernel threads of each shard actor (``NUMBA_NUM_THREADS``; 0: its node's
+        shard_threads: kernel threads of each shard actor (numba threads; 0: its node's
             CPUs over the shards the node holds).
         restarts: times a dead shard actor is restarted (and its call retried) before the
             query fails naming the shard.

@@ -51,8 +51,7 @@ class RayShards:
                 max_task_retries=scale["restarts"],
                 num_cpus=0,
                 scheduling_strategy=NodeAffinitySchedulingStrategy(node, soft=False),
-                runtime_env={"env_vars": {"NUMBA_NUM_THREADS": str(threads)}},
-            ).remote(**s)
+            ).remote(**s, threads=threads)
             for s, (node, threads) in zip(specs, placement)
         ]
 

@@ -40,12 +40,22 @@ class ShardWorker:
         nprobe: int = 16,
         ef_search: int = 64,
         refine: int = 0,
+        threads: int = 0,
     ):
         self.root, self.shard, self.backend = Path(root), dict(shard), backend
+        self.threads = threads
         self.offset, self.n = int(shard["offset"]), int(shard["n"])
         self._arrays: dict[str, np.ndarray] = {}
         self._ann = None
         self.ann_path, self.nprobe, self.ef_search, self.refine = ann, nprobe, ef_search, refine
+
+    def _hold_threads(self) -> None:
+        """Run the next kernel call on at most ``threads`` numba threads (0: all). numba's setting
+        belongs to the calling thread, so it is made on each call."""
+        if self.threads:
+            import numba
+
+            numba.set_num_threads(min(self.threads, numba.config.NUMBA_NUM_THREADS))
 
     def ping(self) -> str:
         return self.shard["dir"]
@@ -83,6 +93,7 @@ class ShardWorker:
         """``cosine_topk`` / ``proxy_scores_topk`` of the scoring core on this shard."""
         from ... import kernels
 
+        self._hold_threads()
         args = dict(args, exclude=self._local_exclude(args.get("exclude")), backend=args.get("backend") or self.backend)
         if op == "cosine_topk" and self.ann_path is not None:
             return self.ann_topk(args["queries"], args["k"], args["exclude"], args.get("exclude_score"), source)
@@ -93,6 +104,7 @@ class ShardWorker:
         """``sum_j relu(ref.x_j - p.x_j)`` over this shard's rows (OCTOPUS proxy weights), by the kernels."""
         from ... import kernels
 
+        self._hold_threads()
         return np.asarray(
             kernels.octopus_gap_sums(reference, proxies, self.array("image"), backend=backend or self.backend),
             np.float64,
@@ -102,6 +114,7 @@ class ShardWorker:
         """Per query and proxy the ``m`` largest ``relu(b.x - p.x)`` over this shard's rows (LDRE weights)."""
         from ... import kernels
 
+        self._hold_threads()
         return np.asarray(
             kernels.ldre_top_drops(before, proxies, self.array("image"), topk=m, backend=backend or self.backend),
             np.float32,
@@ -124,6 +137,7 @@ class ShardWorker:
         scores, global ids, the shard's softmax entropy and its log partition function."""
         from ... import kernels
 
+        self._hold_threads()
         ex = self._local_exclude(exclude)
         C = None if captions is None else self.array(captions)
         out = kernels.octopus_topk(
