@@ -395,6 +395,11 @@ def part_embed(args, data: Path) -> dict:
             "cmd_ray_join": command(*ray_flags, "--address", address),
             "cmd_ray_own": command(*ray_flags, f"scale.object_store_mb={args.object_store_mb}"),
         }
+    if args.embed_variants:
+        unknown = sorted(set(args.embed_variants) - set(variants))
+        if unknown:
+            raise SystemExit(f"--embed-variants: {', '.join(unknown)} not among {', '.join(variants)}")
+        variants = {k: v for k, v in variants.items() if k in args.embed_variants}
     times: dict[str, list[float]] = {v: [] for v in variants}
     builds: dict[str, list[float]] = {v: [] for v in variants if v.startswith("cmd_")}  # each command's embedding
     waits: list[float] = []
@@ -426,7 +431,7 @@ def part_embed(args, data: Path) -> dict:
     pairs = [("job_ray", "job_local")] + (
         [(f"{k}_ray_{how}", f"{k}_local") for k in ("build", "cmd") for how in ("join", "own")] if commands else []
     )
-    for ray_v, local_v in pairs:
+    for ray_v, local_v in [(a, b) for a, b in pairs if a in times and b in times]:
         out[f"{ray_v}_vs_local"] = round(out[f"{local_v}_s"] / out[f"{ray_v}_s"], 3)
         out[f"{ray_v}_ratios"] = [round(a / b, 3) for a, b in zip(times[local_v], times[ray_v])]
     out["includes"] = {
@@ -472,6 +477,12 @@ def main(argv=None) -> int:
         dest="embed_commands",
         action="store_false",
         help="time only the jobs in this process, not the `agentcir index` commands too",
+    )
+    p.add_argument(
+        "--embed-variants",
+        nargs="+",
+        default=[],
+        help="time only these variants (job_local job_ray cmd_local cmd_ray_join cmd_ray_own; default: all)",
     )
     p.add_argument("--object-store-mb", type=int, default=300)
     p.add_argument(
