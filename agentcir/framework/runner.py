@@ -183,17 +183,7 @@ class RunContext:
                     out = await self._invoke(component, op, inputs)
                 finally:
                     clock.stop(started)
-            name = f"{component.kind}:{getattr(component, 'registry_key', '')}"
-            self.cache.put(key, out, component=name, op=op)
-            st.calls += 1
-            st.by_component[name] = st.by_component.get(name, 0) + 1
-            # hand back what a cache hit would return, so a resumed run sees identical values
-            # (typed as the operation declares: a ChatReply stays a ChatReply, call_types)
-            out = (
-                out
-                if isinstance(out, (str, int, float, bool, type(None)))
-                else restore(component, op, decode_value(encode_value(out)))
-            )
+            out = self._store(component, op, key, out)
             fut.set_result(out)
             return out
         except BaseException as e:
@@ -202,6 +192,78 @@ class RunContext:
             raise
         finally:
             del self._inflight[key]
+
+    def _store(self, component: Any, op: str, key: str, out: Any) -> Any:
+        """Cache a computed call, count it, and hand back what a cache hit would return, so a
+        resumed run sees identical values (typed as the operation declares: a ChatReply stays
+        a ChatReply, call_types)."""
+        st = self.stats.setdefault(self.stage, StageStats())
+        name = f"{component.kind}:{getattr(component, 'registry_key', '')}"
+        self.cache.put(key, out, component=name, op=op)
+        st.calls += 1
+        st.by_component[name] = st.by_component.get(name, 0) + 1
+        if isinstance(out, (str, int, float, bool, type(None))):
+            return out
+        return restore(component, op, decode_value(encode_value(out)))
+
+    async def call_batch(
+        self,
+        component: Any,
+        op: str,
+        many: Callable[[list[dict[str, Any]]], list[Any]],
+        inputs: Sequence[dict[str, Any]],
+        *,
+        batch: int,
+        on_done: Callable[[int], None] | None = None,
+    ) -> list[Any]:
+        """``[component.<op>(**x) for x in inputs]``, each answer cached under the key :meth:`call`
+        gives it (a later ``call`` hits it, and the other way round). The misses are computed
+        ``batch`` at a time by ``many(list of inputs)`` in the CPU pool, one call slot per batch: a
+        batched forward pass instead of one per item. A batch that raises is done again item by
+        item through :meth:`call`, so an error names its input and the others are kept.
+        ``on_done(n)`` is told each time ``n`` more answers are in."""
+        st = self.stats.setdefault(self.stage, StageStats())
+        out: list[Any] = [MISSING] * len(inputs)
+        todo: dict[str, list[int]] = {}  # key -> positions (an input given twice is computed once)
+        for i, x in enumerate(inputs):
+            key = self.call_key(component, op, x)
+            hit = MISSING if key in todo else self.cache.get(key)
+            if key in todo:
+                todo[key].append(i)
+                st.cache_hits += 1
+            elif hit is not MISSING and not _names_a_vanished_file(component, hit):
+                st.cache_hits += 1
+                out[i] = restore(component, op, hit)
+            else:
+                todo[key] = [i]
+        if on_done is not None and len(todo) < len(inputs):
+            on_done(len(inputs) - sum(len(v) for v in todo.values()))
+        keys = list(todo)
+        clock = self.clocks.setdefault(self.stage, CallClock())
+        for start in range(0, len(keys), max(1, batch)):
+            chunk = keys[start : start + max(1, batch)]
+            items = [inputs[todo[k][0]] for k in chunk]
+            try:
+                queued = time.perf_counter()
+                async with self._slot():
+                    started = clock.start()
+                    clock.queued(started - queued)
+                    try:
+                        values = list(await self.run_cpu(many, items))
+                    finally:
+                        clock.stop(started)
+                if len(values) != len(items):
+                    raise ValueError(f"{len(values)} answers for {len(items)} inputs")
+                values = [self._store(component, op, k, v) for k, v in zip(chunk, values)]
+            except Exception as e:
+                log.debug("batched %s.%s failed (%s); item by item", component.kind, op, e)
+                values = [await self.call(component, op, **x) for x in items]
+            for k, v in zip(chunk, values):
+                for i in todo[k]:
+                    out[i] = v
+            if on_done is not None:
+                on_done(sum(len(todo[k]) for k in chunk))
+        return out
 
     async def _invoke(self, component: Any, op: str, inputs: dict[str, Any]) -> Any:
         afn = getattr(component, f"a{op}", None)
@@ -888,6 +950,10 @@ def _run_tracked(recipe: dict[str, Any], run_dir: Path, pool, progress: bool | N
     return result
 
 
+#: gallery images per batched captioner call (``caption_many``); a kill loses at most one batch
+CAPTION_BATCH = 32
+
+
 def caption_stage(pool, source: str) -> Stage:
     """The ``gallery_captions`` stage: dataset captions, or the captioner's (cached per item),
     then their embeddings by the run's encoder (stored once in the gallery; counted here as one
@@ -920,22 +986,36 @@ async def _captioner_captions(ctx: RunContext, state: RunState, captioner) -> No
     if g.captions(key) is None:
         from tqdm.auto import tqdm
 
-        sem = asyncio.Semaphore(ctx.window)
         bar = tqdm(total=len(g), desc="gallery captions", unit="img", disable=not ctx.progress, leave=False)
         done = [0]
 
-        async def one(row: int) -> str:
-            async with sem:
-                try:
-                    return await ctx.call(captioner, "caption", image=g.path_of(row))
-                finally:
-                    bar.update(1)
-                    done[0] += 1
-                    if ctx.on_progress is not None:
-                        ctx.on_progress(ctx.stage, done[0], len(g))
+        def advance(n: int) -> None:
+            bar.update(n)
+            done[0] += n
+            if ctx.on_progress is not None:
+                ctx.on_progress(ctx.stage, done[0], len(g))
 
         try:
-            caps = await asyncio.gather(*(one(r) for r in range(len(g))))
+            if hasattr(captioner, "caption_many") and hasattr(ctx, "call_batch"):
+                caps = await ctx.call_batch(
+                    captioner,
+                    "caption",
+                    lambda items: captioner.caption_many([x["image"] for x in items]),
+                    [{"image": g.path_of(r)} for r in range(len(g))],
+                    batch=CAPTION_BATCH,
+                    on_done=advance,
+                )
+            else:
+                sem = asyncio.Semaphore(ctx.window)
+
+                async def one(row: int) -> str:
+                    async with sem:
+                        try:
+                            return await ctx.call(captioner, "caption", image=g.path_of(row))
+                        finally:
+                            advance(1)
+
+                caps = await asyncio.gather(*(one(r) for r in range(len(g))))
         finally:
             bar.close()
         g.save_captions(key, list(caps))
