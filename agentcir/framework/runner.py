@@ -996,7 +996,7 @@ async def _captioner_captions(ctx: RunContext, state: RunState, captioner) -> No
                 ctx.on_progress(ctx.stage, done[0], len(g))
 
         try:
-            if hasattr(captioner, "caption_many") and hasattr(ctx, "call_batch"):
+            if hasattr(captioner, "caption_many"):
                 caps = await ctx.call_batch(
                     captioner,
                     "caption",

@@ -69,6 +69,17 @@ class StageContext(Protocol):
 
     async def call(self, component: Any, op: str, /, **inputs: Any) -> Any: ...
 
+    async def call_batch(
+        self,
+        component: Any,
+        op: str,
+        many: Callable[[list[dict[str, Any]]], list[Any]],
+        inputs: Sequence[dict[str, Any]],
+        *,
+        batch: int,
+        on_done: Callable[[int], None] | None = None,
+    ) -> list[Any]: ...
+
     async def map(
         self, state: RunState, fn: Callable[[Query], Awaitable[dict[str, Any]]], queries: Sequence[Query] | None = None
     ) -> dict[str, dict[str, Any]]: ...
