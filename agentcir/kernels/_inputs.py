@@ -250,10 +250,21 @@ def check_choice(x: Any, name: str, choices: tuple[str, ...]) -> str:
     return str(x)
 
 
+def read_only(a: np.ndarray) -> np.ndarray:
+    """``a`` as a read-only view (no copy). The kernels only read their inputs, and numba compiles
+    one variant per writable / read-only array type: galleries opened from disk are read-only
+    memory maps, so every input goes in read-only and one compiled variant serves both."""
+    if not a.flags.writeable:
+        return a
+    v = a.view()
+    v.flags.writeable = False
+    return v
+
+
 def to_backend_float(x: Any, native: str) -> Any:
-    """A checked float32 array/tensor -> the backend's native type (numpy or torch)."""
+    """A checked float32 array/tensor -> the backend's native type (numpy, read-only; or torch)."""
     if native == "numpy":
-        return np.ascontiguousarray(_numpy_of(x), dtype=np.float32)
+        return read_only(np.ascontiguousarray(_numpy_of(x), dtype=np.float32))
     import torch
 
     return x if is_torch(x) else torch.from_numpy(np.ascontiguousarray(x, dtype=np.float32))
@@ -263,7 +274,11 @@ def to_backend_gallery(g: Any, native: str) -> Gallery:
     """A checked gallery -> :class:`Gallery` in the backend's native type."""
     if isinstance(g, Gallery):  # an int8 gallery (agentcir.kernels.Int8Gallery.view)
         if native == "numpy":
-            return Gallery(np.ascontiguousarray(_numpy_of(g.data)), g.kind, np.ascontiguousarray(_numpy_of(g.scales)))
+            return Gallery(
+                read_only(np.ascontiguousarray(_numpy_of(g.data))),
+                g.kind,
+                read_only(np.ascontiguousarray(_numpy_of(g.scales))),
+            )
         import torch
 
         t = lambda a: a.contiguous() if is_torch(a) else torch.from_numpy(np.ascontiguousarray(a))  # noqa: E731
@@ -275,8 +290,8 @@ def to_backend_gallery(g: Any, native: str) -> Gallery:
     if native == "numpy":
         a = _numpy_of(g)
         if kind == "float32":
-            return Gallery(np.ascontiguousarray(a, dtype=np.float32), kind)
-        return Gallery(np.ascontiguousarray(a).view(np.uint16), kind)
+            return Gallery(read_only(np.ascontiguousarray(a, dtype=np.float32)), kind)
+        return Gallery(read_only(np.ascontiguousarray(a).view(np.uint16)), kind)
     import torch
 
     if is_torch(g):
