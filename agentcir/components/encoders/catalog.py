@@ -7,15 +7,13 @@ and their descriptions by ``agentcir train-encoder`` (:mod:`.catalog_train`). Th
 checkpoint ships in the package (``agentcir/data/catalog/catalog.pt``, see its CARD.md);
 ``checkpoint=`` selects another one (e.g. one trained on your own catalog).
 
-Nothing is downloaded: both towers load from local files, and the Hugging Face offline
-switches are set before MiniLM loads. Extra: ``catalog``.
+Nothing is downloaded: both towers load from local files. Extra: ``catalog``.
 """
 
 from __future__ import annotations
 
 import functools
 import json
-import os
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,7 +26,7 @@ from ...framework.errors import InputError, require
 from ...framework.hashing import file_digest
 from ...framework.interfaces import Encoder
 from ...registry import ENCODERS
-from .common import preprocess, torchvision_guard
+from .common import preprocess
 
 #: the checkpoint shipped with agentcir (loaded by its package-relative path)
 BUNDLED_CHECKPOINT = Path(__file__).resolve().parents[2] / "data" / "catalog" / "catalog.pt"
@@ -54,18 +52,66 @@ def text_tower_identity() -> str:
 
 class TextTower:
     """MiniLM as sentence-transformers runs it (``modules.json``: Transformer -> mean Pooling ->
-    Normalize), on transformers alone: the same tokenizer call, length-sorted batches, masked mean
-    and L2 normalisation, without importing sentence-transformers (seconds of start-up per process).
-    ``tests/components/encoders/test_catalog.py`` checks it against ``SentenceTransformer.encode``."""
+    Normalize) in plain torch: the BERT encoder of the folder's ``config.json`` read from
+    ``model.safetensors``, tokenised by the folder's ``tokenizer.json`` (``tokenizers``), length-
+    sorted batches, masked mean and L2 normalisation. Neither sentence-transformers nor
+    transformers is imported (their imports cost seconds of start-up per process).
+    ``tests/components/encoders/test_catalog.py`` checks it bit for bit against
+    ``SentenceTransformer.encode``."""
 
     def __init__(self, folder: Path, device: str):
         import torch
-        from transformers import AutoModel, AutoTokenizer
+        from safetensors.torch import load_file
+        from tokenizers import Tokenizer
 
+        cfg = json.loads((folder / "config.json").read_text())
+        if cfg.get("model_type") != "bert" or cfg.get("hidden_act") != "gelu":
+            raise InputError(f"text tower '{folder}': a BERT model with GELU is expected, got {cfg.get('model_type')}")
         self.max_seq_length = int(json.loads((folder / "sentence_bert_config.json").read_text())["max_seq_length"])
-        self.tokenizer = AutoTokenizer.from_pretrained(folder)
-        self.model = AutoModel.from_pretrained(folder).to(device).eval()
+        self.tokenizer = Tokenizer.from_file(str(folder / "tokenizer.json"))
+        self.tokenizer.enable_truncation(max_length=self.max_seq_length, strategy="longest_first")
+        self.tokenizer.enable_padding(pad_id=cfg.get("pad_token_id", 0), pad_token="[PAD]")
         self.device = torch.device(device)
+        self.w = {k: v.to(self.device) for k, v in load_file(str(folder / "model.safetensors")).items()}
+        self.layers, self.heads = int(cfg["num_hidden_layers"]), int(cfg["num_attention_heads"])
+        self.eps, self.hidden = float(cfg["layer_norm_eps"]), int(cfg["hidden_size"])
+
+    def _norm(self, x, name: str):
+        import torch
+
+        return torch.nn.functional.layer_norm(
+            x, (self.hidden,), self.w[f"{name}.LayerNorm.weight"], self.w[f"{name}.LayerNorm.bias"], self.eps
+        )
+
+    def _dense(self, x, name: str):
+        import torch
+
+        return torch.nn.functional.linear(x, self.w[f"{name}.weight"], self.w[f"{name}.bias"])
+
+    def hidden_states(self, ids, types, mask, *, always_mask: bool = False):
+        """The last hidden states ``[B, L, hidden]`` of token ``ids`` (BERT's forward, inference).
+        Without padding no attention mask is applied, as transformers does (``always_mask``: a
+        traced graph applies it in any case)."""
+        import torch
+
+        F, w = torch.nn.functional, self.w
+        B, L = ids.shape
+        h = F.embedding(ids, w["embeddings.word_embeddings.weight"]) + F.embedding(
+            types, w["embeddings.token_type_embeddings.weight"]
+        )
+        h = self._norm(h + w["embeddings.position_embeddings.weight"][:L][None], "embeddings")
+        keep = mask.bool()[:, None, None, :].expand(B, 1, L, L).contiguous()
+        keep = keep if always_mask or not bool(mask.all()) else None
+        split = lambda x: x.view(B, L, self.heads, -1).transpose(1, 2)  # noqa: E731
+        for i in range(self.layers):
+            p = f"encoder.layer.{i}"
+            q, k, v = (split(self._dense(h, f"{p}.attention.self.{n}")) for n in ("query", "key", "value"))
+            a = F.scaled_dot_product_attention(q, k, v, attn_mask=keep, scale=q.shape[-1] ** -0.5)
+            a = a.transpose(1, 2).contiguous().reshape(B, L, -1).contiguous()
+            h = self._norm(self._dense(a, f"{p}.attention.output.dense") + h, f"{p}.attention.output")
+            x = F.gelu(self._dense(h, f"{p}.intermediate.dense"))
+            h = self._norm(self._dense(x, f"{p}.output.dense") + h, f"{p}.output")
+        return h
 
     def encode(self, texts: Sequence[str], batch_size: int) -> np.ndarray:
         import torch
@@ -74,16 +120,14 @@ class TextTower:
         out = [None] * len(texts)
         for start in range(0, len(texts), batch_size):
             rows = order[start : start + batch_size]
-            feats = self.tokenizer(
-                [str(texts[i]).strip() for i in rows],
-                padding=True,
-                truncation="longest_first",
-                max_length=self.max_seq_length,
-                return_tensors="pt",
-            ).to(self.device)
+            enc = self.tokenizer.encode_batch([str(texts[i]).strip() for i in rows])
+            ids, types, mask = (
+                torch.tensor([getattr(e, f) for e in enc], dtype=torch.long, device=self.device)
+                for f in ("ids", "type_ids", "attention_mask")
+            )
             with torch.inference_mode():
-                h = self.model(**feats, return_dict=True).last_hidden_state
-                m = feats["attention_mask"].unsqueeze(-1).to(h.dtype)
+                h = self.hidden_states(ids, types, mask)
+                m = mask.unsqueeze(-1).to(h.dtype)
                 e = (h * m).sum(dim=1, dtype=h.dtype) / torch.clamp(m.sum(dim=1, dtype=h.dtype), min=1e-9)
                 # the Normalize module, then ``encode(normalize_embeddings=True)``: twice, as there
                 e = torch.nn.functional.normalize(torch.nn.functional.normalize(e, p=2, dim=-1), p=2, dim=1)
@@ -91,6 +135,18 @@ class TextTower:
             for j, i in enumerate(rows):
                 out[i] = e[j]
         return np.stack(out).astype(np.float32) if out else np.zeros((0, TEXT_DIM), np.float32)
+
+
+def text_module(tower: TextTower):
+    """``tower`` as a torch module ``(input_ids, attention_mask, token_type_ids) -> (hidden states,)``,
+    the form :func:`agentcir.components.encoders.onnx.mean_pooled` exports."""
+    import torch
+
+    class Bert(torch.nn.Module):
+        def forward(self, input_ids, attention_mask, token_type_ids):
+            return (tower.hidden_states(input_ids, token_type_ids, attention_mask, always_mask=True),)
+
+    return Bert()
 
 
 @functools.lru_cache(maxsize=4)
@@ -101,20 +157,9 @@ def load_text_tower(device: str = "cpu") -> TextTower:
 
 
 def _load_text_tower(device: str) -> TextTower:
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-    folder = text_tower_dir()
-    torchvision_guard()  # transformers imports an installed torchvision
-    require("transformers", "catalog", feature="the catalog encoder's text tower")
-    from transformers.utils import logging as hf_logging
-
-    was_on = hf_logging.is_progress_bar_enabled()
-    hf_logging.disable_progress_bar()  # a "Loading weights" bar for a local 90 MB model is noise
-    try:
-        return TextTower(folder, device)
-    finally:
-        if was_on:
-            hf_logging.enable_progress_bar()
+    require("tokenizers", "catalog", feature="the catalog encoder's text tower")
+    require("safetensors", "catalog", feature="the catalog encoder's text tower")
+    return TextTower(text_tower_dir(), device)
 
 
 def embed_texts_minilm(texts: Sequence[str], device: str = "cpu", batch_size: int = 128) -> np.ndarray:
@@ -249,19 +294,19 @@ class CatalogEncoder(Encoder):
         from .onnx import OnnxTowers, mean_pooled
 
         st = load_text_tower("cpu")
-        tok = st.tokenizer
+        pad = st.tokenizer.padding
         size = self.preprocess_spec["size"]
         return OnnxTowers(
             image=build_image_model(self.checkpoint),
             image_shape=(3, size, size),
-            text=mean_pooled(st.model),
+            text=mean_pooled(text_module(st)),
             text_inputs=["input_ids", "attention_mask", "token_type_ids"],
             tokenizer_file=text_tower_dir() / "tokenizer.json",
             tokenizer={
                 "max_length": int(st.max_seq_length),
                 "padding": "longest",
-                "pad_id": int(tok.pad_token_id),
-                "pad_token": str(tok.pad_token),
+                "pad_id": int(pad["pad_id"]),
+                "pad_token": str(pad["pad_token"]),
             },
             preprocess=self.preprocess_spec,
             dim=self.dim,
