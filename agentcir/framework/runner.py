@@ -28,6 +28,7 @@ content-addressed cache, so nothing completed is recomputed.
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import logging
 import os
@@ -171,18 +172,8 @@ class RunContext:
             return restore(component, op, hit)
         fut = asyncio.get_running_loop().create_future()
         self._inflight[key] = fut
-        clock = self.clocks.setdefault(self.stage, CallClock())
         try:
-            queued = time.perf_counter()
-            # at most `concurrency` model calls in flight, however stages nest their maps: a kill
-            # loses (and a resumed run repeats) at most that many calls
-            async with self._slot():
-                started = clock.start()
-                clock.queued(started - queued)
-                try:
-                    out = await self._invoke(component, op, inputs)
-                finally:
-                    clock.stop(started)
+            out = await self._in_slot(lambda: self._invoke(component, op, inputs))
             out = self._store(component, op, key, out)
             fut.set_result(out)
             return out
@@ -192,6 +183,20 @@ class RunContext:
             raise
         finally:
             del self._inflight[key]
+
+    async def _in_slot(self, work: Callable[[], Awaitable[Any]]) -> Any:
+        """``await work()`` holding one call slot, timed on the stage's call clock. At most
+        ``concurrency`` model calls are in flight, however stages nest their maps: a kill loses
+        (and a resumed run repeats) at most that many calls."""
+        clock = self.clocks.setdefault(self.stage, CallClock())
+        queued = time.perf_counter()
+        async with self._slot():
+            started = clock.start()
+            clock.queued(started - queued)
+            try:
+                return await work()
+            finally:
+                clock.stop(started)
 
     def _store(self, component: Any, op: str, key: str, out: Any) -> Any:
         """Cache a computed call, count it, and hand back what a cache hit would return, so a
@@ -239,19 +244,11 @@ class RunContext:
         if on_done is not None and len(todo) < len(inputs):
             on_done(len(inputs) - sum(len(v) for v in todo.values()))
         keys = list(todo)
-        clock = self.clocks.setdefault(self.stage, CallClock())
         for start in range(0, len(keys), max(1, batch)):
             chunk = keys[start : start + max(1, batch)]
             items = [inputs[todo[k][0]] for k in chunk]
             try:
-                queued = time.perf_counter()
-                async with self._slot():
-                    started = clock.start()
-                    clock.queued(started - queued)
-                    try:
-                        values = list(await self.run_cpu(many, items))
-                    finally:
-                        clock.stop(started)
+                values = list(await self._in_slot(functools.partial(self.run_cpu, many, items)))
                 if len(values) != len(items):
                     raise ValueError(f"{len(values)} answers for {len(items)} inputs")
                 values = [self._store(component, op, k, v) for k, v in zip(chunk, values)]
