@@ -166,10 +166,9 @@ class RunContext:
         if pending is not None:  # the same call is already running: share its result
             st.cache_hits += 1
             return await asyncio.shield(pending)
-        hit = self.cache.get(key)
-        if hit is not MISSING and not _names_a_vanished_file(component, hit):
-            st.cache_hits += 1
-            return restore(component, op, hit)
+        hit = self._cached(component, op, key)
+        if hit is not MISSING:
+            return hit
         fut = asyncio.get_running_loop().create_future()
         self._inflight[key] = fut
         try:
@@ -197,6 +196,15 @@ class RunContext:
                 return await work()
             finally:
                 clock.stop(started)
+
+    def _cached(self, component: Any, op: str, key: str) -> Any:
+        """The cached answer of a call (counted as a hit), typed as the operation declares; else
+        ``MISSING`` (also when the answer names a file that is gone)."""
+        hit = self.cache.get(key)
+        if hit is MISSING or _names_a_vanished_file(component, hit):
+            return MISSING
+        self.stats.setdefault(self.stage, StageStats()).cache_hits += 1
+        return restore(component, op, hit)
 
     def _store(self, component: Any, op: str, key: str, out: Any) -> Any:
         """Cache a computed call, count it, and hand back what a cache hit would return, so a
@@ -232,14 +240,12 @@ class RunContext:
         todo: dict[str, list[int]] = {}  # key -> positions (an input given twice is computed once)
         for i, x in enumerate(inputs):
             key = self.call_key(component, op, x)
-            hit = MISSING if key in todo else self.cache.get(key)
             if key in todo:
                 todo[key].append(i)
                 st.cache_hits += 1
-            elif hit is not MISSING and not _names_a_vanished_file(component, hit):
-                st.cache_hits += 1
-                out[i] = restore(component, op, hit)
-            else:
+                continue
+            out[i] = self._cached(component, op, key)
+            if out[i] is MISSING:
                 todo[key] = [i]
         if on_done is not None and len(todo) < len(inputs):
             on_done(len(inputs) - sum(len(v) for v in todo.values()))

@@ -100,8 +100,9 @@ class TextTower:
             types, w["embeddings.token_type_embeddings.weight"]
         )
         h = self._norm(h + w["embeddings.position_embeddings.weight"][:L][None], "embeddings")
-        keep = mask.bool()[:, None, None, :].expand(B, 1, L, L).contiguous()
-        keep = keep if always_mask or not bool(mask.all()) else None
+        keep = None
+        if always_mask or not bool(mask.all()):
+            keep = mask.bool()[:, None, None, :].expand(B, 1, L, L).contiguous()
         split = lambda x: x.view(B, L, self.heads, -1).transpose(1, 2)  # noqa: E731
         for i in range(self.layers):
             p = f"encoder.layer.{i}"

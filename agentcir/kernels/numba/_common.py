@@ -233,13 +233,9 @@ def target_has(feature: str) -> bool:
         return False
 
 
-def _has_f16c() -> bool:
-    return target_has("f16c")
-
-
 #: binary16 bits -> float32: the F16C instruction where the CPU has it (without it LLVM would
 #: need a runtime helper numba may not link), else the exact bit-manipulation version
-f16_to_f32 = _f16_to_f32_hw if _has_f16c() else _f16_to_f32_sw
+f16_to_f32 = _f16_to_f32_hw if target_has("f16c") else _f16_to_f32_sw
 
 
 @njit(inline="always", cache=True)
