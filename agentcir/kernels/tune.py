@@ -2,8 +2,9 @@
 
 The numba backend has two ways to compute a gallery tile's scores ``X @ float32(G_tile).T``:
 
-* ``loop``: the register-blocked numba microkernels (:mod:`.numba._gemm`; for at most 4 query
-  rows the memory-bound direct scan of :mod:`.numba.cosine`), half rows widened inside the loop;
+* ``loop``: the register-tiled numba microkernels (:mod:`.numba._gemm`; for at most 4 query
+  rows the memory-bound direct scan of :mod:`.numba.cosine`), a half sub-tile widened once into
+  a cache-resident float32 buffer;
 * ``blas``: the BLAS ``sgemm`` of the process (numpy's ``matmul``; OpenBLAS / MKL / Accelerate,
   tuned per ISA at run time) on a gallery tile, a half tile first widened into a cache-resident
   float32 buffer; the selection, aggregation and fusion stay fused numba passes over that tile.
@@ -16,7 +17,7 @@ hundred ms in all) and the faster median wins (``blas`` only by at least :data:`
 (:func:`cache_path`: ``$AGENTCIR_KERNELS_TUNE_FILE``, else ``$XDG_CACHE_HOME/agentcir/kernels-tune.json``,
 else ``~/.cache/agentcir/kernels-tune.json``), valid for one machine identity
 (:func:`machine_identity`: CPU model, ISA flags, numba code-generation target, BLAS build and
-forced core type, package versions); another identity re-tunes. A file that cannot be read
+forced core type, package versions, the numba backend's source files); another identity re-tunes. A file that cannot be read
 is refused with a warning naming it and what is wrong, then re-tuned and rewritten.
 
 Overrides (read on every call):
@@ -30,6 +31,7 @@ Inspect or reset: ``agentcir kernels tune --show`` / ``--reset`` / ``--run``.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import os
@@ -134,9 +136,19 @@ def _cpu_model_and_flags() -> tuple[str, list[str]]:
     return model, sorted(f for f in set(flags) if f in keep)
 
 
+def kernel_sources_digest(folder: Path | None = None) -> str:
+    """sha256 (16 hex digits) of the numba backend's source files (``folder``, default the installed
+    ``numba/``): an edited kernel makes its earlier measurements invalid."""
+    h = hashlib.sha256()
+    for path in sorted((folder or Path(__file__).parent / "numba").glob("*.py")):
+        h.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
+    return h.hexdigest()[:16]
+
+
 def machine_identity() -> dict:
     """What a choice is valid for: CPU model and ISA flags, the code generation numba and the BLAS
-    are forced to (``NUMBA_CPU_NAME`` / ``NUMBA_CPU_FEATURES``, ``OPENBLAS_CORETYPE``), package versions."""
+    are forced to (``NUMBA_CPU_NAME`` / ``NUMBA_CPU_FEATURES``, ``OPENBLAS_CORETYPE``), package versions,
+    the kernels' source (:func:`kernel_sources_digest`)."""
     from .. import __version__ as agentcir_version
 
     model, flags = _cpu_model_and_flags()
@@ -146,6 +158,7 @@ def machine_identity() -> dict:
         "machine": platform.machine(),
         "numpy": np.__version__,
         "agentcir": agentcir_version,
+        "kernels": kernel_sources_digest(),
         "threads": os.cpu_count(),
         "NUMBA_CPU_NAME": os.environ.get("NUMBA_CPU_NAME", ""),
         "NUMBA_CPU_FEATURES": os.environ.get("NUMBA_CPU_FEATURES", ""),

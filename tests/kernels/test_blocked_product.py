@@ -1,4 +1,4 @@
-"""The numba backend's register-blocked tile product (``numba/_gemm.py``), its fused blocked
+"""The numba backend's register-tiled tile product (``numba/_gemm.py``), its fused blocked
 cosine top-k (chunk heaps merged, odd sub-tiles, exclusions, exact ties across chunks) and the
 thread policy (``numba/_threads.py``, ``agentcir/_threads.py``)."""
 
@@ -19,9 +19,12 @@ pytest.importorskip("numba")
 
 
 @pytest.mark.parametrize("kind", KINDS)
-@pytest.mark.parametrize("R,T,sub", [(1, 1, 6), (3, 5, 6), (4, 6, 6), (5, 13, 7), (9, 37, 12), (8, 100, 37)])
+@pytest.mark.parametrize(
+    "R,T,sub", [(1, 1, 6), (3, 5, 6), (4, 6, 6), (5, 13, 7), (9, 37, 12), (8, 100, 37), (17, 40, 25), (33, 29, 29)]
+)
 def test_product_matches_float64(kind, R, T, sub):
-    """Every row count (padded to 4), every tail (not a multiple of 6 rows), every sub-tile split."""
+    """Every row count (padded to a panel), every tail (not a multiple of the microkernel's rows), every
+    sub-tile split."""
     from agentcir.kernels.numba import _gemm
     from agentcir.kernels.numba._common import KIND_CODES
 
@@ -31,9 +34,10 @@ def test_product_matches_float64(kind, R, T, sub):
     G = as_kind(rng.standard_normal((T + 9, d)).astype(np.float32), kind)
     g = to_backend_gallery(G, "numpy")
     start, stop = 4, 4 + T
-    P = _gemm.pad_rows(X)
-    assert P.shape[0] % _gemm.QB == 0 and not P[R:].any()
-    S = np.full((P.shape[0], T), np.nan, dtype=np.float32)
+    P = _gemm.pack_rows(X)
+    assert P.shape == (-(-R // _gemm.PANEL), d, _gemm.PANEL)
+    np.testing.assert_array_equal(P.transpose(0, 2, 1).reshape(-1, d)[:R], X)
+    S = np.full((P.shape[0] * _gemm.PANEL, T), np.nan, dtype=np.float32)
     _gemm.product(P, g.data, KIND_CODES[g.kind], start, stop, sub, S)
     want = X.astype(np.float64) @ np.asarray(G, dtype=np.float64)[start:stop].T
     np.testing.assert_allclose(S[:R], want, rtol=0, atol=1e-5)
@@ -74,23 +78,23 @@ def test_blocked_cosine_ties_across_chunks(monkeypatch):
 AVX2_FEATURES = "+64bit,+avx,+avx2,+bmi,+bmi2,+cmov,+cx16,+f16c,+fma,+fxsr,+lzcnt,+mmx,+movbe,+popcnt,+sse,+sse2,+sse3,+sse4.1,+sse4.2,+ssse3"
 
 
-def test_avx2_gets_the_narrow_block_and_exact_products(tmp_path):
+def test_avx2_gets_the_narrow_tile_and_exact_products(tmp_path):
     """With AVX2's 16 vector registers (forced here through NUMBA_CPU_FEATURES, as the benchmarks
-    force a lower ISA) the block is 4 x 3, and its products are exact; the host's own block (4 x 6
-    with AVX-512) is the one every other kernel test runs."""
+    force a lower ISA) the microkernel is 6 rows x two 8-lane vectors, and its products are exact;
+    the host's own tile (12 x 16 lanes with AVX-512) is the one every other kernel test runs."""
     from agentcir.kernels.numba import _gemm
 
-    assert _gemm.RB == (6 if _gemm.wide_registers() else 3)
+    assert (_gemm.LANES, _gemm.MR, _gemm.NV) == ((16, 12, 1) if _gemm.wide_registers() else (8, 6, 2))
     code = (
         "import numpy as np\n"
         "from agentcir.kernels.numba import _gemm\n"
         "rng = np.random.default_rng(0)\n"
-        "X = _gemm.pad_rows(rng.standard_normal((9, 40)).astype(np.float32))\n"
+        "X = rng.standard_normal((19, 40)).astype(np.float32)\n"
         "G = rng.standard_normal((50, 40)).astype(np.float32)\n"
-        "S = np.zeros((X.shape[0], 47), np.float32)\n"
-        "_gemm.product(X, G, 0, 2, 49, 13, S)\n"
-        "err = np.abs(S[:9] - X[:9].astype(np.float64) @ G[2:49].astype(np.float64).T).max()\n"
-        "print(_gemm.RB, err < 1e-4)\n"
+        "S = np.zeros((32, 47), np.float32)\n"
+        "_gemm.product(_gemm.pack_rows(X), G, 0, 2, 49, 13, S)\n"
+        "err = np.abs(S[:19] - X.astype(np.float64) @ G[2:49].astype(np.float64).T).max()\n"
+        "print(_gemm.LANES, _gemm.MR, _gemm.NV, err < 1e-4, not S[19:].any())\n"
     )
     env = {
         **os.environ,
@@ -99,7 +103,39 @@ def test_avx2_gets_the_narrow_block_and_exact_products(tmp_path):
         "NUMBA_CPU_FEATURES": AVX2_FEATURES,
     }
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
-    assert out.stdout.split() == ["3", "True"], out.stderr[-2000:]
+    assert out.stdout.split() == ["8", "6", "2", "True", "True"], out.stderr[-2000:]
+
+
+def test_equal_rows_score_alike_anywhere_and_half_rows_as_their_float32_values(monkeypatch):
+    """Each score is accumulated in the order of ``k`` whatever the row's place in a tile, so equal
+    gallery rows (and equal queries) get bit-identical scores; a half / int8 sub-tile is widened and
+    multiplied as float32, so its scores are bit-identical to those of its float32 values."""
+    from agentcir.kernels import tune
+    from agentcir.kernels.numba import _gemm
+    from agentcir.kernels.numba._common import KIND_CODES
+
+    monkeypatch.setattr(tune, "choose", lambda kind, rows: "loop")
+    rng = np.random.default_rng(3)
+    d, N = 45, 301
+    X = rng.standard_normal((21, d)).astype(np.float32)
+    X[17] = X[2]
+    G = rng.standard_normal((N, d)).astype(np.float32)
+    G[[7, 100, 288, 299]] = G[41]  # tile heads, middles and row tails
+    S = np.empty((32, N), np.float32)
+    _gemm.product(_gemm.pack_rows(X), G, 0, 0, N, 37, S)
+    assert (S[:, [7, 100, 288, 299]] == S[:, [41]]).all()
+    np.testing.assert_array_equal(S[17], S[2])
+    for kind in ("float16", "bfloat16"):
+        H = as_kind(G, kind)
+        g = to_backend_gallery(H, "numpy")
+        Sh = np.empty_like(S)
+        _gemm.product(_gemm.pack_rows(X), g.data, KIND_CODES[kind], 0, N, 37, Sh)
+        _gemm.product(_gemm.pack_rows(X), np.asarray(H, dtype=np.float32), 0, 0, N, 37, S)
+        np.testing.assert_array_equal(Sh, S)
+        a = K.cosine_topk(X, H, 9, backend="numba")
+        b = K.cosine_topk(X, np.asarray(H, dtype=np.float32), 9, backend="numba")
+        np.testing.assert_array_equal(a.scores, b.scores)
+        np.testing.assert_array_equal(a.ids, b.ids)
 
 
 def test_balanced_restores_the_chunk_size():

@@ -5,6 +5,7 @@ process's sgemm) each pass the gallery-op tests against the reference; the autot
 from __future__ import annotations
 
 import json
+from pathlib import Path
 import logging
 
 import numpy as np
@@ -111,6 +112,28 @@ def test_tune_cache_written_read_back_and_reset(cache_file, monkeypatch):
     assert tune.read_cache()["machine"] == tune.machine_identity()
     assert tune.reset() == cache_file and not cache_file.exists()
     assert "no choices yet" in tune.show()
+
+
+def test_an_edited_kernel_re_tunes(cache_file, monkeypatch, tmp_path):
+    """The identity holds a digest of the numba backend's sources: an edit to any kernel file
+    changes it, and a cache written for other sources is measured again."""
+    import shutil
+
+    src = Path(tune.__file__).parent / "numba"
+    copy = shutil.copytree(src, tmp_path / "numba", ignore=shutil.ignore_patterns("__pycache__"))
+    assert tune.kernel_sources_digest(copy) == tune.kernel_sources_digest()
+    with open(copy / "_gemm.py", "a") as f:
+        f.write("\n# edited\n")
+    assert tune.kernel_sources_digest(copy) != tune.kernel_sources_digest()
+    monkeypatch.setattr(tune, "_measure", lambda kind, rows: {"loop": 2.0, "blas": 1.0})
+    assert tune.choose("float32", 300) == "blas"
+    data = json.loads(cache_file.read_text())
+    assert data["machine"]["kernels"] == tune.kernel_sources_digest()
+    data["machine"]["kernels"] = tune.kernel_sources_digest(copy)
+    cache_file.write_text(json.dumps(data))
+    tune._memo = None
+    monkeypatch.setattr(tune, "_measure", lambda kind, rows: {"loop": 1.0, "blas": 2.0})
+    assert tune.choose("float32", 300) == "loop"
 
 
 @pytest.mark.parametrize(

@@ -1,39 +1,48 @@
-"""Register-blocked tile products in numba: ``S = X @ float32(G[a:b]).T`` without BLAS (the ``loop``
+"""Register-tiled tile products in numba: ``S = X @ float32(G[a:b]).T`` without BLAS (the ``loop``
 product path; the other, ``blas``, is :mod:`._blas`; :mod:`agentcir.kernels.tune` measures which is
 faster per CPU, dtype and shape class).
 
-Where it wins: on CPUs where the BLAS library is limited to AVX2 (OpenBLAS built or
-configured for Haswell, MKL on AMD), or where its thread pool spins next to numba's
-(two runtimes on two cores, see :mod:`._threads`), a BLAS tile product is both slower and
-less predictable than this kernel. Here one block computes the 4 x ``RB`` dot products of 4
-query rows with ``RB`` gallery rows in one loop over ``d``, and a half-precision row is widened
-inside that loop (F16C ``vcvtph2ps`` or a shift for bfloat16), so float16 / bfloat16 galleries
-need no widening pass and read half the bytes. Gallery sub-tiles of ``SUB_BYTES`` stay in the
-core's L2 cache while every query block sweeps them.
+The microkernel is the one of an optimised sgemm, written as LLVM vector IR (:func:`_microkernel`)
+so that its register tile does not depend on what LLVM's auto-vectoriser makes of a loop:
 
-The block's width follows the vector registers of the CPU numba compiles for
-(:func:`wide_registers`): with AVX-512's 32, 4 x 6 (24 vector accumulators: 10 loads per 24
-fused multiply-adds, so the FMA units, not the loads, bound it); with AVX2's 16 (or NEON's 32
-narrow ones), 4 x 3: 12 accumulators that stay in registers where 24 would spill. Measured on
-an AMD EPYC Zen 4 (64 and 640 query rows over 60k x 512): 4 x 6 160-180 GFLOP/s natively, 3-9%
-ahead of 4 x 3; with AVX2 forced, 4 x 3 156-177 GFLOP/s against 83-114 for 4 x 6.
+* the query rows are packed once per call into panels of ``PANEL`` (16) rows, transposed
+  (:func:`pack_rows`: ``Xp[p, k, j] = X[16 p + j, k]``, zero rows pad the last panel);
+* one call scores ``MR`` gallery rows against one panel: per element ``k`` it loads the panel's
+  16 values as vectors, broadcasts each gallery row's ``G[r + i, k]`` and adds the products into
+  ``MR x 16`` accumulators that stay in vector registers for the whole loop over ``d``; then it
+  stores them into ``S[16 p + j, c + i]``.
 
-Arithmetic: float32 products, float32 accumulation in 16 lanes (reassociated), so a score
-can differ from a BLAS or float64 score by rounding only (~1e-6 relative); the tests compare
-with the float64 reference under the per-dtype tolerance and the tie rule of README.md.
+The tile follows the vector registers of the CPU numba compiles for (:func:`wide_registers`):
+AVX-512 (32 registers of 16 floats): ``MR = 12`` rows x one 16-lane vector: 12 accumulators,
+13 loads per 12 fused multiply-adds, 12 independent chains to cover the FMA latency of two ports;
+AVX2 / NEON (16 registers of 8 floats, or 32 of 4): ``MR = 6`` rows x two 8-lane vectors:
+12 accumulators, 8 loads per 12 fused multiply-adds. Every query panel sweeps a gallery sub-tile
+of ``SUB_BYTES`` that stays in the core's L2 cache; the panel (16 x d floats) stays in L1.
 
-``X`` must have a multiple of ``QB`` rows (:func:`pad_rows`); extra rows score zero.
+A float16 / bfloat16 / int8 sub-tile is widened exactly into a float32 buffer once (not once per
+query panel), then multiplied as a float32 one: a half gallery reads half the bytes and runs
+the same product.
+
+Arithmetic: each score is ``sum_k G[r, k] * X[q, k]`` accumulated in float32 in the order of
+``k`` with fused multiply-adds (``llvm.fmuladd``), the same order for every row and query, so
+two equal gallery rows score exactly alike wherever they sit in a tile; a score differs from a
+BLAS or float64 score by rounding only (~1e-6 relative).
+
+``X`` is passed packed (:func:`pack_rows`); ``S`` has ``panel_rows(Xp)`` rows, of which the rows
+past the real queries score zero.
 """
 
 from __future__ import annotations
 
 import numba
 import numpy as np
+from llvmlite import ir
 from numba import njit, prange, types
-from numba.extending import overload
+from numba.core import cgutils
+from numba.extending import intrinsic, overload
 
 from .. import _tiling
-from ._common import FASTMATH, _same, bf16_to_f32, f16_to_f32, i8_to_f32, target_has
+from ._common import row_f32, target_has
 
 
 def wide_registers() -> bool:
@@ -42,184 +51,173 @@ def wide_registers() -> bool:
     return target_has("avx512f")
 
 
-#: query rows and gallery rows of one register block (the gallery rows per CPU: module docstring)
-QB, RB = 4, (6 if wide_registers() else 3)
-#: bytes of gallery rows that one query-block sweep keeps in L2 (half of a 1 MB L2)
+#: query rows of a packed panel
+PANEL = 16
+#: lanes of one vector, and gallery rows x vectors of one microkernel call (module docstring)
+LANES, MR, NV = (16, 12, 1) if wide_registers() else (8, 6, 2)
+#: bytes of float32 gallery rows that one panel sweep keeps in L2 (half of a 1 MB L2)
 SUB_BYTES = 512 << 10
 #: gallery chunks per thread of the fused kernels (dynamic scheduling evens out a busy core)
 CHUNKS_PER_THREAD = 8
 
+_F32 = ir.FloatType()
+_I32 = ir.IntType(32)
 
-def sub_rows(d: int, itemsize: int) -> int:
-    """Gallery rows of an L2-resident sub-tile: ``SUB_BYTES`` worth, a multiple of ``RB``, at least ``RB``
-    (``_tiling.TILE_OVERRIDE``, set by the tests, forces odd sub-tiles too)."""
+
+def _microkernel(rows: int):
+    """The intrinsic ``mk(P, F, r, S, c, q0)``: ``S[q0 + j, c + i] = sum_k F[r + i, k] * P[k, j]`` for
+    ``i < rows``, ``j < PANEL`` (``P`` one packed panel ``[d, PANEL]``, ``F`` float32 rows ``[n, d]``,
+    both C-contiguous; ``S`` float32 2-d, any strides)."""
+    vec = ir.VectorType(_F32, LANES)
+    splat = ir.Constant(ir.VectorType(_I32, LANES), [0] * LANES)
+
+    @intrinsic
+    def mk(typingctx, P, F, r, S, c, q0):
+        arrays = (P, F, S)
+        if not all(isinstance(a, types.Array) and a.ndim == 2 and a.dtype == types.float32 for a in arrays):
+            return None
+        if P.layout != "C" or F.layout != "C":
+            return None
+
+        def codegen(context, builder, sig, args):
+            pa, fa, sa = (context.make_array(sig.args[i])(context, builder, args[i]) for i in (0, 1, 3))
+            intp = context.get_value_type(types.intp)
+            r0, c0, q = (context.cast(builder, args[i], sig.args[i], types.intp) for i in (2, 4, 5))
+            d = builder.extract_value(fa.shape, 1)
+            fstride, (s0, s1) = builder.extract_value(fa.strides, 0), cgutils.unpack_tuple(builder, sa.strides, 2)
+            fbytes = builder.bitcast(fa.data, ir.IntType(8).as_pointer())
+            grow = [
+                builder.bitcast(
+                    builder.gep(fbytes, [builder.mul(builder.add(r0, intp(i)), fstride)]), _F32.as_pointer()
+                )
+                for i in range(rows)
+            ]
+            acc = [
+                [cgutils.alloca_once_value(builder, ir.Constant(vec, [0.0] * LANES)) for _ in range(NV)]
+                for _ in range(rows)
+            ]
+            fma = cgutils.get_or_insert_function(
+                builder.module, ir.FunctionType(vec, [vec] * 3), f"llvm.fmuladd.v{LANES}f32"
+            )
+            with cgutils.for_range(builder, d) as loop:
+                k = loop.index
+                prow = builder.gep(pa.data, [builder.mul(k, intp(PANEL))])
+                xs = [
+                    builder.load(builder.bitcast(builder.gep(prow, [intp(v * LANES)]), vec.as_pointer()), align=4)
+                    for v in range(NV)
+                ]
+                for i in range(rows):
+                    g = builder.insert_element(
+                        ir.Constant(vec, ir.Undefined), builder.load(builder.gep(grow[i], [k])), _I32(0)
+                    )
+                    g = builder.shuffle_vector(g, ir.Constant(vec, ir.Undefined), splat)
+                    for v in range(NV):
+                        builder.store(builder.call(fma, [g, xs[v], builder.load(acc[i][v])]), acc[i][v])
+            sbytes = builder.bitcast(sa.data, ir.IntType(8).as_pointer())
+            for i in range(rows):
+                col = builder.mul(builder.add(c0, intp(i)), s1)
+                for v in range(NV):
+                    a = builder.load(acc[i][v])
+                    for lane in range(LANES):
+                        off = builder.add(builder.mul(builder.add(q, intp(v * LANES + lane)), s0), col)
+                        builder.store(
+                            builder.extract_element(a, _I32(lane)),
+                            builder.bitcast(builder.gep(sbytes, [off]), _F32.as_pointer()),
+                        )
+            return context.get_dummy_value()
+
+        return types.void(P, F, r, S, c, q0), codegen
+
+    return mk
+
+
+_mk_tile, _mk_row = _microkernel(MR), _microkernel(1)
+
+
+def sub_rows(d: int) -> int:
+    """Gallery rows of an L2-resident sub-tile: ``SUB_BYTES`` of float32 rows, a multiple of ``MR``, at least
+    ``MR`` (``_tiling.TILE_OVERRIDE``, set by the tests, forces odd sub-tiles too)."""
     if _tiling.TILE_OVERRIDE:
         return _tiling.TILE_OVERRIDE
-    return max(RB, SUB_BYTES // max(1, d * itemsize) // RB * RB)
+    return max(MR, SUB_BYTES // max(1, 4 * d) // MR * MR)
 
 
-def fused_sub_rows(rows: int, d: int, itemsize: int) -> int:
+def fused_sub_rows(rows: int, d: int) -> int:
     """Sub-tile rows of a fused kernel that also holds a ``[rows, sub]`` float32 score block:
     :func:`sub_rows`, lowered so that the block stays within ``SUB_BYTES / 2``."""
-    sub = sub_rows(d, itemsize)
+    sub = sub_rows(d)
     if _tiling.TILE_OVERRIDE:
         return sub
-    return max(RB, min(sub, (SUB_BYTES // 2) // (4 * max(rows, 1)) // RB * RB))
+    return max(MR, min(sub, (SUB_BYTES // 2) // (4 * max(rows, 1)) // MR * MR))
 
 
-def pad_rows(X: np.ndarray) -> np.ndarray:
-    """``X`` (float32 ``[R, d]``) with zero rows appended up to a multiple of ``QB`` rows (a copy only then)."""
-    R = X.shape[0]
-    if R % QB == 0:
-        return np.ascontiguousarray(X, dtype=np.float32)
-    out = np.zeros((R + QB - R % QB, X.shape[1]), dtype=np.float32)
-    out[:R] = X
-    return out
+def pack_rows(X: np.ndarray) -> np.ndarray:
+    """``X`` (float32 ``[R, d]``) as transposed panels ``Xp[p, k, j] = X[PANEL p + j, k]`` (``[P, d, PANEL]``,
+    zeros past row ``R``)."""
+    R, d = X.shape
+    P = max(1, -(-R // PANEL))
+    padded = np.zeros((P * PANEL, d), dtype=np.float32)
+    padded[:R] = X
+    return np.ascontiguousarray(padded.reshape(P, PANEL, d).transpose(0, 2, 1))
 
 
-def _block46_loop(conv):
-    def block(X, G, q, r, S, c):
-        """``S[q + a, c + b] = X[q + a] . conv(G[r + b])`` for a < 4, b < 6."""
-        x0, x1, x2, x3 = X[q], X[q + 1], X[q + 2], X[q + 3]
-        g0, g1, g2, g3, g4, g5 = G[r], G[r + 1], G[r + 2], G[r + 3], G[r + 4], G[r + 5]
-        s00 = s01 = s02 = s03 = s04 = s05 = np.float32(0.0)
-        s10 = s11 = s12 = s13 = s14 = s15 = np.float32(0.0)
-        s20 = s21 = s22 = s23 = s24 = s25 = np.float32(0.0)
-        s30 = s31 = s32 = s33 = s34 = s35 = np.float32(0.0)
-        for j in range(X.shape[1]):
-            a0, a1, a2, a3 = x0[j], x1[j], x2[j], x3[j]
-            b0, b1, b2 = conv(g0[j]), conv(g1[j]), conv(g2[j])
-            b3, b4, b5 = conv(g3[j]), conv(g4[j]), conv(g5[j])
-            s00 += a0 * b0
-            s01 += a0 * b1
-            s02 += a0 * b2
-            s03 += a0 * b3
-            s04 += a0 * b4
-            s05 += a0 * b5
-            s10 += a1 * b0
-            s11 += a1 * b1
-            s12 += a1 * b2
-            s13 += a1 * b3
-            s14 += a1 * b4
-            s15 += a1 * b5
-            s20 += a2 * b0
-            s21 += a2 * b1
-            s22 += a2 * b2
-            s23 += a2 * b3
-            s24 += a2 * b4
-            s25 += a2 * b5
-            s30 += a3 * b0
-            s31 += a3 * b1
-            s32 += a3 * b2
-            s33 += a3 * b3
-            s34 += a3 * b4
-            s35 += a3 * b5
-        S[q, c], S[q, c + 1], S[q, c + 2], S[q, c + 3], S[q, c + 4], S[q, c + 5] = s00, s01, s02, s03, s04, s05
-        S[q + 1, c], S[q + 1, c + 1], S[q + 1, c + 2] = s10, s11, s12
-        S[q + 1, c + 3], S[q + 1, c + 4], S[q + 1, c + 5] = s13, s14, s15
-        S[q + 2, c], S[q + 2, c + 1], S[q + 2, c + 2] = s20, s21, s22
-        S[q + 2, c + 3], S[q + 2, c + 4], S[q + 2, c + 5] = s23, s24, s25
-        S[q + 3, c], S[q + 3, c + 1], S[q + 3, c + 2] = s30, s31, s32
-        S[q + 3, c + 3], S[q + 3, c + 4], S[q + 3, c + 5] = s33, s34, s35
-
-    return njit(fastmath=FASTMATH, cache=True)(block)
+@njit(inline="always", cache=True)
+def panel_rows(Xp):
+    """Rows of the score block of packed queries ``Xp`` (the real ones and the padding)."""
+    return Xp.shape[0] * Xp.shape[2]
 
 
-def _block43_loop(conv):
-    def block(X, G, q, r, S, c):
-        """``S[q + a, c + b] = X[q + a] . conv(G[r + b])`` for a < 4, b < 3."""
-        x0, x1, x2, x3 = X[q], X[q + 1], X[q + 2], X[q + 3]
-        g0, g1, g2 = G[r], G[r + 1], G[r + 2]
-        s00 = s01 = s02 = s10 = s11 = s12 = np.float32(0.0)
-        s20 = s21 = s22 = s30 = s31 = s32 = np.float32(0.0)
-        for j in range(X.shape[1]):
-            a0, a1, a2, a3 = x0[j], x1[j], x2[j], x3[j]
-            b0, b1, b2 = conv(g0[j]), conv(g1[j]), conv(g2[j])
-            s00 += a0 * b0
-            s01 += a0 * b1
-            s02 += a0 * b2
-            s10 += a1 * b0
-            s11 += a1 * b1
-            s12 += a1 * b2
-            s20 += a2 * b0
-            s21 += a2 * b1
-            s22 += a2 * b2
-            s30 += a3 * b0
-            s31 += a3 * b1
-            s32 += a3 * b2
-        S[q, c], S[q, c + 1], S[q, c + 2] = s00, s01, s02
-        S[q + 1, c], S[q + 1, c + 1], S[q + 1, c + 2] = s10, s11, s12
-        S[q + 2, c], S[q + 2, c + 1], S[q + 2, c + 2] = s20, s21, s22
-        S[q + 3, c], S[q + 3, c + 1], S[q + 3, c + 2] = s30, s31, s32
-
-    return njit(fastmath=FASTMATH, cache=True)(block)
+def tile_buffer(G, sub):  # pragma: no cover - replaced by the overload in numba code
+    raise NotImplementedError
 
 
-def _block41_loop(conv):
-    def block(X, G, q, r, S, c):
-        """``S[q + a, c] = X[q + a] . conv(G[r])`` for a < 4 (the tail rows of a sub-tile)."""
-        x0, x1, x2, x3 = X[q], X[q + 1], X[q + 2], X[q + 3]
-        g = G[r]
-        s0 = s1 = s2 = s3 = np.float32(0.0)
-        for j in range(X.shape[1]):
-            b = conv(g[j])
-            s0 += x0[j] * b
-            s1 += x1[j] * b
-            s2 += x2[j] * b
-            s3 += x3[j] * b
-        S[q, c], S[q + 1, c], S[q + 2, c], S[q + 3, c] = s0, s1, s2, s3
-
-    return njit(fastmath=FASTMATH, cache=True)(block)
+@overload(tile_buffer, inline="always")
+def _tile_buffer(G, sub):
+    """The float32 buffer a sub-tile of ``G`` is widened into: ``[sub, d]``, empty for float32 data."""
+    if G.dtype == types.float32:
+        return lambda G, sub: np.empty((0, G.shape[1]), dtype=np.float32)
+    return lambda G, sub: np.empty((sub, G.shape[1]), dtype=np.float32)
 
 
-_block = _block46_loop if RB == 6 else _block43_loop  # the 4 x RB block of this CPU
-_b4r_f32, _b4r_f16, _b4r_bf16, _b4r_i8 = (_block(conv) for conv in (_same, f16_to_f32, bf16_to_f32, i8_to_f32))
-_b41_f32, _b41_f16, _b41_bf16, _b41_i8 = (_block41_loop(conv) for conv in (_same, f16_to_f32, bf16_to_f32, i8_to_f32))
+@njit(cache=True)
+def _panels(Xp, F, a, b, S, c):
+    """``S[:, c + r - a] = Xp @ F[r]`` for ``a <= r < b`` (every packed panel sweeps the rows)."""
+    for p in range(Xp.shape[0]):
+        P = Xp[p]
+        r = a
+        while r + MR <= b:
+            _mk_tile(P, F, r, S, c + r - a, p * PANEL)
+            r += MR
+        while r < b:
+            _mk_row(P, F, r, S, c + r - a, p * PANEL)
+            r += 1
 
 
-def sweep(X, G, kind, lo, hi, S):  # pragma: no cover - replaced by the overload in numba code
+def sweep(Xp, G, kind, lo, hi, S, W):  # pragma: no cover - replaced by the overload in numba code
     raise NotImplementedError
 
 
 @overload(sweep)
-def _sweep(X, G, kind, lo, hi, S):
-    """``S[:, :hi-lo] = X @ float32(G[lo:hi]).T`` (serial): every query block sweeps the rows ``lo..hi``.
+def _sweep(Xp, G, kind, lo, hi, S, W):
+    """``S[:, :hi-lo] = X @ float32(G[lo:hi]).T`` (serial) for packed queries ``Xp``.
 
     ``kind`` 0 float32 data, 1 float16 bits, 2 bfloat16 bits (``G`` uint16 for 1 and 2), 3 int8
     codes (``G`` int8: the products of the unscaled codes; :func:`scale_columns` applies the row
-    scales)."""
-    if G.dtype in (types.int8, types.float32):  # one block pair per gallery dtype, chosen at typing time
-        b4r, b41 = (_b4r_i8, _b41_i8) if G.dtype == types.int8 else (_b4r_f32, _b41_f32)
+    scales). Other than float32 rows are first widened into ``W`` (:func:`tile_buffer`, at least
+    ``hi - lo`` rows)."""
+    if G.dtype == types.float32:
 
-        def impl(X, G, kind, lo, hi, S):
-            for q in range(0, X.shape[0], QB):
-                r = lo
-                while r + RB <= hi:
-                    b4r(X, G, q, r, S, r - lo)
-                    r += RB
-                while r < hi:
-                    b41(X, G, q, r, S, r - lo)
-                    r += 1
+        def impl(Xp, G, kind, lo, hi, S, W):
+            _panels(Xp, G, lo, hi, S, 0)
 
         return impl
 
-    def impl_half(X, G, kind, lo, hi, S):
-        for q in range(0, X.shape[0], QB):
-            r = lo
-            while r + RB <= hi:
-                if kind == 1:
-                    _b4r_f16(X, G, q, r, S, r - lo)
-                else:
-                    _b4r_bf16(X, G, q, r, S, r - lo)
-                r += RB
-            while r < hi:
-                if kind == 1:
-                    _b41_f16(X, G, q, r, S, r - lo)
-                else:
-                    _b41_bf16(X, G, q, r, S, r - lo)
-                r += 1
+    def impl_widen(Xp, G, kind, lo, hi, S, W):
+        for r in range(lo, hi):
+            row_f32(G, r, kind, W[r - lo])
+        _panels(Xp, W, 0, hi - lo, S, 0)
 
-    return impl_half
+    return impl_widen
 
 
 @njit(inline="always", cache=True)
@@ -250,17 +248,17 @@ def chunk_span(c, n_chunks, N):
     return lo, min(N, lo + chunk)
 
 
-def product(X, G, kind, start, stop, sub, S, scales=None):
-    """``S[:, :stop-start] = X @ float32(G[start:stop]).T``, sub-tiles of ``sub`` rows in parallel
-    (int8 codes: times the row ``scales``)."""
-    _product(X, G, kind, start, stop, sub, S, no_scales() if scales is None else scales)
+def product(Xp, G, kind, start, stop, sub, S, scales=None):
+    """``S[:, :stop-start] = X @ float32(G[start:stop]).T`` for packed queries ``Xp`` (:func:`pack_rows`),
+    sub-tiles of ``sub`` rows in parallel (int8 codes: times the row ``scales``)."""
+    _product(Xp, G, kind, start, stop, sub, S, no_scales() if scales is None else scales)
 
 
 @njit(parallel=True, cache=True)
-def _product(X, G, kind, start, stop, sub, S, scales):
+def _product(Xp, G, kind, start, stop, sub, S, scales):
     n = (stop - start + sub - 1) // sub
     for b in prange(n):
         lo = start + b * sub
         hi = min(stop, lo + sub)
-        sweep(X, G, kind, lo, hi, S[:, lo - start :])
-        scale_columns(S[:, lo - start :], X.shape[0], scales, lo, hi)
+        sweep(Xp, G, kind, lo, hi, S[:, lo - start :], tile_buffer(G, sub))
+        scale_columns(S[:, lo - start :], panel_rows(Xp), scales, lo, hi)

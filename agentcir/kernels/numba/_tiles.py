@@ -1,8 +1,8 @@
 """Gallery tiles for the numba ops: "a blocked product on a gallery tile, then a numba pass on that tile".
 
 :func:`exact_tiles` yields ``X_m @ float32(G[a:b]).T`` for a few float32 row blocks
-``X_m``: fp32 products by the register-blocked numba kernel of :mod:`._gemm` (half-precision
-rows are widened inside its loop), on numba's thread pool; no BLAS call, so no second
+``X_m``: fp32 products by the register-tiled numba kernel of :mod:`._gemm` (half-precision
+and int8 sub-tiles are widened into a float32 buffer first), on numba's thread pool; no BLAS call, so no second
 thread pool competes for the cores (:mod:`._threads`).
 :func:`coarse_tiles` yields the same products from torch's bfloat16 matmul (AMX /
 AVX512-BF16: fp32 accumulation, bf16 output), with each query row split into a bf16 high
@@ -30,7 +30,7 @@ from .. import tune
 from .._inputs import Gallery
 from . import _blas
 from ._common import KIND_CODES, f16_to_f32
-from ._gemm import no_scales, pad_rows, product, sub_rows
+from ._gemm import PANEL, no_scales, pack_rows, product, sub_rows
 from ._threads import balanced
 
 
@@ -89,17 +89,17 @@ def exact_tiles(
     """
     gals = list(galleries) if galleries is not None else [gallery] * len(mats)
     N, d = gallery.shape
-    padded = [pad_rows(m) for m in mats]
-    flat = [np.empty(p.shape[0] * tile, dtype=np.float32) for p in padded]
+    packed = [pack_rows(m) for m in mats]
+    flat = [np.empty(p.shape[0] * PANEL * tile, dtype=np.float32) for p in packed]
     for start in range(0, N, tile):
         stop = min(N, start + tile)
         T = stop - start
         outs = []
-        for m, p, g, buf in zip(mats, padded, gals, flat):
-            S = buf[: p.shape[0] * T].reshape(p.shape[0], T)
+        for m, p, g, buf in zip(mats, packed, gals, flat):
+            S = buf[: p.shape[0] * PANEL * T].reshape(p.shape[0] * PANEL, T)
             with balanced():
                 sc = g.scales if g.kind == "int8" else no_scales()
-                product(p, g.data, KIND_CODES[g.kind], start, stop, sub_rows(d, g.data.itemsize), S, sc)
+                product(p, g.data, KIND_CODES[g.kind], start, stop, sub_rows(d), S, sc)
             outs.append(S[: m.shape[0]])
         yield start, stop, outs
 

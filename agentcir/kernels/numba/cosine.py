@@ -43,7 +43,17 @@ from ._common import (
     select_row,
     sorted_from_heaps,
 )
-from ._gemm import chunk_count, chunk_span, no_scales, pad_rows, scale_columns, sub_rows, sweep
+from ._gemm import (
+    chunk_count,
+    chunk_span,
+    no_scales,
+    pack_rows,
+    panel_rows,
+    scale_columns,
+    sub_rows,
+    sweep,
+    tile_buffer,
+)
 from ._threads import balanced
 
 #: at most this many queries use the direct (BLAS-free, memory-bound) kernel
@@ -140,13 +150,14 @@ def _merge_chunks(hs, hi, cnt, out_hs, out_hi, out_cnt):
 
 
 @njit(parallel=True, cache=True)
-def _blocked_kernel(X, Q, G, kind, scales, excl, ex_value, n_chunks, sub, hs, hi, cnt):
+def _blocked_kernel(Xp, Q, G, kind, scales, excl, ex_value, n_chunks, sub, hs, hi, cnt):
     for c in prange(n_chunks):
-        S = np.empty((X.shape[0], sub), dtype=np.float32)
+        S = np.empty((panel_rows(Xp), sub), dtype=np.float32)
+        W = tile_buffer(G, sub)
         lo, end = chunk_span(c, n_chunks, G.shape[0])
         for t0 in range(lo, end, sub):
             t1 = min(end, t0 + sub)
-            sweep(X, G, kind, t0, t1, S)
+            sweep(Xp, G, kind, t0, t1, S, W)
             scale_columns(S, Q, scales, t0, t1)
             for q in range(Q):
                 row = S[q, : t1 - t0]
@@ -196,12 +207,12 @@ def blocked_topk(X: np.ndarray, gallery: Gallery, k: int, excl: np.ndarray, ex_v
     """Top-k of ``X @ G.T``: register-blocked products on L2-sized sub-tiles, fused with the selection."""
     Q = X.shape[0]
     N, d = gallery.shape
-    sub = sub_rows(d, gallery.data.itemsize)
+    sub = sub_rows(d)
     n_chunks = chunk_count(N, sub)
     hs, hi, cnt = _chunk_heaps(n_chunks, Q, k)
     with balanced():
         _blocked_kernel(
-            pad_rows(X),
+            pack_rows(X),
             Q,
             gallery.data,
             KIND_CODES[gallery.kind],

@@ -28,7 +28,17 @@ from .._inputs import Gallery
 from .._tiling import tile_rows
 from . import _blas
 from ._common import FASTMATH, KIND_CODES, score_f32
-from ._gemm import chunk_count, chunk_span, fused_sub_rows, no_scales, pad_rows, scale_columns, sweep
+from ._gemm import (
+    chunk_count,
+    chunk_span,
+    fused_sub_rows,
+    no_scales,
+    pack_rows,
+    panel_rows,
+    scale_columns,
+    sweep,
+    tile_buffer,
+)
 from ._threads import balanced
 from ._tiles import coarse_is_faster, coarse_tiles
 
@@ -55,15 +65,16 @@ def _relu_sums(S, split, acc):
 
 
 @njit(parallel=True, cache=True, fastmath=FASTMATH)
-def _fused_relu_sums(D, R, G, kind, scales, n_chunks, sub, acc):
-    """``acc[c, p] = sum_j relu(D[p] . G[j])`` over the rows ``j`` of chunk ``c`` (``D`` padded, ``R`` real
-    rows; int8 codes times their ``scales``, empty for float galleries)."""
+def _fused_relu_sums(Dp, R, G, kind, scales, n_chunks, sub, acc):
+    """``acc[c, p] = sum_j relu(D[p] . G[j])`` over the rows ``j`` of chunk ``c`` (``Dp`` the packed rows,
+    ``R`` real rows; int8 codes times their ``scales``, empty for float galleries)."""
     for c in prange(n_chunks):
-        S = np.empty((D.shape[0], sub), dtype=np.float32)
+        S = np.empty((panel_rows(Dp), sub), dtype=np.float32)
+        W = tile_buffer(G, sub)
         lo, end = chunk_span(c, n_chunks, G.shape[0])
         for t0 in range(lo, end, sub):
             t1 = min(end, t0 + sub)
-            sweep(D, G, kind, t0, t1, S)
+            sweep(Dp, G, kind, t0, t1, S, W)
             scale_columns(S, R, scales, t0, t1)
             for p in range(R):
                 t = np.float32(0.0)
@@ -96,13 +107,13 @@ def octopus_gap_sums(reference: np.ndarray, proxies: np.ndarray, gallery: Galler
         for _, _, (S,) in _blas.tiles(gallery, [D], _blas.tile_rows(Q * K, d, N)):
             _relu_sums(S, False, acc)
     else:
-        sub = fused_sub_rows(Q * K, d, gallery.data.itemsize)
+        sub = fused_sub_rows(Q * K, d)
         n_chunks = chunk_count(N, sub)
         part = np.zeros((n_chunks, Q * K), dtype=np.float64)
         with balanced():
             sc = gallery.scales if gallery.kind == "int8" else no_scales()
             _fused_relu_sums(
-                pad_rows(D), Q * K, gallery.data, KIND_CODES[gallery.kind], sc, n_chunks, min(sub, N), part
+                pack_rows(D), Q * K, gallery.data, KIND_CODES[gallery.kind], sc, n_chunks, min(sub, N), part
             )
         acc = part.sum(axis=0).reshape(Q, K)
     return acc
