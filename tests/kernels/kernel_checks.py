@@ -10,6 +10,9 @@ from agentcir.kernels.dispatch import why_unavailable
 
 #: every non-reference backend that can run here (the reference is the spec they are checked against)
 BACKENDS = [b for b in ("numba", "torch", "triton") if why_unavailable(b) is None]
+#: the features of an AVX2 CPU (Haswell), forced on whatever CPU runs a test (``NUMBA_CPU_FEATURES``:
+#: ``NUMBA_CPU_NAME`` alone keeps the host's features)
+AVX2_FEATURES = "+64bit,+avx,+avx2,+bmi,+bmi2,+cmov,+cx16,+f16c,+fma,+fxsr,+lzcnt,+mmx,+movbe,+popcnt,+sse,+sse2,+sse3,+sse4.1,+sse4.2,+ssse3"
 KINDS = ["float32", "float16"] + (["bfloat16"] if importlib.util.find_spec("ml_dtypes") else [])
 #: score tolerance per gallery dtype: every backend widens half-precision rows exactly and
 #: multiplies in float32, so all dtypes get float32-level error (the numba bf16 tile product

@@ -10,7 +10,7 @@ import sys
 
 import numpy as np
 import pytest
-from kernel_checks import KINDS, TOL, as_kind, check_exact, check_topk, unit_rows
+from kernel_checks import AVX2_FEATURES, KINDS, TOL, as_kind, check_exact, check_topk, unit_rows
 
 from agentcir import kernels as K
 from agentcir.kernels._inputs import to_backend_gallery
@@ -72,10 +72,6 @@ def test_blocked_cosine_ties_across_chunks(monkeypatch):
     for k in (1, 7, 40):
         ref = K.cosine_topk(X, G, k, backend="reference")
         check_exact(K.cosine_topk(X, G, k, backend="numba"), ref)
-
-
-#: the features of an AVX2 CPU (Haswell), forced on whatever CPU runs the test
-AVX2_FEATURES = "+64bit,+avx,+avx2,+bmi,+bmi2,+cmov,+cx16,+f16c,+fma,+fxsr,+lzcnt,+mmx,+movbe,+popcnt,+sse,+sse2,+sse3,+sse4.1,+sse4.2,+ssse3"
 
 
 def test_avx2_gets_the_narrow_tile_and_exact_products(tmp_path):

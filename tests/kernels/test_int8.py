@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from kernel_checks import KINDS, as_kind, check_topk, unit_rows
+from kernel_checks import AVX2_FEATURES, KINDS, as_kind, check_topk, unit_rows
 from test_gallery_ops import CASES, excludes
 
 from agentcir import kernels as K
@@ -72,6 +72,51 @@ def test_cosine_topk_int8_matches_reference(backend):
                 )
                 got = K.cosine_topk(X, q8, k, exclude=ex, exclude_score=es, backend=backend)
                 check_topk(got, ref, k, TOL8)
+
+
+#: the int8 dot under three code generations: the host's, AVX2 and x86-64 with SSE2 only (no
+#: multiply-add-pairs intrinsic: the plain vector IR); the checks are the same in each
+_IDOT_CHECK = (
+    "import numpy as np\n"
+    "from agentcir.kernels.numba import cosine\n"
+    "rng = np.random.default_rng(0)\n"
+    "ok = True\n"
+    "for d in (1, 7, 8, 15, 16, 17, 31, 32, 33, 64, 100, 511, 512, 517):\n"
+    "    m = (2**31 - 1) // (127 * d)\n"
+    "    for x, c in ((rng.integers(-min(m, 32767), min(m, 32767) + 1, d), rng.integers(-127, 128, d)),\n"
+    "                 (np.full(d, -min(m, 32767)), np.full(d, -127)), (np.full(d, min(m, 32767)), np.full(d, 127))):\n"
+    "        x, c = x.astype(np.int16), c.astype(np.int8)\n"
+    "        ok &= int(cosine._idot_call(x, c)) == int((x.astype(np.int64) * c).sum())\n"
+    "        ok &= int(cosine._idot_call(x[::2], c[::2])) == int((x[::2].astype(np.int64) * c[::2]).sum())\n"
+    "print(cosine.IDOT_LANES, ok)\n"
+)
+
+
+@pytest.mark.parametrize(
+    "cpu,features,lanes",
+    [(None, None, None), ("haswell", AVX2_FEATURES, 16), ("x86-64", "+64bit,+cmov,+cx8,+fxsr,+mmx,+sse,+sse2", 8)],
+    ids=["host", "avx2", "sse2"],
+)
+def test_int8_dot_is_exact_on_every_code_generation(cpu, features, lanes, tmp_path):
+    """The int8 scan's integer dot (multiply-add pairs over whole vector registers, a scalar tail, a
+    scalar loop for strided rows) equals the int64 sum at every length and at the extreme values."""
+    pytest.importorskip("numba")
+    import os
+    import platform
+    import subprocess
+    import sys
+
+    if cpu and platform.machine() not in ("x86_64", "AMD64"):
+        pytest.skip("forcing an x86 code generation needs an x86 CPU")
+    env = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path)}
+    if cpu:
+        env["NUMBA_CPU_NAME"], env["NUMBA_CPU_FEATURES"] = cpu, features
+    out = subprocess.run([sys.executable, "-c", _IDOT_CHECK], env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    got_lanes, ok = out.stdout.split()
+    assert ok == "True"
+    if lanes:
+        assert int(got_lanes) == lanes
 
 
 @pytest.mark.parametrize("path", ["loop", "blas"])

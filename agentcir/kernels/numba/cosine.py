@@ -10,8 +10,9 @@ numba kernels of this module in two launch shapes:
   once, in order, dotted with every query and offered to per-chunk heaps; the chunk heaps are
   merged at the end. Half-precision galleries read half the bytes. An int8 gallery reads a
   quarter (``_direct_kernel_i8``): each query is rounded to int16 (:func:`int16_queries`), dotted
-  with the int8 codes in exact int32 sums (multiply-add pairs: twice the rate of widening to
-  float32), and the sum multiplied by the query's and the row's scales once per row. Rows are
+  with the int8 codes in exact int32 sums (:func:`_idot_blocks`: multiply-add pairs over whole
+  vector registers, twice the rate of widening to float32), and the sum multiplied by the query's
+  and the row's scales once per row. Rows are
   also requested ``PREFETCH_BYTES`` ahead.
 * many queries: ``_blocked_kernel``, one parallel pass over gallery chunks (dynamically
   scheduled, :mod:`._threads`): each chunk walks L2-sized sub-tiles, scores them with the
@@ -24,7 +25,10 @@ from __future__ import annotations
 
 import numba
 import numpy as np
-from numba import njit, prange
+from llvmlite import ir as _ir
+from numba import njit, prange, types
+from numba.core import cgutils
+from numba.extending import intrinsic, overload
 
 from .. import tune
 from .._inputs import Gallery
@@ -42,6 +46,7 @@ from ._common import (
     row_f32,
     select_row,
     sorted_from_heaps,
+    target_has,
 )
 from ._gemm import (
     chunk_count,
@@ -100,14 +105,87 @@ def _direct_kernel(X, G, kind, scales, excl, ex_value, n_chunks, pf, hs, hi, cnt
                     _offer(s * sr if scaled else s, r, q, c, excl, ex_value, hs, hi, cnt)
 
 
+#: int16 lanes of one multiply-add-pairs step of :func:`_idot_blocks` on the CPU numba compiles for
+IDOT_LANES, _PMADD = (
+    (32, "llvm.x86.avx512.pmaddw.d.512")
+    if target_has("avx512bw")
+    else (16, "llvm.x86.avx2.pmadd.wd")
+    if target_has("avx2")
+    else (8, None)
+)
+
+
+@intrinsic
+def _idot_blocks(typingctx, xq, c):
+    """``sum_j int32(xq[j]) * int32(c[j])`` over the first ``len // IDOT_LANES * IDOT_LANES`` elements of
+    an int16 query and an int8 row (both C-contiguous): per step the codes are sign-extended to int16 and
+    multiplied with the query in adjacent pairs summed to int32 (``vpmaddwd`` on x86; elsewhere the
+    same sums in plain vector IR). Exact: :func:`int16_queries` bounds every int32 sum."""
+    if not all(
+        isinstance(a, types.Array) and a.ndim == 1 and a.layout == "C" and a.dtype == t
+        for a, t in ((xq, types.int16), (c, types.int8))
+    ):
+        return None
+    W = IDOT_LANES
+    v16, v32 = _ir.VectorType(_ir.IntType(16), W), _ir.VectorType(_ir.IntType(32), W // 2)
+    i32 = _ir.IntType(32)
+
+    def codegen(context, builder, sig, args):
+        xa, ca = (context.make_array(t)(context, builder, v) for t, v in zip(sig.args, args))
+        intp = context.get_value_type(types.intp)
+        acc = cgutils.alloca_once_value(builder, _ir.Constant(v32, [0] * (W // 2)))
+        steps = builder.udiv(builder.extract_value(xa.shape, 0), intp(W))
+        with cgutils.for_range(builder, steps) as loop:
+            j = builder.mul(loop.index, intp(W))
+            x = builder.load(builder.bitcast(builder.gep(xa.data, [j]), v16.as_pointer()), align=2)
+            codes = builder.bitcast(builder.gep(ca.data, [j]), _ir.VectorType(_ir.IntType(8), W).as_pointer())
+            cw = builder.sext(builder.load(codes, align=1), v16)
+            if _PMADD:
+                fn = cgutils.get_or_insert_function(builder.module, _ir.FunctionType(v32, [v16, v16]), _PMADD)
+                pairs = builder.call(fn, [x, cw])
+            else:
+
+                def lanes(v, first):
+                    idx = _ir.Constant(_ir.VectorType(i32, W // 2), list(range(first, W, 2)))
+                    return builder.sext(builder.shuffle_vector(v, _ir.Constant(v16, _ir.Undefined), idx), v32)
+
+                pairs = builder.add(builder.mul(lanes(x, 0), lanes(cw, 0)), builder.mul(lanes(x, 1), lanes(cw, 1)))
+            builder.store(builder.add(builder.load(acc), pairs), acc)
+        reduce = cgutils.get_or_insert_function(
+            builder.module, _ir.FunctionType(i32, [v32]), f"llvm.vector.reduce.add.v{W // 2}i32"
+        )
+        return builder.call(reduce, [builder.load(acc)])
+
+    return types.int32(xq, c), codegen
+
+
+def _idot(xq, c):  # pragma: no cover - replaced by the overload in numba code
+    raise NotImplementedError
+
+
+@overload(_idot)
+def _idot_impl(xq, c):
+    """``sum_j int32(xq[j]) * int32(c[j])`` of an int16 query and an int8 row (exact): the vector steps of
+    :func:`_idot_blocks` and a scalar tail; rows that are not C-contiguous take the scalar loop."""
+    contiguous = xq.layout == "C" and c.layout == "C"
+
+    def impl(xq, c):
+        s = np.int32(0)
+        start = 0
+        if contiguous:
+            s = _idot_blocks(xq, c)
+            start = xq.shape[0] // IDOT_LANES * IDOT_LANES
+        for j in range(start, xq.shape[0]):
+            s = np.int32(s + np.int32(xq[j]) * np.int32(c[j]))
+        return s
+
+    return impl
+
+
 @njit(cache=True)
-def _idot(xq, c):
-    """``sum_j int32(xq[j]) * int32(c[j])`` of an int16 query and an int8 row (exact; LLVM turns it
-    into multiply-add pairs, ``vpmaddwd``: twice the float widen + FMA rate)."""
-    s = np.int32(0)
-    for j in range(xq.shape[0]):  # kept int32 (numba would widen to int64 and lose the pairs)
-        s = np.int32(s + np.int32(xq[j]) * np.int32(c[j]))
-    return s
+def _idot_call(xq, c):
+    """:func:`_idot` callable from Python (the tests)."""
+    return _idot(xq, c)
 
 
 @njit(parallel=True, cache=True)
