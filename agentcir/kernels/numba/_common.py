@@ -150,6 +150,32 @@ def sorted_from_heaps(hs, hi, cnt):
     return out_s, out_i
 
 
+def chunk_heaps(n_chunks: int, Q: int, k: int):
+    """One running top-k per (gallery chunk, query) of a parallel pass: ``(scores, ids, sizes)``."""
+    return (
+        np.full((n_chunks, Q, k), -np.inf, dtype=np.float32),
+        np.full((n_chunks, Q, k), -1, dtype=np.int32),
+        np.zeros((n_chunks, Q), dtype=np.int64),
+    )
+
+
+@njit(cache=True)
+def _merge_chunks(hs, hi, cnt, out_hs, out_hi, out_cnt):
+    for q in range(out_hs.shape[0]):
+        n = 0
+        for c in range(hs.shape[0]):
+            for j in range(cnt[c, q]):
+                n = heap_push(out_hs[q], out_hi[q], n, hs[c, q, j], hi[c, q, j])
+        out_cnt[q] = n
+
+
+def merged_chunk_heaps(hs, hi, cnt):
+    """The sorted top-k per query of the chunk heaps of :func:`chunk_heaps` (ties: lower id first)."""
+    mh, mi, mc = new_heaps(hs.shape[1], hs.shape[2])
+    _merge_chunks(hs, hi, cnt, mh, mi, mc)
+    return sorted_from_heaps(mh, mi, mc)
+
+
 @njit(inline="always", cache=True)
 def select_row(vals, start, hs, hi, n):
     """Offer ``vals[j]`` as item ``start + j`` (in id order); ``-inf`` = removed. Returns the new size."""
@@ -424,6 +450,22 @@ def entropy_update(vals, inv_tau, state):
         a += e * x if v != -np.inf else np.float32(0.0)
     state[1] += z
     state[2] += a
+
+
+def merged_entropy_states(states: np.ndarray) -> np.ndarray:
+    """One ``[Q, 3]`` state from per-chunk states ``[C, Q, 3]`` of :func:`entropy_update`: the sums
+    rescaled to the largest max, ``A`` shifted by ``(m_c - M) Z_c`` as in the update."""
+    m = states[:, :, 0]
+    M = m.max(axis=0)
+    out = new_entropy_state(states.shape[1])
+    seen = np.isfinite(M)
+    with np.errstate(invalid="ignore", over="ignore"):
+        scale = np.where(np.isfinite(m), np.exp(m - M), 0.0)
+        shift = np.where(np.isfinite(m), m - M, 0.0)
+    out[seen, 0] = M[seen]
+    out[seen, 1] = (scale * states[:, :, 1]).sum(axis=0)[seen]
+    out[seen, 2] = (scale * (states[:, :, 2] + shift * states[:, :, 1])).sum(axis=0)[seen]
+    return out
 
 
 def entropy_from_state(state: np.ndarray) -> np.ndarray:

@@ -35,17 +35,17 @@ from .._inputs import Gallery
 from . import _blas
 from ._common import (
     KIND_CODES,
+    chunk_heaps,
     dot,
     empty_exclude,
     exclusion_value,
     heap_push,
-    new_heaps,
+    merged_chunk_heaps,
     patch_excluded,
     prefetch_row,
     row_dot,
     row_f32,
     select_row,
-    sorted_from_heaps,
     target_has,
 )
 from ._gemm import (
@@ -217,16 +217,6 @@ def int16_queries(X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return Xq, xs
 
 
-@njit(cache=True)
-def _merge_chunks(hs, hi, cnt, out_hs, out_hi, out_cnt):
-    for q in range(out_hs.shape[0]):
-        n = 0
-        for c in range(hs.shape[0]):
-            for j in range(cnt[c, q]):
-                n = heap_push(out_hs[q], out_hi[q], n, hs[c, q, j], hi[c, q, j])
-        out_cnt[q] = n
-
-
 @njit(parallel=True, cache=True)
 def _blocked_kernel(Xp, Q, G, kind, scales, excl, ex_value, n_chunks, sub, hs, hi, cnt):
     for c in prange(n_chunks):
@@ -249,36 +239,22 @@ def _scales(gallery: Gallery) -> np.ndarray:
     return np.ascontiguousarray(gallery.scales, dtype=np.float32) if gallery.kind == "int8" else no_scales()
 
 
-def _chunk_heaps(n_chunks: int, Q: int, k: int):
-    return (
-        np.full((n_chunks, Q, k), -np.inf, dtype=np.float32),
-        np.full((n_chunks, Q, k), -1, dtype=np.int32),
-        np.zeros((n_chunks, Q), dtype=np.int64),
-    )
-
-
-def _merged(hs, hi, cnt):
-    mh, mi, mc = new_heaps(hs.shape[1], hs.shape[2])
-    _merge_chunks(hs, hi, cnt, mh, mi, mc)
-    return sorted_from_heaps(mh, mi, mc)
-
-
 def direct_topk(X: np.ndarray, gallery: Gallery, k: int, excl: np.ndarray, ex_value: np.float32):
     """Top-k of ``X @ G.T`` in one memory-bound pass (few queries)."""
     Q = X.shape[0]
     n_chunks = max(1, min(numba.get_num_threads() * 4, gallery.shape[0] // DIRECT_CHUNK_ROWS))
-    hs, hi, cnt = _chunk_heaps(n_chunks, Q, k)
+    hs, hi, cnt = chunk_heaps(n_chunks, Q, k)
     pf = max(1, -(-PREFETCH_BYTES // (gallery.shape[1] * gallery.data.itemsize)))  # rows
     if gallery.kind == "int8":
         Xq, xs = int16_queries(X)
         with balanced():
             _direct_kernel_i8(Xq, xs, gallery.data, _scales(gallery), excl, ex_value, n_chunks, pf, hs, hi, cnt)
-        return _merged(hs, hi, cnt)
+        return merged_chunk_heaps(hs, hi, cnt)
     with balanced():
         _direct_kernel(
             X, gallery.data, KIND_CODES[gallery.kind], _scales(gallery), excl, ex_value, n_chunks, pf, hs, hi, cnt
         )
-    return _merged(hs, hi, cnt)
+    return merged_chunk_heaps(hs, hi, cnt)
 
 
 def blocked_topk(X: np.ndarray, gallery: Gallery, k: int, excl: np.ndarray, ex_value: np.float32):
@@ -287,7 +263,7 @@ def blocked_topk(X: np.ndarray, gallery: Gallery, k: int, excl: np.ndarray, ex_v
     N, d = gallery.shape
     sub = sub_rows(d)
     n_chunks = chunk_count(N, sub)
-    hs, hi, cnt = _chunk_heaps(n_chunks, Q, k)
+    hs, hi, cnt = chunk_heaps(n_chunks, Q, k)
     with balanced():
         _blocked_kernel(
             pack_rows(X),
@@ -303,7 +279,7 @@ def blocked_topk(X: np.ndarray, gallery: Gallery, k: int, excl: np.ndarray, ex_v
             hi,
             cnt,
         )
-    return _merged(hs, hi, cnt)
+    return merged_chunk_heaps(hs, hi, cnt)
 
 
 def loop_topk(X: np.ndarray, gallery: Gallery, k: int, excl: np.ndarray, ex_value: np.float32):

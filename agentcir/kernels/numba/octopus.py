@@ -1,55 +1,137 @@
 """octopus_topk, numba: OCTOPUS bidirectional fusion with top-k and the streamed entropy.
 
-Pass 1 (:mod:`.weights`) gives the proxy weights, hence ``t = (e + q_t) / 2``. Pass 2
-walks image and caption tiles in lockstep: the tile product (numba :mod:`._gemm` or BLAS :mod:`._blas`, :mod:`agentcir.kernels.tune`) gives ``t . I_tile`` and ``q_v . C_tile``;
-``_fuse_select`` forms ``S = lam*S_t2v + (1-lam)*S_v2t*S_t2v``, applies the reference
-mask, folds the tile into the running softmax entropy and the running top-k.
+Pass 1 (:mod:`.weights`) gives the proxy weights, hence ``t = (e + q_t) / 2``. Pass 2 scores
+``t . I`` and ``q_v . C`` on the same gallery rows, forms ``S = lam*S_t2v + (1-lam)*S_v2t*S_t2v``,
+applies the reference mask, folds the scores into the running softmax entropy and the running
+top-k (:func:`_fuse_rows`). With the ``loop`` product (:mod:`agentcir.kernels.tune`) pass 2 is
+one parallel launch over gallery chunks (``_fused_kernel``): each chunk walks L2-sized sub-tiles
+of both galleries in lockstep, with its own heaps and entropy state, merged at the end; with
+``blas`` each BLAS tile pair is folded in serially.
 Extra memory: O(Q*(K+1)*tile) in pass 1, O(Q*tile) in pass 2.
 """
 
 from __future__ import annotations
 
 import numpy as np
-from numba import prange
+from numba import njit, prange
 
+from .. import tune
 from .._inputs import Gallery
-from .._tiling import score_tile_rows
+from . import _blas
 from ._common import (
-    dual,
+    KIND_CODES,
+    chunk_heaps,
     empty_exclude,
     entropy_from_state,
     entropy_update,
-    log_partition_from_state,
     exclusion_value,
+    log_partition_from_state,
+    merged_chunk_heaps,
+    merged_entropy_states,
     new_entropy_state,
     new_heaps,
     patch_excluded,
     select_row,
     sorted_from_heaps,
 )
-from ._tiles import product_tiles
+from ._gemm import (
+    chunk_count,
+    chunk_span,
+    fused_sub_rows,
+    no_scales,
+    pack_rows,
+    panel_rows,
+    scale_columns,
+    sweep,
+    tile_buffer,
+)
 from ._threads import balanced
 from .weights import octopus_query, octopus_weights
 
 
-@dual()
-def _fuse_select(St, Sv, has_visual, lam, start, excl, ex_value, inv_tau, state, hs, hi, cnt):
-    T = St.shape[1]
+@njit(inline="always", cache=True)
+def _fuse_rows(St, Sv, q, T, has_visual, lam, start, excl, ex_value, inv_tau, vals, state, hs, hi, n):
+    """Fuse query ``q``'s scores of ``T`` gallery rows from ``start`` into ``vals``, mask, fold them into
+    ``state`` (entropy) and the heap ``hs / hi`` of size ``n``; returns the new size."""
     a = np.float32(lam)
     b = np.float32(1.0 - lam)
-    for q in prange(St.shape[0]):
-        vals = np.empty(T, dtype=np.float32)
-        if has_visual:
-            for j in range(T):
-                t = St[q, j]
-                vals[j] = a * t + b * (Sv[q, j] * t)
-        else:
-            for j in range(T):
-                vals[j] = St[q, j]
-        if excl.shape[1]:
-            patch_excluded(vals, q, start, excl, ex_value)
-        entropy_update(vals, inv_tau, state[q])
-        cnt[q] = select_row(vals, start, hs[q], hi[q], cnt[q])
+    v = vals[:T]
+    if has_visual:
+        for j in range(T):
+            t = St[q, j]
+            v[j] = a * t + b * (Sv[q, j] * t)
+    else:
+        for j in range(T):
+            v[j] = St[q, j]
+    if excl.shape[1]:
+        patch_excluded(v, q, start, excl, ex_value)
+    entropy_update(v, inv_tau, state)
+    return select_row(v, start, hs, hi, n)
+
+
+@njit(cache=True)
+def _fuse_tile(St, Sv, has_visual, lam, start, excl, ex_value, inv_tau, state, hs, hi, cnt):
+    """One BLAS tile pair folded in (serial: right after a BLAS call, :mod:`._blas`)."""
+    vals = np.empty(St.shape[1], dtype=np.float32)
+    for q in range(St.shape[0]):
+        cnt[q] = _fuse_rows(
+            St,
+            Sv,
+            q,
+            St.shape[1],
+            has_visual,
+            lam,
+            start,
+            excl,
+            ex_value,
+            inv_tau,
+            vals,
+            state[q],
+            hs[q],
+            hi[q],
+            cnt[q],
+        )
+
+
+@njit(parallel=True, cache=True)
+def _fused_kernel(
+    Tp, Vp, Q, I, C, ki, kc, si, sc, has_visual, lam, excl, ex_value, inv_tau, n_chunks, sub, state, hs, hi, cnt
+):
+    for c in prange(n_chunks):
+        St = np.empty((panel_rows(Tp), sub), dtype=np.float32)
+        Sv = np.empty((panel_rows(Vp) if has_visual else 0, sub), dtype=np.float32)
+        Wi, Wc = tile_buffer(I, sub), tile_buffer(C, sub)
+        vals = np.empty(sub, dtype=np.float32)
+        lo, end = chunk_span(c, n_chunks, I.shape[0])
+        for t0 in range(lo, end, sub):
+            t1 = min(end, t0 + sub)
+            sweep(Tp, I, ki, t0, t1, St, Wi)
+            scale_columns(St, Q, si, t0, t1)
+            if has_visual:
+                sweep(Vp, C, kc, t0, t1, Sv, Wc)
+                scale_columns(Sv, Q, sc, t0, t1)
+            for q in range(Q):
+                cnt[c, q] = _fuse_rows(
+                    St,
+                    Sv,
+                    q,
+                    t1 - t0,
+                    has_visual,
+                    lam,
+                    t0,
+                    excl,
+                    ex_value,
+                    inv_tau,
+                    vals,
+                    state[c, q],
+                    hs[c, q],
+                    hi[c, q],
+                    cnt[c, q],
+                )
+
+
+def _scales(g: Gallery) -> np.ndarray:
+    return np.ascontiguousarray(g.scales, dtype=np.float32) if g.kind == "int8" else no_scales()
 
 
 def octopus_topk(
@@ -76,29 +158,43 @@ def octopus_topk(
         gals.append(captions)
     excl = empty_exclude() if exclude is None else exclude
     ex_value = exclusion_value(exclude_score)
-    hs, hi, cnt = new_heaps(Q, k)
-    state = new_entropy_state(Q)
-    tile = score_tile_rows(len(mats) * Q, images.shape[0])
-    blas, it = product_tiles(images, mats, tile, galleries=gals)
-    for start, _, outs in it:
-        args = (
-            outs[0],
-            outs[-1],
+    inv_tau = 1.0 / entropy_tau
+    N = images.shape[0]
+    if tune.choose(images.kind, len(mats) * Q) == "blas":
+        hs, hi, cnt = new_heaps(Q, k)
+        state = new_entropy_state(Q)
+        for start, _, outs in _blas.tiles(images, mats, _blas.tile_rows(len(mats) * Q, d, N), gals):
+            _fuse_tile(outs[0], outs[-1], visual is not None, lam, start, excl, ex_value, inv_tau, state, hs, hi, cnt)
+        scores, ids = sorted_from_heaps(hs, hi, cnt)
+        return scores, ids, w, entropy_from_state(state), log_partition_from_state(state)
+    sub = fused_sub_rows(len(mats) * Q, d)
+    n_chunks = chunk_count(N, sub)
+    hs, hi, cnt = chunk_heaps(n_chunks, Q, k)
+    states = np.stack([new_entropy_state(Q)] * n_chunks)
+    caps = gals[-1]
+    with balanced():
+        _fused_kernel(
+            pack_rows(t),
+            pack_rows(mats[-1]),
+            Q,
+            images.data,
+            caps.data,
+            KIND_CODES[images.kind],
+            KIND_CODES[caps.kind],
+            _scales(images),
+            _scales(caps),
             visual is not None,
             lam,
-            start,
             excl,
             ex_value,
-            1.0 / entropy_tau,
-            state,
+            inv_tau,
+            n_chunks,
+            min(sub, max(1, N)),
+            states,
             hs,
             hi,
             cnt,
         )
-        if blas:  # serial right after a BLAS call (_blas)
-            _fuse_select.serial(*args)
-            continue
-        with balanced():
-            _fuse_select.parallel(*args)
-    scores, ids = sorted_from_heaps(hs, hi, cnt)
+    scores, ids = merged_chunk_heaps(hs, hi, cnt)
+    state = merged_entropy_states(states)
     return scores, ids, w, entropy_from_state(state), log_partition_from_state(state)
