@@ -29,7 +29,7 @@ def tile_rows(n_scored: int, d: int, N: int) -> int:
 
 def score_tile_rows(n_scored: int, N: int) -> int:
     """Gallery rows per tile when only the ``[n_scored, tile]`` float32 score block is held
-    (the numba backend: half rows are widened inside the product, no gallery tile is copied):
+    (the numba backend's BLAS-free tiles: a sub-tile is widened into an L2-sized buffer at most):
     within ``FUSED_SCORE_TILE_BYTES``, a multiple of 256 rows between 256 and ``FUSED_MAX_TILE``."""
     if TILE_OVERRIDE:
         return max(1, min(TILE_OVERRIDE, N))

@@ -120,8 +120,8 @@ def test_merge_topk_rule():
     assert i.tolist() == [[2, 4, 1, -1]] and s[0, 3] == -np.inf
 
 
-#: float32 rounding of one score: the numba tile product's value for a row can depend on its
-#: slot in a register block, so equal rows may score a few ulps apart and swap (README "Conventions")
+#: float32 rounding of one score: a BLAS tile product's value for a row can depend on its place
+#: in the tile, so equal rows may score a few ulps apart and swap (README "Conventions")
 ROUNDING = 5e-7
 
 

@@ -35,9 +35,10 @@ def test_product_matches_float64(kind, R, T, sub):
     g = to_backend_gallery(G, "numpy")
     start, stop = 4, 4 + T
     P = _gemm.pack_rows(X)
-    assert P.shape == (-(-R // _gemm.PANEL), d, _gemm.PANEL)
+    w = _gemm.panel_width(R)
+    assert P.shape == (-(-R // w), d, w) and w == (16 if R > 8 else 8 if R > 4 else 4)
     np.testing.assert_array_equal(P.transpose(0, 2, 1).reshape(-1, d)[:R], X)
-    S = np.full((P.shape[0] * _gemm.PANEL, T), np.nan, dtype=np.float32)
+    S = np.full((P.shape[0] * w, T), np.nan, dtype=np.float32)
     _gemm.product(P, g.data, KIND_CODES[g.kind], start, stop, sub, S)
     want = X.astype(np.float64) @ np.asarray(G, dtype=np.float64)[start:stop].T
     np.testing.assert_allclose(S[:R], want, rtol=0, atol=1e-5)
@@ -76,11 +77,11 @@ def test_blocked_cosine_ties_across_chunks(monkeypatch):
 
 def test_avx2_gets_the_narrow_tile_and_exact_products(tmp_path):
     """With AVX2's 16 vector registers (forced here through NUMBA_CPU_FEATURES, as the benchmarks
-    force a lower ISA) the microkernel is 6 rows x two 8-lane vectors, and its products are exact;
-    the host's own tile (12 x 16 lanes with AVX-512) is the one every other kernel test runs."""
+    force a lower ISA) the 16-row panel's microkernel is 6 rows x two 8-lane vectors, and its products
+    are exact; the host's own tile (12 x 16 lanes with AVX-512) is the one every other kernel test runs."""
     from agentcir.kernels.numba import _gemm
 
-    assert (_gemm.LANES, _gemm.MR, _gemm.NV) == ((16, 12, 1) if _gemm.wide_registers() else (8, 6, 2))
+    assert _gemm.TILES[16] == ((16, 12, 1) if _gemm.wide_registers() else (8, 6, 2))
     code = (
         "import numpy as np\n"
         "from agentcir.kernels.numba import _gemm\n"
@@ -90,7 +91,7 @@ def test_avx2_gets_the_narrow_tile_and_exact_products(tmp_path):
         "S = np.zeros((32, 47), np.float32)\n"
         "_gemm.product(_gemm.pack_rows(X), G, 0, 2, 49, 13, S)\n"
         "err = np.abs(S[:19] - X.astype(np.float64) @ G[2:49].astype(np.float64).T).max()\n"
-        "print(_gemm.LANES, _gemm.MR, _gemm.NV, err < 1e-4, not S[19:].any())\n"
+        "print(*_gemm.TILES[16], err < 1e-4, not S[19:].any())\n"
     )
     env = {
         **os.environ,

@@ -1,4 +1,4 @@
-"""The numba backend's two tile-product paths (``loop``: register-blocked numba, ``blas``: the
+"""The numba backend's two tile-product paths (``loop``: register-tiled numba, ``blas``: the
 process's sgemm) each pass the gallery-op tests against the reference; the autotune cache of
 :mod:`agentcir.kernels.tune` is written, read back, reset, and a corrupt file is refused and re-tuned."""
 

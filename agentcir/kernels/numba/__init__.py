@@ -1,12 +1,17 @@
-"""numba backend (the CPU default): gallery-tile products (the process's BLAS sgemm or register-blocked
+"""numba backend (the CPU default): gallery-tile products (the process's BLAS sgemm or register-tiled
 numba kernels, chosen per CPU, dtype and shape class by :mod:`agentcir.kernels.tune`), then numba passes
 that aggregate, fuse and keep a running top-k; memory-bound direct kernels for a few queries.
 
 One op per module: cosine (cosine_topk), proxy (proxy_scores_topk), weights
 (octopus_weights), ldre (ldre_weights), octopus (octopus_topk), rank_fusion (rrf), score_fusion (fuse_scores),
 xr (xr_rerank), promote (promote_first_accepted), gate (uncertainty). Kernels are compiled
-on first use and cached on disk (``cache=True``).
+on first use and cached on disk (``cache=True``), stamped with the digest of every module of this
+folder (:mod:`._cache`): an edit to any of them recompiles them all.
 """
+
+from . import _cache
+
+_cache.install()  # before any kernel below is decorated
 
 NATIVE = "numpy"
 

@@ -8,7 +8,7 @@ pool). The passes after the product (selection, aggregation, fusion) are the num
 own, run serial: a parallel numba region right after a BLAS call would wait for the BLAS
 threads to go idle (``_common`` "Threads"), and those passes are cheap next to the product.
 
-Which path a call takes (this one or the register-blocked ``loop`` of :mod:`._gemm`) is
+Which path a call takes (this one or the register-tiled ``loop`` of :mod:`._gemm`) is
 decided by :func:`agentcir.kernels.tune.choose`, measured per CPU, dtype and shape class;
 :func:`measure` is the measurement it uses.
 """

@@ -5,18 +5,20 @@ faster per CPU, dtype and shape class).
 The microkernel is the one of an optimised sgemm, written as LLVM vector IR (:func:`_microkernel`)
 so that its register tile does not depend on what LLVM's auto-vectoriser makes of a loop:
 
-* the query rows are packed once per call into panels of ``PANEL`` (16) rows, transposed
-  (:func:`pack_rows`: ``Xp[p, k, j] = X[16 p + j, k]``, zero rows pad the last panel);
+* the query rows are packed once per call into panels of ``w`` rows, transposed
+  (:func:`pack_rows`: ``Xp[p, k, j] = X[w p + j, k]``, zero rows pad the last panel); ``w`` is 16,
+  or 8 / 4 for at most 8 / 4 rows (:func:`panel_width`: one OCTOPUS query is not padded to 16);
 * one call scores ``MR`` gallery rows against one panel: per element ``k`` it loads the panel's
-  16 values as vectors, broadcasts each gallery row's ``G[r + i, k]`` and adds the products into
-  ``MR x 16`` accumulators that stay in vector registers for the whole loop over ``d``; then it
-  stores them into ``S[16 p + j, c + i]``.
+  ``w`` values as vectors, broadcasts each gallery row's ``G[r + i, k]`` and adds the products into
+  ``MR x w`` accumulators that stay in vector registers for the whole loop over ``d``; then it
+  stores them into ``S[w p + j, c + i]``.
 
-The tile follows the vector registers of the CPU numba compiles for (:func:`wide_registers`):
-AVX-512 (32 registers of 16 floats): ``MR = 12`` rows x one 16-lane vector: 12 accumulators,
-13 loads per 12 fused multiply-adds, 12 independent chains to cover the FMA latency of two ports;
-AVX2 / NEON (16 registers of 8 floats, or 32 of 4): ``MR = 6`` rows x two 8-lane vectors:
-12 accumulators, 8 loads per 12 fused multiply-adds. Every query panel sweeps a gallery sub-tile
+The 16-row tile follows the vector registers of the CPU numba compiles for (:func:`wide_registers`,
+:data:`TILES`): AVX-512 (32 registers of 16 floats): ``MR = 12`` rows x one 16-lane vector: 12
+accumulators, 13 loads per 12 fused multiply-adds, 12 independent chains to cover the FMA latency
+of two ports; AVX2 / NEON (16 registers of 8 floats, or 32 of 4): ``MR = 6`` rows x two 8-lane
+vectors: 12 accumulators, 8 loads per 12 fused multiply-adds. The 8- and 4-row panels use 12
+rows x one 8- / 4-lane vector. Every query panel sweeps a gallery sub-tile
 of ``SUB_BYTES`` that stays in the core's L2 cache; the panel (16 x d floats) stays in L1.
 
 A float16 / bfloat16 / int8 sub-tile is widened exactly into a float32 buffer once (not once per
@@ -51,10 +53,16 @@ def wide_registers() -> bool:
     return target_has("avx512f")
 
 
-#: query rows of a packed panel
+#: widest packed panel (query rows); fewer rows get a narrower one (:func:`panel_width`)
 PANEL = 16
-#: lanes of one vector, and gallery rows x vectors of one microkernel call (module docstring)
-LANES, MR, NV = (16, 12, 1) if wide_registers() else (8, 6, 2)
+#: per panel width: (lanes of one vector, gallery rows, vectors per row) of its microkernel
+TILES = {
+    16: (16, 12, 1) if wide_registers() else (8, 6, 2),
+    8: (8, 12, 1),
+    4: (4, 12, 1),
+}
+#: sub-tiles are a multiple of this many rows (every tile's row count divides it)
+ROW_STEP = 12
 #: bytes of float32 gallery rows that one panel sweep keeps in L2 (half of a 1 MB L2)
 SUB_BYTES = 512 << 10
 #: gallery chunks per thread of the fused kernels (dynamic scheduling evens out a busy core)
@@ -64,12 +72,19 @@ _F32 = ir.FloatType()
 _I32 = ir.IntType(32)
 
 
-def _microkernel(rows: int):
+def panel_width(rows: int) -> int:
+    """Query rows per packed panel for ``rows`` rows: 16, or 8 / 4 for at most 8 / 4 rows, so that few
+    rows (one OCTOPUS query, a handful of proxies) are not padded to 16."""
+    return 16 if rows > 8 else 8 if rows > 4 else 4
+
+
+def _microkernel(lanes: int, rows: int, nv: int):
     """The intrinsic ``mk(P, F, r, S, c, q0)``: ``S[q0 + j, c + i] = sum_k F[r + i, k] * P[k, j]`` for
-    ``i < rows``, ``j < PANEL`` (``P`` one packed panel ``[d, PANEL]``, ``F`` float32 rows ``[n, d]``,
-    both C-contiguous; ``S`` float32 2-d, any strides)."""
-    vec = ir.VectorType(_F32, LANES)
-    splat = ir.Constant(ir.VectorType(_I32, LANES), [0] * LANES)
+    ``i < rows``, ``j < lanes * nv`` (``P`` one packed panel ``[d, lanes * nv]``, ``F`` float32 rows
+    ``[n, d]``, both C-contiguous; ``S`` float32 2-d, any strides)."""
+    width = lanes * nv
+    vec = ir.VectorType(_F32, lanes)
+    splat = ir.Constant(ir.VectorType(_I32, lanes), [0] * lanes)
 
     @intrinsic
     def mk(typingctx, P, F, r, S, c, q0):
@@ -93,33 +108,33 @@ def _microkernel(rows: int):
                 for i in range(rows)
             ]
             acc = [
-                [cgutils.alloca_once_value(builder, ir.Constant(vec, [0.0] * LANES)) for _ in range(NV)]
+                [cgutils.alloca_once_value(builder, ir.Constant(vec, [0.0] * lanes)) for _ in range(nv)]
                 for _ in range(rows)
             ]
             fma = cgutils.get_or_insert_function(
-                builder.module, ir.FunctionType(vec, [vec] * 3), f"llvm.fmuladd.v{LANES}f32"
+                builder.module, ir.FunctionType(vec, [vec] * 3), f"llvm.fmuladd.v{lanes}f32"
             )
             with cgutils.for_range(builder, d) as loop:
                 k = loop.index
-                prow = builder.gep(pa.data, [builder.mul(k, intp(PANEL))])
+                prow = builder.gep(pa.data, [builder.mul(k, intp(width))])
                 xs = [
-                    builder.load(builder.bitcast(builder.gep(prow, [intp(v * LANES)]), vec.as_pointer()), align=4)
-                    for v in range(NV)
+                    builder.load(builder.bitcast(builder.gep(prow, [intp(v * lanes)]), vec.as_pointer()), align=4)
+                    for v in range(nv)
                 ]
                 for i in range(rows):
                     g = builder.insert_element(
                         ir.Constant(vec, ir.Undefined), builder.load(builder.gep(grow[i], [k])), _I32(0)
                     )
                     g = builder.shuffle_vector(g, ir.Constant(vec, ir.Undefined), splat)
-                    for v in range(NV):
+                    for v in range(nv):
                         builder.store(builder.call(fma, [g, xs[v], builder.load(acc[i][v])]), acc[i][v])
             sbytes = builder.bitcast(sa.data, ir.IntType(8).as_pointer())
             for i in range(rows):
                 col = builder.mul(builder.add(c0, intp(i)), s1)
-                for v in range(NV):
+                for v in range(nv):
                     a = builder.load(acc[i][v])
-                    for lane in range(LANES):
-                        off = builder.add(builder.mul(builder.add(q, intp(v * LANES + lane)), s0), col)
+                    for lane in range(lanes):
+                        off = builder.add(builder.mul(builder.add(q, intp(v * lanes + lane)), s0), col)
                         builder.store(
                             builder.extract_element(a, _I32(lane)),
                             builder.bitcast(builder.gep(sbytes, [off]), _F32.as_pointer()),
@@ -131,15 +146,33 @@ def _microkernel(rows: int):
     return mk
 
 
-_mk_tile, _mk_row = _microkernel(MR), _microkernel(1)
+def _panel_sweep(width: int):
+    """``sweep(P, F, a, b, S, c, q0)``: ``S[q0 + j, c + r - a] = P[:, j] . F[r]`` for ``a <= r < b``, ``P`` one
+    packed panel of ``width`` rows: the panel's microkernel on ``MR`` rows at a time, then one row at a time."""
+    lanes, mr, nv = TILES[width]
+    tile, row = _microkernel(lanes, mr, nv), _microkernel(lanes, 1, nv)
+
+    def sweep(P, F, a, b, S, c, q0):
+        r = a
+        while r + mr <= b:
+            tile(P, F, r, S, c + r - a, q0)
+            r += mr
+        while r < b:
+            row(P, F, r, S, c + r - a, q0)
+            r += 1
+
+    return njit(cache=True)(sweep)
+
+
+_sweep16, _sweep8, _sweep4 = (_panel_sweep(w) for w in (16, 8, 4))
 
 
 def sub_rows(d: int) -> int:
-    """Gallery rows of an L2-resident sub-tile: ``SUB_BYTES`` of float32 rows, a multiple of ``MR``, at least
-    ``MR`` (``_tiling.TILE_OVERRIDE``, set by the tests, forces odd sub-tiles too)."""
+    """Gallery rows of an L2-resident sub-tile: ``SUB_BYTES`` of float32 rows, a multiple of ``ROW_STEP``, at
+    least ``ROW_STEP`` (``_tiling.TILE_OVERRIDE``, set by the tests, forces odd sub-tiles too)."""
     if _tiling.TILE_OVERRIDE:
         return _tiling.TILE_OVERRIDE
-    return max(MR, SUB_BYTES // max(1, 4 * d) // MR * MR)
+    return max(ROW_STEP, SUB_BYTES // max(1, 4 * d) // ROW_STEP * ROW_STEP)
 
 
 def fused_sub_rows(rows: int, d: int) -> int:
@@ -148,17 +181,18 @@ def fused_sub_rows(rows: int, d: int) -> int:
     sub = sub_rows(d)
     if _tiling.TILE_OVERRIDE:
         return sub
-    return max(MR, min(sub, (SUB_BYTES // 2) // (4 * max(rows, 1)) // MR * MR))
+    return max(ROW_STEP, min(sub, (SUB_BYTES // 2) // (4 * max(rows, 1)) // ROW_STEP * ROW_STEP))
 
 
 def pack_rows(X: np.ndarray) -> np.ndarray:
-    """``X`` (float32 ``[R, d]``) as transposed panels ``Xp[p, k, j] = X[PANEL p + j, k]`` (``[P, d, PANEL]``,
-    zeros past row ``R``)."""
+    """``X`` (float32 ``[R, d]``) as transposed panels ``Xp[p, k, j] = X[w p + j, k]`` (``[P, d, w]``, ``w =
+    panel_width(R)``, zeros past row ``R``)."""
     R, d = X.shape
-    P = max(1, -(-R // PANEL))
-    padded = np.zeros((P * PANEL, d), dtype=np.float32)
+    w = panel_width(R)
+    P = max(1, -(-R // w))
+    padded = np.zeros((P * w, d), dtype=np.float32)
     padded[:R] = X
-    return np.ascontiguousarray(padded.reshape(P, PANEL, d).transpose(0, 2, 1))
+    return np.ascontiguousarray(padded.reshape(P, w, d).transpose(0, 2, 1))
 
 
 @njit(inline="always", cache=True)
@@ -182,15 +216,14 @@ def _tile_buffer(G, sub):
 @njit(cache=True)
 def _panels(Xp, F, a, b, S, c):
     """``S[:, c + r - a] = Xp @ F[r]`` for ``a <= r < b`` (every packed panel sweeps the rows)."""
+    w = Xp.shape[2]
     for p in range(Xp.shape[0]):
-        P = Xp[p]
-        r = a
-        while r + MR <= b:
-            _mk_tile(P, F, r, S, c + r - a, p * PANEL)
-            r += MR
-        while r < b:
-            _mk_row(P, F, r, S, c + r - a, p * PANEL)
-            r += 1
+        if w == 16:
+            _sweep16(Xp[p], F, a, b, S, c, p * w)
+        elif w == 8:
+            _sweep8(Xp[p], F, a, b, S, c, p * w)
+        else:
+            _sweep4(Xp[p], F, a, b, S, c, p * w)
 
 
 def sweep(Xp, G, kind, lo, hi, S, W):  # pragma: no cover - replaced by the overload in numba code

@@ -30,7 +30,7 @@ from .. import tune
 from .._inputs import Gallery
 from . import _blas
 from ._common import KIND_CODES, f16_to_f32
-from ._gemm import PANEL, no_scales, pack_rows, product, sub_rows
+from ._gemm import no_scales, pack_rows, product, sub_rows
 from ._threads import balanced
 
 
@@ -90,13 +90,13 @@ def exact_tiles(
     gals = list(galleries) if galleries is not None else [gallery] * len(mats)
     N, d = gallery.shape
     packed = [pack_rows(m) for m in mats]
-    flat = [np.empty(p.shape[0] * PANEL * tile, dtype=np.float32) for p in packed]
+    flat = [np.empty(p.shape[0] * p.shape[2] * tile, dtype=np.float32) for p in packed]
     for start in range(0, N, tile):
         stop = min(N, start + tile)
         T = stop - start
         outs = []
         for m, p, g, buf in zip(mats, packed, gals, flat):
-            S = buf[: p.shape[0] * PANEL * T].reshape(p.shape[0] * PANEL, T)
+            S = buf[: p.shape[0] * p.shape[2] * T].reshape(p.shape[0] * p.shape[2], T)
             with balanced():
                 sc = g.scales if g.kind == "int8" else no_scales()
                 product(p, g.data, KIND_CODES[g.kind], start, stop, sub_rows(d), S, sc)

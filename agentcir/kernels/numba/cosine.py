@@ -16,7 +16,7 @@ numba kernels of this module in two launch shapes:
   also requested ``PREFETCH_BYTES`` ahead.
 * many queries: ``_blocked_kernel``, one parallel pass over gallery chunks (dynamically
   scheduled, :mod:`._threads`): each chunk walks L2-sized sub-tiles, scores them with the
-  register-blocked product of :mod:`._gemm` (no BLAS, no ``[Q, N]`` buffer: a
+  register-tiled product of :mod:`._gemm` (no BLAS, no ``[Q, N]`` buffer: a
   ``[Q, sub]`` block per thread) and offers each row of scores to that chunk's heaps with
   the running threshold (the heap root); the chunk heaps are merged at the end.
 """
@@ -258,7 +258,7 @@ def direct_topk(X: np.ndarray, gallery: Gallery, k: int, excl: np.ndarray, ex_va
 
 
 def blocked_topk(X: np.ndarray, gallery: Gallery, k: int, excl: np.ndarray, ex_value: np.float32):
-    """Top-k of ``X @ G.T``: register-blocked products on L2-sized sub-tiles, fused with the selection."""
+    """Top-k of ``X @ G.T``: register-tiled products on L2-sized sub-tiles, fused with the selection."""
     Q = X.shape[0]
     N, d = gallery.shape
     sub = sub_rows(d)

@@ -6,7 +6,7 @@ gives the gaps directly (one row per proxy instead of K + 1 rows, and the roundi
 relative to the gap, not to the similarities). ``_relu_sums`` adds ``relu(gap)`` into
 ``acc[q, i]``; after the last tile ``s = acc / N`` and ``w = softmax(s / tau)``.
 
-The tile product is the process's BLAS sgemm (:mod:`._blas`) or the fused register-blocked
+The tile product is the process's BLAS sgemm (:mod:`._blas`) or the fused register-tiled
 numba kernel (``_fused_relu_sums``), as :func:`agentcir.kernels.tune.choose` picks for the dtype
 and ``Q*K`` rows.
 

@@ -1,0 +1,51 @@
+"""numba's disk cache of the kernels follows edits across modules (``numba/_cache.py``): a fused kernel
+compiled with another module's function is compiled again when that module changes."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("numba")
+
+ROOT = Path(__file__).resolve().parents[2]
+
+#: the blocked cosine top-k (cosine.py) over the float32 product of _gemm.py; prints the best score
+CALL = (
+    "import numpy as np\n"
+    "from agentcir import kernels as K\n"
+    "rng = np.random.default_rng(0)\n"
+    "G = rng.standard_normal((50, 8)).astype(np.float32)\n"
+    "X = rng.standard_normal((5, 8)).astype(np.float32)\n"
+    "print(float(K.cosine_topk(X, G, 1, backend='numba').scores.max()))\n"
+)
+
+
+def _run(package_root: Path) -> float:
+    env = {k: v for k, v in os.environ.items() if k not in ("NUMBA_CACHE_DIR", "NUMBA_DISABLE_JIT")}
+    env.update(
+        PYTHONPATH=str(package_root), AGENTCIR_KERNELS_PRODUCT="loop", AGENTCIR_KERNELS_AUTOTUNE="0"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", CALL], env=env, cwd=package_root, capture_output=True, text=True, timeout=600
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    return float(out.stdout.split()[-1])
+
+
+def test_an_edit_to_the_product_recompiles_the_kernels_that_call_it(tmp_path):
+    shutil.copytree(ROOT / "agentcir", tmp_path / "agentcir", ignore=shutil.ignore_patterns("__pycache__"))
+    before = _run(tmp_path)
+    assert any((tmp_path / "agentcir/kernels/numba/__pycache__").glob("cosine._blocked_kernel-*.nbi"))
+    gemm = tmp_path / "agentcir/kernels/numba/_gemm.py"
+    source = gemm.read_text()
+    old = "        def impl(Xp, G, kind, lo, hi, S, W):\n            _panels(Xp, G, lo, hi, S, 0)\n"
+    assert old in source
+    gemm.write_text(source.replace(old, old + "            S[0, 0] += np.float32(100.0)\n"))
+    after = _run(tmp_path)  # cosine.py is unchanged; its cached kernel holds the old product
+    assert before < 10 and after > 90, (before, after)
