@@ -28,9 +28,7 @@ CALL = (
 
 def _run(package_root: Path) -> float:
     env = {k: v for k, v in os.environ.items() if k not in ("NUMBA_CACHE_DIR", "NUMBA_DISABLE_JIT")}
-    env.update(
-        PYTHONPATH=str(package_root), AGENTCIR_KERNELS_PRODUCT="loop", AGENTCIR_KERNELS_AUTOTUNE="0"
-    )
+    env.update(PYTHONPATH=str(package_root), AGENTCIR_KERNELS_PRODUCT="loop", AGENTCIR_KERNELS_AUTOTUNE="0")
     out = subprocess.run(
         [sys.executable, "-c", CALL], env=env, cwd=package_root, capture_output=True, text=True, timeout=600
     )
