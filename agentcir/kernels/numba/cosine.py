@@ -115,6 +115,10 @@ IDOT_LANES, _PMADD = (
 )
 
 
+#: independent accumulators of :func:`_idot_blocks` (a multiply-add-pairs step has a latency of several cycles)
+IDOT_CHAINS = 4
+
+
 @intrinsic
 def _idot_blocks(typingctx, xq, c):
     """``sum_j int32(xq[j]) * int32(c[j])`` over the first ``len // IDOT_LANES * IDOT_LANES`` elements of
@@ -133,10 +137,10 @@ def _idot_blocks(typingctx, xq, c):
     def codegen(context, builder, sig, args):
         xa, ca = (context.make_array(t)(context, builder, v) for t, v in zip(sig.args, args))
         intp = context.get_value_type(types.intp)
-        acc = cgutils.alloca_once_value(builder, _ir.Constant(v32, [0] * (W // 2)))
-        steps = builder.udiv(builder.extract_value(xa.shape, 0), intp(W))
-        with cgutils.for_range(builder, steps) as loop:
-            j = builder.mul(loop.index, intp(W))
+        zero = _ir.Constant(v32, [0] * (W // 2))
+        accs = [cgutils.alloca_once_value(builder, zero) for _ in range(IDOT_CHAINS)]
+
+        def step(j, acc):
             x = builder.load(builder.bitcast(builder.gep(xa.data, [j]), v16.as_pointer()), align=2)
             codes = builder.bitcast(builder.gep(ca.data, [j]), _ir.VectorType(_ir.IntType(8), W).as_pointer())
             cw = builder.sext(builder.load(codes, align=1), v16)
@@ -151,10 +155,23 @@ def _idot_blocks(typingctx, xq, c):
 
                 pairs = builder.add(builder.mul(lanes(x, 0), lanes(cw, 0)), builder.mul(lanes(x, 1), lanes(cw, 1)))
             builder.store(builder.add(builder.load(acc), pairs), acc)
+
+        n = builder.extract_value(xa.shape, 0)
+        rounds = builder.udiv(n, intp(W * IDOT_CHAINS))
+        with cgutils.for_range(builder, rounds) as loop:  # independent accumulators: no serial chain
+            base = builder.mul(loop.index, intp(W * IDOT_CHAINS))
+            for u, acc in enumerate(accs):
+                step(builder.add(base, intp(u * W)), acc)
+        done = builder.mul(rounds, intp(W * IDOT_CHAINS))
+        with cgutils.for_range(builder, builder.udiv(builder.sub(n, done), intp(W))) as loop:
+            step(builder.add(done, builder.mul(loop.index, intp(W))), accs[0])
+        total = builder.load(accs[0])
+        for acc in accs[1:]:
+            total = builder.add(total, builder.load(acc))
         reduce = cgutils.get_or_insert_function(
             builder.module, _ir.FunctionType(i32, [v32]), f"llvm.vector.reduce.add.v{W // 2}i32"
         )
-        return builder.call(reduce, [builder.load(acc)])
+        return builder.call(reduce, [total])
 
     return types.int32(xq, c), codegen
 
