@@ -267,6 +267,12 @@ def no_scales() -> np.ndarray:
     return np.empty(0, dtype=np.float32)
 
 
+def row_scales(gallery) -> np.ndarray:
+    """The ``scales`` argument of a kernel on ``gallery`` (an ``_inputs.Gallery``): its row scales if int8,
+    else :func:`no_scales`."""
+    return np.ascontiguousarray(gallery.scales, dtype=np.float32) if gallery.kind == "int8" else no_scales()
+
+
 def chunk_count(N: int, sub: int) -> int:
     """Chunks of a fused kernel over ``N`` gallery rows in sub-tiles of ``sub`` rows:
     ``CHUNKS_PER_THREAD`` per numba thread, at most one per sub-tile, at least one."""

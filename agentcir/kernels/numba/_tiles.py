@@ -30,7 +30,7 @@ from .. import tune
 from .._inputs import Gallery
 from . import _blas
 from ._common import KIND_CODES, f16_to_f32
-from ._gemm import no_scales, pack_rows, product, sub_rows
+from ._gemm import pack_rows, product, row_scales, sub_rows
 from ._threads import balanced
 
 
@@ -98,8 +98,7 @@ def exact_tiles(
         for m, p, g, buf in zip(mats, packed, gals, flat):
             S = buf[: p.shape[0] * p.shape[2] * T].reshape(p.shape[0] * p.shape[2], T)
             with balanced():
-                sc = g.scales if g.kind == "int8" else no_scales()
-                product(p, g.data, KIND_CODES[g.kind], start, stop, sub_rows(d), S, sc)
+                product(p, g.data, KIND_CODES[g.kind], start, stop, sub_rows(d), S, row_scales(g))
             outs.append(S[: m.shape[0]])
         yield start, stop, outs
 

@@ -51,7 +51,7 @@ from ._common import (
 from ._gemm import (
     chunk_count,
     chunk_span,
-    no_scales,
+    row_scales,
     pack_rows,
     panel_rows,
     scale_columns,
@@ -251,11 +251,6 @@ def _blocked_kernel(Xp, Q, G, kind, scales, excl, ex_value, n_chunks, sub, hs, h
                 cnt[c, q] = select_row(row, t0, hs[c, q], hi[c, q], cnt[c, q])
 
 
-def _scales(gallery: Gallery) -> np.ndarray:
-    """The row scales of an int8 gallery, an empty array for a float one."""
-    return np.ascontiguousarray(gallery.scales, dtype=np.float32) if gallery.kind == "int8" else no_scales()
-
-
 def direct_topk(X: np.ndarray, gallery: Gallery, k: int, excl: np.ndarray, ex_value: np.float32):
     """Top-k of ``X @ G.T`` in one memory-bound pass (few queries)."""
     Q = X.shape[0]
@@ -265,11 +260,11 @@ def direct_topk(X: np.ndarray, gallery: Gallery, k: int, excl: np.ndarray, ex_va
     if gallery.kind == "int8":
         Xq, xs = int16_queries(X)
         with balanced():
-            _direct_kernel_i8(Xq, xs, gallery.data, _scales(gallery), excl, ex_value, n_chunks, pf, hs, hi, cnt)
+            _direct_kernel_i8(Xq, xs, gallery.data, row_scales(gallery), excl, ex_value, n_chunks, pf, hs, hi, cnt)
         return merged_chunk_heaps(hs, hi, cnt)
     with balanced():
         _direct_kernel(
-            X, gallery.data, KIND_CODES[gallery.kind], _scales(gallery), excl, ex_value, n_chunks, pf, hs, hi, cnt
+            X, gallery.data, KIND_CODES[gallery.kind], row_scales(gallery), excl, ex_value, n_chunks, pf, hs, hi, cnt
         )
     return merged_chunk_heaps(hs, hi, cnt)
 
@@ -287,7 +282,7 @@ def blocked_topk(X: np.ndarray, gallery: Gallery, k: int, excl: np.ndarray, ex_v
             Q,
             gallery.data,
             KIND_CODES[gallery.kind],
-            _scales(gallery),
+            row_scales(gallery),
             excl,
             ex_value,
             n_chunks,

@@ -38,9 +38,9 @@ from ._gemm import (
     chunk_count,
     chunk_span,
     fused_sub_rows,
-    no_scales,
     pack_rows,
     panel_rows,
+    row_scales,
     scale_columns,
     sweep,
     tile_buffer,
@@ -130,10 +130,6 @@ def _fused_kernel(
                 )
 
 
-def _scales(g: Gallery) -> np.ndarray:
-    return np.ascontiguousarray(g.scales, dtype=np.float32) if g.kind == "int8" else no_scales()
-
-
 def octopus_topk(
     reference: np.ndarray,
     proxies: np.ndarray,
@@ -181,8 +177,8 @@ def octopus_topk(
             caps.data,
             KIND_CODES[images.kind],
             KIND_CODES[caps.kind],
-            _scales(images),
-            _scales(caps),
+            row_scales(images),
+            row_scales(caps),
             visual is not None,
             lam,
             excl,

@@ -32,7 +32,7 @@ from ._gemm import (
     chunk_count,
     chunk_span,
     fused_sub_rows,
-    no_scales,
+    row_scales,
     pack_rows,
     panel_rows,
     scale_columns,
@@ -111,9 +111,15 @@ def octopus_gap_sums(reference: np.ndarray, proxies: np.ndarray, gallery: Galler
         n_chunks = chunk_count(N, sub)
         part = np.zeros((n_chunks, Q * K), dtype=np.float64)
         with balanced():
-            sc = gallery.scales if gallery.kind == "int8" else no_scales()
             _fused_relu_sums(
-                pack_rows(D), Q * K, gallery.data, KIND_CODES[gallery.kind], sc, n_chunks, min(sub, N), part
+                pack_rows(D),
+                Q * K,
+                gallery.data,
+                KIND_CODES[gallery.kind],
+                row_scales(gallery),
+                n_chunks,
+                min(sub, N),
+                part,
             )
         acc = part.sum(axis=0).reshape(Q, K)
     return acc
