@@ -179,3 +179,18 @@ def test_thread_policy_sets_openblas_idle_timeout():
         "print(sorted({ctypes.CDLL(p).openblas_thread_timeout() for p in loaded_openblas()}))"
     )
     assert _policy_env(before, AGENTCIR_THREAD_POLICY="off") == "[0]"  # untouched: OpenBLAS's own default
+
+
+def test_microkernel_rate_script_runs(capsys):
+    """benchmarks/microkernel_rate.py (the GFLOP/s figures of README.md) on a small gallery."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).parents[2] / "benchmarks" / "microkernel_rate.py"
+    spec = importlib.util.spec_from_file_location("microkernel_rate", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    mod.main(["--rows", "3000", "--rounds", "1"])
+    out = capsys.readouterr().out
+    for name in ("microkernel, L2-resident", "microkernel, streamed", "numpy matmul (BLAS)"):
+        assert name in out and "GFLOP/s" in out.split(name)[1].splitlines()[0]

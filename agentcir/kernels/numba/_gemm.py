@@ -67,6 +67,8 @@ ROW_STEP = 12
 SUB_BYTES = 512 << 10
 #: gallery chunks per thread of the fused kernels (dynamic scheduling evens out a busy core)
 CHUNKS_PER_THREAD = 8
+#: elements of ``d`` per iteration of the microkernel's loop
+UNROLL = 2
 
 _F32 = ir.FloatType()
 _I32 = ir.IntType(32)
@@ -114,8 +116,8 @@ def _microkernel(lanes: int, rows: int, nv: int):
             fma = cgutils.get_or_insert_function(
                 builder.module, ir.FunctionType(vec, [vec] * 3), f"llvm.fmuladd.v{lanes}f32"
             )
-            with cgutils.for_range(builder, d) as loop:
-                k = loop.index
+
+            def step(k):  # element k of every row into the accumulators, in the order of k
                 prow = builder.gep(pa.data, [builder.mul(k, intp(width))])
                 xs = [
                     builder.load(builder.bitcast(builder.gep(prow, [intp(v * lanes)]), vec.as_pointer()), align=4)
@@ -128,6 +130,13 @@ def _microkernel(lanes: int, rows: int, nv: int):
                     g = builder.shuffle_vector(g, ir.Constant(vec, ir.Undefined), splat)
                     for v in range(nv):
                         builder.store(builder.call(fma, [g, xs[v], builder.load(acc[i][v])]), acc[i][v])
+
+            with cgutils.for_range(builder, builder.udiv(d, intp(UNROLL))) as loop:  # fewer loop instructions
+                for u in range(UNROLL):
+                    step(builder.add(builder.mul(loop.index, intp(UNROLL)), intp(u)))
+            done = builder.mul(builder.udiv(d, intp(UNROLL)), intp(UNROLL))
+            with cgutils.for_range(builder, builder.sub(d, done)) as loop:
+                step(builder.add(done, loop.index))
             sbytes = builder.bitcast(sa.data, ir.IntType(8).as_pointer())
             for i in range(rows):
                 col = builder.mul(builder.add(c0, intp(i)), s1)
