@@ -53,9 +53,8 @@ def wide_registers() -> bool:
     return target_has("avx512f")
 
 
-#: widest packed panel (query rows); fewer rows get a narrower one (:func:`panel_width`)
-PANEL = 16
-#: per panel width: (lanes of one vector, gallery rows, vectors per row) of its microkernel
+#: per packed panel width (query rows, :func:`panel_width`): (lanes of one vector, gallery rows, vectors
+#: per row) of its microkernel
 TILES = {
     16: (16, 12, 1) if wide_registers() else (8, 6, 2),
     8: (8, 12, 1),
