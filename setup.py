@@ -131,8 +131,10 @@ setup(
         "pyyaml>=6",
         "hydra-core>=1.3",
         "omegaconf>=2.3",
-        # agentcir/kernels/numba: the CPU scoring core (the default backend)
+        # agentcir/kernels/numba: the CPU scoring core (the default backend); its microkernels are
+        # LLVM IR built with llvmlite (numba's own dependency, pinned by it)
         "numba>=0.59",
+        "llvmlite",
     ],
     extras_require=EXTRAS,
     entry_points={"console_scripts": ["agentcir = agentcir.cli:main"]},
