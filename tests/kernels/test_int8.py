@@ -78,7 +78,9 @@ def test_cosine_topk_int8_matches_reference(backend):
 #: multiply-add-pairs intrinsic: the plain vector IR); the checks are the same in each
 _IDOT_CHECK = (
     "import numpy as np\n"
+    "from numba import njit\n"
     "from agentcir.kernels.numba import cosine\n"
+    "idot = njit(lambda x, c: cosine._idot(x, c))\n"
     "rng = np.random.default_rng(0)\n"
     "ok = True\n"
     "for d in (1, 7, 8, 15, 16, 17, 31, 32, 33, 64, 100, 511, 512, 517):\n"
@@ -86,8 +88,8 @@ _IDOT_CHECK = (
     "    for x, c in ((rng.integers(-min(m, 32767), min(m, 32767) + 1, d), rng.integers(-127, 128, d)),\n"
     "                 (np.full(d, -min(m, 32767)), np.full(d, -127)), (np.full(d, min(m, 32767)), np.full(d, 127))):\n"
     "        x, c = x.astype(np.int16), c.astype(np.int8)\n"
-    "        ok &= int(cosine._idot_call(x, c)) == int((x.astype(np.int64) * c).sum())\n"
-    "        ok &= int(cosine._idot_call(x[::2], c[::2])) == int((x[::2].astype(np.int64) * c[::2]).sum())\n"
+    "        ok &= int(idot(x, c)) == int((x.astype(np.int64) * c).sum())\n"
+    "        ok &= int(idot(x[::2], c[::2])) == int((x[::2].astype(np.int64) * c[::2]).sum())\n"
     "print(cosine.IDOT_LANES, ok)\n"
 )
 

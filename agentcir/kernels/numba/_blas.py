@@ -24,7 +24,7 @@ from numba import njit
 
 from .. import _tiling
 from .._inputs import Gallery
-from ._common import KIND_CODES, bf16_to_f32, f16_to_f32, new_heaps, patch_excluded, select_row, sorted_from_heaps
+from ._common import KIND_CODES, new_heaps, patch_excluded, row_f32, select_row, sorted_from_heaps
 
 #: bytes of the [rows, tile] float32 score block of one BLAS call (L2 / L3 resident for the pass after it)
 SCORE_BYTES = 2 << 20
@@ -47,14 +47,7 @@ def tile_rows(rows: int, d: int, N: int) -> int:
 def widen(G, kind, start, stop, out):
     """``out[:stop-start] = float32(G[start:stop])`` (kind 1 float16 bits, 2 bfloat16 bits; exact)."""
     for r in range(stop - start):
-        src = G[start + r]
-        dst = out[r]
-        if kind == 1:
-            for j in range(src.shape[0]):
-                dst[j] = f16_to_f32(src[j])
-        else:
-            for j in range(src.shape[0]):
-                dst[j] = bf16_to_f32(src[j])
+        row_f32(G, start + r, kind, out[r])
 
 
 @njit(cache=True)

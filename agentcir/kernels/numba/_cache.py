@@ -24,7 +24,7 @@ log = logging.getLogger(__name__)
 HERE = Path(__file__).resolve().parent
 #: the folder's digest as this process imported it (a file edited while the process runs must not stamp
 #: what the process compiles from the code it imported before)
-_DIGEST: list[str] = []
+DIGEST = tune.kernel_sources_digest(HERE)
 
 
 class KernelSourcesLocator(caching._CacheLocator):
@@ -41,9 +41,7 @@ class KernelSourcesLocator(caching._CacheLocator):
         return self._inner.get_cache_path()
 
     def get_source_stamp(self):
-        if not _DIGEST:
-            _DIGEST.append(tune.kernel_sources_digest(HERE))
-        return _DIGEST[0]
+        return DIGEST
 
     def get_disambiguator(self):
         return self._inner.get_disambiguator()
@@ -87,4 +85,3 @@ def install() -> None:
         return
     if KernelSourcesLocator not in chain:
         chain.insert(0, KernelSourcesLocator)
-        _DIGEST[:] = [tune.kernel_sources_digest(HERE)]

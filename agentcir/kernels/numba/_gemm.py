@@ -155,18 +155,18 @@ def _microkernel(lanes: int, rows: int, nv: int):
 
 
 def _panel_sweep(width: int):
-    """``sweep(P, F, a, b, S, c, q0)``: ``S[q0 + j, c + r - a] = P[:, j] . F[r]`` for ``a <= r < b``, ``P`` one
+    """``sweep(P, F, a, b, S, q0)``: ``S[q0 + j, r - a] = P[:, j] . F[r]`` for ``a <= r < b``, ``P`` one
     packed panel of ``width`` rows: the panel's microkernel on ``MR`` rows at a time, then one row at a time."""
     lanes, mr, nv = TILES[width]
     tile, row = _microkernel(lanes, mr, nv), _microkernel(lanes, 1, nv)
 
-    def sweep(P, F, a, b, S, c, q0):
+    def sweep(P, F, a, b, S, q0):
         r = a
         while r + mr <= b:
-            tile(P, F, r, S, c + r - a, q0)
+            tile(P, F, r, S, r - a, q0)
             r += mr
         while r < b:
-            row(P, F, r, S, c + r - a, q0)
+            row(P, F, r, S, r - a, q0)
             r += 1
 
     return njit(cache=True)(sweep)
@@ -222,16 +222,16 @@ def _tile_buffer(G, sub):
 
 
 @njit(cache=True)
-def _panels(Xp, F, a, b, S, c):
-    """``S[:, c + r - a] = Xp @ F[r]`` for ``a <= r < b`` (every packed panel sweeps the rows)."""
+def _panels(Xp, F, a, b, S):
+    """``S[:, r - a] = Xp @ F[r]`` for ``a <= r < b`` (every packed panel sweeps the rows)."""
     w = Xp.shape[2]
     for p in range(Xp.shape[0]):
         if w == 16:
-            _sweep16(Xp[p], F, a, b, S, c, p * w)
+            _sweep16(Xp[p], F, a, b, S, p * w)
         elif w == 8:
-            _sweep8(Xp[p], F, a, b, S, c, p * w)
+            _sweep8(Xp[p], F, a, b, S, p * w)
         else:
-            _sweep4(Xp[p], F, a, b, S, c, p * w)
+            _sweep4(Xp[p], F, a, b, S, p * w)
 
 
 def sweep(Xp, G, kind, lo, hi, S, W):  # pragma: no cover - replaced by the overload in numba code
@@ -249,14 +249,14 @@ def _sweep(Xp, G, kind, lo, hi, S, W):
     if G.dtype == types.float32:
 
         def impl(Xp, G, kind, lo, hi, S, W):
-            _panels(Xp, G, lo, hi, S, 0)
+            _panels(Xp, G, lo, hi, S)
 
         return impl
 
     def impl_widen(Xp, G, kind, lo, hi, S, W):
         for r in range(lo, hi):
             row_f32(G, r, kind, W[r - lo])
-        _panels(Xp, W, 0, hi - lo, S, 0)
+        _panels(Xp, W, 0, hi - lo, S)
 
     return impl_widen
 

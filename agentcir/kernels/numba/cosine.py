@@ -199,12 +199,6 @@ def _idot_impl(xq, c):
     return impl
 
 
-@njit(cache=True)
-def _idot_call(xq, c):
-    """:func:`_idot` callable from Python (the tests)."""
-    return _idot(xq, c)
-
-
 @njit(parallel=True, cache=True)
 def _direct_kernel_i8(Xq, xs, C, scales, excl, ex_value, n_chunks, pf, hs, hi, cnt):
     """The direct scan of an int8 gallery: integer dots of the int16-rounded queries with the codes
