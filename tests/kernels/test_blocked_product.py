@@ -45,6 +45,40 @@ def test_product_matches_float64(kind, R, T, sub):
     assert not S[R:].any(), "padding rows must score zero"
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.uint16, np.int8])
+def test_the_prefetched_region_is_the_next_sub_tile_within_the_gallery(dtype):
+    """A sweep of rows ``[lo, hi)`` prefetches the next ``hi - lo`` rows' own bytes (half and int8 rows
+    before they are widened), cut at the gallery's end: never a byte past it."""
+    from numba import njit
+
+    from agentcir.kernels.numba import _gemm
+
+    region = njit(lambda G, lo, hi: _gemm.next_rows(G, lo, hi))
+    G = np.zeros((100, 48), dtype=dtype)
+    row = 48 * G.itemsize
+    assert region(G, 10, 30) == (30 * row, 20 * row // _gemm.LINE)
+    assert region(G, 80, 95) == (95 * row, 5 * row // _gemm.LINE)
+    assert region(G, 90, 100)[1] == 0
+    for lo, hi in [(0, 12), (50, 80), (70, 99)]:
+        a0, lines = region(G, lo, hi)
+        assert a0 + lines * _gemm.LINE <= G.nbytes
+
+
+def test_sub_tiles_follow_the_l2_cache(monkeypatch):
+    """A quarter of the L2 the C library reports (the sub-tile, the prefetched next one and the score
+    block fit), 1 MB assumed where it reports none, within 64 KB .. 1 MB."""
+    from agentcir.kernels.numba import _gemm
+
+    assert _gemm.sub_bytes(1 << 20) == 256 << 10 and _gemm.sub_bytes(512 << 10) == 128 << 10
+    assert _gemm.sub_bytes(0) == 256 << 10 and _gemm.sub_bytes(128 << 10) == 64 << 10
+    assert _gemm.sub_bytes(64 << 20) == 1 << 20
+    monkeypatch.setattr(os, "sysconf", lambda name: 2 << 20 if name == "SC_LEVEL2_CACHE_SIZE" else 0)
+    assert _gemm.l2_bytes() == 2 << 20
+    monkeypatch.setattr(os, "sysconf", lambda name: (_ for _ in ()).throw(ValueError(name)))
+    assert _gemm.l2_bytes() == 0
+    assert _gemm.sub_rows(512) * 4 * 512 <= _gemm.SUB_BYTES
+
+
 @pytest.mark.parametrize("kind", KINDS)
 def test_blocked_cosine_many_chunks_and_exclusions(kind):
     """Q > 4 (blocked path), 37-row sub-tiles, chunks of odd sizes, exclusions removed or re-scored."""

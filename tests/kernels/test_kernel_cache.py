@@ -42,7 +42,7 @@ def test_an_edit_to_the_product_recompiles_the_kernels_that_call_it(tmp_path):
     assert any((tmp_path / "agentcir/kernels/numba/__pycache__").glob("cosine._blocked_kernel-*.nbi"))
     gemm = tmp_path / "agentcir/kernels/numba/_gemm.py"
     source = gemm.read_text()
-    old = "        def impl(Xp, G, kind, lo, hi, S, W):\n            _panels(Xp, G, lo, hi, S)\n"
+    old = "            _panels(Xp, F, f, f + e - b, S[:, b - lo :], G, a0, max(0, min(per, lines)))\n"
     assert old in source
     gemm.write_text(source.replace(old, old + "            S[0, 0] += np.float32(100.0)\n"))
     after = _run(tmp_path)  # cosine.py is unchanged; its cached kernel holds the old product

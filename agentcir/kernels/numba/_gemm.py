@@ -11,19 +11,21 @@ so that its register tile does not depend on what LLVM's auto-vectoriser makes o
 * one call scores ``MR`` gallery rows against one panel: per element ``k`` it loads the panel's
   ``w`` values as vectors, broadcasts each gallery row's ``G[r + i, k]`` and adds the products into
   ``MR x w`` accumulators that stay in vector registers for the whole loop over ``d``; then it
-  stores them into ``S[w p + j, c + i]``.
+  stores them into ``S[w p + j, c + i]``;
+* the gallery is taken in sub-tiles of ``SUB_BYTES`` (:func:`sub_rows`) and each sub-tile in blocks
+  of ``BLOCK_ROWS`` rows; every panel sweeps a block in turn, so the block stays in L1 and the
+  panels stream from L2 (a float16 / bfloat16 / int8 block is first widened exactly into a float32
+  buffer, once, not once per panel: a half gallery reads half the bytes and runs the same product);
+* while a sub-tile is swept, its calls prefetch the next sub-tile's rows of the gallery (its own
+  bytes: half or int8 rows before they are widened) into L2, a few cache lines per call, so that
+  the memory read overlaps the products instead of preceding them.
 
 The 16-row tile follows the vector registers of the CPU numba compiles for (:func:`wide_registers`,
 :data:`TILES`): AVX-512 (32 registers of 16 floats): ``MR = 12`` rows x one 16-lane vector: 12
 accumulators, 13 loads per 12 fused multiply-adds, 12 independent chains to cover the FMA latency
 of two ports; AVX2 / NEON (16 registers of 8 floats, or 32 of 4): ``MR = 6`` rows x two 8-lane
 vectors: 12 accumulators, 8 loads per 12 fused multiply-adds. The 8- and 4-row panels use 12
-rows x one 8- / 4-lane vector. Every query panel sweeps a gallery sub-tile
-of ``SUB_BYTES`` that stays in the core's L2 cache; the panel (16 x d floats) stays in L1.
-
-A float16 / bfloat16 / int8 sub-tile is widened exactly into a float32 buffer once (not once per
-query panel), then multiplied as a float32 one: a half gallery reads half the bytes and runs
-the same product.
+rows x one 8- / 4-lane vector.
 
 Arithmetic: each score is ``sum_k G[r, k] * X[q, k]`` accumulated in float32 in the order of
 ``k`` with fused multiply-adds (``llvm.fmuladd``), the same order for every row and query, so
@@ -35,6 +37,8 @@ past the real queries score zero.
 """
 
 from __future__ import annotations
+
+import os
 
 import numba
 import numpy as np
@@ -62,12 +66,36 @@ TILES = {
 }
 #: sub-tiles are a multiple of this many rows (every tile's row count divides it)
 ROW_STEP = 12
-#: bytes of float32 gallery rows that one panel sweep keeps in L2 (half of a 1 MB L2)
-SUB_BYTES = 512 << 10
+
+
+def l2_bytes() -> int:
+    """One core's L2 cache in bytes as the C library reports it; 0 where it does not (not Linux, or a
+    VM that hides it)."""
+    try:
+        return max(0, os.sysconf("SC_LEVEL2_CACHE_SIZE"))
+    except (AttributeError, OSError, ValueError):
+        return 0
+
+
+def sub_bytes(l2: int) -> int:
+    """Bytes of float32 gallery rows that one panel sweep keeps in an L2 of ``l2`` bytes: a quarter
+    (1 MB when unknown, 0), so that the sub-tile, the next one being prefetched, the score block and the
+    panels fit together; between 64 KB and 1 MB."""
+    return min(1 << 20, max(64 << 10, (l2 or 1 << 20) // 4))
+
+
+#: :func:`sub_bytes` of this CPU
+SUB_BYTES = sub_bytes(l2_bytes())
 #: gallery chunks per thread of the fused kernels (dynamic scheduling evens out a busy core)
 CHUNKS_PER_THREAD = 8
 #: elements of ``d`` per iteration of the microkernel's loop
 UNROLL = 2
+#: gallery rows every query panel sweeps in turn, from L1 (half / int8 rows: widened this many at a time)
+BLOCK_ROWS = ROW_STEP
+#: bytes of one prefetched cache line
+LINE = 64
+#: ``llvm.prefetch`` locality of the next sub-tile: 2, the L2 cache (x86 ``prefetcht1``)
+PREFETCH_LOCALITY = 2
 
 _F32 = ir.FloatType()
 _I32 = ir.IntType(32)
@@ -80,28 +108,35 @@ def panel_width(rows: int) -> int:
 
 
 def _microkernel(lanes: int, rows: int, nv: int):
-    """The intrinsic ``mk(P, F, r, S, c, q0)``: ``S[q0 + j, c + i] = sum_k F[r + i, k] * P[k, j]`` for
-    ``i < rows``, ``j < lanes * nv`` (``P`` one packed panel ``[d, lanes * nv]``, ``F`` float32 rows
-    ``[n, d]``, both C-contiguous; ``S`` float32 2-d, any strides)."""
+    """The intrinsic ``mk(P, F, r, S, c, q0, A, a0, lines)``: ``S[q0 + j, c + i] = sum_k F[r + i, k] * P[k, j]``
+    for ``i < rows``, ``j < lanes * nv`` (``P`` one packed panel ``[d, lanes * nv]``, ``F`` float32 rows
+    ``[n, d]``, both C-contiguous; ``S`` float32 2-d, any strides). Along the way it prefetches ``lines``
+    cache lines of the C-contiguous array ``A`` from byte ``a0`` on, one per element ``k`` (at most ``d``
+    lines; a prefetch never faults and changes no result)."""
     width = lanes * nv
     vec = ir.VectorType(_F32, lanes)
     splat = ir.Constant(ir.VectorType(_I32, lanes), [0] * lanes)
+    bytes_ptr = ir.IntType(8).as_pointer()
 
     @intrinsic
-    def mk(typingctx, P, F, r, S, c, q0):
+    def mk(typingctx, P, F, r, S, c, q0, A, a0, lines):
         arrays = (P, F, S)
         if not all(isinstance(a, types.Array) and a.ndim == 2 and a.dtype == types.float32 for a in arrays):
             return None
-        if P.layout != "C" or F.layout != "C":
+        if P.layout != "C" or F.layout != "C" or not isinstance(A, types.Array) or A.layout != "C":
             return None
 
         def codegen(context, builder, sig, args):
-            pa, fa, sa = (context.make_array(sig.args[i])(context, builder, args[i]) for i in (0, 1, 3))
+            pa, fa, sa, aa = (context.make_array(sig.args[i])(context, builder, args[i]) for i in (0, 1, 3, 6))
             intp = context.get_value_type(types.intp)
-            r0, c0, q = (context.cast(builder, args[i], sig.args[i], types.intp) for i in (2, 4, 5))
+            r0, c0, q, pf0, pfn = (context.cast(builder, args[i], sig.args[i], types.intp) for i in (2, 4, 5, 7, 8))
+            abytes = builder.bitcast(aa.data, bytes_ptr)
+            prefetch = cgutils.get_or_insert_function(
+                builder.module, ir.FunctionType(ir.VoidType(), [bytes_ptr] + [_I32] * 3), "llvm.prefetch.p0"
+            )
             d = builder.extract_value(fa.shape, 1)
             fstride, (s0, s1) = builder.extract_value(fa.strides, 0), cgutils.unpack_tuple(builder, sa.strides, 2)
-            fbytes = builder.bitcast(fa.data, ir.IntType(8).as_pointer())
+            fbytes = builder.bitcast(fa.data, bytes_ptr)
             grow = [
                 builder.bitcast(
                     builder.gep(fbytes, [builder.mul(builder.add(r0, intp(i)), fstride)]), _F32.as_pointer()
@@ -116,7 +151,11 @@ def _microkernel(lanes: int, rows: int, nv: int):
                 builder.module, ir.FunctionType(vec, [vec] * 3), f"llvm.fmuladd.v{lanes}f32"
             )
 
-            def step(k):  # element k of every row into the accumulators, in the order of k
+            def step(k, fetch=False):  # element k of every row into the accumulators, in the order of k
+                if fetch:  # line min(k, lines - 1) of the prefetch (the loop below runs ceil(lines / UNROLL) times)
+                    line = builder.select(builder.icmp_signed("<", k, pfn), k, builder.sub(pfn, intp(1)))
+                    at = builder.gep(abytes, [builder.add(pf0, builder.mul(line, intp(LINE)))])
+                    builder.call(prefetch, [at, _I32(0), _I32(PREFETCH_LOCALITY), _I32(1)])
                 prow = builder.gep(pa.data, [builder.mul(k, intp(width))])
                 xs = [
                     builder.load(builder.bitcast(builder.gep(prow, [intp(v * lanes)]), vec.as_pointer()), align=4)
@@ -130,13 +169,19 @@ def _microkernel(lanes: int, rows: int, nv: int):
                     for v in range(nv):
                         builder.store(builder.call(fma, [g, xs[v], builder.load(acc[i][v])]), acc[i][v])
 
-            with cgutils.for_range(builder, builder.udiv(d, intp(UNROLL))) as loop:  # fewer loop instructions
+            iters = builder.udiv(d, intp(UNROLL))  # UNROLL elements per iteration: fewer loop instructions
+            fetching = builder.udiv(builder.add(pfn, intp(UNROLL - 1)), intp(UNROLL))
+            fetching = builder.select(builder.icmp_signed("<", fetching, iters), fetching, iters)
+            with cgutils.for_range(builder, fetching) as loop:
                 for u in range(UNROLL):
-                    step(builder.add(builder.mul(loop.index, intp(UNROLL)), intp(u)))
-            done = builder.mul(builder.udiv(d, intp(UNROLL)), intp(UNROLL))
+                    step(builder.add(builder.mul(loop.index, intp(UNROLL)), intp(u)), fetch=True)
+            with cgutils.for_range(builder, builder.sub(iters, fetching)) as loop:
+                for u in range(UNROLL):
+                    step(builder.add(builder.mul(builder.add(fetching, loop.index), intp(UNROLL)), intp(u)))
+            done = builder.mul(iters, intp(UNROLL))
             with cgutils.for_range(builder, builder.sub(d, done)) as loop:
                 step(builder.add(done, loop.index))
-            sbytes = builder.bitcast(sa.data, ir.IntType(8).as_pointer())
+            sbytes = builder.bitcast(sa.data, bytes_ptr)
             for i in range(rows):
                 col = builder.mul(builder.add(c0, intp(i)), s1)
                 for v in range(nv):
@@ -149,24 +194,31 @@ def _microkernel(lanes: int, rows: int, nv: int):
                         )
             return context.get_dummy_value()
 
-        return types.void(P, F, r, S, c, q0), codegen
+        return types.void(P, F, r, S, c, q0, A, a0, lines), codegen
 
     return mk
 
 
 def _panel_sweep(width: int):
-    """``sweep(P, F, a, b, S, q0)``: ``S[q0 + j, r - a] = P[:, j] . F[r]`` for ``a <= r < b``, ``P`` one
-    packed panel of ``width`` rows: the panel's microkernel on ``MR`` rows at a time, then one row at a time."""
+    """``sweep(P, F, a, b, S, q0, A, a0, lines)``: ``S[q0 + j, r - a] = P[:, j] . F[r]`` for ``a <= r < b``,
+    ``P`` one packed panel of ``width`` rows: the panel's microkernel on ``MR`` rows at a time, then one row
+    at a time; the calls share the prefetch of ``lines`` cache lines of ``A`` from byte ``a0``."""
     lanes, mr, nv = TILES[width]
     tile, row = _microkernel(lanes, mr, nv), _microkernel(lanes, 1, nv)
 
-    def sweep(P, F, a, b, S, q0):
+    def sweep(P, F, a, b, S, q0, A, a0, lines):
+        calls = (b - a) // mr + (b - a) % mr
+        per = (lines + calls - 1) // max(calls, 1)
         r = a
         while r + mr <= b:
-            tile(P, F, r, S, r - a, q0)
+            tile(P, F, r, S, r - a, q0, A, a0, max(0, min(per, lines)))
+            a0 += per * LINE
+            lines -= per
             r += mr
         while r < b:
-            row(P, F, r, S, r - a, q0)
+            row(P, F, r, S, r - a, q0, A, a0, max(0, min(per, lines)))
+            a0 += per * LINE
+            lines -= per
             r += 1
 
     return njit(cache=True)(sweep)
@@ -209,29 +261,59 @@ def panel_rows(Xp):
     return Xp.shape[0] * Xp.shape[2]
 
 
-def tile_buffer(G, sub):  # pragma: no cover - replaced by the overload in numba code
+def tile_buffer(G):  # pragma: no cover - replaced by the overload in numba code
     raise NotImplementedError
 
 
 @overload(tile_buffer, inline="always")
-def _tile_buffer(G, sub):
-    """The float32 buffer a sub-tile of ``G`` is widened into: ``[sub, d]``, empty for float32 data."""
+def _tile_buffer(G):
+    """The float32 buffer rows of ``G`` are widened into: ``[BLOCK_ROWS, d]``, empty for float32 data."""
     if G.dtype == types.float32:
-        return lambda G, sub: np.empty((0, G.shape[1]), dtype=np.float32)
-    return lambda G, sub: np.empty((sub, G.shape[1]), dtype=np.float32)
+        return lambda G: np.empty((0, G.shape[1]), dtype=np.float32)
+    return lambda G: np.empty((BLOCK_ROWS, G.shape[1]), dtype=np.float32)
 
 
 @njit(cache=True)
-def _panels(Xp, F, a, b, S):
-    """``S[:, r - a] = Xp @ F[r]`` for ``a <= r < b`` (every packed panel sweeps the rows)."""
+def _panels(Xp, F, a, b, S, A, a0, lines):
+    """``S[:, r - a] = Xp @ F[r]`` for ``a <= r < b`` (every packed panel sweeps the rows); the sweeps share
+    the prefetch of ``lines`` cache lines of ``A`` from byte ``a0``."""
     w = Xp.shape[2]
+    per = (lines + Xp.shape[0] - 1) // Xp.shape[0]
     for p in range(Xp.shape[0]):
+        n = max(0, min(per, lines - p * per))
         if w == 16:
-            _sweep16(Xp[p], F, a, b, S, p * w)
+            _sweep16(Xp[p], F, a, b, S, p * w, A, a0 + p * per * LINE, n)
         elif w == 8:
-            _sweep8(Xp[p], F, a, b, S, p * w)
+            _sweep8(Xp[p], F, a, b, S, p * w, A, a0 + p * per * LINE, n)
         else:
-            _sweep4(Xp[p], F, a, b, S, p * w)
+            _sweep4(Xp[p], F, a, b, S, p * w, A, a0 + p * per * LINE, n)
+
+
+@njit(inline="always", cache=True)
+def next_rows(G, lo, hi):
+    """``(a0, lines)``: the cache lines of ``G``'s next sub-tile after rows ``[lo, hi)`` (the next ``hi - lo``
+    rows, within ``G``), as a byte offset into its data and a count."""
+    step = G.strides[0]
+    return hi * step, (min(G.shape[0], 2 * hi - lo) - hi) * step // LINE
+
+
+def block(G, kind, b, e, W):  # pragma: no cover - replaced by the overload in numba code
+    raise NotImplementedError
+
+
+@overload(block, inline="always")
+def _block(G, kind, b, e, W):
+    """``(F, f)``: rows ``[b, e)`` of ``G`` as float32 rows ``F[f : f + e - b]``: ``G`` itself for float32
+    data, else decoded into ``W`` (:func:`tile_buffer`)."""
+    if G.dtype == types.float32:
+        return lambda G, kind, b, e, W: (G, b)
+
+    def impl(G, kind, b, e, W):
+        for r in range(b, e):
+            row_f32(G, r, kind, W[r - b])
+        return W, 0
+
+    return impl
 
 
 def sweep(Xp, G, kind, lo, hi, S, W):  # pragma: no cover - replaced by the overload in numba code
@@ -244,21 +326,22 @@ def _sweep(Xp, G, kind, lo, hi, S, W):
 
     ``kind`` 0 float32 data, 1 float16 bits, 2 bfloat16 bits (``G`` uint16 for 1 and 2), 3 int8
     codes (``G`` int8: the products of the unscaled codes; :func:`scale_columns` applies the row
-    scales). Other than float32 rows are first widened into ``W`` (:func:`tile_buffer`, at least
-    ``hi - lo`` rows)."""
-    if G.dtype == types.float32:
+    scales). ``BLOCK_ROWS`` rows at a time (other than float32 rows widened into ``W``,
+    :func:`block`), every panel sweeps them while they are in L1; meanwhile the calls prefetch
+    ``G``'s next ``hi - lo`` rows (:func:`next_rows`)."""
 
-        def impl(Xp, G, kind, lo, hi, S, W):
-            _panels(Xp, G, lo, hi, S)
+    def impl(Xp, G, kind, lo, hi, S, W):
+        a0, lines = next_rows(G, lo, hi)
+        blocks = max(1, (hi - lo + BLOCK_ROWS - 1) // BLOCK_ROWS)
+        per = (lines + blocks - 1) // blocks
+        for b in range(lo, hi, BLOCK_ROWS):
+            e = min(hi, b + BLOCK_ROWS)
+            F, f = block(G, kind, b, e, W)
+            _panels(Xp, F, f, f + e - b, S[:, b - lo :], G, a0, max(0, min(per, lines)))
+            a0 += per * LINE
+            lines -= per
 
-        return impl
-
-    def impl_widen(Xp, G, kind, lo, hi, S, W):
-        for r in range(lo, hi):
-            row_f32(G, r, kind, W[r - lo])
-        _panels(Xp, W, 0, hi - lo, S)
-
-    return impl_widen
+    return impl
 
 
 @njit(inline="always", cache=True)
@@ -307,5 +390,5 @@ def _product(Xp, G, kind, start, stop, sub, S, scales):
     for b in prange(n):
         lo = start + b * sub
         hi = min(stop, lo + sub)
-        sweep(Xp, G, kind, lo, hi, S[:, lo - start :], tile_buffer(G, sub))
+        sweep(Xp, G, kind, lo, hi, S[:, lo - start :], tile_buffer(G))
         scale_columns(S[:, lo - start :], panel_rows(Xp), scales, lo, hi)

@@ -232,7 +232,7 @@ def int16_queries(X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 def _blocked_kernel(Xp, Q, G, kind, scales, excl, ex_value, n_chunks, sub, hs, hi, cnt):
     for c in prange(n_chunks):
         S = np.empty((panel_rows(Xp), sub), dtype=np.float32)
-        W = tile_buffer(G, sub)
+        W = tile_buffer(G)
         lo, end = chunk_span(c, n_chunks, G.shape[0])
         for t0 in range(lo, end, sub):
             t1 = min(end, t0 + sub)

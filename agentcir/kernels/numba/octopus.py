@@ -100,7 +100,7 @@ def _fused_kernel(
     for c in prange(n_chunks):
         St = np.empty((panel_rows(Tp), sub), dtype=np.float32)
         Sv = np.empty((panel_rows(Vp) if has_visual else 0, sub), dtype=np.float32)
-        Wi, Wc = tile_buffer(I, sub), tile_buffer(C, sub)
+        Wi, Wc = tile_buffer(I), tile_buffer(C)
         vals = np.empty(sub, dtype=np.float32)
         lo, end = chunk_span(c, n_chunks, I.shape[0])
         for t0 in range(lo, end, sub):

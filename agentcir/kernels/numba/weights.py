@@ -70,7 +70,7 @@ def _fused_relu_sums(Dp, R, G, kind, scales, n_chunks, sub, acc):
     ``R`` real rows; int8 codes times their ``scales``, empty for float galleries)."""
     for c in prange(n_chunks):
         S = np.empty((panel_rows(Dp), sub), dtype=np.float32)
-        W = tile_buffer(G, sub)
+        W = tile_buffer(G)
         lo, end = chunk_span(c, n_chunks, G.shape[0])
         for t0 in range(lo, end, sub):
             t1 = min(end, t0 + sub)
