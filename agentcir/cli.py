@@ -673,7 +673,7 @@ def cmd_kernels(args) -> int:
     if args.run:
         from .kernels import numba as _numba  # noqa: F401  (registers the measurement)
 
-        for kind in args.dtype or ["float32", "float16", "bfloat16"]:
+        for kind in args.dtype or ["float32", "float16", "bfloat16", "int8"]:
             for _, label in tune.CLASSES:
                 tune.tune(kind, tune.class_rows(label))
     if args.show or not (args.reset or args.run):
@@ -1062,7 +1062,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--dtype",
         action="append",
-        choices=["float32", "float16", "bfloat16"],
+        choices=["float32", "float16", "bfloat16", "int8"],
         help="with --run: only this gallery dtype (repeatable)",
     )
     return ap

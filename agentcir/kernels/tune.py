@@ -94,8 +94,14 @@ def shape_class(rows: int) -> str:
 
 
 def class_rows(label: str) -> int:
-    """The representative row count of a class (its upper bound; 2048 for the open class)."""
-    return min(dict((lbl, hi) for hi, lbl in CLASSES)[label], 2048)
+    """The row count a class is measured at: the geometric middle of its bounds (2048 for the open class),
+    so that a class's choice is not the one of its largest member alone."""
+    lo = 1
+    for hi, lbl in CLASSES:
+        if lbl == label:
+            return 2048 if hi == CLASSES[-1][0] else round((lo * hi) ** 0.5)
+        lo = hi + 1
+    raise KeyError(label)
 
 
 def cache_path() -> Path:

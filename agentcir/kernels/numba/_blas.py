@@ -113,12 +113,17 @@ def topk(X: np.ndarray, gallery: Gallery, k: int, excl: np.ndarray, ex_value: np
 #: synthetic problem of a measurement: d, gallery rows for few rows (memory-bound: larger than
 #: a last-level cache) and the product flops aimed at for many rows
 MEASURE_D, MEASURE_SCAN_ROWS, MEASURE_FLOPS, MEASURE_ROUNDS = 512, 65536, 6e8, 3
+#: at least this many gallery rows for many rows (at most ``MEASURE_SCAN_ROWS``): every thread's chunks
+#: then hold enough rows that the product is timed, not the per-chunk set-up (over 1024 rows the
+#: loop tied the BLAS path at 1024 query rows, where it is ahead on a large gallery)
+MEASURE_MIN_ROWS = 16384
 
 
 def _synthetic(kind: str, rows: int) -> tuple[np.ndarray, Gallery]:
     rng = np.random.default_rng(rows)
     d = MEASURE_D
-    n = MEASURE_SCAN_ROWS if rows <= 4 else int(min(MEASURE_SCAN_ROWS, max(1024, MEASURE_FLOPS / (2 * rows * d))))
+    flops_rows = max(MEASURE_MIN_ROWS, MEASURE_FLOPS / (2 * rows * d))
+    n = MEASURE_SCAN_ROWS if rows <= 4 else int(min(MEASURE_SCAN_ROWS, flops_rows))
     G = rng.standard_normal((n, d), dtype=np.float32)
     X = rng.standard_normal((rows, d), dtype=np.float32)
     if kind == "int8":

@@ -51,11 +51,11 @@ from ._common import (
 from ._gemm import (
     chunk_count,
     chunk_span,
-    row_scales,
+    fused_sub_rows,
     pack_rows,
     panel_rows,
+    row_scales,
     scale_columns,
-    sub_rows,
     sweep,
     tile_buffer,
 )
@@ -267,7 +267,7 @@ def blocked_topk(X: np.ndarray, gallery: Gallery, k: int, excl: np.ndarray, ex_v
     """Top-k of ``X @ G.T``: register-tiled products on L2-sized sub-tiles, fused with the selection."""
     Q = X.shape[0]
     N, d = gallery.shape
-    sub = sub_rows(d)
+    sub = fused_sub_rows(Q, d)
     n_chunks = chunk_count(N, sub)
     hs, hi, cnt = chunk_heaps(n_chunks, Q, k)
     with balanced():
