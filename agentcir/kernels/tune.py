@@ -3,8 +3,8 @@
 The numba backend has two ways to compute a gallery tile's scores ``X @ float32(G_tile).T``:
 
 * ``loop``: the register-tiled numba microkernels (:mod:`.numba._gemm`; for at most 4 query
-  rows the memory-bound direct scan of :mod:`.numba.cosine`), a half sub-tile widened once into
-  a cache-resident float32 buffer;
+  rows the memory-bound direct scan of :mod:`.numba.cosine`), a half block widened once into
+  an L1-resident float32 buffer;
 * ``blas``: the BLAS ``sgemm`` of the process (numpy's ``matmul``; OpenBLAS / MKL / Accelerate,
   tuned per ISA at run time) on a gallery tile, a half tile first widened into a cache-resident
   float32 buffer; the selection, aggregation and fusion stay fused numba passes over that tile.
@@ -12,8 +12,9 @@ The numba backend has two ways to compute a gallery tile's scores ``X @ float32(
 Both multiply in float32, so both give the reference's results within the same tolerances and
 tie rules. Which one is faster depends on the CPU (16 vs 32 vector registers, AMX, the BLAS
 build), the dtype and the number of product rows, so the choice is **measured** the first time
-a (dtype, shape class) is met: both paths run a small synthetic top-k of that class (a few
-hundred ms in all) and the faster median wins (``blas`` only by at least :data:`BLAS_MARGIN`). Choices are kept in a JSON file
+a (dtype, shape class) is met: both paths run a synthetic top-k at the class's middle row count
+(:func:`class_rows`; from a few hundred ms to about two seconds for the largest class on two
+cores) and the faster median wins (``blas`` only by at least :data:`BLAS_MARGIN`). Choices are kept in a JSON file
 (:func:`cache_path`: ``$AGENTCIR_KERNELS_TUNE_FILE``, else ``$XDG_CACHE_HOME/agentcir/kernels-tune.json``,
 else ``~/.cache/agentcir/kernels-tune.json``), valid for one machine identity
 (:func:`machine_identity`: CPU model, ISA flags, numba code-generation target, BLAS build and
