@@ -192,20 +192,24 @@ def select_row(vals, start, hs, hi, n):
 
 
 # -- software prefetch ------------------------------------------------------------------
+def emit_prefetch(builder, address, locality: int) -> None:
+    """Emit LLVM ``llvm.prefetch`` of the cache line at ``address`` (any pointer): a read, kept in every
+    cache level (``locality`` 3) or in L2 and beyond (2). A hint only: it never faults, changes no result."""
+    i8p, i32 = _ir.IntType(8).as_pointer(), _ir.IntType(32)
+    fn = builder.module.declare_intrinsic("llvm.prefetch", (), _ir.FunctionType(_ir.VoidType(), [i8p, i32, i32, i32]))
+    builder.call(fn, [builder.bitcast(address, i8p), i32(0), i32(locality), i32(1)])
+
+
 @intrinsic
 def prefetch(typingctx, row, j):
-    """Ask the CPU to start loading the cache line holding ``row[j]`` (``row`` 1-d): LLVM
-    ``llvm.prefetch`` (read, keep in all cache levels). A hint only: no effect on results."""
+    """Ask the CPU to start loading the cache line holding ``row[j]`` (``row`` 1-d) into every cache
+    level (:func:`emit_prefetch`)."""
     if not isinstance(row, types.Array) or row.ndim != 1 or not isinstance(j, types.Integer):
         return None
 
     def codegen(context, builder, signature, args):
         data = context.make_array(signature.args[0])(context, builder, args[0]).data
-        i8p, i32 = _ir.IntType(8).as_pointer(), _ir.IntType(32)
-        fn = builder.module.declare_intrinsic(
-            "llvm.prefetch", (), _ir.FunctionType(_ir.VoidType(), [i8p, i32, i32, i32])
-        )
-        builder.call(fn, [builder.bitcast(builder.gep(data, [args[1]]), i8p), i32(0), i32(3), i32(1)])
+        emit_prefetch(builder, builder.gep(data, [args[1]]), 3)
         return context.get_dummy_value()
 
     return types.void(row, j), codegen

@@ -17,8 +17,9 @@ so that its register tile does not depend on what LLVM's auto-vectoriser makes o
   panels stream from L2 (a float16 / bfloat16 / int8 block is first widened exactly into a float32
   buffer, once, not once per panel: a half gallery reads half the bytes and runs the same product);
 * while a sub-tile is swept, its calls prefetch the next sub-tile's rows of the gallery (its own
-  bytes: half or int8 rows before they are widened) into L2, a few cache lines per call, so that
-  the memory read overlaps the products instead of preceding them.
+  bytes: half or int8 rows before they are widened) into L2 (LLVM locality 2, x86 ``prefetcht1``),
+  a few cache lines per call, so that the memory read overlaps the products instead of preceding
+  them.
 
 The 16-row tile follows the vector registers of the CPU numba compiles for (:func:`wide_registers`,
 :data:`TILES`): AVX-512 (32 registers of 16 floats): ``MR = 12`` rows x one 16-lane vector: 12
@@ -48,7 +49,7 @@ from numba.core import cgutils
 from numba.extending import intrinsic, overload
 
 from .. import _tiling
-from ._common import row_f32, target_has
+from ._common import emit_prefetch, row_f32, target_has
 
 
 def wide_registers() -> bool:
@@ -94,8 +95,6 @@ UNROLL = 2
 BLOCK_ROWS = ROW_STEP
 #: bytes of one prefetched cache line
 LINE = 64
-#: ``llvm.prefetch`` locality of the next sub-tile: 2, the L2 cache (x86 ``prefetcht1``)
-PREFETCH_LOCALITY = 2
 
 _F32 = ir.FloatType()
 _I32 = ir.IntType(32)
@@ -131,9 +130,6 @@ def _microkernel(lanes: int, rows: int, nv: int):
             intp = context.get_value_type(types.intp)
             r0, c0, q, pf0, pfn = (context.cast(builder, args[i], sig.args[i], types.intp) for i in (2, 4, 5, 7, 8))
             abytes = builder.bitcast(aa.data, bytes_ptr)
-            prefetch = cgutils.get_or_insert_function(
-                builder.module, ir.FunctionType(ir.VoidType(), [bytes_ptr] + [_I32] * 3), "llvm.prefetch.p0"
-            )
             d = builder.extract_value(fa.shape, 1)
             fstride, (s0, s1) = builder.extract_value(fa.strides, 0), cgutils.unpack_tuple(builder, sa.strides, 2)
             fbytes = builder.bitcast(fa.data, bytes_ptr)
@@ -154,8 +150,7 @@ def _microkernel(lanes: int, rows: int, nv: int):
             def step(k, fetch=False):  # element k of every row into the accumulators, in the order of k
                 if fetch:  # line min(k, lines - 1) of the prefetch (the loop below runs ceil(lines / UNROLL) times)
                     line = builder.select(builder.icmp_signed("<", k, pfn), k, builder.sub(pfn, intp(1)))
-                    at = builder.gep(abytes, [builder.add(pf0, builder.mul(line, intp(LINE)))])
-                    builder.call(prefetch, [at, _I32(0), _I32(PREFETCH_LOCALITY), _I32(1)])
+                    emit_prefetch(builder, builder.gep(abytes, [builder.add(pf0, builder.mul(line, intp(LINE)))]), 2)
                 prow = builder.gep(pa.data, [builder.mul(k, intp(width))])
                 xs = [
                     builder.load(builder.bitcast(builder.gep(prow, [intp(v * lanes)]), vec.as_pointer()), align=4)
