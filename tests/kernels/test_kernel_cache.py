@@ -47,3 +47,24 @@ def test_an_edit_to_the_product_recompiles_the_kernels_that_call_it(tmp_path):
     gemm.write_text(source.replace(old, old + "            S[0, 0] += np.float32(100.0)\n"))
     after = _run(tmp_path)  # cosine.py is unchanged; its cached kernel holds the old product
     assert before < 10 and after > 90, (before, after)
+
+
+def test_every_compiled_kernel_has_its_own_name():
+    """numba names a compiled function (its symbol and its cache entry) by its qualified name and
+    argument types: two kernels made by one factory under one name, with the same argument types,
+    made a cached caller link one in place of the other (a width-16 sweep ran as a width-8 one)."""
+    import importlib
+    import pkgutil
+
+    from numba.core.registry import CPUDispatcher
+
+    import agentcir.kernels.numba as pkg
+
+    seen: dict[str, object] = {}
+    for info in pkgutil.iter_modules(pkg.__path__):
+        mod = importlib.import_module(f"{pkg.__name__}.{info.name}")
+        for obj in vars(mod).values():
+            if isinstance(obj, CPUDispatcher) and obj.py_func.__module__ == mod.__name__:
+                name = f"{obj.py_func.__module__}.{obj.py_func.__qualname__}"
+                assert seen.setdefault(name, obj) is obj, f"two kernels named {name}"
+    assert "agentcir.kernels.numba._gemm.sweep16" in seen and "agentcir.kernels.numba._common.dot_bf16" in seen

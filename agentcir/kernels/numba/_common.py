@@ -351,13 +351,16 @@ def row_dot(x, G, r, kind):  # pragma: no cover - replaced by the overload in nu
     raise NotImplementedError
 
 
-def _dot_loop(conv):
+def _dot_loop(conv, name: str):
     def loop(x, g):
         s = np.float32(0.0)
         for j in range(x.shape[0]):
             s += x[j] * conv(g[j])
         return s
 
+    # its own name: numba names a compiled function by its qualified name and argument types, which
+    # the float16 and bfloat16 loops (both over uint16 bits) would otherwise share
+    loop.__name__ = loop.__qualname__ = name
     return njit(fastmath=FASTMATH, cache=True)(loop)
 
 
@@ -366,9 +369,9 @@ def _same(v):
     return v
 
 
-_dot_f16 = _dot_loop(f16_to_f32)
-_dot_bf16 = _dot_loop(bf16_to_f32)
-_dot_i8 = _dot_loop(i8_to_f32)
+_dot_f16 = _dot_loop(f16_to_f32, "dot_f16")
+_dot_bf16 = _dot_loop(bf16_to_f32, "dot_bf16")
+_dot_i8 = _dot_loop(i8_to_f32, "dot_i8")
 
 
 @overload(row_dot)

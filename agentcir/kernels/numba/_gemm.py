@@ -216,6 +216,10 @@ def _panel_sweep(width: int):
             lines -= per
             r += 1
 
+    # one name per width: numba names a compiled function and its cache entry by its qualified name
+    # and argument types, which the three widths would otherwise share (a cached caller then linked
+    # one width's sweep in place of another's)
+    sweep.__name__ = sweep.__qualname__ = f"sweep{width}"
     return njit(cache=True)(sweep)
 
 
