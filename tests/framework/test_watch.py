@@ -172,7 +172,7 @@ def test_cli_index_watch_follows_and_stops_on_ctrl_c(plugin_env, tmp_path):
         photo(folder / "new.png", 50)
         assert wait_for(lambda: any(ln.startswith("watch:") for ln in lines), 20), lines
         p.send_signal(signal.SIGINT)
-        assert p.wait(20) == 0, p.stderr.read()
+        assert p.wait(60) == 0, p.stderr.read()  # a stop, not a hang: 60 s leaves room for a loaded machine
     finally:
         if p.poll() is None:
             p.kill()
