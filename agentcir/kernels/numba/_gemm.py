@@ -194,6 +194,12 @@ def _microkernel(lanes: int, rows: int, nv: int):
     return mk
 
 
+@njit(inline="always", cache=True)
+def line_share(lines, parts):
+    """Prefetch lines per part when ``parts`` (at least one) share ``lines`` in order (the last get fewer)."""
+    return (lines + parts - 1) // max(parts, 1)
+
+
 def _panel_sweep(width: int):
     """``sweep(P, F, a, b, S, q0, A, a0, lines)``: ``S[q0 + j, r - a] = P[:, j] . F[r]`` for ``a <= r < b``,
     ``P`` one packed panel of ``width`` rows: the panel's microkernel on ``MR`` rows at a time, then one row
@@ -203,7 +209,7 @@ def _panel_sweep(width: int):
 
     def sweep(P, F, a, b, S, q0, A, a0, lines):
         calls = (b - a) // mr + (b - a) % mr
-        per = (lines + calls - 1) // max(calls, 1)
+        per = line_share(lines, calls)
         r = a
         while r + mr <= b:
             tile(P, F, r, S, r - a, q0, A, a0, max(0, min(per, lines)))
@@ -277,7 +283,7 @@ def _panels(Xp, F, a, b, S, A, a0, lines):
     """``S[:, r - a] = Xp @ F[r]`` for ``a <= r < b`` (every packed panel sweeps the rows); the sweeps share
     the prefetch of ``lines`` cache lines of ``A`` from byte ``a0``."""
     w = Xp.shape[2]
-    per = (lines + Xp.shape[0] - 1) // Xp.shape[0]
+    per = line_share(lines, Xp.shape[0])
     for p in range(Xp.shape[0]):
         n = max(0, min(per, lines - p * per))
         if w == 16:
@@ -331,8 +337,7 @@ def _sweep(Xp, G, kind, lo, hi, S, W):
 
     def impl(Xp, G, kind, lo, hi, S, W):
         a0, lines = next_rows(G, lo, hi)
-        blocks = max(1, (hi - lo + BLOCK_ROWS - 1) // BLOCK_ROWS)
-        per = (lines + blocks - 1) // blocks
+        per = line_share(lines, (hi - lo + BLOCK_ROWS - 1) // BLOCK_ROWS)
         for b in range(lo, hi, BLOCK_ROWS):
             e = min(hi, b + BLOCK_ROWS)
             F, f = block(G, kind, b, e, W)
