@@ -141,6 +141,7 @@ def test_cli_index_watch_follows_and_stops_on_ctrl_c(plugin_env, tmp_path):
         **plugin_env,
         "PYTHONPATH": os.pathsep.join([str(ROOT), plugin_env.get("PYTHONPATH", "")]),
         "PYTHONUNBUFFERED": "1",
+        "PYTHONFAULTHANDLER": "1",  # SIGABRT on a hang prints every thread's stack to stderr
     }
     p = subprocess.Popen(
         [
@@ -166,13 +167,22 @@ def test_cli_index_watch_follows_and_stops_on_ctrl_c(plugin_env, tmp_path):
         env=env,
     )
     lines: list[str] = []
+    errs: list[str] = []  # stderr is drained too: a full pipe would block the child and read as a hang
     threading.Thread(target=lambda: lines.extend(iter(p.stdout.readline, "")), daemon=True).start()
+    threading.Thread(target=lambda: errs.extend(iter(p.stderr.readline, "")), daemon=True).start()
     try:
         assert wait_for(lambda: any(ln.startswith("watching") for ln in lines), 60), (lines, p.poll())
         photo(folder / "new.png", 50)
         assert wait_for(lambda: any(ln.startswith("watch:") for ln in lines), 20), lines
         p.send_signal(signal.SIGINT)
-        assert p.wait(60) == 0, p.stderr.read()  # a stop, not a hang: 60 s leaves room for a loaded machine
+        try:
+            code = p.wait(60)  # a stop, not a hang: 60 s leaves room for a loaded machine
+        except subprocess.TimeoutExpired:
+            p.send_signal(signal.SIGABRT)
+            p.wait(10)
+            time.sleep(0.2)
+            pytest.fail("index --watch did not stop on SIGINT; its threads:\n" + "".join(errs)[-8000:])
+        assert code == 0, "".join(errs)
     finally:
         if p.poll() is None:
             p.kill()
