@@ -14,7 +14,13 @@ tie rules. Which one is faster depends on the CPU (16 vs 32 vector registers, AM
 build), the dtype and the number of product rows, so the choice is **measured** the first time
 a (dtype, shape class) is met: both paths run a synthetic top-k at the class's middle row count
 (:func:`class_rows`; from a few hundred ms to about two seconds for the largest class on two
-cores) and the faster median wins (``blas`` only by at least :data:`BLAS_MARGIN`). Choices are kept in a JSON file
+cores) and the faster median wins (``blas`` only by at least :data:`BLAS_MARGIN`).
+
+A float16, bfloat16 or int8 gallery runs float32's product once its rows are widened, and the
+``loop`` path widens them most cheaply (a block at a time, in L1, the gallery read at its own
+bytes): so in a class where float32 takes ``loop`` these dtypes take it too, unmeasured, and a
+near tie can never put a half gallery on a slower path than float32's. Where float32 takes
+``blas`` they are measured, and keep ``blas`` unless ``loop`` is faster. Choices are kept in a JSON file
 (:func:`cache_path`: ``$AGENTCIR_KERNELS_TUNE_FILE``, else ``$XDG_CACHE_HOME/agentcir/kernels-tune.json``,
 else ``~/.cache/agentcir/kernels-tune.json``), valid for one machine identity
 (:func:`machine_identity`: CPU model, ISA flags, numba code-generation target, BLAS build and
@@ -73,6 +79,8 @@ FALLBACK_DEFAULT = "blas"
 #: dynamically and keeps its speed on a loaded machine, where a BLAS pool waiting on a preempted
 #: thread can lose several times over; a near tie therefore goes to ``loop``
 BLAS_MARGIN = 1.10
+#: the gallery dtype the others follow where it takes ``loop`` (see the module docstring)
+BASE_KIND = "float32"
 #: tests force a path here (None: environment, then the tuned choice)
 PATH_OVERRIDE: str | None = None
 
@@ -285,7 +293,8 @@ def tune(kind: str, rows: int) -> dict:
         if _measure is None:
             raise RuntimeError("no kernel registered a measurement (import agentcir.kernels.numba)")
         times = _measure(kind, class_rows(label))
-        best = "blas" if times["blas"] * BLAS_MARGIN < times["loop"] else "loop"
+        margin = BLAS_MARGIN if kind == BASE_KIND else 1.0  # measured only where float32 took blas
+        best = "blas" if times["blas"] * margin < times["loop"] else "loop"
         entry = {
             "path": best,
             "ms": {p: round(t * 1e3, 3) for p, t in times.items()},
@@ -301,12 +310,24 @@ def tune(kind: str, rows: int) -> dict:
 
 def choose(kind: str, rows: int) -> str:
     """The product path for a ``kind`` gallery (``float32`` / ``float16`` / ``bfloat16`` / ``int8``) and
-    ``rows`` product rows: forced > cached choice > measured now > :data:`FALLBACK`."""
+    ``rows`` product rows: forced > float32's ``loop`` (:func:`follows_base`) > cached choice > measured
+    now > :data:`FALLBACK`."""
     forced = _forced()
     if forced:
         return forced
     if not autotune_enabled():
         return fallback(kind, rows)
+    return "loop" if follows_base(kind, rows) else _tuned(kind, rows)
+
+
+def follows_base(kind: str, rows: int) -> bool:
+    """Whether ``kind`` takes float32's ``loop`` for ``rows`` rows without a measurement of its own
+    (float32's choice is measured first if need be)."""
+    return kind != BASE_KIND and _tuned(BASE_KIND, rows) == "loop"
+
+
+def _tuned(kind: str, rows: int) -> str:
+    """The cached choice, else measured now, else :data:`FALLBACK`."""
     entry = _load()["choices"].get(f"{kind}/{shape_class(rows)}")
     if entry is not None:
         return entry["path"]
@@ -336,11 +357,15 @@ def show() -> str:
     if data["machine"] != ident:
         lines.append("(measured on another machine identity: re-tuned on first use)")
     lines.append(f"{'dtype/class':24s} {'path':6s} {'loop ms':>9s} {'blas ms':>9s}  measured")
+    base = {k.split("/")[1]: e["path"] for k, e in data["choices"].items() if k.startswith(BASE_KIND + "/")}
     for key in sorted(data["choices"]):
         e = data["choices"][key]
         ms = e.get("ms", {})
+        kind, label = key.split("/")
+        follows = kind != BASE_KIND and base.get(label) == "loop"
         lines.append(
-            f"{key:24s} {e['path']:6s} {ms.get('loop', float('nan')):9.2f} {ms.get('blas', float('nan')):9.2f}"
-            f"  {e.get('at', '?')}"
+            f"{key:24s} {'loop' if follows else e['path']:6s} {ms.get('loop', float('nan')):9.2f} "
+            f"{ms.get('blas', float('nan')):9.2f}  {e.get('at', '?')}" + (f" (follows {BASE_KIND})" if follows else "")
         )
+    lines.append(f"other dtypes take {BASE_KIND}'s loop in its loop classes, unmeasured")
     return "\n".join(lines)

@@ -162,7 +162,51 @@ def test_corrupt_tune_cache_is_refused_and_retuned(cache_file, monkeypatch, capl
     with caplog.at_level(logging.WARNING, logger="agentcir.kernels.tune"):
         assert tune.choose("bfloat16", 200) == "loop"
     assert any("refused" in r.getMessage() and str(cache_file) in r.getMessage() for r in caplog.records)
-    assert tune.read_cache()["choices"]["bfloat16/r65-256"]["path"] == "loop"
+    assert tune.read_cache()["choices"]["float32/r65-256"]["path"] == "loop"
+
+
+def test_other_dtypes_follow_float32s_loop(cache_file, monkeypatch, capsys):
+    """A half or int8 gallery runs float32's product after widening: in a class where float32 takes the
+    loop, they take it unmeasured (a near tie cannot split the paths); where float32 takes BLAS they are
+    measured and keep BLAS unless the loop is faster, without the margin."""
+    from agentcir.cli import main
+
+    times = {  # r17-64: float32 a near tie (loop); r257-1024: float32 clearly on BLAS
+        ("float32", 33): {"loop": 1.05, "blas": 1.0},
+        ("float32", 513): {"loop": 2.0, "blas": 1.0},
+        ("float16", 513): {"loop": 1.0, "blas": 0.97},
+        ("bfloat16", 513): {"loop": 0.9, "blas": 1.0},
+        ("int8", 513): {"loop": 1.0, "blas": 0.5},
+    }
+    measured: list = []
+
+    def measure(kind, rows):
+        measured.append((kind, rows))
+        return times.get((kind, rows), {"loop": 1.0, "blas": 0.1})  # any other: BLAS far ahead
+
+    monkeypatch.setattr(tune, "_measure", measure)
+    assert [tune.choose(k, 40) for k in ("float16", "bfloat16", "int8")] == ["loop"] * 3
+    assert measured == [("float32", 33)]  # only float32, once
+    assert tune.choose("float16", 600) == "blas" and tune.choose("bfloat16", 600) == "loop"
+    assert tune.choose("int8", 600) == "blas"
+    assert measured[1:] == [("float32", 513), ("float16", 513), ("bfloat16", 513), ("int8", 513)]
+    # a stale half entry of a loop class (measured before float32 was) is shown as what choose() does
+    data = json.loads(cache_file.read_text())
+    data["choices"]["float16/r17-64"] = {"path": "blas", "ms": {"loop": 2.0, "blas": 1.0}, "at": "then"}
+    cache_file.write_text(json.dumps(data))
+    tune._memo = None
+    assert tune.choose("float16", 40) == "loop"
+    assert any(
+        ln.startswith("float16/r17-64") and "loop" in ln and "follows float32" in ln for ln in tune.show().splitlines()
+    )
+    # --run --dtype float16 measures float16 only where float32 takes BLAS
+    assert tune.reset() == cache_file
+    measured.clear()
+    assert main(["kernels", "tune", "--run", "--dtype", "float16"]) == 0
+    blas_classes = {tune.class_rows(lb) for _, lb in tune.CLASSES} - {33}  # the default: BLAS far ahead
+    assert {r for k, r in measured if k == "float32"} == {tune.class_rows(lb) for _, lb in tune.CLASSES}
+    assert {r for k, r in measured if k == "float16"} == blas_classes
+    capsys.readouterr()
 
 
 def test_timing_failure_uses_the_fixed_table(cache_file, monkeypatch):
