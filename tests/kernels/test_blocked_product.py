@@ -1,5 +1,5 @@
 """The numba backend's register-tiled tile product (``numba/_gemm.py``), its fused blocked
-cosine top-k (chunk heaps merged, odd sub-tiles, exclusions, exact ties across chunks) and the
+cosine top-k (thread heaps merged, odd sub-tiles, exclusions, exact ties across chunks) and the
 thread policy (``numba/_threads.py``, ``agentcir/_threads.py``)."""
 
 from __future__ import annotations
@@ -107,6 +107,45 @@ def test_blocked_cosine_ties_across_chunks(monkeypatch):
     for k in (1, 7, 40):
         ref = K.cosine_topk(X, G, k, backend="reference")
         check_exact(K.cosine_topk(X, G, k, backend="numba"), ref)
+
+
+def test_heap_offers_keep_the_lower_id_in_any_order():
+    """A thread's heap receives its chunks in whatever order the scheduler hands them out: a score equal
+    to the heap's worst, offered later with a lower id, still replaces it (the top-k is the lower ids)."""
+    from agentcir.kernels.numba._common import new_heaps, select_row
+
+    hs, hi, cnt = new_heaps(1, 3)
+    vals = np.full(5, 0.5, dtype=np.float32)
+    n = select_row(vals, 10, hs[0], hi[0], 0)  # ids 10..14 first
+    n = select_row(vals, 0, hs[0], hi[0], n)  # then ids 0..4, equal scores
+    assert n == 3 and sorted(hi[0]) == [0, 1, 2]
+
+
+def test_blocked_pass_uses_one_heap_per_thread(monkeypatch):
+    """Many chunks, few threads: the heaps are the threads' (the warm-up is paid once per thread), and the
+    result is the reference's whatever thread ran which chunk."""
+    import numba
+
+    from agentcir.kernels.numba import _common, _gemm
+
+    monkeypatch.setattr(_gemm, "CHUNKS_PER_THREAD", 40)
+    made = []
+    real = _common.thread_heaps
+
+    def spy(Q, k):
+        made.append(real(Q, k))
+        return made[-1]
+
+    import agentcir.kernels.numba.cosine as cos
+
+    monkeypatch.setattr(cos, "thread_heaps", spy)
+    rng = np.random.default_rng(3)
+    G, X = unit_rows(rng, 3000, 24), unit_rows(rng, 20, 24)
+    check_topk(
+        K.cosine_topk(X, G, 9, backend="numba"), K.cosine_topk(X, G, 3000, backend="reference"), 9, TOL["float32"]
+    )
+    ((hs, hi, cnt),) = made
+    assert hs.shape[0] == numba.get_num_threads() and cnt.sum(axis=0).min() >= 9
 
 
 def test_avx2_gets_the_narrow_tile_and_exact_products(tmp_path):

@@ -150,17 +150,22 @@ def sorted_from_heaps(hs, hi, cnt):
     return out_s, out_i
 
 
-def chunk_heaps(n_chunks: int, Q: int, k: int):
-    """One running top-k per (gallery chunk, query) of a parallel pass: ``(scores, ids, sizes)``."""
+def thread_heaps(Q: int, k: int):
+    """One running top-k per (worker thread, query) of a parallel pass, ``(scores, ids, sizes)``: a kernel
+    offers a chunk's rows to the heaps of the thread that runs it (``numba.get_thread_id()``, below
+    ``numba.get_num_threads()``). A heap fills and warms up once per thread, not once per chunk (at
+    several hundred queries that warm-up cost more than the selection itself), and as the offers order
+    ties by id (:func:`select_row`) the top-k does not depend on which thread ran which chunk."""
+    n = numba.get_num_threads()
     return (
-        np.full((n_chunks, Q, k), -np.inf, dtype=np.float32),
-        np.full((n_chunks, Q, k), -1, dtype=np.int32),
-        np.zeros((n_chunks, Q), dtype=np.int64),
+        np.full((n, Q, k), -np.inf, dtype=np.float32),
+        np.full((n, Q, k), -1, dtype=np.int32),
+        np.zeros((n, Q), dtype=np.int64),
     )
 
 
 @njit(cache=True)
-def _merge_chunks(hs, hi, cnt, out_hs, out_hi, out_cnt):
+def _merge_threads(hs, hi, cnt, out_hs, out_hi, out_cnt):
     for q in range(out_hs.shape[0]):
         n = 0
         for c in range(hs.shape[0]):
@@ -169,21 +174,23 @@ def _merge_chunks(hs, hi, cnt, out_hs, out_hi, out_cnt):
         out_cnt[q] = n
 
 
-def merged_chunk_heaps(hs, hi, cnt):
-    """The sorted top-k per query of the chunk heaps of :func:`chunk_heaps` (ties: lower id first)."""
+def merged_heaps(hs, hi, cnt):
+    """The sorted top-k per query of the per-thread heaps of :func:`thread_heaps` (ties: lower id first)."""
     mh, mi, mc = new_heaps(hs.shape[1], hs.shape[2])
-    _merge_chunks(hs, hi, cnt, mh, mi, mc)
+    _merge_threads(hs, hi, cnt, mh, mi, mc)
     return sorted_from_heaps(mh, mi, mc)
 
 
 @njit(inline="always", cache=True)
 def select_row(vals, start, hs, hi, n):
-    """Offer ``vals[j]`` as item ``start + j`` (in id order); ``-inf`` = removed. Returns the new size."""
+    """Offer ``vals[j]`` as item ``start + j``; ``-inf`` = removed. Returns the new size. A score equal to
+    the heap's worst goes on to :func:`heap_push`, which keeps the lower id: the result does not depend on
+    the order in which rows are offered."""
     k = hs.shape[0]
     for j in range(vals.shape[0]):
         s = vals[j]
         if n == k:
-            if s <= hs[0]:
+            if s < hs[0]:
                 continue
         elif s == -np.inf:
             continue

@@ -7,8 +7,8 @@ numba kernels of this module in two launch shapes:
 
 * few queries (``Q <= DIRECT_MAX_Q``): one pass of ``_direct_kernel`` over the gallery,
   which is memory-bound: each row is read (and widened from fp16/bf16 bits or int8 codes)
-  once, in order, dotted with every query and offered to per-chunk heaps; the chunk heaps are
-  merged at the end. Half-precision galleries read half the bytes. An int8 gallery reads a
+  once, in order, dotted with every query and offered to the heaps of the thread that
+  scans it (:func:`._common.thread_heaps`); they are merged at the end. Half-precision galleries read half the bytes. An int8 gallery reads a
   quarter (``_direct_kernel_i8``): each query is rounded to int16 (:func:`int16_queries`), dotted
   with the int8 codes in exact int32 sums (:func:`_idot_blocks`: multiply-add pairs over whole
   vector registers, twice the rate of widening to float32), and the sum multiplied by the query's
@@ -17,8 +17,8 @@ numba kernels of this module in two launch shapes:
 * many queries: ``_blocked_kernel``, one parallel pass over gallery chunks (dynamically
   scheduled, :mod:`._threads`): each chunk walks L2-sized sub-tiles, scores them with the
   register-tiled product of :mod:`._gemm` (no BLAS, no ``[Q, N]`` buffer: a
-  ``[Q, sub]`` block per thread) and offers each row of scores to that chunk's heaps with
-  the running threshold (the heap root); the chunk heaps are merged at the end.
+  ``[Q, sub]`` block per thread) and offers each row of scores to its thread's heaps with
+  the running threshold (the heap root); the thread heaps are merged at the end.
 """
 
 from __future__ import annotations
@@ -35,18 +35,18 @@ from .._inputs import Gallery
 from . import _blas
 from ._common import (
     KIND_CODES,
-    chunk_heaps,
     dot,
     empty_exclude,
     exclusion_value,
     heap_push,
-    merged_chunk_heaps,
+    merged_heaps,
     patch_excluded,
     prefetch_row,
     row_dot,
     row_f32,
     select_row,
     target_has,
+    thread_heaps,
 )
 from ._gemm import (
     chunk_count,
@@ -70,17 +70,18 @@ PREFETCH_BYTES = 8192
 
 
 @njit(inline="always", cache=True)
-def _offer(s, r, q, c, excl, ex_value, hs, hi, cnt):
+def _offer(s, r, q, t, excl, ex_value, hs, hi, cnt):
+    """Offer row ``r``'s score ``s`` to query ``q``'s heap of thread ``t`` (ties: as :func:`select_row`)."""
     for m in range(excl.shape[1]):
         if excl[q, m] == r:
             s = ex_value
-    n = cnt[c, q]
+    n = cnt[t, q]
     if n == hs.shape[2]:
-        if s <= hs[c, q, 0]:
+        if s < hs[t, q, 0]:
             return
     elif s == -np.inf:
         return
-    cnt[c, q] = heap_push(hs[c, q], hi[c, q], n, s, r)
+    cnt[t, q] = heap_push(hs[t, q], hi[t, q], n, s, r)
 
 
 @njit(parallel=True, cache=True)
@@ -90,6 +91,7 @@ def _direct_kernel(X, G, kind, scales, excl, ex_value, n_chunks, pf, hs, hi, cnt
     scaled = scales.shape[0] > 0  # int8 codes: each dot times the row's scale
     chunk = (N + n_chunks - 1) // n_chunks
     for c in prange(n_chunks):
+        t = numba.get_thread_id()
         buf = np.empty(G.shape[1], dtype=np.float32)
         for r in range(c * chunk, min(N, (c + 1) * chunk)):
             if r + pf < N:
@@ -97,12 +99,12 @@ def _direct_kernel(X, G, kind, scales, excl, ex_value, n_chunks, pf, hs, hi, cnt
             sr = scales[r] if scaled else np.float32(1.0)
             if Q == 1:  # one fused decode + dot pass over the row
                 s = row_dot(X[0], G, r, kind)
-                _offer(s * sr if scaled else s, r, 0, c, excl, ex_value, hs, hi, cnt)
+                _offer(s * sr if scaled else s, r, 0, t, excl, ex_value, hs, hi, cnt)
             else:  # decode the row once, dot it with every query
                 row = row_f32(G, r, kind, buf)
                 for q in range(Q):
                     s = dot(X[q], row)
-                    _offer(s * sr if scaled else s, r, q, c, excl, ex_value, hs, hi, cnt)
+                    _offer(s * sr if scaled else s, r, q, t, excl, ex_value, hs, hi, cnt)
 
 
 #: int16 lanes of one multiply-add-pairs step of :func:`_idot_blocks` on the CPU numba compiles for
@@ -207,6 +209,7 @@ def _direct_kernel_i8(Xq, xs, C, scales, excl, ex_value, n_chunks, pf, hs, hi, c
     Q = Xq.shape[0]
     chunk = (N + n_chunks - 1) // n_chunks
     for c in prange(n_chunks):
+        t = numba.get_thread_id()
         for r in range(c * chunk, min(N, (c + 1) * chunk)):
             if r + pf < N:
                 prefetch_row(C, r + pf)
@@ -214,7 +217,7 @@ def _direct_kernel_i8(Xq, xs, C, scales, excl, ex_value, n_chunks, pf, hs, hi, c
             sr = scales[r]
             for q in range(Q):
                 s = np.float32(_idot(Xq[q], row)) * (xs[q] * sr)
-                _offer(s, r, q, c, excl, ex_value, hs, hi, cnt)
+                _offer(s, r, q, t, excl, ex_value, hs, hi, cnt)
 
 
 def int16_queries(X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -231,6 +234,7 @@ def int16_queries(X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 @njit(parallel=True, cache=True)
 def _blocked_kernel(Xp, Q, G, kind, scales, excl, ex_value, n_chunks, sub, hs, hi, cnt):
     for c in prange(n_chunks):
+        t = numba.get_thread_id()
         S = np.empty((panel_rows(Xp), sub), dtype=np.float32)
         W = tile_buffer(G)
         lo, end = chunk_span(c, n_chunks, G.shape[0])
@@ -242,25 +246,25 @@ def _blocked_kernel(Xp, Q, G, kind, scales, excl, ex_value, n_chunks, sub, hs, h
                 row = S[q, : t1 - t0]
                 if excl.shape[1]:
                     patch_excluded(row, q, t0, excl, ex_value)
-                cnt[c, q] = select_row(row, t0, hs[c, q], hi[c, q], cnt[c, q])
+                cnt[t, q] = select_row(row, t0, hs[t, q], hi[t, q], cnt[t, q])
 
 
 def direct_topk(X: np.ndarray, gallery: Gallery, k: int, excl: np.ndarray, ex_value: np.float32):
     """Top-k of ``X @ G.T`` in one memory-bound pass (few queries)."""
     Q = X.shape[0]
     n_chunks = max(1, min(numba.get_num_threads() * 4, gallery.shape[0] // DIRECT_CHUNK_ROWS))
-    hs, hi, cnt = chunk_heaps(n_chunks, Q, k)
+    hs, hi, cnt = thread_heaps(Q, k)
     pf = max(1, -(-PREFETCH_BYTES // (gallery.shape[1] * gallery.data.itemsize)))  # rows
     if gallery.kind == "int8":
         Xq, xs = int16_queries(X)
         with balanced():
             _direct_kernel_i8(Xq, xs, gallery.data, row_scales(gallery), excl, ex_value, n_chunks, pf, hs, hi, cnt)
-        return merged_chunk_heaps(hs, hi, cnt)
+        return merged_heaps(hs, hi, cnt)
     with balanced():
         _direct_kernel(
             X, gallery.data, KIND_CODES[gallery.kind], row_scales(gallery), excl, ex_value, n_chunks, pf, hs, hi, cnt
         )
-    return merged_chunk_heaps(hs, hi, cnt)
+    return merged_heaps(hs, hi, cnt)
 
 
 def blocked_topk(X: np.ndarray, gallery: Gallery, k: int, excl: np.ndarray, ex_value: np.float32):
@@ -269,7 +273,7 @@ def blocked_topk(X: np.ndarray, gallery: Gallery, k: int, excl: np.ndarray, ex_v
     N, d = gallery.shape
     sub = fused_sub_rows(Q, d)
     n_chunks = chunk_count(N, sub)
-    hs, hi, cnt = chunk_heaps(n_chunks, Q, k)
+    hs, hi, cnt = thread_heaps(Q, k)
     with balanced():
         _blocked_kernel(
             pack_rows(X),
@@ -285,7 +289,7 @@ def blocked_topk(X: np.ndarray, gallery: Gallery, k: int, excl: np.ndarray, ex_v
             hi,
             cnt,
         )
-    return merged_chunk_heaps(hs, hi, cnt)
+    return merged_heaps(hs, hi, cnt)
 
 
 def loop_topk(X: np.ndarray, gallery: Gallery, k: int, excl: np.ndarray, ex_value: np.float32):

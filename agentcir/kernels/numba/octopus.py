@@ -12,6 +12,7 @@ Extra memory: O(Q*(K+1)*tile) in pass 1, O(Q*tile) in pass 2.
 
 from __future__ import annotations
 
+import numba
 import numpy as np
 from numba import njit, prange
 
@@ -20,13 +21,13 @@ from .._inputs import Gallery
 from . import _blas
 from ._common import (
     KIND_CODES,
-    chunk_heaps,
+    thread_heaps,
     empty_exclude,
     entropy_from_state,
     entropy_update,
     exclusion_value,
     log_partition_from_state,
-    merged_chunk_heaps,
+    merged_heaps,
     merged_entropy_states,
     new_entropy_state,
     new_heaps,
@@ -98,6 +99,7 @@ def _fused_kernel(
     Tp, Vp, Q, I, C, ki, kc, si, sc, has_visual, lam, excl, ex_value, inv_tau, n_chunks, sub, state, hs, hi, cnt
 ):
     for c in prange(n_chunks):
+        t = numba.get_thread_id()  # the heaps are the thread's (order-free); the entropy state the chunk's
         St = np.empty((panel_rows(Tp), sub), dtype=np.float32)
         Sv = np.empty((panel_rows(Vp) if has_visual else 0, sub), dtype=np.float32)
         Wi, Wc = tile_buffer(I), tile_buffer(C)
@@ -111,7 +113,7 @@ def _fused_kernel(
                 sweep(Vp, C, kc, t0, t1, Sv, Wc)
                 scale_columns(Sv, Q, sc, t0, t1)
             for q in range(Q):
-                cnt[c, q] = _fuse_rows(
+                cnt[t, q] = _fuse_rows(
                     St,
                     Sv,
                     q,
@@ -124,9 +126,9 @@ def _fused_kernel(
                     inv_tau,
                     vals,
                     state[c, q],
-                    hs[c, q],
-                    hi[c, q],
-                    cnt[c, q],
+                    hs[t, q],
+                    hi[t, q],
+                    cnt[t, q],
                 )
 
 
@@ -165,7 +167,7 @@ def octopus_topk(
         return scores, ids, w, entropy_from_state(state), log_partition_from_state(state)
     sub = fused_sub_rows(len(mats) * Q, d)
     n_chunks = chunk_count(N, sub)
-    hs, hi, cnt = chunk_heaps(n_chunks, Q, k)
+    hs, hi, cnt = thread_heaps(Q, k)
     states = np.stack([new_entropy_state(Q)] * n_chunks)
     caps = gals[-1]
     with balanced():
@@ -191,6 +193,6 @@ def octopus_topk(
             hi,
             cnt,
         )
-    scores, ids = merged_chunk_heaps(hs, hi, cnt)
+    scores, ids = merged_heaps(hs, hi, cnt)
     state = merged_entropy_states(states)
     return scores, ids, w, entropy_from_state(state), log_partition_from_state(state)
