@@ -7,7 +7,8 @@ Correctness: every Triton gallery op against the numpy reference on odd shapes (
 outside near-ties, scores within 2e-5), on CUDA tensors. Timings (CUDA events, medians):
 triton vs the torch backend vs straightforward torch for cosine_topk (Q=1, N=1M and
 Q=64, N=100k, d=512) and octopus_topk (Q=64, K=10, N=100k, d=512), float32 and float16
-galleries. Prints one line per check; exits 1 if a correctness check fails.
+galleries; faiss's exact GPU index on the cosine shapes when a faiss build with GPUs is installed.
+Prints one line per check; exits 1 if a correctness check fails.
 """
 
 from __future__ import annotations
@@ -119,6 +120,34 @@ def timings() -> None:
             lambda: torch_octopus(ref, P, qt, qv, Ik.float(), Ck.float(), ex, 10), rounds=10
         )
         print(f"octopus_topk Q={Q} K={Kp} N={N} {kind}: " + ", ".join(f"{k} {v:.2f} ms" for k, v in row.items()))
+    faiss_gpu(unit)
+
+
+def faiss_gpu(unit) -> None:
+    """faiss's exact GPU index (``GpuIndexFlatIP``) on the cosine shapes, when a faiss build with GPUs is
+    installed (the ``faiss-gpu`` wheels); otherwise one line saying why not."""
+    try:
+        import faiss
+    except ImportError:
+        print("faiss-gpu: faiss is not installed")
+        return
+    if not hasattr(faiss, "StandardGpuResources") or faiss.get_num_gpus() == 0:
+        print(f"faiss-gpu: faiss {faiss.__version__} has no GPU support here (a CPU build, or no GPU it can use)")
+        return
+    import time
+
+    res = faiss.StandardGpuResources()
+    for Q, N in ((1, 1_000_000), (64, 100_000)):
+        G, X = unit(N, 512).cpu().numpy(), unit(Q, 512).cpu().numpy()
+        index = faiss.GpuIndexFlatIP(res, 512)
+        index.add(G)
+        index.search(X, 10)
+        times = []
+        for _ in range(20):
+            t = time.perf_counter()
+            index.search(X, 10)  # host queries in, host results out: synchronous
+            times.append((time.perf_counter() - t) * 1e3)
+        print(f"faiss-gpu GpuIndexFlatIP Q={Q} N={N} f32: {statistics.median(times):.2f} ms (host to host)")
 
 
 def main() -> int:
