@@ -227,6 +227,7 @@ def _watch_index(args, recipe: dict, encoder) -> int:
     watch = FolderWatch(
         args.folder, debounce_s=args.debounce, observer="polling" if args.poll else "auto", poll_s=args.poll or 1.0
     )
+    _ctrl_c_stops()
     try:
         with watch:
             print(
@@ -243,6 +244,20 @@ def _watch_index(args, recipe: dict, encoder) -> int:
         flush=True,
     )
     return 0
+
+
+def _ctrl_c_stops() -> None:
+    """Make SIGINT raise KeyboardInterrupt in the main thread, as a watch's "Ctrl-C stops" says, even when
+    the launcher ignored or blocked it (a job runner, a test worker): both are inherited, and the watch
+    would then never stop. Called before the watch's threads start, so they inherit the unblocked mask."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        return
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    if hasattr(signal, "pthread_sigmask"):
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
 
 
 def _scale_args(recipe: dict, args) -> dict | None:

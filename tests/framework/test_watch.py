@@ -134,7 +134,19 @@ def test_bad_settings_are_refused(tmp_path):
         FolderWatch(tmp_path, observer="fast")
 
 
-def test_cli_index_watch_follows_and_stops_on_ctrl_c(plugin_env, tmp_path):
+#: the CLI started by a launcher that ignores and blocks SIGINT (both are inherited by a child: a job
+#: runner, a test worker): the watch must still stop on Ctrl-C
+IGNORING_LAUNCHER = (
+    "import runpy, signal, sys\n"
+    "signal.signal(signal.SIGINT, signal.SIG_IGN)\n"
+    "signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})\n"
+    "sys.argv[0] = 'agentcir'\n"
+    "runpy.run_module('agentcir.cli', run_name='__main__')\n"
+)
+
+
+@pytest.mark.parametrize("launcher", ["plain", "ignoring"])
+def test_cli_index_watch_follows_and_stops_on_ctrl_c(plugin_env, tmp_path, launcher):
     folder = folder_of(tmp_path / "photos", 5)
     out = tmp_path / "g"
     env = {
@@ -146,8 +158,7 @@ def test_cli_index_watch_follows_and_stops_on_ctrl_c(plugin_env, tmp_path):
     p = subprocess.Popen(
         [
             sys.executable,
-            "-m",
-            "agentcir.cli",
+            *(["-m", "agentcir.cli"] if launcher == "plain" else ["-c", IGNORING_LAUNCHER]),
             "index",
             str(folder),
             "--out",
