@@ -20,8 +20,9 @@ A float16, bfloat16 or int8 gallery runs float32's product once its rows are wid
 ``loop`` path widens them most cheaply (a block at a time, in L1, the gallery read at its own
 bytes): so in a class where float32 takes ``loop`` these dtypes take it too, unmeasured, and a
 near tie can never put a half gallery on a slower path than float32's. Where float32 takes
-``blas`` they are measured, and keep ``blas`` unless ``loop`` is faster. Choices are kept in a JSON file
-(:func:`cache_path`: ``$AGENTCIR_KERNELS_TUNE_FILE``, else ``$XDG_CACHE_HOME/agentcir/kernels-tune.json``,
+``blas`` they are measured, and keep ``blas`` unless ``loop`` is faster.
+
+Choices are kept in a JSON file (:func:`cache_path`: ``$AGENTCIR_KERNELS_TUNE_FILE``, else ``$XDG_CACHE_HOME/agentcir/kernels-tune.json``,
 else ``~/.cache/agentcir/kernels-tune.json``), valid for one machine identity
 (:func:`machine_identity`: CPU model, ISA flags, numba code-generation target, BLAS build and
 forced core type, package versions, the numba backend's source files); another identity re-tunes. A file that cannot be read

@@ -8,8 +8,8 @@ numba kernels of this module in two launch shapes:
 * few queries (``Q <= DIRECT_MAX_Q``): one pass of ``_direct_kernel`` over the gallery,
   which is memory-bound: each row is read (and widened from fp16/bf16 bits or int8 codes)
   once, in order, dotted with every query and offered to the heaps of the thread that
-  scans it (:func:`._common.thread_heaps`); they are merged at the end. Half-precision galleries read half the bytes. An int8 gallery reads a
-  quarter (``_direct_kernel_i8``): each query is rounded to int16 (:func:`int16_queries`), dotted
+  scans it (:func:`._common.thread_heaps`); they are merged at the end. Half-precision
+  galleries read half the bytes. An int8 gallery reads a quarter (``_direct_kernel_i8``): each query is rounded to int16 (:func:`int16_queries`), dotted
   with the int8 codes in exact int32 sums (:func:`_idot_blocks`: multiply-add pairs over whole
   vector registers, twice the rate of widening to float32), and the sum multiplied by the query's
   and the row's scales once per row. Rows are

@@ -21,19 +21,19 @@ from .._inputs import Gallery
 from . import _blas
 from ._common import (
     KIND_CODES,
-    thread_heaps,
     empty_exclude,
     entropy_from_state,
     entropy_update,
     exclusion_value,
     log_partition_from_state,
-    merged_heaps,
     merged_entropy_states,
+    merged_heaps,
     new_entropy_state,
     new_heaps,
     patch_excluded,
     select_row,
     sorted_from_heaps,
+    thread_heaps,
 )
 from ._gemm import (
     chunk_count,
