@@ -123,29 +123,32 @@ def test_heap_offers_keep_the_lower_id_in_any_order():
 
 def test_blocked_pass_uses_one_heap_per_thread(monkeypatch):
     """Many chunks, few threads: the heaps are the threads' (the warm-up is paid once per thread), and the
-    result is the reference's whatever thread ran which chunk."""
+    result is the reference's whatever thread ran which chunk; no more chunks than threads: one set per
+    chunk (never more heaps than chunks)."""
     import numba
 
-    from agentcir.kernels.numba import _common, _gemm
+    import agentcir.kernels.numba.cosine as cos
+    from agentcir.kernels import _tiling
+    from agentcir.kernels.numba import _common
 
-    monkeypatch.setattr(_gemm, "CHUNKS_PER_THREAD", 40)
+    monkeypatch.setattr(_tiling, "TILE_OVERRIDE", 12)  # 12-row sub-tiles: up to 8 chunks per thread
     made = []
     real = _common.thread_heaps
 
-    def spy(Q, k):
-        made.append(real(Q, k))
-        return made[-1]
-
-    import agentcir.kernels.numba.cosine as cos
+    def spy(Q, k, n_chunks):
+        made.append((n_chunks, real(Q, k, n_chunks)))
+        return made[-1][1]
 
     monkeypatch.setattr(cos, "thread_heaps", spy)
     rng = np.random.default_rng(3)
-    G, X = unit_rows(rng, 3000, 24), unit_rows(rng, 20, 24)
-    check_topk(
-        K.cosine_topk(X, G, 9, backend="numba"), K.cosine_topk(X, G, 3000, backend="reference"), 9, TOL["float32"]
-    )
-    ((hs, hi, cnt),) = made
-    assert hs.shape[0] == numba.get_num_threads() and cnt.sum(axis=0).min() >= 9
+    for n in (3000, 12):
+        G, X = unit_rows(rng, n, 24), unit_rows(rng, 20, 24)
+        ref = K.cosine_topk(X, G, n, backend="reference")
+        check_topk(K.cosine_topk(X, G, 9, backend="numba"), ref, 9, TOL["float32"])
+    (many, (hs, _, cnt)), (one, (hs1, _, _)) = made
+    assert many > numba.get_num_threads() and hs.shape[0] == numba.get_num_threads()
+    assert cnt.sum(axis=0).min() >= 9
+    assert one == 1 and hs1.shape[0] == 1
 
 
 def test_avx2_gets_the_narrow_tile_and_exact_products(tmp_path):

@@ -150,18 +150,28 @@ def sorted_from_heaps(hs, hi, cnt):
     return out_s, out_i
 
 
-def thread_heaps(Q: int, k: int):
-    """One running top-k per (worker thread, query) of a parallel pass, ``(scores, ids, sizes)``: a kernel
-    offers a chunk's rows to the heaps of the thread that runs it (``numba.get_thread_id()``, below
-    ``numba.get_num_threads()``). A heap fills and warms up once per thread, not once per chunk (at
-    several hundred queries that warm-up cost more than the selection itself), and as the offers order
-    ties by id (:func:`select_row`) the top-k does not depend on which thread ran which chunk."""
-    n = numba.get_num_threads()
+def thread_heaps(Q: int, k: int, n_chunks: int):
+    """The running top-k of a parallel pass over ``n_chunks`` chunks, ``(scores, ids, sizes)``: one per
+    (worker thread, query), or per (chunk, query) when there are no more chunks than threads
+    (:func:`heap_slot`), so never more heaps than either. A heap then fills and warms up once per
+    thread, not once per chunk (at several hundred queries that warm-up cost more than the selection
+    itself), and as the offers order ties by id (:func:`select_row`) the top-k does not depend on which
+    thread ran which chunk."""
+    n = max(1, min(numba.get_num_threads(), n_chunks))
     return (
         np.full((n, Q, k), -np.inf, dtype=np.float32),
         np.full((n, Q, k), -1, dtype=np.int32),
         np.zeros((n, Q), dtype=np.int64),
     )
+
+
+@njit(inline="always", cache=True)
+def heap_slot(c, n_chunks, hs):
+    """The heaps (of :func:`thread_heaps`) chunk ``c`` offers to: its own when there is a set per chunk,
+    else those of the thread running it (``numba.get_thread_id()``, below ``numba.get_num_threads()``)."""
+    if hs.shape[0] >= n_chunks:
+        return np.int64(c)
+    return np.int64(numba.get_thread_id())
 
 
 @njit(cache=True)

@@ -39,6 +39,7 @@ from ._common import (
     empty_exclude,
     exclusion_value,
     heap_push,
+    heap_slot,
     merged_heaps,
     patch_excluded,
     prefetch_row,
@@ -91,7 +92,7 @@ def _direct_kernel(X, G, kind, scales, excl, ex_value, n_chunks, pf, hs, hi, cnt
     scaled = scales.shape[0] > 0  # int8 codes: each dot times the row's scale
     chunk = (N + n_chunks - 1) // n_chunks
     for c in prange(n_chunks):
-        t = numba.get_thread_id()
+        t = heap_slot(c, n_chunks, hs)
         buf = np.empty(G.shape[1], dtype=np.float32)
         for r in range(c * chunk, min(N, (c + 1) * chunk)):
             if r + pf < N:
@@ -209,7 +210,7 @@ def _direct_kernel_i8(Xq, xs, C, scales, excl, ex_value, n_chunks, pf, hs, hi, c
     Q = Xq.shape[0]
     chunk = (N + n_chunks - 1) // n_chunks
     for c in prange(n_chunks):
-        t = numba.get_thread_id()
+        t = heap_slot(c, n_chunks, hs)
         for r in range(c * chunk, min(N, (c + 1) * chunk)):
             if r + pf < N:
                 prefetch_row(C, r + pf)
@@ -234,7 +235,7 @@ def int16_queries(X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 @njit(parallel=True, cache=True)
 def _blocked_kernel(Xp, Q, G, kind, scales, excl, ex_value, n_chunks, sub, hs, hi, cnt):
     for c in prange(n_chunks):
-        t = numba.get_thread_id()
+        t = heap_slot(c, n_chunks, hs)
         S = np.empty((panel_rows(Xp), sub), dtype=np.float32)
         W = tile_buffer(G)
         lo, end = chunk_span(c, n_chunks, G.shape[0])
@@ -253,7 +254,7 @@ def direct_topk(X: np.ndarray, gallery: Gallery, k: int, excl: np.ndarray, ex_va
     """Top-k of ``X @ G.T`` in one memory-bound pass (few queries)."""
     Q = X.shape[0]
     n_chunks = max(1, min(numba.get_num_threads() * 4, gallery.shape[0] // DIRECT_CHUNK_ROWS))
-    hs, hi, cnt = thread_heaps(Q, k)
+    hs, hi, cnt = thread_heaps(Q, k, n_chunks)
     pf = max(1, -(-PREFETCH_BYTES // (gallery.shape[1] * gallery.data.itemsize)))  # rows
     if gallery.kind == "int8":
         Xq, xs = int16_queries(X)
@@ -273,7 +274,7 @@ def blocked_topk(X: np.ndarray, gallery: Gallery, k: int, excl: np.ndarray, ex_v
     N, d = gallery.shape
     sub = fused_sub_rows(Q, d)
     n_chunks = chunk_count(N, sub)
-    hs, hi, cnt = thread_heaps(Q, k)
+    hs, hi, cnt = thread_heaps(Q, k, n_chunks)
     with balanced():
         _blocked_kernel(
             pack_rows(X),

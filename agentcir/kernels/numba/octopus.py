@@ -12,7 +12,6 @@ Extra memory: O(Q*(K+1)*tile) in pass 1, O(Q*tile) in pass 2.
 
 from __future__ import annotations
 
-import numba
 import numpy as np
 from numba import njit, prange
 
@@ -25,6 +24,7 @@ from ._common import (
     entropy_from_state,
     entropy_update,
     exclusion_value,
+    heap_slot,
     log_partition_from_state,
     merged_entropy_states,
     merged_heaps,
@@ -99,7 +99,7 @@ def _fused_kernel(
     Tp, Vp, Q, I, C, ki, kc, si, sc, has_visual, lam, excl, ex_value, inv_tau, n_chunks, sub, state, hs, hi, cnt
 ):
     for c in prange(n_chunks):
-        t = numba.get_thread_id()  # the heaps are the thread's (order-free); the entropy state the chunk's
+        t = heap_slot(c, n_chunks, hs)  # the heaps: the thread's (order-free); the entropy state: the chunk's
         St = np.empty((panel_rows(Tp), sub), dtype=np.float32)
         Sv = np.empty((panel_rows(Vp) if has_visual else 0, sub), dtype=np.float32)
         Wi, Wc = tile_buffer(I), tile_buffer(C)
@@ -167,7 +167,7 @@ def octopus_topk(
         return scores, ids, w, entropy_from_state(state), log_partition_from_state(state)
     sub = fused_sub_rows(len(mats) * Q, d)
     n_chunks = chunk_count(N, sub)
-    hs, hi, cnt = thread_heaps(Q, k)
+    hs, hi, cnt = thread_heaps(Q, k, n_chunks)
     states = np.stack([new_entropy_state(Q)] * n_chunks)
     caps = gals[-1]
     with balanced():
