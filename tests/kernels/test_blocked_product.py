@@ -149,6 +149,11 @@ def test_blocked_pass_uses_one_heap_per_thread(monkeypatch):
     assert many > numba.get_num_threads() and hs.shape[0] == numba.get_num_threads()
     assert cnt.sum(axis=0).min() >= 9
     assert one == 1 and hs1.shape[0] == 1
+    # two threads' heap sets never share a cache line (the threshold read against the other's pushes)
+    hs, hi, cnt = real(1, 10, 8)
+    assert hs.shape == hi.shape == (numba.get_num_threads(), 1, 10) and cnt.shape == (numba.get_num_threads(), 1)
+    assert hs.strides[0] >= 40 + _common.HEAP_GAP and hi.strides[0] >= 40 + _common.HEAP_GAP
+    assert cnt.strides[0] >= 8 + _common.HEAP_GAP
 
 
 def test_avx2_gets_the_narrow_tile_and_exact_products(tmp_path):

@@ -150,6 +150,11 @@ def sorted_from_heaps(hs, hi, cnt):
     return out_s, out_i
 
 
+#: bytes between the heap sets of two threads (:func:`thread_heaps`): two cache lines, so that one
+#: thread's pushes do not invalidate the line another thread reads its threshold from
+HEAP_GAP = 128
+
+
 def thread_heaps(Q: int, k: int, n_chunks: int):
     """The running top-k of a parallel pass over ``n_chunks`` chunks, ``(scores, ids, sizes)``: one per
     (worker thread, query), or per (chunk, query) when there are no more chunks than threads
@@ -158,10 +163,11 @@ def thread_heaps(Q: int, k: int, n_chunks: int):
     itself), and as the offers order ties by id (:func:`select_row`) the top-k does not depend on which
     thread ran which chunk."""
     n = max(1, min(numba.get_num_threads(), n_chunks))
+    pad, cpad = -(-HEAP_GAP // (4 * k)), HEAP_GAP // 8  # rows past Q: one set's last line is not the next's
     return (
-        np.full((n, Q, k), -np.inf, dtype=np.float32),
-        np.full((n, Q, k), -1, dtype=np.int32),
-        np.zeros((n, Q), dtype=np.int64),
+        np.full((n, Q + pad, k), -np.inf, dtype=np.float32)[:, :Q],
+        np.full((n, Q + pad, k), -1, dtype=np.int32)[:, :Q],
+        np.zeros((n, Q + cpad), dtype=np.int64)[:, :Q],
     )
 
 
