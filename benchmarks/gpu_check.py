@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import statistics
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -134,8 +135,6 @@ def faiss_gpu(unit) -> None:
     if not hasattr(faiss, "StandardGpuResources") or faiss.get_num_gpus() == 0:
         print(f"faiss-gpu: faiss {faiss.__version__} has no GPU support here (a CPU build, or no GPU it can use)")
         return
-    import time
-
     res = faiss.StandardGpuResources()
     for Q, N in ((1, 1_000_000), (64, 100_000)):
         G, X = unit(N, 512).cpu().numpy(), unit(Q, 512).cpu().numpy()
