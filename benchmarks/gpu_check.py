@@ -1,12 +1,14 @@
-"""Run the Triton kernels natively on a CUDA GPU: correctness against the reference, then timings.
+"""Run the GPU backend natively on a CUDA GPU: correctness against the reference, then timings.
 
     python benchmarks/gpu_check.py                 # on a machine with CUDA, torch and triton
     TRITON_INTERPRET=1 python benchmarks/gpu_check.py --smoke   # the same script on a CPU (tiny)
 
-Correctness: every Triton gallery op against the numpy reference on odd shapes (ids exact
-outside near-ties, scores within 2e-5), on CUDA tensors. Timings (CUDA events, medians):
-triton vs the torch backend vs straightforward torch for cosine_topk (Q=1, N=1M and
-Q=64, N=100k, d=512) and octopus_topk (Q=64, K=10, N=100k, d=512), float32 and float16
+Correctness: every gallery op of the ``triton`` backend, on each of its product paths (``blas``: the
+torch backend's op on the device, cuBLAS tile products; ``loop``: the Triton kernels), against the
+numpy reference on odd shapes (ids exact outside near-ties, scores within 2e-5), on CUDA tensors.
+Timings (CUDA events, medians): ``auto`` (what ``backend="auto"`` runs on a CUDA machine), the
+Triton kernels (``triton-loop``) and straightforward torch for cosine_topk (Q=1, N=1M; Q=64,
+N=100k; Q=1024, N=1M; d=512) and octopus_topk (Q=64, K=10, N=100k, d=512), float32 and float16
 galleries; faiss's exact GPU index on the cosine shapes when a faiss build with GPUs is installed.
 Prints one line per check; exits 1 if a correctness check fails.
 """
@@ -25,7 +27,10 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent / "tests" / "kernels"))
 
+from _data import forced  # noqa: E402
+
 from agentcir import kernels as K  # noqa: E402
+from agentcir.kernels import tune  # noqa: E402
 
 
 def check_correctness(device: str, smoke: bool) -> bool:
@@ -50,26 +55,28 @@ def check_correctness(device: str, smoke: bool) -> bool:
                 (
                     "cosine_topk",
                     K.cosine_topk(X, G, n, exclude=ex, backend="reference"),
-                    K.cosine_topk(tX, tG, k, exclude=ex, backend="triton"),
+                    lambda: K.cosine_topk(tX, tG, k, exclude=ex, backend="triton"),
                 ),
                 (
                     "proxy logsumexp",
                     K.proxy_scores_topk(P, G, n, agg="logsumexp", tau=0.1, backend="reference"),
-                    K.proxy_scores_topk(tP, tG, k, agg="logsumexp", tau=0.1, backend="triton"),
+                    lambda: K.proxy_scores_topk(tP, tG, k, agg="logsumexp", tau=0.1, backend="triton"),
                 ),
                 (
                     "octopus_topk",
                     K.octopus_topk(X, P, T, G, n, exclude=ex, backend="reference")[:2],
-                    K.octopus_topk(tX, tP, tT, tG, k, exclude=ex, backend="triton")[:2],
+                    lambda: K.octopus_topk(tX, tP, tT, tG, k, exclude=ex, backend="triton")[:2],
                 ),
             ]
-            for name, ref, got in checks:
-                try:
-                    check_topk((got[0].cpu().numpy(), got[1].cpu().numpy()), ref, k, 2e-5)
-                    status = "ok"
-                except AssertionError as e:
-                    ok, status = False, f"FAIL {str(e).strip().splitlines()[0]}"
-                print(f"correctness {name:15s} Q={Q} N={N} d={d} k={k} {kind}: {status}")
+            for name, ref, run in checks:
+                for path in tune.PATHS:
+                    got = forced(path, lambda _: run())(None)
+                    try:
+                        check_topk((got[0].cpu().numpy(), got[1].cpu().numpy()), ref, k, 2e-5)
+                        status = "ok"
+                    except AssertionError as e:
+                        ok, status = False, f"FAIL {str(e).strip().splitlines()[0]}"
+                    print(f"correctness {name:15s} {path:4s} Q={Q} N={N} d={d} k={k} {kind}: {status}")
     return ok
 
 
@@ -100,10 +107,18 @@ def timings() -> None:
         x = torch.randn(*shape, device=dev, generator=g)
         return x / x.norm(dim=-1, keepdim=True)
 
-    for Q, N in ((1, 1_000_000), (64, 100_000)):
+    def providers(op, rounds=20):
+        """``auto`` (the default path) and ``triton-loop`` (the Triton kernels) of one op."""
+        return {
+            "auto": cuda_median_ms(op, rounds),
+            "triton-loop": cuda_median_ms(lambda: forced("loop", lambda _: op())(None), rounds),
+        }
+
+    print(f"auto -> {K.resolve('auto')}, product path {tune.forced() or 'blas (default)'}")
+    for Q, N in ((1, 1_000_000), (64, 100_000), (1024, 1_000_000)):
         G, X = unit(N, 512), unit(Q, 512)
         for kind, Gk in (("f32", G), ("f16", G.half())):
-            row = {b: cuda_median_ms(lambda b=b: K.cosine_topk(X, Gk, 10, backend=b)) for b in ("triton", "torch")}
+            row = providers(lambda: K.cosine_topk(X, Gk, 10))
             row["torch-naive"] = cuda_median_ms(lambda: torch.topk(X @ Gk.float().T, 10))
             print(f"cosine_topk Q={Q} N={N} {kind}: " + ", ".join(f"{k} {v:.2f} ms" for k, v in row.items()))
     Q, Kp, N = 64, 10, 100_000
@@ -111,12 +126,7 @@ def timings() -> None:
     ref, P, qt, qv = unit(Q, 512), unit(Q, Kp, 512), unit(Q, 512), unit(Q, 512)
     ex = torch.randint(0, N, (Q,), device=dev)
     for kind, (Ik, Ck) in (("f32", (I, C)), ("f16", (I.half(), C.half()))):
-        row = {
-            b: cuda_median_ms(
-                lambda b=b: K.octopus_topk(ref, P, qt, Ik, 10, visual=qv, captions=Ck, exclude=ex, backend=b), rounds=10
-            )
-            for b in ("triton", "torch")
-        }
+        row = providers(lambda: K.octopus_topk(ref, P, qt, Ik, 10, visual=qv, captions=Ck, exclude=ex), rounds=10)
         row["torch-naive"] = cuda_median_ms(
             lambda: torch_octopus(ref, P, qt, qv, Ik.float(), Ck.float(), ex, 10), rounds=10
         )

@@ -26,7 +26,9 @@ Choices are kept in a JSON file (:func:`cache_path`: ``$AGENTCIR_KERNELS_TUNE_FI
 else ``~/.cache/agentcir/kernels-tune.json``), valid for one machine identity
 (:func:`machine_identity`: CPU model, ISA flags, numba code-generation target, BLAS build and
 forced core type, package versions, the numba backend's source files); another identity re-tunes. A file that cannot be read
-is refused with a warning naming it and what is wrong, then re-tuned and rewritten.
+is refused with a warning naming it and what is wrong, then re-tuned and rewritten. A choice made while
+the calling thread runs numba on fewer threads than the process has (``numba.set_num_threads``) is
+measured and kept for that thread count (:func:`choice_key`: ``float32/r17-64@4``).
 
 Overrides (read on every call):
 
@@ -271,7 +273,8 @@ def fallback(kind: str, rows: int) -> str:
     return FALLBACK.get(shape_class(rows), FALLBACK_DEFAULT)
 
 
-def _forced() -> str | None:
+def forced() -> str | None:
+    """The path forced by :data:`PATH_OVERRIDE` or ``$AGENTCIR_KERNELS_PRODUCT`` (checked), else None."""
     if PATH_OVERRIDE is not None:
         return PATH_OVERRIDE
     env = os.environ.get(ENV_PRODUCT, "").strip()
@@ -284,6 +287,20 @@ def _forced() -> str | None:
             )
         return env
     return None
+
+
+def choice_key(kind: str, rows: int) -> str:
+    """``dtype/class`` of a choice, with ``@n`` when the calling thread runs numba's kernels on ``n``
+    threads, fewer than the process has (``numba.set_num_threads``, e.g. a scale worker's share of the
+    cores): the ``loop`` path runs on those ``n`` threads, the BLAS on its own pool, so the faster path
+    depends on ``n`` and is measured for it."""
+    key = f"{kind}/{shape_class(rows)}"
+    try:
+        import numba
+    except ImportError:  # pragma: no cover - numba is a base dependency
+        return key
+    n = numba.get_num_threads()
+    return key if n >= numba.config.NUMBA_NUM_THREADS else f"{key}@{n}"
 
 
 def tune(kind: str, rows: int) -> dict:
@@ -301,7 +318,7 @@ def tune(kind: str, rows: int) -> dict:
             "ms": {p: round(t * 1e3, 3) for p, t in times.items()},
             "at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         }
-        data["choices"][f"{kind}/{label}"] = entry
+        data["choices"][choice_key(kind, rows)] = entry
         _write({k: v for k, v in data.items() if k != "_path"}, Path(data["_path"]))
     log.info(
         "kernels: tuned %s %s: %s (%s)", kind, label, best, ", ".join(f"{p} {t * 1e3:.1f} ms" for p, t in times.items())
@@ -313,9 +330,9 @@ def choose(kind: str, rows: int) -> str:
     """The product path for a ``kind`` gallery (``float32`` / ``float16`` / ``bfloat16`` / ``int8``) and
     ``rows`` product rows: forced > float32's ``loop`` (:func:`follows_base`) > cached choice > measured
     now > :data:`FALLBACK`."""
-    forced = _forced()
-    if forced:
-        return forced
+    path = forced()
+    if path:
+        return path
     if not autotune_enabled():
         return fallback(kind, rows)
     return "loop" if follows_base(kind, rows) else _tuned(kind, rows)
@@ -329,7 +346,7 @@ def follows_base(kind: str, rows: int) -> bool:
 
 def _tuned(kind: str, rows: int) -> str:
     """The cached choice, else measured now, else :data:`FALLBACK`."""
-    entry = _load()["choices"].get(f"{kind}/{shape_class(rows)}")
+    entry = _load()["choices"].get(choice_key(kind, rows))
     if entry is not None:
         return entry["path"]
     try:
@@ -345,7 +362,7 @@ def show() -> str:
     lines = [f"kernel tune cache: {path}"]
     lines.append(
         f"autotune: {'on' if autotune_enabled() else f'off (${ENV_AUTOTUNE}=0): fixed choices'}"
-        + (f"; forced path: {_forced()}" if _forced() else "")
+        + (f"; forced path: {forced()}" if forced() else "")
     )
     try:
         data = read_cache(path)

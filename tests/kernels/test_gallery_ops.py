@@ -277,3 +277,30 @@ def test_triton_k_beyond_the_device_limit_runs_the_torch_topk():
     )
     check_topk(got[:2], ref[:2], k, TOL["float32"])
     np.testing.assert_allclose(np.asarray(got.entropy), ref.entropy, atol=1e-4)
+
+
+@pytest.mark.parametrize("tile", [1, 3, 7, 40])
+def test_torch_running_top_k_settles_every_tie_by_the_lower_id(tile):
+    """The torch backend's running top-k (float ``topk`` per tile, packed keys where the k-th place is a
+    tie) against a lexicographic sort: tie-heavy rows, removed items (``-inf``), a constant row, and
+    tiles narrower and wider than k."""
+    torch = pytest.importorskip("torch")
+    from agentcir.kernels.torch._common import RunningTopK
+
+    rng = np.random.default_rng(7)
+    Q, N, k = 6, 40, 5
+    S = (rng.integers(-3, 4, size=(Q, N)) / 4).astype(np.float32)
+    S[1, rng.random(N) < 0.9] = -np.inf  # fewer than k items left
+    S[2] = 0.5
+    S[3] = rng.standard_normal(N).astype(np.float32)  # no ties
+    S[4, :] = -np.inf
+    top = RunningTopK(Q, k, torch.device("cpu"))
+    for start in range(0, N, tile):
+        top.push(torch.from_numpy(S[:, start : start + tile].copy()), start)
+    got_s, got_i = (t.numpy() for t in top.result())
+    for q in range(Q):
+        order = np.lexsort((np.arange(N), -S[q]))[:k]
+        want_s = S[q, order]
+        want_i = np.where(want_s == -np.inf, -1, order)
+        np.testing.assert_array_equal(got_s[q], want_s)
+        np.testing.assert_array_equal(got_i[q], want_i, err_msg=f"row {q}, tile {tile}")

@@ -1,5 +1,6 @@
 """The numba backend's two tile-product paths (``loop``: register-tiled numba, ``blas``: the
-process's sgemm) each pass the gallery-op tests against the reference; the autotune cache of
+process's sgemm) and the GPU backend's two (``loop``: the Triton kernels, ``blas``: cuBLAS tiles through
+the torch ops) each pass the gallery-op tests against the reference; the autotune cache of
 :mod:`agentcir.kernels.tune` is written, read back, reset, and a corrupt file is refused and re-tuned."""
 
 from __future__ import annotations
@@ -13,6 +14,8 @@ import pytest
 import test_gallery_ops as ops
 
 from agentcir import kernels as K
+from agentcir.kernels import _tiling
+from agentcir.kernels.dispatch import why_unavailable
 
 pytest.importorskip("numba")
 
@@ -63,6 +66,68 @@ def test_blas_path_is_used_when_forced(monkeypatch):
     monkeypatch.setenv(tune.ENV_PRODUCT, "fast")
     with pytest.raises(K.KernelInputError, match="AGENTCIR_KERNELS_PRODUCT.*loop, blas"):
         K.cosine_topk(X, G, 2, backend="numba")
+
+
+needs_triton = pytest.mark.skipif(why_unavailable("triton") is not None, reason="triton cannot run here")
+
+
+@needs_triton
+def test_every_gpu_gallery_op_on_every_path(path, kind):
+    """The GPU backend's Triton kernels (``loop``) and cuBLAS tiles (``blas``) against the reference
+    (under the interpreter: half galleries in the cosine test only, as in test_gallery_ops)."""
+    ops.test_cosine_topk_matches_reference("triton", kind)
+    if kind != "float32" and ops.INTERPRETED:
+        return
+    for agg in ("max", "logsumexp", "octopus"):
+        ops.test_proxy_scores_topk_matches_reference("triton", kind, agg)
+    ops.test_octopus_weights_match_reference("triton", kind)
+    ops.test_octopus_topk_matches_reference("triton", kind, True)
+    ops.test_exact_ties_keep_the_lower_id("triton", kind)
+
+
+@needs_triton
+def test_gpu_blas_path_launches_no_triton_kernel(monkeypatch):
+    """``blas`` (the default) runs the torch ops on the device; ``loop`` the Triton kernels, as forced."""
+    from agentcir.kernels.triton import _common, cosine, octopus, weights
+
+    class Boom:
+        def __getitem__(self, grid):
+            raise AssertionError("a Triton kernel was launched")
+
+    for module, name in ((cosine, "_cosine_kernel"), (octopus, "_octopus_kernel"), (weights, "_gap_kernel")):
+        monkeypatch.setattr(module, name, Boom())
+    rng = np.random.default_rng(5)
+    G, X, P = ops.unit_rows(rng, 40, 8), ops.unit_rows(rng, 3, 8), ops.unit_rows(rng, 3, 4, 8)
+    assert _common.product() == "blas" and _common.product(10**6) == "blas"
+    ref = K.octopus_topk(X, P, X, G, 5, backend="reference")
+    got = K.octopus_topk(X, P, X, G, 5, backend="triton")
+    np.testing.assert_array_equal(np.asarray(got.ids), ref.ids)
+    monkeypatch.setenv(tune.ENV_PRODUCT, "loop")
+    assert _common.product(256) == "loop" and _common.product(257) == "blas"  # beyond a tile's top-k: blas
+    with pytest.raises(AssertionError, match="Triton kernel was launched"):
+        K.cosine_topk(X, G, 5, backend="triton")
+
+
+def test_gpu_tiles_are_few_and_bounded(monkeypatch):
+    """On a CUDA device a tile holds up to 64 MiB of scores and 512 MiB of widened gallery rows, no row cap;
+    on a CPU the cache-sized tiles are unchanged."""
+    monkeypatch.setattr(_tiling, "TILE_OVERRIDE", None)
+    assert _tiling.tile_rows(64, 512, 10**6, gpu=True) == 2**18  # the gallery budget: 512 MiB / 2 KiB
+    assert _tiling.tile_rows(1, 512, 10**5, gpu=True) == 10**5  # the whole gallery in one product
+    assert _tiling.tile_rows(640, 512, 10**6, gpu=True) == 26112  # the score budget: 64 MiB / (4 * 640)
+    assert _tiling.tile_rows(10**6, 512, 10**6, gpu=True) == _tiling.MIN_TILE
+    assert _tiling.tile_rows(64, 512, 10**6) == 8192 and _tiling.tile_rows(640, 512, 10**6) == 3072
+    for rows, N in ((1, 10**7), (64, 10**6), (640, 10**6), (5000, 10**5)):
+        t = _tiling.tile_rows(rows, 512, N, gpu=True)
+        assert t % _tiling.MIN_TILE == 0 or t == N
+        assert t == _tiling.MIN_TILE or (
+            4 * rows * t <= _tiling.GPU_SCORE_TILE_BYTES and 4 * 512 * t <= _tiling.GPU_GALLERY_TILE_BYTES
+        )
+    torch = pytest.importorskip("torch")
+    from agentcir.kernels.torch._common import device_tile_rows
+
+    assert device_tile_rows(64, 512, 10**6, torch.device("cuda")) == 2**18
+    assert device_tile_rows(64, 512, 10**6, torch.device("cpu")) == 8192
 
 
 @pytest.fixture
@@ -125,6 +190,37 @@ def test_tune_cache_written_read_back_and_reset(cache_file, monkeypatch):
     assert tune.read_cache()["machine"] == tune.machine_identity()
     assert tune.reset() == cache_file and not cache_file.exists()
     assert "no choices yet" in tune.show()
+
+
+def test_a_choice_is_measured_for_the_thread_count_in_effect(cache_file, monkeypatch):
+    """The loop path runs on the caller's numba threads, the BLAS on its own pool: a choice measured on
+    fewer threads (a scale worker's share) is kept apart from the whole machine's, each measured once."""
+    import numba
+
+    full = numba.config.NUMBA_NUM_THREADS
+    if full < 2:
+        pytest.skip("one numba thread: no smaller share to measure")
+    measured = []
+
+    def measure(kind, rows):
+        measured.append(numba.get_num_threads())
+        return {"loop": 2.0, "blas": 1.0} if numba.get_num_threads() == 1 else {"loop": 1.0, "blas": 2.0}
+
+    monkeypatch.setattr(tune, "_measure", measure)
+    assert tune.choose("float32", 40) == "loop" and tune.choice_key("float32", 40) == "float32/r17-64"
+    old = numba.get_num_threads()
+    numba.set_num_threads(1)
+    try:
+        assert tune.choice_key("float32", 40) == "float32/r17-64@1"
+        assert tune.choose("float32", 40) == "blas"
+        assert tune.choose("float32", 50) == "blas"
+    finally:
+        numba.set_num_threads(old)
+    assert tune.choose("float32", 60) == "loop"
+    assert measured == [full, 1]
+    choices = json.loads(cache_file.read_text())["choices"]
+    assert {k: e["path"] for k, e in choices.items()} == {"float32/r17-64": "loop", "float32/r17-64@1": "blas"}
+    assert "float32/r17-64@1" in tune.show()
 
 
 def test_an_edited_kernel_re_tunes(cache_file, monkeypatch, tmp_path):

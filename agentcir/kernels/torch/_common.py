@@ -14,12 +14,19 @@ import numpy as np
 import torch
 
 from .._inputs import Gallery
+from .._tiling import tile_rows
 
 INT64_MIN = torch.iinfo(torch.int64).min
 
 
 def as_device(x: torch.Tensor | None, device: torch.device) -> torch.Tensor | None:
     return None if x is None else x.to(device=device, dtype=torch.float32)
+
+
+def device_tile_rows(n_scored: int, d: int, N: int, device: torch.device) -> int:
+    """Gallery rows per tile on ``device`` (:func:`agentcir.kernels._tiling.tile_rows`; a CUDA
+    device takes the GPU budgets: few, large cuBLAS products)."""
+    return tile_rows(n_scored, d, N, gpu=device.type == "cuda")
 
 
 def tiles(gallery: Gallery, tile: int) -> Iterator[tuple[int, int, torch.Tensor]]:
@@ -44,7 +51,12 @@ def pack(scores: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
 
 
 class RunningTopK:
-    """The best ``k`` (score, id) of each of Q rows, fed tile by tile."""
+    """The best ``k`` (score, id) of each of Q rows, fed tile by tile.
+
+    Each tile's candidates come from ``torch.topk`` on its float scores (what a plain top-k costs);
+    the k-th place is settled by the tie rule whenever a finite score there is shared with items
+    left out (then that tile is selected on packed keys, :func:`pack`); the candidates merge with
+    the running best on packed keys, so ties anywhere keep the lower id, exactly."""
 
     def __init__(self, Q: int, k: int, device: torch.device):
         self.k = k
@@ -54,13 +66,20 @@ class RunningTopK:
     def push(self, scores: torch.Tensor, start: int) -> None:
         """Offer ``scores[q, j]`` as item ``start + j`` (``-inf`` = removed)."""
         Q, T = scores.shape
-        ids = torch.arange(start, start + T, device=scores.device).expand(Q, T)
-        cs = torch.cat([self.s, scores], dim=1)
-        ci = torch.cat([self.i, ids], dim=1)
-        kk = min(self.k, cs.shape[1])
-        pos = pack(cs, ci).topk(kk, dim=1).indices
-        self.s = cs.gather(1, pos)
-        self.i = ci.gather(1, pos)
+        kk = min(self.k, T)
+        s, pos = scores.topk(kk, dim=1)
+        if kk < T:
+            kth = s[:, -1:]
+            cut = (scores == kth).sum(dim=1) > (s == kth).sum(dim=1)  # k-th score shared with an item left out
+            if bool((cut & (kth[:, 0] != float("-inf"))).any()):
+                ids = torch.arange(T, device=scores.device).expand(Q, T)
+                pos = pack(scores, ids).topk(kk, dim=1).indices
+                s = scores.gather(1, pos)
+        cs = torch.cat([self.s, s], dim=1)
+        ci = torch.cat([self.i, pos + start], dim=1)
+        keep = pack(cs, ci).topk(min(self.k, cs.shape[1]), dim=1).indices
+        self.s = cs.gather(1, keep)
+        self.i = ci.gather(1, keep)
 
     def result(self) -> tuple[torch.Tensor, torch.Tensor]:
         """float32 scores and int32 ids ``[Q, k]``, padded with ``(-inf, -1)``."""

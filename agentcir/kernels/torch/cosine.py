@@ -5,8 +5,7 @@ from __future__ import annotations
 import torch
 
 from .._inputs import Gallery
-from .._tiling import tile_rows
-from ._common import RunningTopK, as_device, exclusion_value, patch_excluded, tiles
+from ._common import RunningTopK, as_device, device_tile_rows, exclusion_value, patch_excluded, tiles
 
 
 def cosine_topk(
@@ -18,6 +17,6 @@ def cosine_topk(
     N, d = gallery.shape
     top = RunningTopK(X.shape[0], k, dev)
     value = exclusion_value(exclude_score)
-    for start, _, Gt in tiles(gallery, tile_rows(X.shape[0], d, N)):
+    for start, _, Gt in tiles(gallery, device_tile_rows(X.shape[0], d, N, dev)):
         top.push(patch_excluded(X @ Gt.T, start, exclude, value), start)
     return top.result()

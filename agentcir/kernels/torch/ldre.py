@@ -5,8 +5,7 @@ from __future__ import annotations
 import torch
 
 from .._inputs import Gallery
-from .._tiling import tile_rows
-from ._common import as_device, tiles
+from ._common import as_device, device_tile_rows, tiles
 
 
 def ldre_weights(before: torch.Tensor, proxies: torch.Tensor, gallery: Gallery, topk: int, tau: float) -> torch.Tensor:
@@ -26,7 +25,7 @@ def ldre_top_drops(before: torch.Tensor, proxies: torch.Tensor, gallery: Gallery
     m = min(topk, N)
     D = (as_device(before, dev)[:, None, :] - P).reshape(Q * K, d)
     best = torch.zeros(Q * K, m, dtype=torch.float32, device=dev)
-    for _, _, Gt in tiles(gallery, tile_rows(Q * K, d, N)):
+    for _, _, Gt in tiles(gallery, device_tile_rows(Q * K, d, N, dev)):
         drops = torch.relu(D @ Gt.T)
         best = torch.topk(torch.cat([best, drops], dim=1), m, dim=1).values
     return best.view(Q, K, m)

@@ -4,8 +4,7 @@ reference mask, streamed entropy and running top-k on the device."""
 from __future__ import annotations
 
 from .._inputs import Gallery
-from .._tiling import tile_rows
-from ._common import RunningEntropy, RunningTopK, as_device, exclusion_value, patch_excluded, tiles
+from ._common import RunningEntropy, RunningTopK, as_device, device_tile_rows, exclusion_value, patch_excluded, tiles
 from .weights import octopus_query, octopus_weights
 
 
@@ -33,7 +32,7 @@ def octopus_topk(
     top = RunningTopK(Q, k, dev)
     ent = RunningEntropy(Q, entropy_tau, dev)
     value = exclusion_value(exclude_score)
-    tile = tile_rows(2 * Q, d, images.shape[0])
+    tile = device_tile_rows(2 * Q, d, images.shape[0], dev)
     caps = tiles(captions, tile) if captions is not None else None
     for start, _, It in tiles(images, tile):
         S = t @ It.T

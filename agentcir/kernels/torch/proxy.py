@@ -6,8 +6,7 @@ from __future__ import annotations
 import torch
 
 from .._inputs import Gallery
-from .._tiling import tile_rows
-from ._common import RunningTopK, as_device, exclusion_value, patch_excluded, tiles
+from ._common import RunningTopK, as_device, device_tile_rows, exclusion_value, patch_excluded, tiles
 from .cosine import cosine_topk
 from .weights import octopus_query, octopus_weights
 
@@ -34,7 +33,7 @@ def proxy_scores_topk(
     X = P.reshape(Q * K, d)
     top = RunningTopK(Q, k, dev)
     value = exclusion_value(exclude_score)
-    for start, _, Gt in tiles(gallery, tile_rows(Q * K, d, gallery.shape[0])):
+    for start, _, Gt in tiles(gallery, device_tile_rows(Q * K, d, gallery.shape[0], dev)):
         S = (X @ Gt.T).view(Q, K, -1)
         if agg == "mean":
             A = S.mean(dim=1)

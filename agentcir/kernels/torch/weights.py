@@ -5,8 +5,7 @@ from __future__ import annotations
 import torch
 
 from .._inputs import Gallery
-from .._tiling import tile_rows
-from ._common import as_device, tiles
+from ._common import as_device, device_tile_rows, tiles
 
 
 def octopus_weights(reference: torch.Tensor, proxies: torch.Tensor, gallery: Gallery, tau: float) -> torch.Tensor:
@@ -27,7 +26,7 @@ def octopus_gap_sums(reference: torch.Tensor, proxies: torch.Tensor, gallery: Ga
     N = gallery.shape[0]
     D = (as_device(reference, dev)[:, None, :] - P).reshape(Q * K, d)
     acc = torch.zeros(Q * K, dtype=torch.float64, device=dev)
-    for _, _, Gt in tiles(gallery, tile_rows(Q * K, d, N)):
+    for _, _, Gt in tiles(gallery, device_tile_rows(Q * K, d, N, dev)):
         acc += torch.relu(D @ Gt.T).sum(dim=1).double()
     return acc.view(Q, K)
 

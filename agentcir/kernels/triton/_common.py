@@ -10,6 +10,11 @@ one ``torch.topk``. Extra memory is ``Q * n_tiles * KP`` keys: O(Q * N * k / BN)
 Products are exact float32 (``input_precision="ieee"``, half tiles widened on load), so
 the Triton backend ranks exactly like the others. Tested under ``TRITON_INTERPRET=1`` on
 small shapes; launchable on CUDA (``benchmarks/gpu_check.py``).
+
+Which product a gallery op uses (:func:`product`): ``blas`` by default, the torch backend's op
+on the device (cuBLAS tile products, then on-device selection, few large tiles), or ``loop``,
+these Triton kernels (less memory: no ``[Q, tile]`` block, but on an H200 4-14x slower than
+cuBLAS at the benchmark shapes; README "Triton").
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ import torch
 import triton
 import triton.language as tl
 
+from .. import tune
 from .._inputs import Gallery
 
 INT64_MIN = torch.iinfo(torch.int64).min
@@ -27,6 +33,20 @@ INT64_MIN = torch.iinfo(torch.int64).min
 #: backend's running top-k is used instead; see README "Triton")
 BLOCK_N = 128
 MAX_DEVICE_K = 256
+
+
+#: the product path of the GPU ops when none is forced (see :func:`product`)
+GPU_PRODUCT = "blas"
+
+
+def product(k: int = 1) -> str:
+    """``loop`` (the Triton kernels) or ``blas`` (the torch backend's op on the device) for top-``k``:
+    the path forced by ``$AGENTCIR_KERNELS_PRODUCT`` (:func:`agentcir.kernels.tune.forced`), else
+    :data:`GPU_PRODUCT`; ``blas`` whenever ``k`` exceeds what a tile keeps on the device
+    (:data:`MAX_DEVICE_K`)."""
+    if next_pow2(k) > MAX_DEVICE_K:
+        return "blas"
+    return tune.forced() or GPU_PRODUCT
 
 
 def on_device(gallery: Gallery | None) -> Gallery | None:

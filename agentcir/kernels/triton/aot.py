@@ -82,7 +82,17 @@ KINDS = ("float32", "float16", "bfloat16")
 def _launches(kinds: tuple[str, ...] = KINDS) -> None:
     """Each op in the configurations the framework uses: every gallery dtype of ``kinds``, with
     and without an exclude list, a small and the largest device k, every aggregation, OCTOPUS
-    with and without the caption channel."""
+    with and without the caption channel; on the Triton kernels' product path (``loop``)."""
+    from .. import tune
+
+    old, tune.PATH_OVERRIDE = tune.PATH_OVERRIDE, "loop"
+    try:
+        _launch_each(kinds)
+    finally:
+        tune.PATH_OVERRIDE = old
+
+
+def _launch_each(kinds: tuple[str, ...]) -> None:
     import numpy as np
     import torch
 

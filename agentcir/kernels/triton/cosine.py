@@ -8,7 +8,7 @@ import triton
 import triton.language as tl
 
 from .._inputs import Gallery
-from ._common import MAX_DEVICE_K, exclusion_mask, merge, next_pow2, on_device, pack_keys, tile_products, topk_launch
+from ._common import exclusion_mask, merge, on_device, pack_keys, product, tile_products, topk_launch
 
 BLOCK_Q, BLOCK_D = 16, 32
 
@@ -52,7 +52,7 @@ def cosine_topk(
 ):
     """See :func:`agentcir.kernels.cosine_topk`."""
     gallery = on_device(gallery)
-    if next_pow2(k) > MAX_DEVICE_K:
+    if product(k) == "blas":
         from ..torch.cosine import cosine_topk as torch_cosine_topk
 
         return torch_cosine_topk(queries, gallery, k, exclude, exclude_score)

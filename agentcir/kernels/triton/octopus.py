@@ -9,7 +9,7 @@ import triton
 import triton.language as tl
 
 from .._inputs import Gallery
-from ._common import MAX_DEVICE_K, exclusion_mask, merge, next_pow2, on_device, pack_keys, tile_products, topk_launch
+from ._common import exclusion_mask, merge, on_device, pack_keys, product, tile_products, topk_launch
 from .weights import octopus_weights
 
 BLOCK_Q, BLOCK_D = 16, 32
@@ -101,7 +101,7 @@ def octopus_topk(
 ):
     """See :func:`agentcir.kernels.octopus_topk`."""
     images, captions = on_device(images), on_device(captions)
-    if next_pow2(k) > MAX_DEVICE_K:
+    if product(k) == "blas":
         from ..torch.octopus import octopus_topk as torch_octopus
 
         return torch_octopus(

@@ -8,7 +8,7 @@ import triton
 import triton.language as tl
 
 from .._inputs import Gallery
-from ._common import MAX_DEVICE_K, merge, next_pow2, on_device, pack_keys, tile_products, topk_launch
+from ._common import merge, next_pow2, on_device, pack_keys, product, tile_products, topk_launch
 from .cosine import cosine_topk
 from .weights import octopus_weights
 
@@ -80,7 +80,7 @@ def proxy_scores_topk(
 
         w = octopus_weights(reference, P, gallery, tau)
         return cosine_topk(octopus_query(P, w), gallery, k, exclude, exclude_score)
-    if next_pow2(k) > MAX_DEVICE_K:
+    if product(k) == "blas":
         from ..torch.proxy import proxy_scores_topk as torch_proxy
 
         return torch_proxy(proxies, gallery, k, agg, tau, reference, exclude, exclude_score)

@@ -8,7 +8,7 @@ import triton
 import triton.language as tl
 
 from .._inputs import Gallery
-from ._common import BLOCK_N, next_pow2, on_device, tile_products
+from ._common import BLOCK_N, next_pow2, on_device, product, tile_products
 
 BLOCK_D = 32
 
@@ -38,6 +38,10 @@ def octopus_weights(reference: torch.Tensor, proxies: torch.Tensor, gallery: Gal
 def octopus_gap_sums(reference: torch.Tensor, proxies: torch.Tensor, gallery: Gallery) -> torch.Tensor:
     """See :func:`agentcir.kernels.octopus_gap_sums`."""
     gallery = on_device(gallery)
+    if product() == "blas":
+        from ..torch.weights import octopus_gap_sums as torch_gap_sums
+
+        return torch_gap_sums(reference, proxies, gallery)
     G = gallery.data
     dev = G.device
     P = proxies.to(device=dev, dtype=torch.float32)
