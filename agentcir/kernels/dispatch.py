@@ -4,8 +4,8 @@
   :class:`BackendUnavailableError` naming why it cannot run and how to fix it.
 * ``backend="auto"``: the ``AGENTCIR_KERNELS`` environment variable when set (an explicit
   choice: it raises the same way when it cannot run), else the capability probe:
-  ``triton`` when a CUDA device and triton are present, else ``numba``, else ``torch``,
-  else ``reference``. Each automatic fallback is logged once per process. On Linux a machine
+  ``triton`` (the GPU backend: cuBLAS tiles by default, the Triton kernels on request) when
+  a CUDA device and triton are present, else ``numba``, else ``torch``, else ``reference``. Each automatic fallback is logged once per process. On Linux a machine
   without a GPU device node (:func:`gpu_device_nodes`) has no CUDA device, so the probe does
   not import torch (about a second of CPU) to ask.
 

@@ -279,11 +279,12 @@ def test_triton_k_beyond_the_device_limit_runs_the_torch_topk():
     np.testing.assert_allclose(np.asarray(got.entropy), ref.entropy, atol=1e-4)
 
 
+@pytest.mark.parametrize("float_first", [True, False])
 @pytest.mark.parametrize("tile", [1, 3, 7, 40])
-def test_torch_running_top_k_settles_every_tie_by_the_lower_id(tile):
-    """The torch backend's running top-k (float ``topk`` per tile, packed keys where the k-th place is a
-    tie) against a lexicographic sort: tie-heavy rows, removed items (``-inf``), a constant row, and
-    tiles narrower and wider than k."""
+def test_torch_running_top_k_settles_every_tie_by_the_lower_id(tile, float_first):
+    """The torch backend's running top-k, both ways of selecting a tile (float ``topk`` first, packed keys
+    where the k-th place is a tie; packed keys throughout), against a lexicographic sort: tie-heavy rows,
+    removed items (``-inf``), a constant row, and tiles narrower and wider than k."""
     torch = pytest.importorskip("torch")
     from agentcir.kernels.torch._common import RunningTopK
 
@@ -294,7 +295,8 @@ def test_torch_running_top_k_settles_every_tie_by_the_lower_id(tile):
     S[2] = 0.5
     S[3] = rng.standard_normal(N).astype(np.float32)  # no ties
     S[4, :] = -np.inf
-    top = RunningTopK(Q, k, torch.device("cpu"))
+    top = RunningTopK(Q, k, torch.device("cpu"), float_first=float_first)
+    assert RunningTopK(Q, k, torch.device("cpu")).float_first  # on a CPU by default; packed keys on CUDA
     for start in range(0, N, tile):
         top.push(torch.from_numpy(S[:, start : start + tile].copy()), start)
     got_s, got_i = (t.numpy() for t in top.result())

@@ -50,16 +50,30 @@ def pack(scores: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
     return torch.where(s == float("-inf"), torch.full_like(key, INT64_MIN), key)
 
 
+def _packed_topk(scores: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The best ``k`` of each row of a tile (scores, column positions), ordered by packed keys."""
+    Q, T = scores.shape
+    pos = pack(scores, torch.arange(T, device=scores.device).expand(Q, T)).topk(k, dim=1).indices
+    return scores.gather(1, pos), pos
+
+
 class RunningTopK:
-    """The best ``k`` (score, id) of each of Q rows, fed tile by tile.
+    """The best ``k`` (score, id) of each of Q rows, fed tile by tile; ties keep the lower id, exactly.
 
-    Each tile's candidates come from ``torch.topk`` on its float scores (what a plain top-k costs);
-    the k-th place is settled by the tie rule whenever a finite score there is shared with items
-    left out (then that tile is selected on packed keys, :func:`pack`); the candidates merge with
-    the running best on packed keys, so ties anywhere keep the lower id, exactly."""
+    A tile's candidates are selected one of two ways (``float_first``, by default on a CPU):
 
-    def __init__(self, Q: int, k: int, device: torch.device):
+    * float first: ``torch.topk`` on the float scores (what a plain top-k costs), the tile then
+      selected on packed keys (:func:`pack`) only when a finite k-th score is shared with an item left
+      out (one check per tile, a host sync); on a CPU the int64 ``topk`` of packed keys ran up to 12x
+      slower than the float one;
+    * packed: ``torch.topk`` on the packed keys of the whole tile, no host sync (on a GPU the sync of
+      the check cost more than the packing at Q <= 64: ``triton/README.md``).
+
+    The candidates merge with the running best on packed keys."""
+
+    def __init__(self, Q: int, k: int, device: torch.device, float_first: bool | None = None):
         self.k = k
+        self.float_first = torch.device(device).type != "cuda" if float_first is None else float_first
         self.s = torch.empty(Q, 0, dtype=torch.float32, device=device)
         self.i = torch.empty(Q, 0, dtype=torch.int64, device=device)
 
@@ -67,14 +81,15 @@ class RunningTopK:
         """Offer ``scores[q, j]`` as item ``start + j`` (``-inf`` = removed)."""
         Q, T = scores.shape
         kk = min(self.k, T)
-        s, pos = scores.topk(kk, dim=1)
-        if kk < T:
-            kth = s[:, -1:]
-            cut = (scores == kth).sum(dim=1) > (s == kth).sum(dim=1)  # k-th score shared with an item left out
-            if bool((cut & (kth[:, 0] != float("-inf"))).any()):
-                ids = torch.arange(T, device=scores.device).expand(Q, T)
-                pos = pack(scores, ids).topk(kk, dim=1).indices
-                s = scores.gather(1, pos)
+        if self.float_first:
+            s, pos = scores.topk(kk, dim=1)
+            if kk < T:
+                kth = s[:, -1:]
+                cut = (scores == kth).sum(dim=1) > (s == kth).sum(dim=1)  # k-th score shared with an item left out
+                if bool((cut & (kth[:, 0] != float("-inf"))).any()):
+                    s, pos = _packed_topk(scores, kk)
+        else:
+            s, pos = _packed_topk(scores, kk)
         cs = torch.cat([self.s, s], dim=1)
         ci = torch.cat([self.i, pos + start], dim=1)
         keep = pack(cs, ci).topk(min(self.k, cs.shape[1]), dim=1).indices
