@@ -1,7 +1,8 @@
 """Components registered through entry points, for testing the registry and the runner.
 
-- encoder ``toy``: image = normalised colour statistics, text = hashed words (no learning); a
-  domain folder and a log of who embedded which batch, when asked.
+- encoder ``toy``: image = normalised colour statistics, projected one image at a time (a batched
+  BLAS product rounds a row differently with the batch's size on some CPUs), text = hashed words
+  (no learning); a domain folder and a log of who embedded which batch, when asked.
 - llm ``counting``: deterministic replies, a delay, and one line appended to a file per
   real call (so tests can count calls across processes).
 - method ``llm_then_rank``: a per-query LLM stage, then an embedding ranking stage.
@@ -51,7 +52,8 @@ class ToyEncoder(Encoder):
             a = np.asarray(im.resize((16, 16)), np.float32) / 255.0
             f = np.concatenate([a.mean((0, 1)), a.std((0, 1)), a[:8].mean((0, 1)), a[8:].mean((0, 1))])
             feats.append(f)
-        return np.stack(feats) @ self._proj()
+        proj = self._proj()
+        return np.stack([f @ proj for f in feats])  # row by row: an image's vector does not depend on its batch
 
     def _embed_texts(self, texts):
         out = np.zeros((len(texts), DIM), np.float32)
