@@ -32,7 +32,8 @@ measured and kept for that thread count (:func:`choice_key`: ``float32/r17-64@4`
 
 Overrides (read on every call):
 
-* ``AGENTCIR_KERNELS_PRODUCT=loop|blas``: that path everywhere (no tuning);
+* ``AGENTCIR_KERNELS_PRODUCT=loop|blas``: that path everywhere (no tuning); the GPU backend's
+  two paths (the Triton kernels, cuBLAS tiles) follow it too (:func:`agentcir.kernels.triton._common.product`);
 * ``AGENTCIR_KERNELS_AUTOTUNE=0``: no measurement; the fixed :data:`FALLBACK` table (also used
   when timing fails). The kernel tests run this way (deterministic).
 

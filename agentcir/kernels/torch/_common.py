@@ -64,8 +64,8 @@ class RunningTopK:
 
     * float first: ``torch.topk`` on the float scores (what a plain top-k costs), the tile then
       selected on packed keys (:func:`pack`) only when a finite k-th score is shared with an item left
-      out (one check per tile, a host sync); on a CPU the int64 ``topk`` of packed keys ran up to 12x
-      slower than the float one;
+      out (one check per tile, a host sync); on a CPU selecting on packed keys throughout ran 1.3-5.4x
+      slower (``benchmarks/torch_selection.py``);
     * packed: ``torch.topk`` on the packed keys of the whole tile, no host sync (on a GPU the sync of
       the check cost more than the packing at Q <= 64: ``triton/README.md``).
 
