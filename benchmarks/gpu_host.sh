@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# On a machine with a CUDA GPU, one pass: what the machine is, the Triton kernels against torch on the GPU
-# (gpu_check.py: correctness, timings, faiss's GPU index where a faiss build with GPUs is installed), then
-# the portable targets on the machine's own CPU (native ISA, fresh tune file). Everything goes to OUT.
+# On a machine with a CUDA GPU, one pass: what the machine is, the GPU backend's two paths against torch on
+# the GPU (gpu_check.py: correctness, timings, faiss's GPU index where a faiss build with GPUs is installed;
+# torch_selection.py: the running top-k's two tile selections on the GPU), then the portable targets on the
+# machine's own CPU (native ISA, fresh tune file) and the fused OCTOPUS per thread count (thread_scaling.py).
+# Everything goes to OUT.
 #
 #   bash benchmarks/gpu_host.sh [OUT]          # OUT defaults to runs/gpu-host
 #   ROUNDS=5 CPU_S=300 bash benchmarks/gpu_host.sh /tmp/out
@@ -20,6 +22,8 @@ export PYTHONUNBUFFERED=1 PYTHONPATH="${PYTHONPATH:+$PYTHONPATH:}$PWD"
   echo "== gpu_check"
   timeout "${GPU_S:-300}" "$PY" benchmarks/gpu_check.py
   echo "gpu_check exit $?"
+  timeout 60 "$PY" benchmarks/torch_selection.py --device cuda
+  echo "torch_selection exit $?"
 } 2>&1 | tee "$OUT/gpu.log"
 K='(Q64-N100k or Q1-N1M or Q64-K10) and (numba-f32- or numba-f16- or numba-bf16- or faiss-flatip-blas or torch-naive or torch-f32- or numpy-sum-read- or numpy-gemv or numba-int8)'
 {
@@ -29,4 +33,6 @@ K='(Q64-N100k or Q1-N1M or Q64-K10) and (numba-f32- or numba-f16- or numba-bf16-
     --benchmark-only -k "$K" --benchmark-json="$OUT/cpu.json"
   echo "pytest exit $?"
   [ -f "$OUT/cpu.json" ] && "$PY" benchmarks/report.py "$OUT/cpu.json"
+  AGENTCIR_KERNELS_TUNE_FILE="$OUT/tune.json" timeout 150 "$PY" benchmarks/thread_scaling.py --threads "1,$(nproc)" --rounds 3
+  echo "thread_scaling exit $?"
 } 2>&1 | tee "$OUT/cpu.log"
