@@ -387,4 +387,6 @@ def show() -> str:
             f"{ms.get('blas', float('nan')):9.2f}  {e.get('at', '?')}" + (f" (follows {BASE_KIND})" if follows else "")
         )
     lines.append(f"other dtypes take {BASE_KIND}'s loop in its loop classes, unmeasured")
+    if any("@" in key for key in data["choices"]):
+        lines.append("@n: measured while numba ran on n threads, fewer than the process has (numba.set_num_threads)")
     return "\n".join(lines)

@@ -220,7 +220,7 @@ def test_a_choice_is_measured_for_the_thread_count_in_effect(cache_file, monkeyp
     assert measured == [full, 1]
     choices = json.loads(cache_file.read_text())["choices"]
     assert {k: e["path"] for k, e in choices.items()} == {"float32/r17-64": "loop", "float32/r17-64@1": "blas"}
-    assert "float32/r17-64@1" in tune.show()
+    assert "float32/r17-64@1" in tune.show() and "@n: measured while numba ran on n threads" in tune.show()
 
 
 def test_an_edited_kernel_re_tunes(cache_file, monkeypatch, tmp_path):
