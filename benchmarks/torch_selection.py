@@ -6,7 +6,7 @@ k-th place is a tie) or packed int64 ``(score, id)`` keys over the whole tile (t
 This times both over random float32 score blocks streamed in the CPU backend's tiles
 (``_tiling.tile_rows``), interleaved, medians of ``--rounds``, on the device given::
 
-    PYTHONPATH=$PWD python benchmarks/torch_selection.py [--device cpu] [--rounds 7]
+    PYTHONPATH=$PWD python benchmarks/torch_selection.py [--device cpu] [--rounds 7] [--items N]
 """
 
 from __future__ import annotations
@@ -33,11 +33,15 @@ def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--rounds", type=int, default=7)
+    ap.add_argument(
+        "--items", type=int, default=0, help="scores per row for every shape (default: 1M for Q=1, else 100k)"
+    )
     a = ap.parse_args(argv)
     dev = torch.device(a.device)
     gen = torch.Generator(device=dev).manual_seed(0)
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, device {dev}; k = 10")
     for Q, N in SHAPES:
+        N = a.items or N
         S = torch.randn(Q, N, device=dev, generator=gen)
         tile = device_tile_rows(Q, 512, N, dev)
         a_s, a_i = select(S, 10, tile, True)
