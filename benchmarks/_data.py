@@ -196,11 +196,8 @@ def forced(path: str, fn):
     def run(x):
         from agentcir.kernels import tune
 
-        old, tune.PATH_OVERRIDE = tune.PATH_OVERRIDE, path
-        try:
+        with tune.path_forced(path):
             return fn(x)
-        finally:
-            tune.PATH_OVERRIDE = old
 
     return run
 

@@ -27,8 +27,6 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent / "tests" / "kernels"))
 
-from _data import forced  # noqa: E402
-
 from agentcir import kernels as K  # noqa: E402
 from agentcir.kernels import tune  # noqa: E402
 
@@ -70,7 +68,8 @@ def check_correctness(device: str, smoke: bool) -> bool:
             ]
             for name, ref, run in checks:
                 for path in tune.PATHS:
-                    got = forced(path, lambda _: run())(None)
+                    with tune.path_forced(path):
+                        got = run()
                     try:
                         check_topk((got[0].cpu().numpy(), got[1].cpu().numpy()), ref, k, 2e-5)
                         status = "ok"
@@ -107,11 +106,15 @@ def timings() -> None:
         x = torch.randn(*shape, device=dev, generator=g)
         return x / x.norm(dim=-1, keepdim=True)
 
+    def loop_ms(op, rounds):
+        with tune.path_forced("loop"):
+            return cuda_median_ms(op, rounds)
+
     def providers(op, rounds=20):
         """``auto`` (the default path) and ``triton-loop`` (the Triton kernels) of one op."""
         return {
             "auto": cuda_median_ms(op, rounds),
-            "triton-loop": cuda_median_ms(lambda: forced("loop", lambda _: op())(None), rounds),
+            "triton-loop": loop_ms(op, rounds),
         }
 
     print(f"auto -> {K.resolve('auto')}, product path {tune.forced() or 'blas (default)'}")

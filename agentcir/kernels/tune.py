@@ -42,6 +42,7 @@ Inspect or reset: ``agentcir kernels tune --show`` / ``--reset`` / ``--run``.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
@@ -50,7 +51,7 @@ import platform
 import threading
 import time
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterator
 
 import numpy as np
 
@@ -288,6 +289,20 @@ def forced() -> str | None:
             )
         return env
     return None
+
+
+@contextlib.contextmanager
+def path_forced(path: str) -> Iterator[None]:
+    """Inside: :func:`forced` returns ``path`` (``loop`` or ``blas``) in this process, whatever the
+    environment says; the previous override comes back on exit."""
+    global PATH_OVERRIDE
+    if path not in PATHS:
+        raise ValueError(f"unknown product path '{path}'; choose one of {', '.join(PATHS)}")
+    old, PATH_OVERRIDE = PATH_OVERRIDE, path
+    try:
+        yield
+    finally:
+        PATH_OVERRIDE = old
 
 
 def choice_key(kind: str, rows: int) -> str:

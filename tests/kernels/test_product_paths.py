@@ -68,6 +68,19 @@ def test_blas_path_is_used_when_forced(monkeypatch):
         K.cosine_topk(X, G, 2, backend="numba")
 
 
+def test_path_forced_in_process_and_restored(monkeypatch):
+    monkeypatch.setenv(tune.ENV_PRODUCT, "blas")
+    with tune.path_forced("loop"):
+        assert tune.forced() == "loop" and tune.choose("float32", 64) == "loop"
+        with tune.path_forced("blas"):
+            assert tune.forced() == "blas"
+        assert tune.forced() == "loop"
+    assert tune.PATH_OVERRIDE is None and tune.forced() == "blas"
+    with pytest.raises(ValueError, match="unknown product path 'fast'"):
+        with tune.path_forced("fast"):
+            pass
+
+
 needs_triton = pytest.mark.skipif(why_unavailable("triton") is not None, reason="triton cannot run here")
 
 

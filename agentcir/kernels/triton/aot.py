@@ -85,11 +85,8 @@ def _launches(kinds: tuple[str, ...] = KINDS) -> None:
     with and without the caption channel; on the Triton kernels' product path (``loop``)."""
     from .. import tune
 
-    old, tune.PATH_OVERRIDE = tune.PATH_OVERRIDE, "loop"
-    try:
+    with tune.path_forced("loop"):
         _launch_each(kinds)
-    finally:
-        tune.PATH_OVERRIDE = old
 
 
 def _launch_each(kinds: tuple[str, ...]) -> None:
