@@ -103,6 +103,8 @@ EXTRAS["dev"] = sorted(
         "pytest-xdist>=3.5",
         # tests/kernels and benchmarks/: bfloat16 numpy galleries
         "ml_dtypes>=0.3",
+        # tests/kernels/test_sgemm.py: the blas path on an OpenBLAS with 32-bit integers (LP64)
+        "scipy-openblas32>=0.3.27",
         # tests/serve: the API fuzzed from its OpenAPI schema; the page driven in Debian's chromium (.ci/run)
         "schemathesis>=4.0",
         "playwright>=1.40",
@@ -135,6 +137,9 @@ setup(
         # LLVM IR built with llvmlite (numba's own dependency, pinned by it)
         "numba>=0.59",
         "llvmlite",
+        # agentcir/kernels/numba/_sgemm.py: finds numpy's BLAS and sets its thread count while numba's
+        # threads call its sgemm (the blas product path)
+        "threadpoolctl>=3.1",
     ],
     extras_require=EXTRAS,
     entry_points={"console_scripts": ["agentcir = agentcir.cli:main"]},

@@ -4,7 +4,8 @@ For each thread count (``numba.set_num_threads`` and ``torch.set_num_threads`` a
 of ``--rounds`` interleaved calls of:
 
 * ``octopus_topk`` (Q=64, K=10 proxies, N gallery rows, d=512, bidirectional, k=10) and its weights
-  pass alone (``octopus_weights``), on the numba and the torch backends;
+  pass alone (``octopus_weights``), on the torch backend and on the numba backend with each product
+  path forced (``loop``: its microkernels; ``blas``: ``cblas_sgemm`` per sub-tile from numba's threads);
 * the bare products of the weights pass, ``[Q*K, d] @ G.T`` into a preallocated block, by numpy's
   BLAS and by torch's (the rate a BLAS-fed kernel could reach at most).
 
@@ -27,6 +28,7 @@ import numba
 import numpy as np
 
 from agentcir import kernels as K
+from agentcir.kernels import tune
 
 
 def unit(rng, *shape):
@@ -65,10 +67,22 @@ def main(argv: list[str] | None = None) -> None:
     S = np.empty((Q * Kp, N), dtype=np.float32)
     tD, tS = torch.from_numpy(D), torch.from_numpy(S)
     w_flops = 2.0 * Q * Kp * N * d
+
+    def numba_on(path, fn):
+        def run():
+            with tune.path_forced(path):
+                return fn()
+
+        return run
+
+    octopus = lambda: K.octopus_topk(ref, P, qt, I, 10, visual=qv, captions=C, backend="numba")  # noqa: E731
+    weights = lambda: K.octopus_weights(ref, P, I, backend="numba")  # noqa: E731
     calls = {
-        "octopus numba": (lambda: K.octopus_topk(ref, P, qt, I, 10, visual=qv, captions=C, backend="numba"), 1),
+        "octopus loop": (numba_on("loop", octopus), 1),
+        "octopus blas": (numba_on("blas", octopus), 1),
         "octopus torch": (lambda: K.octopus_topk(tref, tP, tqt, tI, 10, visual=tqv, captions=tC, backend="torch"), 1),
-        "weights numba": (lambda: K.octopus_weights(ref, P, I, backend="numba"), 0),
+        "weights loop": (numba_on("loop", weights), 0),
+        "weights blas": (numba_on("blas", weights), 0),
         "weights torch": (lambda: K.octopus_weights(tref, tP, tI, backend="torch"), 0),
         "product numpy": (lambda: np.matmul(D, I.T, out=S), 0),
         "product torch": (lambda: torch.mm(tD, tI.T, out=tS), 0),

@@ -5,9 +5,11 @@ The numba backend has two ways to compute a gallery tile's scores ``X @ float32(
 * ``loop``: the register-tiled numba microkernels (:mod:`.numba._gemm`; for at most 4 query
   rows the memory-bound direct scan of :mod:`.numba.cosine`), a half block widened once into
   an L1-resident float32 buffer;
-* ``blas``: the BLAS ``sgemm`` of the process (numpy's ``matmul``; OpenBLAS / MKL / Accelerate,
-  tuned per ISA at run time) on a gallery tile, a half tile first widened into a cache-resident
-  float32 buffer; the selection, aggregation and fusion stay fused numba passes over that tile.
+* ``blas``: the BLAS ``sgemm`` of the process (numpy's OpenBLAS / MKL, tuned per ISA at run
+  time) called from each numba thread on its own sub-tile (:mod:`.numba._sgemm`), a half
+  sub-tile first widened into a float32 buffer; the selection, aggregation and fusion stay
+  in the same fused parallel kernels. Where numba threads cannot call the library
+  (Accelerate, BLIS), numpy's ``matmul`` on whole tiles, each folded in serially.
 
 Both multiply in float32, so both give the reference's results within the same tolerances and
 tie rules. Which one is faster depends on the CPU (16 vs 32 vector registers, AMX, the BLAS
@@ -80,9 +82,9 @@ CLASSES = (
 #: (benchmarks/results/2026-12-03-portable-speed.md)
 FALLBACK = {label: "loop" for _, label in CLASSES[:-1]}
 FALLBACK_DEFAULT = "blas"
-#: ``blas`` must beat ``loop`` by this factor to be chosen: the numba loop schedules its chunks
-#: dynamically and keeps its speed on a loaded machine, where a BLAS pool waiting on a preempted
-#: thread can lose several times over; a near tie therefore goes to ``loop``
+#: ``blas`` must beat ``loop`` by this factor to be chosen: a near tie goes to ``loop``, which the half
+#: galleries then follow unmeasured; and where ``blas`` runs numpy's own BLAS pool (no library callable
+#: from numba's threads), a pool waiting on a preempted thread can lose several times over
 BLAS_MARGIN = 1.10
 #: the gallery dtype the others follow where it takes ``loop`` (see the module docstring)
 BASE_KIND = "float32"

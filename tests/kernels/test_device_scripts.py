@@ -44,4 +44,6 @@ def test_cpu_scripts_run_on_tiny_shapes():
     assert r.stdout.count("float first") == 3
     r = _run("benchmarks/thread_scaling.py", "--threads", "1", "--rows", "600", "--rounds", "1")
     assert r.returncode == 0, r.stderr[-2000:]
-    assert r.stdout.count("threads   1") == 6
+    assert r.stdout.count("threads   1") == 8
+    for name in ("octopus loop", "octopus blas", "weights loop", "weights blas"):
+        assert f"threads   1  {name}" in r.stdout

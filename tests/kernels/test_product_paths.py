@@ -28,7 +28,21 @@ def path(request, monkeypatch):
     return request.param
 
 
-def test_every_gallery_op_on_every_path(path, kind):
+@pytest.fixture(params=(*tune.PATHS, "blas-numpy"))
+def numba_path(request, monkeypatch):
+    """Each numba product path forced; ``blas-numpy``: ``blas`` where numba threads cannot call the BLAS
+    (numpy's product on whole tiles, :mod:`agentcir.kernels.numba._blas`)."""
+    from agentcir.kernels.numba import _sgemm
+
+    monkeypatch.setenv(tune.ENV_PRODUCT, request.param.split("-")[0])
+    if request.param == "blas-numpy":
+        monkeypatch.setattr(_sgemm, "find", lambda: None)
+    elif request.param == "blas" and _sgemm.find() is None:
+        pytest.skip("numpy's BLAS has no cblas_sgemm that numba threads can call here")
+    return request.param
+
+
+def test_every_gallery_op_on_every_path(numba_path, kind):
     """The existing reference comparisons (odd shapes, exclusions, exact ties) with the path forced,
     so both Q <= 4 and Q > 4 run on each path."""
     ops.test_cosine_topk_matches_reference("numba", kind)
@@ -39,7 +53,7 @@ def test_every_gallery_op_on_every_path(path, kind):
     ops.test_exact_ties_keep_the_lower_id("numba", kind)
 
 
-def test_ldre_on_every_path(path):
+def test_ldre_on_every_path(numba_path):
     rng = np.random.default_rng(3)
     G, B, P = ops.unit_rows(rng, 301, 37), ops.unit_rows(rng, 6, 37), ops.unit_rows(rng, 6, 4, 37)
     np.testing.assert_allclose(
@@ -51,12 +65,12 @@ def test_ldre_on_every_path(path):
 
 def test_blas_path_is_used_when_forced(monkeypatch):
     """The forced path is the one that runs (a broken BLAS path must fail the blas run only)."""
-    from agentcir.kernels.numba import _blas
+    from agentcir.kernels.numba import cosine
 
     def boom(*a, **kw):
         raise AssertionError("blas path ran")
 
-    monkeypatch.setattr(_blas, "topk", boom)
+    monkeypatch.setattr(cosine, "blas_topk", boom)
     X, G = np.eye(6, 8, dtype=np.float32), np.eye(9, 8, dtype=np.float32)
     monkeypatch.setenv(tune.ENV_PRODUCT, "loop")
     assert K.cosine_topk(X, G, 2, backend="numba").ids[:, 0].tolist() == list(range(6))

@@ -1,4 +1,6 @@
-"""The ``blas`` product path of the numba backend: the process's BLAS ``sgemm`` on gallery tiles.
+"""The ``blas`` product path where numba threads cannot call the BLAS (:func:`._sgemm.find` gives
+None): numpy's ``matmul`` on whole gallery tiles, each tile folded in serially; and the measurement
+that chooses between the ``loop`` and ``blas`` paths.
 
 ``tiles`` yields ``X_m @ float32(G_m[a:b]).T`` for a few float32 row blocks, computed by numpy's
 ``matmul`` (the BLAS numpy was built with: OpenBLAS picks its kernels per ISA at run time, MKL
@@ -8,9 +10,9 @@ pool). The passes after the product (selection, aggregation, fusion) are the num
 own, run serial: a parallel numba region right after a BLAS call would wait for the BLAS
 threads to go idle (``_common`` "Threads"), and those passes are cheap next to the product.
 
-Which path a call takes (this one or the register-tiled ``loop`` of :mod:`._gemm`) is
-decided by :func:`agentcir.kernels.tune.choose`, measured per CPU, dtype and shape class;
-:func:`measure` is the measurement it uses.
+Which path a call takes is decided by :func:`agentcir.kernels.tune.choose`, measured per CPU,
+dtype and shape class; :func:`measure` is the measurement it uses (``blas``: the fused kernels
+calling ``cblas_sgemm`` per sub-tile where the library is callable, these tiles otherwise).
 """
 
 from __future__ import annotations
@@ -140,12 +142,12 @@ def _synthetic(kind: str, rows: int) -> tuple[np.ndarray, Gallery]:
 
 def measure(kind: str, rows: int) -> dict[str, float]:
     """Median seconds of a k=10 top-k of ``rows`` query rows over a synthetic ``kind`` gallery by
-    each path (``loop``: the numba backend's own kernels, ``blas``: :func:`topk`), interleaved."""
-    from .cosine import loop_topk
+    each path (``loop``: the numba backend's own kernels, ``blas``: :func:`.cosine.blas_topk`), interleaved."""
+    from .cosine import blas_topk, loop_topk
 
     X, g = _synthetic(kind, rows)
     excl, ex_value = np.empty((rows, 0), dtype=np.int32), np.float32(-np.inf)
-    runs = {"loop": lambda: loop_topk(X, g, 10, excl, ex_value), "blas": lambda: topk(X, g, 10, excl, ex_value)}
+    runs = {"loop": lambda: loop_topk(X, g, 10, excl, ex_value), "blas": lambda: blas_topk(X, g, 10, excl, ex_value)}
     for fn in runs.values():  # compile / load the kernels, touch the pages
         fn()
     times: dict[str, list[float]] = {p: [] for p in runs}

@@ -1,8 +1,9 @@
 """Numba building blocks shared by the numba ops: running top-k heaps, half->float decoding,
 exclusion patches and the streamed softmax entropy.
 
-Threads: the tile products are numba kernels (:mod:`._gemm`), so the per-tile passes after
-them run parallel on the same pool. Only a pass after a torch product (the bfloat16
+Threads: the tile products run on numba's pool (the microkernels of :mod:`._gemm`, or a
+``cblas_sgemm`` call per sub-tile from each numba thread, :mod:`._sgemm`), so the per-tile passes
+after them run parallel on the same pool. Only a pass after a torch product (the bfloat16
 ``coarse_tiles`` of the OCTOPUS weights) runs serial: a numba parallel region right after a
 torch (OpenMP) call would wait for torch's spinning threads to yield, which on an
 oversubscribed machine costs a scheduler tick (measured: ~8 ms per launch instead of

@@ -50,6 +50,7 @@ from numba.extending import intrinsic, overload
 
 from .. import _tiling
 from ._common import emit_prefetch, row_f32, target_has
+from ._sgemm import LOOP, sgemm_nt
 
 
 def wide_registers() -> bool:
@@ -89,6 +90,9 @@ def sub_bytes(l2: int) -> int:
 SUB_BYTES = sub_bytes(l2_bytes())
 #: gallery chunks per thread of the fused kernels (dynamic scheduling evens out a busy core)
 CHUNKS_PER_THREAD = 8
+#: bytes of a thread's score block per ``cblas_sgemm`` call of the ``blas`` path, and its row bounds
+BLAS_SCORE_BYTES = 1 << 20
+BLAS_SUB_ROWS = (256, 2048)
 #: elements of ``d`` per iteration of the microkernel's loop
 UNROLL = 2
 #: gallery rows every query panel sweeps in turn, from L1 (half / int8 rows: widened this many at a time)
@@ -240,12 +244,17 @@ def sub_rows(d: int) -> int:
     return max(ROW_STEP, SUB_BYTES // max(1, 4 * d) // ROW_STEP * ROW_STEP)
 
 
-def fused_sub_rows(rows: int, d: int) -> int:
+def fused_sub_rows(rows: int, d: int, blas: bool = False) -> int:
     """Sub-tile rows of a fused kernel that also holds a ``[rows, sub]`` float32 score block:
-    :func:`sub_rows`, lowered so that the block stays within ``SUB_BYTES / 2``."""
-    sub = sub_rows(d)
+    :func:`sub_rows`, lowered so that the block stays within ``SUB_BYTES / 2``. With ``blas`` (a
+    ``cblas_sgemm`` call per sub-tile, :mod:`._sgemm`) the block is ``BLAS_SCORE_BYTES``, between
+    ``BLAS_SUB_ROWS`` rows: a call then packs the query rows once for hundreds of gallery rows."""
     if _tiling.TILE_OVERRIDE:
-        return sub
+        return _tiling.TILE_OVERRIDE
+    if blas:
+        lo, hi = BLAS_SUB_ROWS
+        return max(lo, min(hi, BLAS_SCORE_BYTES // (4 * max(rows, 1)))) // 16 * 16  # rows start on cache lines
+    sub = sub_rows(d)
     return max(ROW_STEP, min(sub, (SUB_BYTES // 2) // (4 * max(rows, 1)) // ROW_STEP * ROW_STEP))
 
 
@@ -266,16 +275,23 @@ def panel_rows(Xp):
     return Xp.shape[0] * Xp.shape[2]
 
 
-def tile_buffer(G):  # pragma: no cover - replaced by the overload in numba code
+def tile_buffer(G, rows):  # pragma: no cover - replaced by the overload in numba code
     raise NotImplementedError
 
 
 @overload(tile_buffer, inline="always")
-def _tile_buffer(G):
-    """The float32 buffer rows of ``G`` are widened into: ``[BLOCK_ROWS, d]``, empty for float32 data."""
+def _tile_buffer(G, rows):
+    """The float32 buffer rows of ``G`` are widened into: ``[rows, d]``, empty for float32 data."""
     if G.dtype == types.float32:
-        return lambda G: np.empty((0, G.shape[1]), dtype=np.float32)
-    return lambda G: np.empty((BLOCK_ROWS, G.shape[1]), dtype=np.float32)
+        return lambda G, rows: np.empty((0, G.shape[1]), dtype=np.float32)
+    return lambda G, rows: np.empty((rows, G.shape[1]), dtype=np.float32)
+
+
+@njit(inline="always", cache=True)
+def buffer_rows(blas, sub):
+    """Rows of a thread's widening buffer (:func:`tile_buffer`): a block of the microkernels, or a whole
+    sub-tile for ``cblas_sgemm``."""
+    return sub if blas.address else BLOCK_ROWS
 
 
 @njit(cache=True)
@@ -348,6 +364,38 @@ def _sweep(Xp, G, kind, lo, hi, S, W):
     return impl
 
 
+def tile(blas, X, Xp, G, kind, lo, hi, S, W):  # pragma: no cover - replaced by the overload in numba code
+    raise NotImplementedError
+
+
+@overload(tile)
+def _tile(blas, X, Xp, G, kind, lo, hi, S, W):
+    """``S[:, :hi-lo] = X @ float32(G[lo:hi]).T`` (serial) by the path ``blas`` names (:mod:`._sgemm`):
+    the microkernels on the packed rows ``Xp`` (:func:`sweep`; ``address`` 0), or one ``cblas_sgemm`` on
+    the rows ``X``, other than float32 rows first widened into ``W`` (``[hi - lo, d]`` at least; int8:
+    the unscaled codes, as :func:`sweep`)."""
+
+    if G.dtype == types.float32:
+
+        def impl(blas, X, Xp, G, kind, lo, hi, S, W):
+            if blas.address == 0:
+                sweep(Xp, G, kind, lo, hi, S, W)
+            else:
+                sgemm_nt(blas, X, G[lo:hi], S, X.shape[0], hi - lo)
+
+        return impl
+
+    def impl_widened(blas, X, Xp, G, kind, lo, hi, S, W):
+        if blas.address == 0:
+            sweep(Xp, G, kind, lo, hi, S, W)
+        else:
+            for r in range(lo, hi):
+                row_f32(G, r, kind, W[r - lo])
+            sgemm_nt(blas, X, W[: hi - lo], S, X.shape[0], hi - lo)
+
+    return impl_widened
+
+
 @njit(inline="always", cache=True)
 def scale_columns(S, rows, scales, lo, hi):
     """``S[:rows, j] *= scales[lo + j]`` for ``j < hi - lo`` (int8 tiles; no-op when ``scales`` is empty)."""
@@ -382,17 +430,20 @@ def chunk_span(c, n_chunks, N):
     return lo, min(N, lo + chunk)
 
 
-def product(Xp, G, kind, start, stop, sub, S, scales=None):
+def product(Xp, G, kind, start, stop, sub, S, scales=None, X=None, blas=None):
     """``S[:, :stop-start] = X @ float32(G[start:stop]).T`` for packed queries ``Xp`` (:func:`pack_rows`),
-    sub-tiles of ``sub`` rows in parallel (int8 codes: times the row ``scales``)."""
-    _product(Xp, G, kind, start, stop, sub, S, no_scales() if scales is None else scales)
+    sub-tiles of ``sub`` rows in parallel (int8 codes: times the row ``scales``); with ``blas`` (an
+    ``_sgemm.Sgemm`` other than ``LOOP``) each sub-tile is one ``cblas_sgemm`` on the rows ``X``."""
+    if blas is None:
+        blas, X = LOOP, np.empty((0, G.shape[1]), dtype=np.float32)
+    _product(blas, X, Xp, G, kind, start, stop, sub, S, no_scales() if scales is None else scales)
 
 
 @njit(parallel=True, cache=True)
-def _product(Xp, G, kind, start, stop, sub, S, scales):
+def _product(blas, X, Xp, G, kind, start, stop, sub, S, scales):
     n = (stop - start + sub - 1) // sub
     for b in prange(n):
         lo = start + b * sub
         hi = min(stop, lo + sub)
-        sweep(Xp, G, kind, lo, hi, S[:, lo - start :], tile_buffer(G))
+        tile(blas, X, Xp, G, kind, lo, hi, S[:, lo - start :], tile_buffer(G, buffer_rows(blas, sub)))
         scale_columns(S[:, lo - start :], panel_rows(Xp), scales, lo, hi)

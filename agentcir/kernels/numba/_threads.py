@@ -1,7 +1,8 @@
 """Thread policy of the numba backend: one threading layer, dynamically scheduled chunks.
 
-The numba kernels use no BLAS or torch thread pool for their gallery products any more
-(:mod:`._gemm`), so a call runs on numba's pool alone. ``balanced()`` switches the
+The numba kernels use no BLAS or torch thread pool for their gallery products (the
+microkernels of :mod:`._gemm`, or the BLAS called from numba's threads and set to one thread
+meanwhile, :mod:`._sgemm`), so a call runs on numba's pool alone. ``balanced()`` switches the
 ``prange`` loops of a call to dynamic scheduling (one chunk at a time, numba's
 ``set_parallel_chunksize``): when another thread holds a core (a BLAS pool still spinning
 after the caller's last numpy call, another process), the free thread takes the

@@ -1,17 +1,19 @@
 """Gallery tiles for the numba ops: "a blocked product on a gallery tile, then a numba pass on that tile".
 
 :func:`exact_tiles` yields ``X_m @ float32(G[a:b]).T`` for a few float32 row blocks
-``X_m``: fp32 products by the register-tiled numba kernel of :mod:`._gemm` (half-precision
-and int8 sub-tiles are widened into a float32 buffer first), on numba's thread pool; no BLAS call, so no second
-thread pool competes for the cores (:mod:`._threads`).
+``X_m``: fp32 products of sub-tiles in parallel on numba's thread pool, by the register-tiled
+kernel of :mod:`._gemm` or by one ``cblas_sgemm`` per sub-tile (:mod:`._sgemm`; the BLAS on one
+thread meanwhile, so no second thread pool competes for the cores); half-precision and int8
+sub-tiles are widened into a float32 buffer first.
 :func:`coarse_tiles` yields the same products from torch's bfloat16 matmul (AMX /
 AVX512-BF16: fp32 accumulation, bf16 output), with each query row split into a bf16 high
 part and a bf16 low part (``x = hi + lo`` to ~16 bits), so only the gallery's rounding to
 bf16 and the output rounding remain. Only the OCTOPUS proxy weights (a mean over the
 whole gallery) use it, and only for large half-precision galleries (README.md "Precision").
 
-:func:`product_tiles` yields the same products from the ``loop`` (:func:`exact_tiles`) or the
-``blas`` path (:mod:`._blas`), as :mod:`agentcir.kernels.tune` chooses.
+:func:`product_tiles` yields the same products by the ``loop`` or the ``blas`` path, as
+:mod:`agentcir.kernels.tune` chooses (``blas``: ``cblas_sgemm`` per sub-tile on numba's threads,
+:mod:`._sgemm`, or numpy's product on whole tiles where no library is callable, :mod:`._blas`).
 
 Buffers are reused from tile to tile: consume each yielded tile before the next.
 Peak extra memory is O(rows x tile + tile x d), never O(rows x N).
@@ -23,12 +25,13 @@ import warnings
 from functools import lru_cache
 from typing import Iterator, Sequence
 
+import numba
 import numpy as np
 from numba import njit
 
 from .. import tune
 from .._inputs import Gallery
-from . import _blas
+from . import _blas, _sgemm
 from ._common import KIND_CODES, f16_to_f32
 from ._gemm import pack_rows, product, row_scales, sub_rows
 from ._threads import balanced
@@ -80,25 +83,32 @@ def _t(a: np.ndarray):
 
 
 def exact_tiles(
-    gallery: Gallery, mats: Sequence[np.ndarray], tile: int, galleries: Sequence[Gallery] | None = None
+    gallery: Gallery,
+    mats: Sequence[np.ndarray],
+    tile: int,
+    galleries: Sequence[Gallery] | None = None,
+    blas: _sgemm.Sgemm = _sgemm.LOOP,
 ) -> Iterator[tuple[int, int, list[np.ndarray]]]:
-    """Yield ``(start, stop, [mats[m] @ float32(G_m[start:stop]).T])`` (float32 ``[rows_m, stop - start]``).
+    """Yield ``(start, stop, [mats[m] @ float32(G_m[start:stop]).T])`` (float32 ``[rows_m, stop - start]``),
+    each tile's sub-tiles multiplied in parallel by the microkernels, or by ``cblas_sgemm`` with ``blas``.
 
     ``galleries`` (default: ``gallery`` for every block) gives each row block its own
     gallery of the same shape, e.g. OCTOPUS's image and caption matrices.
     """
     gals = list(galleries) if galleries is not None else [gallery] * len(mats)
     N, d = gallery.shape
-    packed = [pack_rows(m) for m in mats]
+    rows = [np.ascontiguousarray(m, dtype=np.float32) for m in mats]
+    packed = [pack_rows(m) for m in rows]
     flat = [np.empty(p.shape[0] * p.shape[2] * tile, dtype=np.float32) for p in packed]
     for start in range(0, N, tile):
         stop = min(N, start + tile)
         T = stop - start
         outs = []
-        for m, p, g, buf in zip(mats, packed, gals, flat):
+        for m, p, g, buf in zip(rows, packed, gals, flat):
             S = buf[: p.shape[0] * p.shape[2] * T].reshape(p.shape[0] * p.shape[2], T)
-            with balanced():
-                product(p, g.data, KIND_CODES[g.kind], start, stop, sub_rows(d), S, row_scales(g))
+            sub = sub_rows(d) if not blas.address else max(1, -(-T // numba.get_num_threads()))
+            with balanced(), _sgemm.calling(blas):
+                product(p, g.data, KIND_CODES[g.kind], start, stop, sub, S, row_scales(g), m, blas)
             outs.append(S[: m.shape[0]])
         yield start, stop, outs
 
@@ -106,14 +116,17 @@ def exact_tiles(
 def product_tiles(
     gallery: Gallery, mats: Sequence[np.ndarray], tile: int, galleries: Sequence[Gallery] | None = None
 ) -> tuple[bool, Iterator[tuple[int, int, list[np.ndarray]]]]:
-    """``(blas, tiles)``: the tiles of :func:`exact_tiles` (``tile`` rows) or of :func:`._blas.tiles`
-    (its own tile size), whichever :func:`agentcir.kernels.tune.choose` picks for the gallery's dtype
-    and the rows of ``mats``; ``blas`` tells the caller to run its pass after each tile serial."""
+    """``(serial, tiles)``: the tiles of :func:`exact_tiles` (``tile`` rows) by the product path
+    :func:`agentcir.kernels.tune.choose` picks for the gallery's dtype and the rows of ``mats``, or,
+    for ``blas`` without a callable ``cblas_sgemm`` (:mod:`._sgemm`), those of :func:`._blas.tiles`
+    (its own tile size); ``serial`` tells the caller to run its pass after each tile serial (a BLAS
+    thread pool has just run)."""
     rows = sum(m.shape[0] for m in mats)
-    if tune.choose(gallery.kind, rows) == "blas":
+    blas = _sgemm.for_path(tune.choose(gallery.kind, rows))
+    if blas is None:
         N, d = gallery.shape
         return True, _blas.tiles(gallery, mats, _blas.tile_rows(rows, d, N), galleries)
-    return False, exact_tiles(gallery, mats, tile, galleries)
+    return False, exact_tiles(gallery, mats, tile, galleries, blas)
 
 
 @njit(inline="always", cache=True)

@@ -1,9 +1,9 @@
 """cosine_topk, numba: streamed inner-product top-k with a running heap per query.
 
 Two product paths, chosen per CPU, dtype and Q by :func:`agentcir.kernels.tune.choose`, both
-exact float32 arithmetic on the stored gallery values: ``blas`` (:func:`._blas.topk`: the
-process's sgemm on gallery tiles, each tile folded into the running heaps) and ``loop``, the
-numba kernels of this module in two launch shapes:
+exact float32 arithmetic on the stored gallery values: ``blas`` (:func:`blas_topk`: the blocked
+kernel below with a ``cblas_sgemm`` call per sub-tile, :mod:`._sgemm`) and ``loop``, the numba
+kernels of this module in two launch shapes:
 
 * few queries (``Q <= DIRECT_MAX_Q``): one pass of ``_direct_kernel`` over the gallery,
   which is memory-bound: each row is read (and widened from fp16/bf16 bits or int8 codes)
@@ -16,8 +16,8 @@ numba kernels of this module in two launch shapes:
   also requested ``PREFETCH_BYTES`` ahead.
 * many queries: ``_blocked_kernel``, one parallel pass over gallery chunks (dynamically
   scheduled, :mod:`._threads`): each chunk walks L2-sized sub-tiles, scores them with the
-  register-tiled product of :mod:`._gemm` (no BLAS, no ``[Q, N]`` buffer: a
-  ``[Q, sub]`` block per thread) and offers each row of scores to its thread's heaps with
+  register-tiled product of :mod:`._gemm` (no ``[Q, N]`` buffer: a ``[Q, sub]`` block per
+  thread) and offers each row of scores to its thread's heaps with
   the running threshold (the heap root); the thread heaps are merged at the end.
 """
 
@@ -32,7 +32,7 @@ from numba.extending import intrinsic, overload
 
 from .. import tune
 from .._inputs import Gallery
-from . import _blas
+from . import _blas, _sgemm
 from ._common import (
     KIND_CODES,
     dot,
@@ -50,6 +50,7 @@ from ._common import (
     thread_heaps,
 )
 from ._gemm import (
+    buffer_rows,
     chunk_count,
     chunk_span,
     fused_sub_rows,
@@ -57,7 +58,7 @@ from ._gemm import (
     panel_rows,
     row_scales,
     scale_columns,
-    sweep,
+    tile,
     tile_buffer,
 )
 from ._threads import balanced
@@ -233,15 +234,15 @@ def int16_queries(X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 @njit(parallel=True, cache=True)
-def _blocked_kernel(Xp, Q, G, kind, scales, excl, ex_value, n_chunks, sub, hs, hi, cnt):
+def _blocked_kernel(blas, X, Xp, Q, G, kind, scales, excl, ex_value, n_chunks, sub, hs, hi, cnt):
     for c in prange(n_chunks):
         t = heap_slot(c, n_chunks, hs)
         S = np.empty((panel_rows(Xp), sub), dtype=np.float32)
-        W = tile_buffer(G)
+        W = tile_buffer(G, buffer_rows(blas, sub))
         lo, end = chunk_span(c, n_chunks, G.shape[0])
         for t0 in range(lo, end, sub):
             t1 = min(end, t0 + sub)
-            sweep(Xp, G, kind, t0, t1, S, W)
+            tile(blas, X, Xp, G, kind, t0, t1, S, W)
             scale_columns(S, Q, scales, t0, t1)
             for q in range(Q):
                 row = S[q, : t1 - t0]
@@ -268,15 +269,20 @@ def direct_topk(X: np.ndarray, gallery: Gallery, k: int, excl: np.ndarray, ex_va
     return merged_heaps(hs, hi, cnt)
 
 
-def blocked_topk(X: np.ndarray, gallery: Gallery, k: int, excl: np.ndarray, ex_value: np.float32):
-    """Top-k of ``X @ G.T``: register-tiled products on L2-sized sub-tiles, fused with the selection."""
+def blocked_topk(
+    X: np.ndarray, gallery: Gallery, k: int, excl: np.ndarray, ex_value: np.float32, blas: _sgemm.Sgemm = _sgemm.LOOP
+):
+    """Top-k of ``X @ G.T``: a product per sub-tile (the microkernels, or ``cblas_sgemm`` with ``blas``),
+    fused with the selection."""
     Q = X.shape[0]
     N, d = gallery.shape
-    sub = fused_sub_rows(Q, d)
+    sub = fused_sub_rows(Q, d, bool(blas.address))
     n_chunks = chunk_count(N, sub)
     hs, hi, cnt = thread_heaps(Q, k, n_chunks)
-    with balanced():
+    with balanced(), _sgemm.calling(blas):
         _blocked_kernel(
+            blas,
+            np.ascontiguousarray(X, dtype=np.float32),
             pack_rows(X),
             Q,
             gallery.data,
@@ -293,6 +299,15 @@ def blocked_topk(X: np.ndarray, gallery: Gallery, k: int, excl: np.ndarray, ex_v
     return merged_heaps(hs, hi, cnt)
 
 
+def blas_topk(X: np.ndarray, gallery: Gallery, k: int, excl: np.ndarray, ex_value: np.float32):
+    """The ``blas`` path: the blocked kernel on the library's ``cblas_sgemm`` (:mod:`._sgemm`), or whole
+    numpy tiles folded in serially where no library is callable (:mod:`._blas`)."""
+    blas = _sgemm.for_path("blas")
+    if blas is None:
+        return _blas.topk(X, gallery, k, excl, ex_value)
+    return blocked_topk(X, gallery, k, excl, ex_value, blas)
+
+
 def loop_topk(X: np.ndarray, gallery: Gallery, k: int, excl: np.ndarray, ex_value: np.float32):
     """The ``loop`` path: the direct scan for at most ``DIRECT_MAX_Q`` queries, else the blocked kernel."""
     if X.shape[0] <= DIRECT_MAX_Q:
@@ -306,5 +321,5 @@ def cosine_topk(queries: np.ndarray, gallery: Gallery, k: int, exclude: np.ndarr
     excl = empty_exclude() if exclude is None else exclude
     ex_value = exclusion_value(exclude_score)
     if tune.choose(gallery.kind, queries.shape[0]) == "blas":
-        return _blas.topk(queries, gallery, k, excl, ex_value)
+        return blas_topk(queries, gallery, k, excl, ex_value)
     return loop_topk(queries, gallery, k, excl, ex_value)

@@ -3,10 +3,11 @@
 Pass 1 (:mod:`.weights`) gives the proxy weights, hence ``t = (e + q_t) / 2``. Pass 2 scores
 ``t . I`` and ``q_v . C`` on the same gallery rows, forms ``S = lam*S_t2v + (1-lam)*S_v2t*S_t2v``,
 applies the reference mask, folds the scores into the running softmax entropy and the running
-top-k (:func:`_fuse_rows`). With the ``loop`` product (:mod:`agentcir.kernels.tune`) pass 2 is
-one parallel launch over gallery chunks (``_fused_kernel``): each chunk walks L2-sized sub-tiles
-of both galleries in lockstep, with its own heaps and entropy state, merged at the end; with
-``blas`` each BLAS tile pair is folded in serially.
+top-k (:func:`_fuse_rows`). Pass 2 is one parallel launch over gallery chunks
+(``_fused_kernel``): each chunk walks sub-tiles of both galleries in lockstep, with its own heaps
+and entropy state, merged at the end; the sub-tile products are the microkernels (``loop``) or a
+``cblas_sgemm`` call each (``blas``, :mod:`agentcir.kernels.tune`); where the BLAS cannot be
+called from numba's threads, ``blas`` folds numpy's whole-tile products in serially.
 Extra memory: O(Q*(K+1)*tile) in pass 1, O(Q*tile) in pass 2.
 """
 
@@ -17,7 +18,7 @@ from numba import njit, prange
 
 from .. import tune
 from .._inputs import Gallery
-from . import _blas
+from . import _blas, _sgemm
 from ._common import (
     KIND_CODES,
     empty_exclude,
@@ -36,6 +37,7 @@ from ._common import (
     thread_heaps,
 )
 from ._gemm import (
+    buffer_rows,
     chunk_count,
     chunk_span,
     fused_sub_rows,
@@ -43,7 +45,7 @@ from ._gemm import (
     panel_rows,
     row_scales,
     scale_columns,
-    sweep,
+    tile,
     tile_buffer,
 )
 from ._threads import balanced
@@ -96,21 +98,44 @@ def _fuse_tile(St, Sv, has_visual, lam, start, excl, ex_value, inv_tau, state, h
 
 @njit(parallel=True, cache=True)
 def _fused_kernel(
-    Tp, Vp, Q, I, C, ki, kc, si, sc, has_visual, lam, excl, ex_value, inv_tau, n_chunks, sub, state, hs, hi, cnt
+    blas,
+    T,
+    Tp,
+    V,
+    Vp,
+    Q,
+    I,
+    C,
+    ki,
+    kc,
+    si,
+    sc,
+    has_visual,
+    lam,
+    excl,
+    ex_value,
+    inv_tau,
+    n_chunks,
+    sub,
+    state,
+    hs,
+    hi,
+    cnt,
 ):
     for c in prange(n_chunks):
         t = heap_slot(c, n_chunks, hs)  # the heaps: the thread's (order-free); the entropy state: the chunk's
         St = np.empty((panel_rows(Tp), sub), dtype=np.float32)
         Sv = np.empty((panel_rows(Vp) if has_visual else 0, sub), dtype=np.float32)
-        Wi, Wc = tile_buffer(I), tile_buffer(C)
+        rows = buffer_rows(blas, sub)
+        Wi, Wc = tile_buffer(I, rows), tile_buffer(C, rows)
         vals = np.empty(sub, dtype=np.float32)
         lo, end = chunk_span(c, n_chunks, I.shape[0])
         for t0 in range(lo, end, sub):
             t1 = min(end, t0 + sub)
-            sweep(Tp, I, ki, t0, t1, St, Wi)
+            tile(blas, T, Tp, I, ki, t0, t1, St, Wi)
             scale_columns(St, Q, si, t0, t1)
             if has_visual:
-                sweep(Vp, C, kc, t0, t1, Sv, Wc)
+                tile(blas, V, Vp, C, kc, t0, t1, Sv, Wc)
                 scale_columns(Sv, Q, sc, t0, t1)
             for q in range(Q):
                 cnt[t, q] = _fuse_rows(
@@ -158,21 +183,25 @@ def octopus_topk(
     ex_value = exclusion_value(exclude_score)
     inv_tau = 1.0 / entropy_tau
     N = images.shape[0]
-    if tune.choose(images.kind, len(mats) * Q) == "blas":
+    blas = _sgemm.for_path(tune.choose(images.kind, len(mats) * Q))
+    if blas is None:  # no callable sgemm: numpy's product on whole tiles, each tile pair folded in serially
         hs, hi, cnt = new_heaps(Q, k)
         state = new_entropy_state(Q)
         for start, _, outs in _blas.tiles(images, mats, _blas.tile_rows(len(mats) * Q, d, N), gals):
             _fuse_tile(outs[0], outs[-1], visual is not None, lam, start, excl, ex_value, inv_tau, state, hs, hi, cnt)
         scores, ids = sorted_from_heaps(hs, hi, cnt)
         return scores, ids, w, entropy_from_state(state), log_partition_from_state(state)
-    sub = fused_sub_rows(len(mats) * Q, d)
+    sub = fused_sub_rows(len(mats) * Q, d, bool(blas.address))
     n_chunks = chunk_count(N, sub)
     hs, hi, cnt = thread_heaps(Q, k, n_chunks)
     states = np.stack([new_entropy_state(Q)] * n_chunks)
     caps = gals[-1]
-    with balanced():
+    with balanced(), _sgemm.calling(blas):
         _fused_kernel(
+            blas,
+            t,
             pack_rows(t),
+            np.ascontiguousarray(mats[-1], dtype=np.float32),
             pack_rows(mats[-1]),
             Q,
             images.data,

@@ -1,6 +1,6 @@
 """proxy_scores_topk, numba: K proxies per query, aggregated per gallery item, fused with top-k.
 
-The tile product (numba :mod:`._gemm` or BLAS :mod:`._blas`) scores a ``[Q*K, tile]`` block (:func:`._tiles.product_tiles`); ``_aggregate_select``
+The tile product (the ``loop`` or ``blas`` path, :mod:`agentcir.kernels.tune`) scores a ``[Q*K, tile]`` block (:func:`._tiles.product_tiles`); ``_aggregate_select``
 reduces the K rows of each query to one row (mean / max / logsumexp), applies the
 exclusions and feeds the running top-k. No ``[Q, K, N]`` (or ``[Q, N]``) buffer exists.
 ``agg="mean"`` is linear, so it scores the mean proxy with :mod:`.cosine` (one row per
@@ -90,9 +90,9 @@ def proxy_scores_topk(
     ex_value = exclusion_value(exclude_score)
     hs, hi, cnt = new_heaps(Q, k)
     tile = score_tile_rows(Q * K, gallery.shape[0])
-    blas, it = product_tiles(gallery, [X], tile)
+    serial, it = product_tiles(gallery, [X], tile)
     for start, _, (S,) in it:
-        if blas:  # serial right after a BLAS call (_blas)
+        if serial:  # right after numpy's BLAS pool ran (_blas)
             _aggregate_select.serial(S, K, AGG_CODES[agg], tau, start, excl, ex_value, hs, hi, cnt)
             continue
         with balanced():  # parallel over queries: the product ran on the same numba pool

@@ -6,9 +6,9 @@ gives the gaps directly (one row per proxy instead of K + 1 rows, and the roundi
 relative to the gap, not to the similarities). ``_relu_sums`` adds ``relu(gap)`` into
 ``acc[q, i]``; after the last tile ``s = acc / N`` and ``w = softmax(s / tau)``.
 
-The tile product is the process's BLAS sgemm (:mod:`._blas`) or the fused register-tiled
-numba kernel (``_fused_relu_sums``), as :func:`agentcir.kernels.tune.choose` picks for the dtype
-and ``Q*K`` rows.
+The pass is one fused parallel kernel (``_fused_relu_sums``) whose sub-tile products are the
+register-tiled microkernels or a ``cblas_sgemm`` call each (:mod:`._sgemm`), as
+:func:`agentcir.kernels.tune.choose` picks for the dtype and ``Q*K`` rows.
 
 Precision: exact float32 products for float32 galleries. For float16 / bfloat16
 galleries of at least ``COARSE_MIN_ITEMS`` items on a CPU with AMX the tile product runs
@@ -26,9 +26,10 @@ from numba import njit, prange
 from .. import tune
 from .._inputs import Gallery
 from .._tiling import tile_rows
-from . import _blas
+from . import _blas, _sgemm
 from ._common import FASTMATH, KIND_CODES, score_f32
 from ._gemm import (
+    buffer_rows,
     chunk_count,
     chunk_span,
     fused_sub_rows,
@@ -36,7 +37,7 @@ from ._gemm import (
     pack_rows,
     panel_rows,
     scale_columns,
-    sweep,
+    tile,
     tile_buffer,
 )
 from ._threads import balanced
@@ -65,16 +66,17 @@ def _relu_sums(S, split, acc):
 
 
 @njit(parallel=True, cache=True, fastmath=FASTMATH)
-def _fused_relu_sums(Dp, R, G, kind, scales, n_chunks, sub, acc):
+def _fused_relu_sums(blas, D, Dp, R, G, kind, scales, n_chunks, sub, acc):
     """``acc[c, p] = sum_j relu(D[p] . G[j])`` over the rows ``j`` of chunk ``c`` (``Dp`` the packed rows,
-    ``R`` real rows; int8 codes times their ``scales``, empty for float galleries)."""
+    ``R`` real rows; int8 codes times their ``scales``, empty for float galleries; the product by the path
+    ``blas`` names, :func:`._gemm.tile`)."""
     for c in prange(n_chunks):
         S = np.empty((panel_rows(Dp), sub), dtype=np.float32)
-        W = tile_buffer(G)
+        W = tile_buffer(G, buffer_rows(blas, sub))
         lo, end = chunk_span(c, n_chunks, G.shape[0])
         for t0 in range(lo, end, sub):
             t1 = min(end, t0 + sub)
-            sweep(Dp, G, kind, t0, t1, S, W)
+            tile(blas, D, Dp, G, kind, t0, t1, S, W)
             scale_columns(S, R, scales, t0, t1)
             for p in range(R):
                 t = np.float32(0.0)
@@ -97,21 +99,23 @@ def octopus_gap_sums(reference: np.ndarray, proxies: np.ndarray, gallery: Galler
     """See :func:`agentcir.kernels.octopus_gap_sums`."""
     Q, K, d = proxies.shape
     N = gallery.shape[0]
-    D = np.ascontiguousarray((reference[:, None, :] - proxies).reshape(Q * K, d))
+    D = np.ascontiguousarray((reference[:, None, :] - proxies).reshape(Q * K, d), dtype=np.float32)
     acc = np.zeros((Q, K), dtype=np.float64)
     tile = tile_rows(Q * K, d, N)
     if gallery.kind in ("float16", "bfloat16") and N >= COARSE_MIN_ITEMS and coarse_is_faster():
         for _, _, S in coarse_tiles(gallery, D, tile):
             _relu_sums(S, True, acc)
-    elif tune.choose(gallery.kind, Q * K) == "blas":
+    elif (blas := _sgemm.for_path(tune.choose(gallery.kind, Q * K))) is None:  # numpy tiles, folded serially
         for _, _, (S,) in _blas.tiles(gallery, [D], _blas.tile_rows(Q * K, d, N)):
             _relu_sums(S, False, acc)
     else:
-        sub = fused_sub_rows(Q * K, d)
+        sub = fused_sub_rows(Q * K, d, bool(blas.address))
         n_chunks = chunk_count(N, sub)
         part = np.zeros((n_chunks, Q * K), dtype=np.float64)
-        with balanced():
+        with balanced(), _sgemm.calling(blas):
             _fused_relu_sums(
+                blas,
+                D,
                 pack_rows(D),
                 Q * K,
                 gallery.data,
