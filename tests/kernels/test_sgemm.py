@@ -45,6 +45,10 @@ def _products_match(sgemm):
         _into(sgemm, A, B[lo : lo + n], C[:, 50:], m, n)
         np.testing.assert_allclose(C[:m, 50 : 50 + n], A[:m] @ B[lo : lo + n].T, rtol=2e-5, atol=2e-5)
         assert np.isnan(C[:, :50]).all() and np.isnan(C[:, 50 + n :]).all() and np.isnan(C[m:]).all()
+    one = np.lib.stride_tricks.as_strided(A[3], (1, 70), (0, 4))  # one row whose row stride numpy leaves at 0
+    C = np.zeros((1, 5), dtype=np.float32)
+    _into(sgemm, one, B[:5], C, 1, 5)
+    np.testing.assert_allclose(C, A[3:4] @ B[:5].T, rtol=2e-5, atol=2e-5)
 
 
 def test_numpys_blas_is_found_and_multiplies(library):

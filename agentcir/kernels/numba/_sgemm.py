@@ -70,8 +70,11 @@ def sgemm_nt(typingctx, blas, A, B, C, m, n):
         def as_blasint(v):  # an int64 value as the library's integer
             return builder.trunc(v, blasint) if bits != 64 else v
 
-        def ld(x):  # leading dimension: the row stride in elements
-            return as_blasint(builder.udiv(builder.extract_value(x.strides, 0), ir.IntType(64)(4)))
+        def ld(x):  # leading dimension: the row stride in elements, at least the row length (BLAS
+            # refuses a smaller one, which numpy may give a single row)
+            rows = builder.udiv(builder.extract_value(x.strides, 0), ir.IntType(64)(4))
+            width = builder.extract_value(x.shape, 1)
+            return as_blasint(builder.select(builder.icmp_signed("<", rows, width), width, rows))
 
         m, n = (as_blasint(context.cast(builder, v, t, types.int64)) for v, t in zip(args[4:6], sig.args[4:6]))
         k = as_blasint(builder.extract_value(a.shape, 1))
