@@ -15,8 +15,8 @@ Both multiply in float32, so both give the reference's results within the same t
 tie rules. Which one is faster depends on the CPU (16 vs 32 vector registers, AMX, the BLAS
 build), the dtype and the number of product rows, so the choice is **measured** the first time
 a (dtype, shape class) is met: both paths run a synthetic top-k at the class's middle row count
-(:func:`class_rows`; from a few hundred ms to about two seconds for the largest class on two
-cores) and the faster median wins (``blas`` only by at least :data:`BLAS_MARGIN`).
+(:func:`class_rows`; 5 interleaved rounds, from under a second to about three seconds for the
+largest class on two cores) and the faster median wins (``blas`` only by at least :data:`BLAS_MARGIN`).
 
 A float16, bfloat16 or int8 gallery runs float32's product once its rows are widened, and the
 ``loop`` path widens them most cheaply (a block at a time, in L1, the gallery read at its own

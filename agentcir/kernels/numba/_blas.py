@@ -114,7 +114,7 @@ def topk(X: np.ndarray, gallery: Gallery, k: int, excl: np.ndarray, ex_value: np
 # -- the measurement behind agentcir.kernels.tune -----------------------------------------
 #: synthetic problem of a measurement: d, gallery rows for few rows (memory-bound: larger than
 #: a last-level cache) and the product flops aimed at for many rows
-MEASURE_D, MEASURE_SCAN_ROWS, MEASURE_FLOPS, MEASURE_ROUNDS = 512, 65536, 6e8, 3
+MEASURE_D, MEASURE_SCAN_ROWS, MEASURE_FLOPS, MEASURE_ROUNDS = 512, 65536, 6e8, 5
 #: at least this many gallery rows for many rows (at most ``MEASURE_SCAN_ROWS``): every thread's chunks
 #: then hold enough rows that the product is timed, not the per-chunk set-up (over 1024 rows the
 #: loop tied the BLAS path at 1024 query rows, where it is ahead on a large gallery)

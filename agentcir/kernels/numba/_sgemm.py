@@ -5,7 +5,9 @@ kernels are chosen per ISA at run time, AVX2, AVX-512, AMX, NEON/SVE) while ever
 product (selection, aggregation, fusion) stays in the fused numba kernels. Each numba thread calls
 ``sgemm`` on its own sub-tile and folds the scores while they are in its cache; for the duration
 of the kernel the library runs on one thread (:func:`one_thread`), so no second thread pool
-competes with numba's and no pass waits for a serial fold after a parallel product.
+competes with numba's and no pass waits for a serial fold after a parallel product. The thread
+count is the library's, process-wide: a numpy product another Python thread runs meanwhile runs
+on one thread too.
 
 :func:`find` takes the library numpy loaded (threadpoolctl lists it with its path and thread
 control), resolves its ``cblas_sgemm`` (OpenBLAS builds may prefix and suffix the name: numpy's
