@@ -375,25 +375,14 @@ def _tile(blas, X, Xp, G, kind, lo, hi, S, W):
     the rows ``X``, other than float32 rows first widened into ``W`` (``[hi - lo, d]`` at least; int8:
     the unscaled codes, as :func:`sweep`)."""
 
-    if G.dtype == types.float32:
-
-        def impl(blas, X, Xp, G, kind, lo, hi, S, W):
-            if blas.address == 0:
-                sweep(Xp, G, kind, lo, hi, S, W)
-            else:
-                sgemm_nt(blas, X, G[lo:hi], S, X.shape[0], hi - lo)
-
-        return impl
-
-    def impl_widened(blas, X, Xp, G, kind, lo, hi, S, W):
+    def impl(blas, X, Xp, G, kind, lo, hi, S, W):
         if blas.address == 0:
             sweep(Xp, G, kind, lo, hi, S, W)
         else:
-            for r in range(lo, hi):
-                row_f32(G, r, kind, W[r - lo])
-            sgemm_nt(blas, X, W[: hi - lo], S, X.shape[0], hi - lo)
+            F, f = block(G, kind, lo, hi, W)
+            sgemm_nt(blas, X, F[f : f + hi - lo], S, X.shape[0], hi - lo)
 
-    return impl_widened
+    return impl
 
 
 @njit(inline="always", cache=True)
