@@ -137,8 +137,8 @@ setup(
         # LLVM IR built with llvmlite (numba's own dependency, pinned by it)
         "numba>=0.59",
         "llvmlite",
-        # agentcir/kernels/numba/_sgemm.py: finds numpy's BLAS and sets its thread count while numba's
-        # threads call its sgemm (the blas product path)
+        # agentcir/kernels/numba/_sgemm.py: finds the BLAS numpy loaded, whose sgemm numba's threads
+        # call (the blas product path)
         "threadpoolctl>=3.1",
     ],
     extras_require=EXTRAS,

@@ -5,8 +5,9 @@ library runs on one thread meanwhile, and a library that does not reproduce nump
 
 from __future__ import annotations
 
-import ctypes
+import dataclasses
 import os
+import threading
 
 import numpy as np
 import pytest
@@ -60,14 +61,10 @@ def test_numpys_blas_is_found_and_multiplies(library):
 def test_a_32_bit_integer_build_multiplies():
     """An LP64 OpenBLAS (scipy-openblas32, named ``scipy_cblas_sgemm``) is read as 32-bit and multiplies."""
     s32 = pytest.importorskip("scipy_openblas32")
-    from threadpoolctl import ThreadpoolController
-
     path = os.path.join(s32.get_lib_dir(), "libscipy_openblas.so")
     if not os.path.isfile(path):
         pytest.skip(f"no {path}")
-    ctypes.CDLL(path)
-    (controller,) = [c for c in ThreadpoolController().lib_controllers if os.path.samefile(c.filepath, path)]
-    lib = _sgemm.library_of(controller)
+    lib = _sgemm.library_at(path, "openblas")
     assert lib is not None and lib.symbol == "scipy_cblas_sgemm" and lib.sgemm.ints.dtype == np.int32
     assert "32-bit integers" in repr(lib)
     _products_match(lib.sgemm)
@@ -95,11 +92,8 @@ def test_every_fused_op_takes_its_products_from_the_library(library, monkeypatch
     """With ``blas`` forced and a library whose sgemm adds 1, cosine's top-k scores are the reference's + 1
     and every other op moves off the reference: each op's products come from the function it is given."""
     fake = _plus_one(library.sgemm.ints.dtype)
-    monkeypatch.setattr(
-        _sgemm,
-        "find",
-        lambda: _sgemm.Library(library.controller, _sgemm.Sgemm(np.int64(fake.address), library.sgemm.ints)),
-    )
+    sgemm = _sgemm.Sgemm(np.int64(fake.address), library.sgemm.ints)
+    monkeypatch.setattr(_sgemm, "find", lambda: dataclasses.replace(library, sgemm=sgemm))
     monkeypatch.setenv(tune.ENV_PRODUCT, "blas")
     rng = np.random.default_rng(11)
     G = as_kind(unit_rows(rng, 700, 24), kind)
@@ -118,7 +112,7 @@ def test_every_fused_op_takes_its_products_from_the_library(library, monkeypatch
 
 
 def test_the_library_runs_on_one_thread_while_numba_calls_it(library, monkeypatch):
-    before = library.controller.get_num_threads()
+    before = library.get_threads()
     seen = []
     real = _sgemm.one_thread
 
@@ -128,7 +122,7 @@ def test_the_library_runs_on_one_thread_while_numba_calls_it(library, monkeypatc
         class Watch:
             def __enter__(self):
                 cm.__enter__()
-                seen.append(lib.controller.get_num_threads() if lib else None)
+                seen.append(lib.get_threads() if lib else None)
 
             def __exit__(self, *exc):
                 return cm.__exit__(*exc)
@@ -140,10 +134,35 @@ def test_the_library_runs_on_one_thread_while_numba_calls_it(library, monkeypatc
     rng = np.random.default_rng(2)
     K.cosine_topk(unit_rows(rng, 20, 16), unit_rows(rng, 500, 16), 3, backend="numba")
     assert seen == [1]
-    assert library.controller.get_num_threads() == before
+    assert library.get_threads() == before
     monkeypatch.setenv(tune.ENV_PRODUCT, "loop")
     K.cosine_topk(unit_rows(rng, 20, 16), unit_rows(rng, 500, 16), 3, backend="numba")
     assert seen == [1, None]  # the loop path leaves the library alone
+
+
+def test_overlapping_calls_from_two_python_threads_restore_the_count_once(library):
+    """The count goes to 1 when the first call enters and back when the last one leaves, however the
+    calls of two Python threads overlap, whichever thread enters first (the library's own setter: the
+    process-wide count, from any thread)."""
+    before = library.get_threads()
+    first_in, second_out = threading.Event(), threading.Event()
+    seen = []
+
+    def first():
+        with _sgemm.one_thread(library):
+            first_in.set()
+            second_out.wait(10)
+            seen.append(library.get_threads())  # the other call has left: still 1
+
+    t = threading.Thread(target=first)
+    t.start()
+    first_in.wait(10)
+    with _sgemm.one_thread(library):
+        seen.append(library.get_threads())
+    second_out.set()
+    t.join(10)
+    assert seen == [1, 1]
+    assert library.get_threads() == before
 
 
 def test_a_library_that_does_not_reproduce_numpy_is_refused(library, caplog):

@@ -9,9 +9,9 @@ competes with numba's and no pass waits for a serial fold after a parallel produ
 count is the library's, process-wide: a numpy product another Python thread runs meanwhile runs
 on one thread too.
 
-:func:`find` takes the library numpy loaded (threadpoolctl lists it with its path and thread
-control), resolves its ``cblas_sgemm`` (OpenBLAS builds may prefix and suffix the name: numpy's
-wheels ship ``scipy_cblas_sgemm64_``), reads its integer width (ILP64: 64-bit ``blasint``) and
+:func:`find` takes the library numpy loaded (threadpoolctl lists it with its path), resolves its
+``cblas_sgemm`` and its own thread-count entry points (OpenBLAS builds may prefix and suffix the
+names: numpy's wheels ship ``scipy_cblas_sgemm64_``), reads its integer width (ILP64: 64-bit ``blasint``) and
 checks one small product against numpy's before anything uses it. Where that fails (Accelerate,
 BLIS, a library it cannot check) :func:`find` gives ``None`` and the ``blas`` path multiplies
 whole tiles with numpy's ``matmul`` and runs the passes serially (:mod:`._blas`).
@@ -27,9 +27,11 @@ import contextlib
 import ctypes
 import logging
 import os
+import threading
 from collections import namedtuple
+from dataclasses import dataclass
 from functools import lru_cache
-from typing import Iterator
+from typing import Callable, Iterator
 
 import numpy as np
 from llvmlite import ir
@@ -109,28 +111,29 @@ def _check(blas, A, B, C):
     sgemm_nt(blas, A, B, C, A.shape[0], B.shape[0])
 
 
+@dataclass(frozen=True)
 class Library:
-    """A loaded BLAS: its ``cblas_sgemm`` (:attr:`sgemm`, exported as :attr:`symbol`) and its thread
-    count (:attr:`controller`, threadpoolctl's)."""
+    """A loaded BLAS (``api`` ``openblas`` or ``mkl``, the file at ``path``): its ``cblas_sgemm``
+    (:attr:`sgemm`, exported as :attr:`symbol`) and its own entry points that read and set its thread
+    count for the whole process (threadpoolctl's setter acts only in the first Python thread that used it)."""
 
-    def __init__(self, controller, sgemm: Sgemm, symbol: str = "cblas_sgemm"):
-        self.controller, self.sgemm, self.symbol = controller, sgemm, symbol
-
-    @property
-    def path(self) -> str:
-        return self.controller.filepath
+    api: str
+    path: str
+    sgemm: Sgemm
+    symbol: str
+    get_threads: Callable[[], int]
+    set_threads: Callable[[int], object]
 
     def __repr__(self) -> str:
         bits = self.sgemm.ints.dtype.itemsize * 8
-        return f"{self.controller.internal_api} {self.symbol} ({bits}-bit integers) in {self.path}"
+        return f"{self.api} {self.symbol} ({bits}-bit integers) in {self.path}"
 
 
-def _integer_dtype(controller, lib: ctypes.CDLL, symbol: str) -> np.dtype:
+def _integer_dtype(api: str, lib: ctypes.CDLL, prefix: str, suffix: str) -> np.dtype:
     """The library's BLAS integer: int64 for an ILP64 build, else int32."""
-    if controller.internal_api == "openblas":
-        if symbol.endswith("64_"):
+    if api == "openblas":
+        if suffix.startswith("64"):
             return np.dtype(np.int64)
-        prefix, suffix = symbol.split("cblas_sgemm")  # the build's decoration of every exported name
         config = getattr(lib, f"{prefix}openblas_get_config{suffix}", None)
         if config is not None:
             config.restype = ctypes.c_char_p
@@ -138,6 +141,21 @@ def _integer_dtype(controller, lib: ctypes.CDLL, symbol: str) -> np.dtype:
         return np.dtype(np.int32)
     # MKL's single dynamic library: LP64 unless the interface layer is switched to ILP64
     return np.dtype(np.int64 if os.environ.get("MKL_INTERFACE_LAYER", "").upper().startswith("ILP64") else np.int32)
+
+
+def _thread_functions(api: str, lib: ctypes.CDLL, prefix: str, suffix: str):
+    """The library's own get / set of its process-wide thread count, or None."""
+    names = (
+        (f"{prefix}openblas_get_num_threads{suffix}", f"{prefix}openblas_set_num_threads{suffix}")
+        if api == "openblas"
+        else ("MKL_Get_Max_Threads", "MKL_Set_Num_Threads")
+    )
+    get, put = (getattr(lib, n, None) for n in names)
+    if get is None or put is None:
+        return None
+    get.restype, get.argtypes = ctypes.c_int, []
+    put.restype, put.argtypes = None, [ctypes.c_int]
+    return get, put
 
 
 def _numpy_blas(controllers):
@@ -150,20 +168,24 @@ def _numpy_blas(controllers):
 SYMBOLS = ("scipy_cblas_sgemm64_", "scipy_cblas_sgemm", "cblas_sgemm64_", "cblas_sgemm")
 
 
-def library_of(controller) -> Library | None:
-    """The :class:`Library` behind a threadpoolctl BLAS controller, its product checked against numpy's;
-    None when it has no ``cblas_sgemm`` or the check fails (logged)."""
+def library_at(path: str, api: str) -> Library | None:
+    """The :class:`Library` in the loaded file ``path`` (``api`` ``openblas`` or ``mkl``), its product
+    checked against numpy's; None when it lacks ``cblas_sgemm`` or its thread count, or fails the check
+    (logged)."""
     try:
-        lib = ctypes.CDLL(controller.filepath)
+        lib = ctypes.CDLL(path)
     except OSError:
         return None
     symbol = next((name for name in SYMBOLS if hasattr(lib, name)), None)
     if symbol is None:
         return None
+    prefix, suffix = symbol.split("cblas_sgemm")  # the build's decoration of every exported name
+    threads = _thread_functions(api, lib, prefix, suffix)
+    if threads is None:
+        return None
     address = ctypes.cast(getattr(lib, symbol), ctypes.c_void_p).value
-    library = Library(
-        controller, Sgemm(np.int64(address), np.empty(0, _integer_dtype(controller, lib, symbol))), symbol
-    )
+    ints = np.empty(0, _integer_dtype(api, lib, prefix, suffix))
+    library = Library(api, path, Sgemm(np.int64(address), ints), symbol, *threads)
     if not reproduces_numpy(library.sgemm):
         log.warning("the blas product path multiplies serially: %r did not reproduce numpy's product", library)
         return None
@@ -192,24 +214,33 @@ def find() -> Library | None:
         if c.user_api == "blas" and c.internal_api in ("openblas", "mkl")
     ]
     controller = _numpy_blas(controllers)
-    return None if controller is None else library_of(controller)
+    return None if controller is None else library_at(controller.filepath, controller.internal_api)
+
+
+_held = {"calls": 0, "before": 1}
+_held_lock = threading.Lock()
 
 
 @contextlib.contextmanager
 def one_thread(library: Library | None) -> Iterator[None]:
-    """The library on one thread inside (its own count restored after): the numba threads that call it
-    are the parallelism."""
+    """The library on one thread inside (the numba threads that call it are the parallelism); its own
+    count is restored when the last of the calls inside such a block in any Python thread ends."""
     if library is None:
         yield
         return
-    before = library.controller.get_num_threads()
-    if before != 1:
-        library.controller.set_num_threads(1)
+    with _held_lock:
+        if _held["calls"] == 0:
+            _held["before"] = library.get_threads()
+            if _held["before"] != 1:
+                library.set_threads(1)
+        _held["calls"] += 1
     try:
         yield
     finally:
-        if before != 1:
-            library.controller.set_num_threads(before)
+        with _held_lock:
+            _held["calls"] -= 1
+            if _held["calls"] == 0 and _held["before"] != 1:
+                library.set_threads(_held["before"])
 
 
 def for_path(path: str) -> Sgemm | None:
