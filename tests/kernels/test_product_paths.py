@@ -177,23 +177,23 @@ def test_fallback_without_autotune(monkeypatch):
 def test_a_class_is_measured_inside_it_at_its_geometric_middle(monkeypatch):
     """Not at its largest member (where the BLAS path is at its best within the class), and over a
     gallery large enough that the product, not the per-chunk set-up, is timed."""
-    from agentcir.kernels.numba import _blas
+    from agentcir.kernels.numba import _measure
 
     rows = {label: tune.class_rows(label) for _, label in tune.CLASSES}
     assert rows == {"r1": 1, "r2-4": 3, "r5-16": 9, "r17-64": 33, "r65-256": 129, "r257-1024": 513, "r1025+": 2048}
     assert all(tune.shape_class(r) == label for label, r in rows.items())
     with pytest.raises(KeyError):
         tune.class_rows("r7")
-    assert [len(_blas._synthetic("float32", r)[1].data) for r in (3, 33, 513, 2048)] == [65536, 17755, 16384, 16384]
+    assert [len(_measure._synthetic("float32", r)[1].data) for r in (3, 33, 513, 2048)] == [65536, 17755, 16384, 16384]
 
 
 def test_tune_cache_written_read_back_and_reset(cache_file, monkeypatch):
     """A real (shrunken) measurement: both paths timed, the faster one kept in the file."""
-    from agentcir.kernels.numba import _blas
+    from agentcir.kernels.numba import _measure
 
-    monkeypatch.setattr(_blas, "MEASURE_SCAN_ROWS", 2048)
-    monkeypatch.setattr(_blas, "MEASURE_FLOPS", 2e6)
-    monkeypatch.setattr(_blas, "MEASURE_ROUNDS", 1)
+    monkeypatch.setattr(_measure, "MEASURE_SCAN_ROWS", 2048)
+    monkeypatch.setattr(_measure, "MEASURE_FLOPS", 2e6)
+    monkeypatch.setattr(_measure, "MEASURE_ROUNDS", 1)
     got = tune.choose("float32", 64)
     data = json.loads(cache_file.read_text())
     entry = data["choices"]["float32/r17-64"]

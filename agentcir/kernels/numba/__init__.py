@@ -26,9 +26,9 @@ from .score_fusion import fuse_dense, fuse_lists  # noqa: E402
 from .weights import octopus_gap_sums, octopus_weights  # noqa: E402
 from .xr import xr_rerank  # noqa: E402
 from .. import tune as _tune  # noqa: E402
-from ._blas import measure as _measure  # noqa: E402
+from . import _measure  # noqa: E402
 
-_tune._measure = _measure  # the product-path measurement of agentcir.kernels.tune
+_tune._measure = _measure.measure  # the product-path measurement of agentcir.kernels.tune
 
 __all__ = [
     "NATIVE",
