@@ -11,8 +11,8 @@ on one thread too.
 
 :func:`find` takes the library numpy loaded (threadpoolctl lists it with its path), resolves its
 ``cblas_sgemm`` and its own thread-count entry points (OpenBLAS builds may prefix and suffix the
-names: numpy's wheels ship ``scipy_cblas_sgemm64_``), reads its integer width (ILP64: 64-bit ``blasint``) and
-checks one small product against numpy's before anything uses it. Where that fails (Accelerate,
+names: numpy's wheels ship ``scipy_cblas_sgemm64_``), reads its integer width (ILP64: 64-bit
+``blasint``) and checks one small product against numpy's before anything uses it. Where that fails (Accelerate,
 BLIS, a library it cannot check) :func:`find` gives ``None`` and the ``blas`` path multiplies
 whole tiles with numpy's ``matmul`` and runs the passes serially (:mod:`._blas`).
 
