@@ -10,9 +10,9 @@ of ``--rounds`` interleaved calls of:
   BLAS and by torch's (the rate a BLAS-fed kernel could reach at most).
 
 Each line gives the time and the product rate in GFLOP/s per thread, so a kernel whose per-thread
-rate falls as threads are added shows where it stops scaling. numpy's OpenBLAS is set to the same
-thread count through its ``*openblas_set_num_threads*`` entry point; where none is found its line
-says so and gives the rate per thread of the whole machine::
+rate falls as threads are added shows where it stops scaling. numpy's BLAS is set to the same
+thread count through its own entry point (``agentcir.kernels.numba._sgemm``); where none is found
+its line says so and gives the rate per thread of the whole machine::
 
     PYTHONPATH=$PWD python benchmarks/thread_scaling.py [--threads 1,4,16] [--rows 100000] [--rounds 5]
 """
@@ -29,25 +29,12 @@ import numpy as np
 
 from agentcir import kernels as K
 from agentcir.kernels import tune
+from agentcir.kernels.numba import _sgemm
 
 
 def unit(rng, *shape):
     x = rng.standard_normal(shape, dtype=np.float32)
     return x / np.linalg.norm(x, axis=-1, keepdims=True)
-
-
-def openblas_thread_setters() -> list:
-    """The ``set_num_threads`` functions of the OpenBLAS libraries loaded in this process."""
-    import ctypes
-
-    from agentcir._threads import loaded_openblas
-
-    names = ("openblas_set_num_threads", "scipy_openblas_set_num_threads64_", "scipy_openblas_set_num_threads")
-    found = []
-    for path in loaded_openblas():
-        lib = ctypes.CDLL(path)
-        found += [getattr(lib, n) for n in names if hasattr(lib, n)][:1]
-    return found
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -87,16 +74,16 @@ def main(argv: list[str] | None = None) -> None:
         "product numpy": (lambda: np.matmul(D, I.T, out=S), 0),
         "product torch": (lambda: torch.mm(tD, tI.T, out=tS), 0),
     }
-    blas_setters = openblas_thread_setters()
+    blas = _sgemm.find()  # numpy's BLAS, whose thread count follows numba's below
     cores = os.cpu_count() or 1
     print(f"Q={Q} K={Kp} N={N} d={d}; numba {numba.__version__}, torch {torch.__version__}")
-    if not blas_setters:
+    if blas is None:
         print(f"numpy's BLAS thread count cannot be set here: 'product numpy' runs on its own pool ({cores} cores)")
     for n in (int(t) for t in a.threads.split(",")):
         numba.set_num_threads(n)
         torch.set_num_threads(n)
-        for set_threads in blas_setters:
-            set_threads(n)
+        if blas is not None:
+            blas.set_threads(n)
         for fn, _ in calls.values():
             fn()
         times: dict[str, list[float]] = {name: [] for name in calls}
@@ -108,7 +95,7 @@ def main(argv: list[str] | None = None) -> None:
         for name, (_, fused) in calls.items():
             ms = statistics.median(times[name]) * 1e3
             flops = w_flops + (2 * 2.0 * Q * N * d if fused else 0.0)
-            used = cores if name == "product numpy" and not blas_setters else n
+            used = cores if name == "product numpy" and blas is None else n
             print(f"threads {n:3d}  {name:14s} {ms:9.2f} ms  {flops / ms / 1e6 / used:7.1f} GFLOP/s per thread")
 
 

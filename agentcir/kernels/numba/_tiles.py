@@ -25,7 +25,6 @@ import warnings
 from functools import lru_cache
 from typing import Iterator, Sequence
 
-import numba
 import numpy as np
 from numba import njit
 
@@ -33,7 +32,7 @@ from .. import tune
 from .._inputs import Gallery
 from . import _blas, _sgemm
 from ._common import KIND_CODES, f16_to_f32
-from ._gemm import pack_rows, product, row_scales, sub_rows
+from ._gemm import fused_sub_rows, pack_rows, product, row_scales, sub_rows
 from ._threads import balanced
 
 
@@ -106,7 +105,7 @@ def exact_tiles(
         outs = []
         for m, p, g, buf in zip(rows, packed, gals, flat):
             S = buf[: p.shape[0] * p.shape[2] * T].reshape(p.shape[0] * p.shape[2], T)
-            sub = sub_rows(d) if not blas.address else max(1, -(-T // numba.get_num_threads()))
+            sub = fused_sub_rows(m.shape[0], d, True) if blas.address else sub_rows(d)
             with balanced(), _sgemm.calling(blas):
                 product(p, g.data, KIND_CODES[g.kind], start, stop, sub, S, row_scales(g), m, blas)
             outs.append(S[: m.shape[0]])
