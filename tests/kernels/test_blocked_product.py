@@ -13,7 +13,7 @@ import pytest
 from kernel_checks import AVX2_FEATURES, KINDS, TOL, as_kind, check_exact, check_topk, unit_rows
 
 from agentcir import kernels as K
-from agentcir.kernels._inputs import to_backend_gallery
+from agentcir.kernels._inputs import Gallery, to_backend_gallery
 
 pytest.importorskip("numba")
 
@@ -147,13 +147,59 @@ def test_blocked_pass_uses_one_heap_per_thread(monkeypatch):
         check_topk(K.cosine_topk(X, G, 9, backend="numba"), ref, 9, TOL["float32"])
     (many, (hs, _, cnt)), (one, (hs1, _, _)) = made
     assert many > numba.get_num_threads() and hs.shape[0] == numba.get_num_threads()
-    assert cnt.sum(axis=0).min() >= 9
+    assert cnt[:, :20].sum(axis=0).min() >= 9 and not cnt[:, 20:].any()  # rows past Q stay unused
     assert one == 1 and hs1.shape[0] == 1
     # two threads' heap sets never share a cache line (the threshold read against the other's pushes)
     hs, hi, cnt = real(1, 10, 8)
-    assert hs.shape == hi.shape == (numba.get_num_threads(), 1, 10) and cnt.shape == (numba.get_num_threads(), 1)
+    assert hs.shape[::2] == hi.shape[::2] == (numba.get_num_threads(), 10) and cnt.shape[0] == numba.get_num_threads()
     assert hs.strides[0] >= 40 + _common.HEAP_GAP and hi.strides[0] >= 40 + _common.HEAP_GAP
     assert cnt.strides[0] >= 8 + _common.HEAP_GAP
+    assert all(a.flags.c_contiguous for a in (hs, hi, cnt))  # whole arrays at any thread count
+
+
+def test_one_compiled_variant_whatever_the_arrays_writability_and_the_thread_count():
+    """A fused kernel compiles once per gallery dtype: writable or read-only queries, gallery and scales
+    (a memory-mapped gallery is read-only) and the heaps at one or more threads give the same
+    argument types (each new variant would cost seconds of compilation)."""
+    import numba
+
+    from agentcir.kernels.numba import cosine, octopus
+    from agentcir.kernels.numba._common import empty_exclude, exclusion_value
+
+    rng = np.random.default_rng(5)
+    X, G = unit_rows(rng, 20, 24), unit_rows(rng, 300, 24)
+    ex, ev = empty_exclude(), exclusion_value(None)
+
+    def frozen(a):
+        a = a.copy()
+        a.flags.writeable = False
+        return a
+
+    cosine.blocked_topk(X, Gallery(G, "float32"), 5, ex, ev)
+    cosine.direct_topk(X[:2], Gallery(G, "float32"), 5, ex, ev)
+    kernels = (cosine._blocked_kernel, cosine._direct_kernel)
+    seen = [len(k.signatures) for k in kernels]
+    threads = numba.get_num_threads()
+    try:
+        for n in {1, threads}:
+            numba.set_num_threads(n)
+            for x, g in ((X, G), (frozen(X), frozen(G))):
+                ref = cosine.blocked_topk(X, Gallery(G, "float32"), 5, ex, ev)
+                got = cosine.blocked_topk(x, Gallery(g, "float32"), 5, ex, ev)
+                np.testing.assert_array_equal(got[1], ref[1])
+                cosine.direct_topk(x[:2], Gallery(g, "float32"), 5, ex, ev)
+    finally:
+        numba.set_num_threads(threads)
+    assert [len(k.signatures) for k in kernels] == seen
+    I, R, T, V, P = unit_rows(rng, 300, 24), *(unit_rows(rng, 2, 24) for _ in "RTV"), unit_rows(rng, 2, 3, 24)
+    ref = octopus.octopus_topk(R, P, T, V, Gallery(I, "float32"), Gallery(I, "float32"), 4, 0.2, 0.04, 0.02, None, None)
+    seen = len(octopus._fused_kernel.signatures)
+    got = octopus.octopus_topk(
+        frozen(R), frozen(P), frozen(T), frozen(V), Gallery(frozen(I), "float32"), Gallery(frozen(I), "float32"),
+        4, 0.2, 0.04, 0.02, None, None,
+    )  # fmt: skip
+    np.testing.assert_array_equal(got[1], ref[1])
+    assert len(octopus._fused_kernel.signatures) == seen
 
 
 def test_avx2_gets_the_narrow_tile_and_exact_products(tmp_path):

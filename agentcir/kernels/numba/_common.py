@@ -162,13 +162,17 @@ def thread_heaps(Q: int, k: int, n_chunks: int):
     (:func:`heap_slot`), so never more heaps than either. A heap then fills and warms up once per
     thread, not once per chunk (at several hundred queries that warm-up cost more than the selection
     itself), and as the offers order ties by id (:func:`select_row`) the top-k does not depend on which
-    thread ran which chunk."""
+    thread ran which chunk.
+
+    Each set has unused rows past ``Q`` (so that one set's last line is not the next's); the arrays are
+    whole (C-contiguous at any thread count: one compiled kernel variant) and the kernels use rows
+    ``< Q``."""
     n = max(1, min(numba.get_num_threads(), n_chunks))
-    pad, cpad = -(-HEAP_GAP // (4 * k)), HEAP_GAP // 8  # rows past Q: one set's last line is not the next's
+    pad, cpad = -(-HEAP_GAP // (4 * k)), HEAP_GAP // 8
     return (
-        np.full((n, Q + pad, k), -np.inf, dtype=np.float32)[:, :Q],
-        np.full((n, Q + pad, k), -1, dtype=np.int32)[:, :Q],
-        np.zeros((n, Q + cpad), dtype=np.int64)[:, :Q],
+        np.full((n, Q + pad, k), -np.inf, dtype=np.float32),
+        np.full((n, Q + pad, k), -1, dtype=np.int32),
+        np.zeros((n, Q + cpad), dtype=np.int64),
     )
 
 
@@ -191,9 +195,10 @@ def _merge_threads(hs, hi, cnt, out_hs, out_hi, out_cnt):
         out_cnt[q] = n
 
 
-def merged_heaps(hs, hi, cnt):
-    """The sorted top-k per query of the per-thread heaps of :func:`thread_heaps` (ties: lower id first)."""
-    mh, mi, mc = new_heaps(hs.shape[1], hs.shape[2])
+def merged_heaps(hs, hi, cnt, Q):
+    """The sorted top-k per query of the first ``Q`` rows of the per-thread heaps of :func:`thread_heaps`
+    (ties: lower id first)."""
+    mh, mi, mc = new_heaps(Q, hs.shape[2])
     _merge_threads(hs, hi, cnt, mh, mi, mc)
     return sorted_from_heaps(mh, mi, mc)
 

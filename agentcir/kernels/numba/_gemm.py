@@ -49,6 +49,7 @@ from numba.core import cgutils
 from numba.extending import intrinsic, overload
 
 from .. import _tiling
+from .._inputs import read_only
 from ._common import emit_prefetch, row_f32, target_has
 from ._sgemm import LOOP, sgemm_nt
 
@@ -395,14 +396,17 @@ def scale_columns(S, rows, scales, lo, hi):
 
 
 def no_scales() -> np.ndarray:
-    """The ``scales`` argument of a kernel on a float gallery: an empty float32 array."""
-    return np.empty(0, dtype=np.float32)
+    """The ``scales`` argument of a kernel on a float gallery: an empty float32 array (read-only, as
+    every kernel input: :func:`.._inputs.read_only`)."""
+    return read_only(np.empty(0, dtype=np.float32))
 
 
 def row_scales(gallery) -> np.ndarray:
     """The ``scales`` argument of a kernel on ``gallery`` (an ``_inputs.Gallery``): its row scales if int8,
-    else :func:`no_scales`."""
-    return np.ascontiguousarray(gallery.scales, dtype=np.float32) if gallery.kind == "int8" else no_scales()
+    else :func:`no_scales`; read-only."""
+    if gallery.kind != "int8":
+        return no_scales()
+    return read_only(np.ascontiguousarray(gallery.scales, dtype=np.float32))
 
 
 def chunk_count(N: int, sub: int) -> int:
@@ -425,7 +429,8 @@ def product(Xp, G, kind, start, stop, sub, S, scales=None, X=None, blas=None):
     ``_sgemm.Sgemm`` other than ``LOOP``) each sub-tile is one ``cblas_sgemm`` on the rows ``X``."""
     if blas is None:
         blas, X = LOOP, np.empty((0, G.shape[1]), dtype=np.float32)
-    _product(blas, X, Xp, G, kind, start, stop, sub, S, no_scales() if scales is None else scales)
+    scales = no_scales() if scales is None else scales
+    _product(blas, read_only(X), Xp, read_only(G), kind, start, stop, sub, S, read_only(scales))
 
 
 @njit(parallel=True, cache=True)

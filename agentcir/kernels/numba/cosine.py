@@ -31,7 +31,7 @@ from numba.core import cgutils
 from numba.extending import intrinsic, overload
 
 from .. import tune
-from .._inputs import Gallery
+from .._inputs import Gallery, read_only
 from . import _blas, _sgemm
 from ._common import (
     KIND_CODES,
@@ -254,19 +254,30 @@ def _blocked_kernel(blas, X, Xp, Q, G, kind, scales, excl, ex_value, n_chunks, s
 def direct_topk(X: np.ndarray, gallery: Gallery, k: int, excl: np.ndarray, ex_value: np.float32):
     """Top-k of ``X @ G.T`` in one memory-bound pass (few queries)."""
     Q = X.shape[0]
+    G = read_only(gallery.data)  # every input read-only: one compiled variant (:func:`.._inputs.read_only`)
     n_chunks = max(1, min(numba.get_num_threads() * 4, gallery.shape[0] // DIRECT_CHUNK_ROWS))
     hs, hi, cnt = thread_heaps(Q, k, n_chunks)
-    pf = max(1, -(-PREFETCH_BYTES // (gallery.shape[1] * gallery.data.itemsize)))  # rows
+    pf = max(1, -(-PREFETCH_BYTES // (gallery.shape[1] * G.itemsize)))  # rows
     if gallery.kind == "int8":
         Xq, xs = int16_queries(X)
         with balanced():
-            _direct_kernel_i8(Xq, xs, gallery.data, row_scales(gallery), excl, ex_value, n_chunks, pf, hs, hi, cnt)
-        return merged_heaps(hs, hi, cnt)
+            _direct_kernel_i8(Xq, xs, G, row_scales(gallery), read_only(excl), ex_value, n_chunks, pf, hs, hi, cnt)
+        return merged_heaps(hs, hi, cnt, Q)
     with balanced():
         _direct_kernel(
-            X, gallery.data, KIND_CODES[gallery.kind], row_scales(gallery), excl, ex_value, n_chunks, pf, hs, hi, cnt
+            read_only(np.ascontiguousarray(X, dtype=np.float32)),
+            G,
+            KIND_CODES[gallery.kind],
+            row_scales(gallery),
+            read_only(excl),
+            ex_value,
+            n_chunks,
+            pf,
+            hs,
+            hi,
+            cnt,
         )
-    return merged_heaps(hs, hi, cnt)
+    return merged_heaps(hs, hi, cnt, Q)
 
 
 def blocked_topk(
@@ -282,13 +293,13 @@ def blocked_topk(
     with balanced(), _sgemm.calling(blas):
         _blocked_kernel(
             blas,
-            np.ascontiguousarray(X, dtype=np.float32),
+            read_only(np.ascontiguousarray(X, dtype=np.float32)),
             pack_rows(X),
             Q,
-            gallery.data,
+            read_only(gallery.data),
             KIND_CODES[gallery.kind],
             row_scales(gallery),
-            excl,
+            read_only(excl),
             ex_value,
             n_chunks,
             min(sub, max(1, N)),
@@ -296,7 +307,7 @@ def blocked_topk(
             hi,
             cnt,
         )
-    return merged_heaps(hs, hi, cnt)
+    return merged_heaps(hs, hi, cnt, Q)
 
 
 def blas_topk(X: np.ndarray, gallery: Gallery, k: int, excl: np.ndarray, ex_value: np.float32):

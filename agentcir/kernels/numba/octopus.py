@@ -17,7 +17,7 @@ import numpy as np
 from numba import njit, prange
 
 from .. import tune
-from .._inputs import Gallery
+from .._inputs import Gallery, read_only
 from . import _blas, _sgemm
 from ._common import (
     KIND_CODES,
@@ -201,18 +201,18 @@ def octopus_topk(
             blas,
             t,
             pack_rows(t),
-            np.ascontiguousarray(mats[-1], dtype=np.float32),
+            read_only(np.ascontiguousarray(mats[-1], dtype=np.float32)),
             pack_rows(mats[-1]),
             Q,
-            images.data,
-            caps.data,
+            read_only(images.data),  # every input read-only: one compiled variant (:func:`.._inputs.read_only`)
+            read_only(caps.data),
             KIND_CODES[images.kind],
             KIND_CODES[caps.kind],
             row_scales(images),
             row_scales(caps),
             visual is not None,
             lam,
-            excl,
+            read_only(excl),
             ex_value,
             inv_tau,
             n_chunks,
@@ -222,6 +222,6 @@ def octopus_topk(
             hi,
             cnt,
         )
-    scores, ids = merged_heaps(hs, hi, cnt)
+    scores, ids = merged_heaps(hs, hi, cnt, Q)
     state = merged_entropy_states(states)
     return scores, ids, w, entropy_from_state(state), log_partition_from_state(state)

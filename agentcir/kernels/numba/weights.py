@@ -24,7 +24,7 @@ import numpy as np
 from numba import njit, prange
 
 from .. import tune
-from .._inputs import Gallery
+from .._inputs import Gallery, read_only
 from .._tiling import tile_rows
 from . import _blas, _sgemm
 from ._common import FASTMATH, KIND_CODES, score_f32
@@ -118,7 +118,7 @@ def octopus_gap_sums(reference: np.ndarray, proxies: np.ndarray, gallery: Galler
                 D,
                 pack_rows(D),
                 Q * K,
-                gallery.data,
+                read_only(gallery.data),  # every input read-only: one compiled variant
                 KIND_CODES[gallery.kind],
                 row_scales(gallery),
                 n_chunks,
