@@ -379,12 +379,10 @@ def validate(raw: dict[str, Any], check_devices: bool = True) -> dict[str, Any]:
         from .scale import scale_settings
 
         out["scale"] = scale_settings(raw["scale"])
+    from .recipe_checks import check_loggers, check_recipe
+
     if out["run"]["loggers"] or out["run"]["tracking"]:
-        from .tracking import check_loggers
-
         check_loggers(out["run"])
-    from .recipe_checks import check_recipe
-
     check_recipe(out, GROUPS, devices=check_devices)  # paths (run.name), devices (encoder.device)
     return out
 

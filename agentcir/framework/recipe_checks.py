@@ -1,5 +1,6 @@
 """Checks of a composed recipe that need more than the field types and ranges: paths, devices,
-and what the method needs its components to support (:mod:`agentcir.framework.capabilities`).
+the run loggers (:mod:`agentcir.framework.tracking`), and what the method needs its components to
+support (:mod:`agentcir.framework.capabilities`).
 
 Run by :func:`agentcir.framework.recipe.validate` (so by ``compose``), before any component
 or model is built: a bad value fails in a second, naming the field, instead of deep inside
@@ -12,7 +13,8 @@ from __future__ import annotations
 from pathlib import PurePosixPath, PureWindowsPath
 from typing import Any
 
-from ..registry import ConfigError
+from ..registry import LOGGERS, ConfigError, RegistryError, make_config
+from ..registry.config import closest_hint
 
 
 def check_run_name(run: dict[str, Any]) -> None:
@@ -76,6 +78,30 @@ def check_devices(recipe: dict[str, Any], groups: tuple[str, ...]) -> None:
             why = device_problem(dev)
             if why:
                 raise ConfigError(f"{group} '{node.get('name')}': field 'device': {why}")
+
+
+def check_loggers(run: dict[str, Any]) -> None:
+    """Check ``run.loggers`` and ``run.tracking`` when a recipe is composed: every name a registered
+    logger (else a :class:`ConfigError` with the closest one), its settings its ``Config``'s fields,
+    its extra installed (else a :class:`~agentcir.errors.MissingExtraError` naming it)."""
+    names = run.get("loggers") or []
+    if not isinstance(names, list) or not all(isinstance(n, str) and n for n in names):
+        raise ConfigError(
+            f"run: field 'loggers': expected a list of logger names (run.loggers=[csv,mlflow]), got {names!r}"
+        )
+    if len(set(names)) != len(names):
+        raise ConfigError(f"run: field 'loggers': a logger is listed twice in {names}")
+    settings = run.get("tracking") or {}
+    for name in [*names, *(k for k in settings if k not in names)]:
+        try:
+            entry = LOGGERS.get(name)
+        except RegistryError as e:
+            where = "loggers" if name in names else f"tracking.{name}"
+            raise ConfigError(f"run: field '{where}': {e}{closest_hint(name, LOGGERS.keys())}") from None
+        node = settings.get(name)
+        make_config(entry.config, node if node is not None else {}, where=f"run.tracking.{name}")
+        if name in names:
+            entry.obj.require(name)
 
 
 def check_recipe(recipe: dict[str, Any], groups: tuple[str, ...], devices: bool = True) -> None:

@@ -40,9 +40,9 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
 from ..errors import require
-from ..registry import LOGGERS, ConfigError, make_config
-from ..registry.config import closest_hint
+from ..registry import LOGGERS, make_config
 from .files import atomic_write_text
+from .recipe import VOLATILE_RUN_FIELDS
 
 log = logging.getLogger(__name__)
 
@@ -92,7 +92,7 @@ class RunLogger:
 
     Subclasses register with ``@LOGGERS.register(key)`` and a ``Config`` dataclass (its fields are
     set under ``run.tracking.<key>``). ``extra``/``modules``: the pip extra and the modules the
-    logger needs, checked when the recipe is composed (:func:`check_loggers`).
+    logger needs, checked when the recipe is composed (:func:`agentcir.framework.recipe_checks.check_loggers`).
     """
 
     extra: str = ""
@@ -368,8 +368,6 @@ class MLflowLogger(RunLogger):
         return self.client
 
     def start(self, recipe, run_dir, parent=None):
-        from .recipe import VOLATILE_RUN_FIELDS
-
         client = self._client(recipe["run"]["root"])
         run_dir = Path(run_dir)
         state = run_dir / "logs" / "mlflow.json"
@@ -508,32 +506,6 @@ def _read_json(path: Path) -> dict[str, Any]:
 
 
 # -- selection -------------------------------------------------------------------------------
-def check_loggers(run: dict[str, Any]) -> None:
-    """Check ``run.loggers`` and ``run.tracking`` when a recipe is composed: every name a registered
-    logger (else a :class:`ConfigError` with the closest one), its settings its ``Config``'s fields,
-    its extra installed (else a :class:`~agentcir.errors.MissingExtraError` naming it)."""
-    from ..registry import RegistryError
-
-    names = run.get("loggers") or []
-    if not isinstance(names, list) or not all(isinstance(n, str) and n for n in names):
-        raise ConfigError(
-            f"run: field 'loggers': expected a list of logger names (run.loggers=[csv,mlflow]), got {names!r}"
-        )
-    if len(set(names)) != len(names):
-        raise ConfigError(f"run: field 'loggers': a logger is listed twice in {names}")
-    settings = run.get("tracking") or {}
-    for name in [*names, *(k for k in settings if k not in names)]:
-        try:
-            entry = LOGGERS.get(name)
-        except RegistryError as e:
-            where = "loggers" if name in names else f"tracking.{name}"
-            raise ConfigError(f"run: field '{where}': {e}{closest_hint(name, LOGGERS.keys())}") from None
-        node = settings.get(name)
-        make_config(entry.config, node if node is not None else {}, where=f"run.tracking.{name}")
-        if name in names:
-            entry.obj.require(name)
-
-
 def build_loggers(run: dict[str, Any]) -> list[tuple[str, RunLogger]]:
     """The loggers ``run.loggers`` selects, each with its ``run.tracking.<key>`` settings."""
     settings = run.get("tracking") or {}
