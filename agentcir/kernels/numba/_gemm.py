@@ -50,7 +50,7 @@ from numba.extending import intrinsic, overload
 
 from .. import _tiling
 from .._inputs import read_only
-from ._common import emit_prefetch, row_f32, target_has
+from ._common import KIND_CODES, emit_prefetch, row_f32, target_has
 from ._sgemm import LOOP, sgemm_nt
 
 
@@ -407,6 +407,13 @@ def row_scales(gallery) -> np.ndarray:
     if gallery.kind != "int8":
         return no_scales()
     return read_only(np.ascontiguousarray(gallery.scales, dtype=np.float32))
+
+
+def gallery_args(gallery) -> tuple[np.ndarray, int, np.ndarray]:
+    """``(data, kind code, scales)``: ``gallery`` (an ``_inputs.Gallery``) as the kernels take it, its
+    arrays read-only (:func:`.._inputs.read_only`, a view): numba compiles one variant per argument
+    types, and a writable and a read-only array (a memory-mapped gallery) are different types."""
+    return read_only(gallery.data), KIND_CODES[gallery.kind], row_scales(gallery)
 
 
 def chunk_count(N: int, sub: int) -> int:

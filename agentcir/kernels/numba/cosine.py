@@ -31,10 +31,9 @@ from numba.core import cgutils
 from numba.extending import intrinsic, overload
 
 from .. import tune
-from .._inputs import Gallery, read_only
+from .._inputs import Gallery, read_only, to_backend_float
 from . import _blas, _sgemm
 from ._common import (
-    KIND_CODES,
     dot,
     empty_exclude,
     exclusion_value,
@@ -54,9 +53,9 @@ from ._gemm import (
     chunk_count,
     chunk_span,
     fused_sub_rows,
+    gallery_args,
     pack_rows,
     panel_rows,
-    row_scales,
     scale_columns,
     tile,
     tile_buffer,
@@ -254,28 +253,18 @@ def _blocked_kernel(blas, X, Xp, Q, G, kind, scales, excl, ex_value, n_chunks, s
 def direct_topk(X: np.ndarray, gallery: Gallery, k: int, excl: np.ndarray, ex_value: np.float32):
     """Top-k of ``X @ G.T`` in one memory-bound pass (few queries)."""
     Q = X.shape[0]
-    G = read_only(gallery.data)  # every input read-only: one compiled variant (:func:`.._inputs.read_only`)
+    G, kind, scales = gallery_args(gallery)
     n_chunks = max(1, min(numba.get_num_threads() * 4, gallery.shape[0] // DIRECT_CHUNK_ROWS))
     hs, hi, cnt = thread_heaps(Q, k, n_chunks)
     pf = max(1, -(-PREFETCH_BYTES // (gallery.shape[1] * G.itemsize)))  # rows
     if gallery.kind == "int8":
         Xq, xs = int16_queries(X)
         with balanced():
-            _direct_kernel_i8(Xq, xs, G, row_scales(gallery), read_only(excl), ex_value, n_chunks, pf, hs, hi, cnt)
+            _direct_kernel_i8(Xq, xs, G, scales, read_only(excl), ex_value, n_chunks, pf, hs, hi, cnt)
         return merged_heaps(hs, hi, cnt, Q)
     with balanced():
         _direct_kernel(
-            read_only(np.ascontiguousarray(X, dtype=np.float32)),
-            G,
-            KIND_CODES[gallery.kind],
-            row_scales(gallery),
-            read_only(excl),
-            ex_value,
-            n_chunks,
-            pf,
-            hs,
-            hi,
-            cnt,
+            to_backend_float(X, "numpy"), G, kind, scales, read_only(excl), ex_value, n_chunks, pf, hs, hi, cnt
         )
     return merged_heaps(hs, hi, cnt, Q)
 
@@ -293,12 +282,10 @@ def blocked_topk(
     with balanced(), _sgemm.calling(blas):
         _blocked_kernel(
             blas,
-            read_only(np.ascontiguousarray(X, dtype=np.float32)),
+            to_backend_float(X, "numpy"),
             pack_rows(X),
             Q,
-            read_only(gallery.data),
-            KIND_CODES[gallery.kind],
-            row_scales(gallery),
+            *gallery_args(gallery),
             read_only(excl),
             ex_value,
             n_chunks,

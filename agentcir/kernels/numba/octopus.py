@@ -17,10 +17,9 @@ import numpy as np
 from numba import njit, prange
 
 from .. import tune
-from .._inputs import Gallery, read_only
+from .._inputs import Gallery, read_only, to_backend_float
 from . import _blas, _sgemm
 from ._common import (
-    KIND_CODES,
     empty_exclude,
     entropy_from_state,
     entropy_update,
@@ -41,9 +40,9 @@ from ._gemm import (
     chunk_count,
     chunk_span,
     fused_sub_rows,
+    gallery_args,
     pack_rows,
     panel_rows,
-    row_scales,
     scale_columns,
     tile,
     tile_buffer,
@@ -195,21 +194,22 @@ def octopus_topk(
     n_chunks = chunk_count(N, sub)
     hs, hi, cnt = thread_heaps(Q, k, n_chunks)
     states = np.stack([new_entropy_state(Q)] * n_chunks)
-    caps = gals[-1]
+    images_data, images_kind, images_scales = gallery_args(images)
+    caps_data, caps_kind, caps_scales = gallery_args(gals[-1])
     with balanced(), _sgemm.calling(blas):
         _fused_kernel(
             blas,
             t,
             pack_rows(t),
-            read_only(np.ascontiguousarray(mats[-1], dtype=np.float32)),
+            to_backend_float(mats[-1], "numpy"),
             pack_rows(mats[-1]),
             Q,
-            read_only(images.data),  # every input read-only: one compiled variant (:func:`.._inputs.read_only`)
-            read_only(caps.data),
-            KIND_CODES[images.kind],
-            KIND_CODES[caps.kind],
-            row_scales(images),
-            row_scales(caps),
+            images_data,
+            caps_data,
+            images_kind,
+            caps_kind,
+            images_scales,
+            caps_scales,
             visual is not None,
             lam,
             read_only(excl),

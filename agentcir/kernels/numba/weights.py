@@ -24,16 +24,16 @@ import numpy as np
 from numba import njit, prange
 
 from .. import tune
-from .._inputs import Gallery, read_only
+from .._inputs import Gallery
 from .._tiling import tile_rows
 from . import _blas, _sgemm
-from ._common import FASTMATH, KIND_CODES, score_f32
+from ._common import FASTMATH, score_f32
 from ._gemm import (
     buffer_rows,
     chunk_count,
     chunk_span,
     fused_sub_rows,
-    row_scales,
+    gallery_args,
     pack_rows,
     panel_rows,
     scale_columns,
@@ -118,9 +118,7 @@ def octopus_gap_sums(reference: np.ndarray, proxies: np.ndarray, gallery: Galler
                 D,
                 pack_rows(D),
                 Q * K,
-                read_only(gallery.data),  # every input read-only: one compiled variant
-                KIND_CODES[gallery.kind],
-                row_scales(gallery),
+                *gallery_args(gallery),
                 n_chunks,
                 min(sub, N),
                 part,
