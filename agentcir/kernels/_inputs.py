@@ -42,11 +42,21 @@ class Gallery:
         kind: ``float32``, ``float16``, ``bfloat16`` or ``int8``.
         scales: for ``int8``: float32 ``[N]`` per-row scales (numpy or torch, like ``data``);
             row ``r`` is ``scales[r] * data[r]``. None otherwise.
+
+    numpy arrays are held read-only (:func:`read_only`, a view): the kernels only read them, and
+    numba compiles one variant per argument types, in which a writable and a read-only array (a
+    memory-mapped gallery) differ.
     """
 
     data: Any
     kind: str
     scales: Any = None
+
+    def __post_init__(self) -> None:
+        for name in ("data", "scales"):
+            value = getattr(self, name)
+            if isinstance(value, np.ndarray):
+                object.__setattr__(self, name, read_only(value))
 
     @property
     def shape(self) -> tuple[int, int]:
@@ -274,11 +284,7 @@ def to_backend_gallery(g: Any, native: str) -> Gallery:
     """A checked gallery -> :class:`Gallery` in the backend's native type."""
     if isinstance(g, Gallery):  # an int8 gallery (agentcir.kernels.Int8Gallery.view)
         if native == "numpy":
-            return Gallery(
-                read_only(np.ascontiguousarray(_numpy_of(g.data))),
-                g.kind,
-                read_only(np.ascontiguousarray(_numpy_of(g.scales))),
-            )
+            return Gallery(np.ascontiguousarray(_numpy_of(g.data)), g.kind, np.ascontiguousarray(_numpy_of(g.scales)))
         import torch
 
         t = lambda a: a.contiguous() if is_torch(a) else torch.from_numpy(np.ascontiguousarray(a))  # noqa: E731
@@ -290,8 +296,8 @@ def to_backend_gallery(g: Any, native: str) -> Gallery:
     if native == "numpy":
         a = _numpy_of(g)
         if kind == "float32":
-            return Gallery(read_only(np.ascontiguousarray(a, dtype=np.float32)), kind)
-        return Gallery(read_only(np.ascontiguousarray(a).view(np.uint16)), kind)
+            return Gallery(np.ascontiguousarray(a, dtype=np.float32), kind)
+        return Gallery(np.ascontiguousarray(a).view(np.uint16), kind)
     import torch
 
     if is_torch(g):

@@ -410,10 +410,9 @@ def row_scales(gallery) -> np.ndarray:
 
 
 def gallery_args(gallery) -> tuple[np.ndarray, int, np.ndarray]:
-    """``(data, kind code, scales)``: ``gallery`` (an ``_inputs.Gallery``) as the kernels take it, its
-    arrays read-only (:func:`.._inputs.read_only`, a view): numba compiles one variant per argument
-    types, and a writable and a read-only array (a memory-mapped gallery) are different types."""
-    return read_only(gallery.data), KIND_CODES[gallery.kind], row_scales(gallery)
+    """``(data, kind code, scales)``: ``gallery`` (an ``_inputs.Gallery``, its arrays read-only) as the
+    kernels take it."""
+    return gallery.data, KIND_CODES[gallery.kind], row_scales(gallery)
 
 
 def chunk_count(N: int, sub: int) -> int:
