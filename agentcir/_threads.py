@@ -7,8 +7,10 @@ gallery scan ran 1.3-2x slower right after a BLAS call or inside a round-robin b
 
 Policy: ``OPENBLAS_THREAD_TIMEOUT`` defaults to ``THREAD_TIMEOUT_LOG2`` = 20, i.e. ``2**20``
 cycles (~0.4 ms): back-to-back BLAS calls still find their threads awake; a kernel started
-later does not share the cores with them. The scoring core calls the BLAS only from numba's own threads, with the BLAS on one thread
-(``kernels/numba/_gemm.py``) and runs on the one OpenMP runtime numba and torch share.
+later does not share the cores with them. The scoring core starts no BLAS pool of its own: its
+products are numba's microkernels (``kernels/numba/_gemm.py``) or the BLAS called from numba's
+threads with the BLAS set to one thread (``kernels/numba/_sgemm.py``), and it runs on the one
+OpenMP runtime numba and torch share.
 
 OpenBLAS reads the variable when it loads. When numpy (so its OpenBLAS) was imported before
 ``agentcir``, every OpenBLAS already loaded in the process (found in ``/proc/self/maps``) is
