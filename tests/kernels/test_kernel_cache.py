@@ -68,3 +68,27 @@ def test_every_compiled_kernel_has_its_own_name():
                 name = f"{obj.py_func.__module__}.{obj.py_func.__qualname__}"
                 assert seen.setdefault(name, obj) is obj, f"two kernels named {name}"
     assert "agentcir.kernels.numba._gemm.sweep16" in seen and "agentcir.kernels.numba._common.dot_bf16" in seen
+
+
+def test_a_kernel_numba_cannot_cache_gets_numbas_warning_not_a_crash():
+    """numba declines to cache a compilation that holds dynamic globals (e.g. under ``NUMBA_OPT=0``)
+    and warns, naming the source file it reads from the locator: the folder's locator answers it."""
+    import types
+    import warnings
+
+    from numba.core import caching
+    from numba.core.errors import NumbaWarning
+
+    from agentcir.kernels.numba import _cache, cosine
+
+    py_func = cosine._blocked_kernel.py_func
+    impl = caching.CompileResultCacheImpl(py_func)
+    assert isinstance(impl.locator, _cache.KernelSourcesLocator)
+    uncachable = types.SimpleNamespace(
+        lifted=(), library=types.SimpleNamespace(has_dynamic_globals=True), fndesc=types.SimpleNamespace(qualname="k")
+    )
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert impl.check_cachable(uncachable) is False
+    assert any(issubclass(w.category, NumbaWarning) and "Cannot cache" in str(w.message) for w in caught)
+    assert impl.locator._py_file == py_func.__code__.co_filename

@@ -34,6 +34,13 @@ class KernelSourcesLocator(caching._CacheLocator):
     def __init__(self, inner: caching._CacheLocator):
         self._inner = inner
 
+    def __getattr__(self, name):
+        # what numba reads of a locator beyond the methods below (``_py_file``, in its warning that a
+        # function cannot be cached) is the inner locator's
+        if name == "_inner":  # not set yet (an instance made without __init__)
+            raise AttributeError(name)
+        return getattr(self._inner, name)
+
     def ensure_cache_path(self):
         self._inner.ensure_cache_path()
 
