@@ -67,6 +67,7 @@ def test_every_compiled_kernel_has_its_own_name():
             if isinstance(obj, CPUDispatcher) and obj.py_func.__module__ == mod.__name__:
                 name = f"{obj.py_func.__module__}.{obj.py_func.__qualname__}"
                 assert seen.setdefault(name, obj) is obj, f"two kernels named {name}"
+                assert "compile" in vars(obj), f"{name} compiles without the lock of _cache.compile_once"
     assert "agentcir.kernels.numba._gemm.sweep16" in seen and "agentcir.kernels.numba._common.dot_bf16" in seen
 
 
@@ -92,3 +93,75 @@ def test_a_kernel_numba_cannot_cache_gets_numbas_warning_not_a_crash():
         assert impl.check_cachable(uncachable) is False
     assert any(issubclass(w.category, NumbaWarning) and "Cannot cache" in str(w.message) for w in caught)
     assert impl.locator._py_file == py_func.__code__.co_filename
+
+
+#: waits for the file ``go``, then runs the numba gate (its serial kernel) and prints that kernel's
+#: cache misses and hits
+RACE = (
+    "import sys, time\n"
+    "from pathlib import Path\n"
+    "import numpy as np\n"
+    "from agentcir import kernels as K\n"
+    "from agentcir.kernels.numba import gate\n"
+    "print('ready', flush=True)\n"
+    "while not Path(sys.argv[1]).exists():\n"
+    "    time.sleep(0.005)\n"
+    "u = K.uncertainty(np.array([[3.0, 2.0, 1.0], [1.0, 1.0, -np.inf]], np.float32), backend='numba')\n"
+    "k = gate._gate_rows.serial.stats\n"
+    "print(sum(k.cache_misses.values()), sum(k.cache_hits.values()), u.tolist(), flush=True)\n"
+)
+
+
+def test_processes_sharing_the_cache_compile_a_kernel_once(tmp_path):
+    """Two processes that need the same uncompiled kernel at the same moment: one compiles it, the
+    other waits for it and loads it from the cache (``_cache.compile_once``)."""
+    env = {k: v for k, v in os.environ.items() if k != "NUMBA_DISABLE_JIT"}
+    env.update(PYTHONPATH=str(ROOT), NUMBA_CACHE_DIR=str(tmp_path / "cache"), AGENTCIR_KERNELS_AUTOTUNE="0")
+    go = tmp_path / "go"
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", RACE, str(go)], env=env, cwd=tmp_path, stdout=subprocess.PIPE, text=True
+        )
+        for _ in range(2)
+    ]
+    try:
+        assert [p.stdout.readline().strip() for p in procs] == ["ready", "ready"]
+        go.touch()
+        outs = [p.communicate(timeout=300)[0].split(maxsplit=2) for p in procs]
+    finally:
+        for p in procs:
+            p.kill()
+    assert all(p.returncode == 0 for p in procs)
+    assert sorted((int(m), int(h)) for m, h, _ in outs) == [(0, 1), (1, 0)], outs
+    assert outs[0][2] == outs[1][2]
+
+
+def test_a_killed_compiling_process_releases_its_lock(tmp_path):
+    import fcntl
+    import signal
+
+    lock = tmp_path / "k.lock"
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import sys, time\nfrom pathlib import Path\nfrom agentcir.kernels.numba._cache import _exclusive\n"
+            "with _exclusive(Path(sys.argv[1])):\n    print('held', flush=True)\n    time.sleep(120)\n",
+            str(lock),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        fd = os.open(lock, os.O_RDWR)
+        try:
+            with pytest.raises(BlockingIOError):
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            holder.send_signal(signal.SIGKILL)
+            holder.wait(timeout=30)
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # free again
+        finally:
+            os.close(fd)
+    finally:
+        holder.kill()

@@ -29,6 +29,7 @@ from .. import tune as _tune  # noqa: E402
 from . import _measure  # noqa: E402
 
 _tune._measure = _measure.measure  # the product-path measurement of agentcir.kernels.tune
+_cache.compile_each_once(__name__)  # processes sharing the cache compile a kernel once, not each
 
 __all__ = [
     "NATIVE",

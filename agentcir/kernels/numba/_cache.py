@@ -8,14 +8,32 @@ Python code around it (``pack_rows``) is the new one. :class:`KernelSourcesLocat
 kernels of this folder where numba would (``NUMBA_CACHE_DIR``, the ``__pycache__`` beside the
 file, or the user-wide cache) and stamps each with the digest of every ``*.py`` file of the folder
 (:func:`agentcir.kernels.tune.kernel_sources_digest`): an edit anywhere recompiles them all.
+
+Processes sharing that cache (scale workers started together, the pytest-xdist workers, a server and
+a command) would each compile a kernel missing from it at the same time: tens of seconds of CPU per
+kernel, per process. :func:`compile_once` makes a kernel compile a signature in one process at a
+time (an exclusive ``flock`` on a lock file beside its cache entries): the others wait, then load
+what it saved. Locks are taken along the call graph (a kernel, then the kernels it calls), which
+has no cycle, so two processes cannot wait on each other; a process that dies releases its locks.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import os
+import re
+import sys
 from pathlib import Path
+from typing import Iterator
 
-from numba.core import caching
+from numba.core import caching, sigutils
+from numba.core.compiler_lock import global_compiler_lock
+
+try:
+    import fcntl
+except ImportError:  # not POSIX: kernels compile without the lock
+    fcntl = None
 
 from .. import tune
 
@@ -92,3 +110,78 @@ def install() -> None:
         return
     if KernelSourcesLocator not in chain:
         chain.insert(0, KernelSourcesLocator)
+
+
+#: lock files this process holds (a kernel compiled again inside its own compilation does not wait on itself)
+_HELD: set[str] = set()
+
+
+@contextlib.contextmanager
+def _exclusive(path: Path) -> Iterator[None]:
+    """Hold an exclusive lock on ``path`` against other processes (``flock``; released when the process
+    ends too); nothing where it cannot be taken (not POSIX, an unwritable folder)."""
+    key = str(path)
+    fd = -1
+    if fcntl is not None and key not in _HELD:
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        except OSError as e:
+            log.debug("kernel compiled without the lock %s: %s", path, e)
+            if fd >= 0:
+                os.close(fd)
+            fd = -1
+    if fd < 0:
+        yield
+        return
+    _HELD.add(key)
+    try:
+        yield
+    finally:
+        _HELD.discard(key)
+        os.close(fd)  # releases the lock
+
+
+def compile_once(dispatcher) -> bool:
+    """Make ``dispatcher`` (a ``cache=True`` kernel of this folder) compile a signature in one process at a
+    time: a signature missing from memory is compiled, or loaded from the cache, under the kernel's lock
+    file. The lock is taken inside numba's compiler lock, so this process's threads meet there first.
+    Returns True for a kernel of this folder (now or already so), False for any other dispatcher (or a
+    plain function under ``NUMBA_DISABLE_JIT``)."""
+    impl = getattr(getattr(dispatcher, "_cache", None), "_impl", None)
+    locator = getattr(impl, "locator", None)
+    if not isinstance(locator, KernelSourcesLocator) or "compile" in vars(dispatcher):
+        return isinstance(locator, KernelSourcesLocator)
+    name = re.sub(r"[^\w.-]", "_", f"{dispatcher.py_func.__module__}.{dispatcher.py_func.__qualname__}")
+    lock = Path(locator.get_cache_path()) / f"{name}.lock"
+    compile_here = dispatcher.compile
+
+    def compile(sig):
+        with global_compiler_lock:
+            args, _ = sigutils.normalize_signature(sig)
+            if tuple(args) in dispatcher.overloads:
+                return compile_here(sig)
+            with _exclusive(lock):
+                return compile_here(sig)
+
+    dispatcher.compile = compile
+    return True
+
+
+def compile_each_once(package: str) -> int:
+    """:func:`compile_once` for every kernel defined in the imported modules of ``package`` (both
+    variants of a :class:`._common.DualKernel`); returns how many."""
+    from numba.core.registry import CPUDispatcher
+
+    from ._common import DualKernel
+
+    done: set[int] = set()
+    for name, mod in list(sys.modules.items()):
+        if mod is None or not (name == package or name.startswith(package + ".")):
+            continue
+        for obj in vars(mod).values():
+            for k in (obj.parallel, obj.serial) if isinstance(obj, DualKernel) else (obj,):
+                if isinstance(k, CPUDispatcher) and k.py_func.__module__ == name and compile_once(k):
+                    done.add(id(k))
+    return len(done)
