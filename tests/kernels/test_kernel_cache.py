@@ -136,9 +136,15 @@ def test_processes_sharing_the_cache_compile_a_kernel_once(tmp_path):
     assert outs[0][2] == outs[1][2]
 
 
-def test_a_killed_compiling_process_releases_its_lock(tmp_path):
+def test_a_killed_compiling_process_releases_its_lock(tmp_path, monkeypatch, caplog):
+    """A process that holds a kernel's lock past ``WAIT_S`` (stopped while compiling) does not hold the
+    others forever: they compile the kernel themselves, with a warning; a killed holder frees the lock."""
     import fcntl
+    import logging
     import signal
+    import time
+
+    from agentcir.kernels.numba import _cache
 
     lock = tmp_path / "k.lock"
     holder = subprocess.Popen(
@@ -154,6 +160,11 @@ def test_a_killed_compiling_process_releases_its_lock(tmp_path):
     )
     try:
         assert holder.stdout.readline().strip() == "held"
+        monkeypatch.setattr(_cache, "WAIT_S", 0.3)
+        t0 = time.monotonic()
+        with caplog.at_level(logging.WARNING, logger=_cache.__name__), _cache._exclusive(lock):
+            waited = time.monotonic() - t0
+        assert 0.3 <= waited < 5 and "held" in caplog.text and str(lock) in caplog.text
         fd = os.open(lock, os.O_RDWR)
         try:
             with pytest.raises(BlockingIOError):

@@ -14,7 +14,8 @@ a command) would each compile a kernel missing from it at the same time: tens of
 kernel, per process. :func:`compile_once` makes a kernel compile a signature in one process at a
 time (an exclusive ``flock`` on a lock file beside its cache entries): the others wait, then load
 what it saved. Locks are taken along the call graph (a kernel, then the kernels it calls), which
-has no cycle, so two processes cannot wait on each other; a process that dies releases its locks.
+has no cycle, so two processes cannot wait on each other; a process that dies releases its locks,
+and one stopped while it compiles is waited for ``WAIT_S`` seconds at most.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ import logging
 import os
 import re
 import sys
+import time
 from pathlib import Path
 from typing import Iterator
 
@@ -114,24 +116,45 @@ def install() -> None:
 
 #: lock files this process holds (a kernel compiled again inside its own compilation does not wait on itself)
 _HELD: set[str] = set()
+#: seconds a process waits for another one's compilation before it compiles the kernel itself
+WAIT_S = 600.0
+
+
+def _lock(path: Path) -> int:
+    """An open descriptor of ``path`` holding its exclusive ``flock``; -1 where it cannot be taken (not
+    POSIX, an unwritable folder) or was not free within ``WAIT_S`` (a process stopped while compiling)."""
+    if fcntl is None:
+        return -1
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+    except OSError as e:
+        log.debug("kernel compiled without the lock %s: %s", path, e)
+        return -1
+    end, pause = time.monotonic() + WAIT_S, 0.005
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return fd
+        except BlockingIOError:  # another process compiles this kernel
+            if time.monotonic() >= end:
+                log.warning("another process held %s for %.0f s: compiling the kernel here too", path, WAIT_S)
+                break
+        except OSError as e:  # e.g. a file system without locks
+            log.debug("kernel compiled without the lock %s: %s", path, e)
+            break
+        time.sleep(pause)
+        pause = min(0.1, pause * 2)
+    os.close(fd)
+    return -1
 
 
 @contextlib.contextmanager
 def _exclusive(path: Path) -> Iterator[None]:
-    """Hold an exclusive lock on ``path`` against other processes (``flock``; released when the process
-    ends too); nothing where it cannot be taken (not POSIX, an unwritable folder)."""
+    """Hold an exclusive lock on ``path`` against other processes (``flock``: released when the process
+    ends too); without it where it cannot be taken (:func:`_lock`)."""
     key = str(path)
-    fd = -1
-    if fcntl is not None and key not in _HELD:
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
-            fcntl.flock(fd, fcntl.LOCK_EX)
-        except OSError as e:
-            log.debug("kernel compiled without the lock %s: %s", path, e)
-            if fd >= 0:
-                os.close(fd)
-            fd = -1
+    fd = _lock(path) if key not in _HELD else -1
     if fd < 0:
         yield
         return
