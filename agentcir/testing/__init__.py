@@ -3,6 +3,8 @@
 - :mod:`agentcir.testing.server`: :class:`ScriptedServer`, a real OpenAI-compatible HTTP endpoint
   on 127.0.0.1 with scripted replies and faults; ``python -m agentcir.testing.server --port N
   --replier module:function`` serves every LLM task from the command line.
+- :mod:`agentcir.testing.wire`: the wire format both speak (:class:`Step`, :class:`Request`, the reply
+  bodies).
 - :mod:`agentcir.testing.replies`: valid replies to every task, built in or registered by a
   plugin (:func:`task_replier`), with pluggable repliers for a plugin's own tasks.
 - :mod:`agentcir.testing.data`: tiny datasets on disk (:func:`tiny_composed_dataset`).
@@ -19,12 +21,12 @@ from typing import Any
 
 _NAMES = {
     "ScriptedServer": "server",
-    "Step": "server",
-    "Request": "server",
-    "chat_completion": "server",
-    "error_body": "server",
-    "image_edit_reply": "server",
-    "multipart_fields": "server",
+    "Step": "wire",
+    "Request": "wire",
+    "chat_completion": "wire",
+    "error_body": "wire",
+    "image_edit_reply": "wire",
+    "multipart_fields": "wire",
     "task_replier": "replies",
     "task_reply": "replies",
     "task_of": "replies",

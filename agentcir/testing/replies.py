@@ -37,7 +37,7 @@ from typing import Any, Callable, Sequence
 
 from ..framework.prompts import find_prompt, load_prompt
 from ..framework.tasks import all_tasks, check_variables, find_task, reply_text
-from .server import Request, Script, Step, chat_completion, error_body
+from .wire import Request, Script, Step, chat_completion, error_body
 
 _WORDS = ("red", "blue", "striped", "cotton", "casual", "formal", "leather", "green", "black", "white")
 _VAR = re.compile(r"\{\{\s*([A-Za-z_][A-Za-z0-9_]*)\s*\}\}")
