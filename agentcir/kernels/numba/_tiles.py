@@ -32,7 +32,7 @@ from .. import tune
 from .._inputs import Gallery
 from . import _blas, _sgemm
 from ._common import KIND_CODES, f16_to_f32
-from ._gemm import fused_sub_rows, pack_rows, product, row_scales, sub_rows
+from ._gemm import fused_sub_rows, gallery_args, pack_rows, product, sub_rows
 from ._threads import balanced
 
 
@@ -107,7 +107,8 @@ def exact_tiles(
             S = buf[: p.shape[0] * p.shape[2] * T].reshape(p.shape[0] * p.shape[2], T)
             sub = fused_sub_rows(m.shape[0], d, True) if blas.address else sub_rows(d)
             with balanced(), _sgemm.calling(blas):
-                product(p, g.data, KIND_CODES[g.kind], start, stop, sub, S, row_scales(g), m, blas)
+                data, kind, scales = gallery_args(g)
+                product(p, data, kind, start, stop, sub, S, scales, m, blas)
             outs.append(S[: m.shape[0]])
         yield start, stop, outs
 
